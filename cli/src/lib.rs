@@ -1,0 +1,10 @@
+//! The std side of skrull: buffers, samplers, argument and file parsing, JSON output and the
+//! `skrull` subcommands. No scheduling logic lives here: it calls `skrull-core`.
+
+pub mod args;
+pub mod buffers;
+pub mod json;
+pub mod plan_cmd;
+pub mod sample;
+
+pub use buffers::OwnedBuffers;

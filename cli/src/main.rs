@@ -1,0 +1,58 @@
+//! `skrull`: plan, simulate, evaluate and calibrate long-context batch schedules.
+
+use std::process::ExitCode;
+
+use skrull_cli::args::Flags;
+use skrull_cli::plan_cmd;
+
+const USAGE: &str = "\
+skrull <command> [flags]
+
+commands:
+  plan       plan one global batch (default: a paper-sized LMsys batch) and print it
+  help       print this text
+
+`skrull <command> --help` describes a command's flags.";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let Some(cmd) = args.first() else {
+        eprintln!("{USAGE}");
+        return ExitCode::from(2);
+    };
+    let flags = match Flags::parse(&args[1..]) {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("skrull {cmd}: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let (usage, result) = match cmd.as_str() {
+        "plan" => (
+            plan_cmd::USAGE,
+            plan_cmd::run as fn(&Flags) -> Result<String, String>,
+        ),
+        "help" | "--help" | "-h" => {
+            println!("{USAGE}");
+            return ExitCode::SUCCESS;
+        }
+        other => {
+            eprintln!("skrull: unknown command '{other}'\n\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    if flags.has("--help") {
+        println!("{usage}");
+        return ExitCode::SUCCESS;
+    }
+    match result(&flags) {
+        Ok(text) => {
+            print!("{text}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("skrull {cmd}: error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,53 @@
+//! `skrull plan`: read lengths (or draw the built-in default batch) and print the plan.
+
+use skrull_core::Policy;
+
+use crate::args::{Flags, config_from, read_lengths};
+use crate::buffers::OwnedBuffers;
+use crate::json::{plan_json, plan_table};
+use crate::sample::Table1Cdf;
+
+/// Sequences in the built-in default batch (DP 4 x BatchSize 64, as in the paper).
+pub const DEFAULT_BATCH: usize = 256;
+/// Seed of the built-in default batch.
+pub const DEFAULT_SEED: u64 = 20_250_526;
+/// Context limit the default batch is clipped at (before the `N x C` clip).
+pub const DEFAULT_CONTEXT: u32 = 128 * 1024;
+
+/// The built-in default batch: 256 LMsys-Chat-1M-like lengths (Table 1) from a fixed seed,
+/// clipped at 128K and at `cp x bucket`.
+pub fn default_lengths(cp: u32, bucket: u32) -> Vec<u32> {
+    let clip = DEFAULT_CONTEXT.min(cp.saturating_mul(bucket));
+    let lmsys = Table1Cdf::by_name("lmsys").unwrap_or(&crate::sample::TABLE1[1]);
+    lmsys.batch(DEFAULT_SEED, DEFAULT_BATCH, clip)
+}
+
+/// Usage text of `skrull plan`.
+pub const USAGE: &str = "\
+skrull plan [--lengths FILE|-] [--dp 4] [--cp 8] [--bucket 26K] [--model qwen2.5-0.5b]
+            [--policy skrull|deepspeed|packed|roundrobin] [--victim shortest|longest]
+            [--flops paper|megatron] [--max-micro-batches M] [--format table|json]
+
+Plans one global batch. Without --lengths it plans the built-in default: 256 LMsys-like
+sequences (seed 20250526), DP 4, CP 8, BucketSize 26K, Qwen2.5-0.5B.";
+
+/// Runs `skrull plan`; returns the text to print.
+///
+/// # Errors
+/// A message that names the offending value.
+pub fn run(flags: &Flags) -> Result<String, String> {
+    let cfg = config_from(flags, Policy::Skrull)?;
+    let lengths = match flags.get("--lengths") {
+        Some(path) => read_lengths(path)?,
+        None => default_lengths(cfg.cp, cfg.bucket),
+    };
+    let format = flags.get("--format").unwrap_or("table").to_string();
+    flags.finish()?;
+    let mut bufs = OwnedBuffers::for_batch(lengths.len(), &cfg);
+    let plan = bufs.schedule(&cfg, &lengths).map_err(|e| e.to_string())?;
+    match format.as_str() {
+        "json" => Ok(plan_json(&cfg, &lengths, &plan)),
+        "table" => Ok(plan_table(&cfg, &lengths, &plan)),
+        other => Err(format!("--format: '{other}' is not table|json")),
+    }
+}

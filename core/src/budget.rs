@@ -1,0 +1,86 @@
+//! The token budget: what a sequence costs one GPU, and the up-front checks every policy
+//! shares.
+
+use crate::config::{Config, MAX_SEQ_LEN, MAX_SEQS};
+use crate::error::Error;
+
+/// Tokens one CP rank holds of a sequence of `len` tokens sharded over `cp` ranks:
+/// `ceil(len / cp)`.
+#[inline]
+pub fn shard_tokens(len: u32, cp: u32) -> u32 {
+    len.div_ceil(cp.max(1))
+}
+
+/// Checks a batch against the configuration and returns its total token count.
+///
+/// # Errors
+/// [`Error::TooManySequences`], [`Error::EmptySequence`], [`Error::LengthOutOfRange`] or
+/// [`Error::SequenceTooLong`] (the first offending sequence in input order).
+pub fn check_lengths(cfg: &Config, lengths: &[u32]) -> Result<u64, Error> {
+    if lengths.len() > MAX_SEQS {
+        return Err(Error::TooManySequences {
+            count: lengths.len(),
+            max: MAX_SEQS,
+        });
+    }
+    let mut total = 0u64;
+    for (index, &len) in lengths.iter().enumerate() {
+        if len == 0 {
+            return Err(Error::EmptySequence { index });
+        }
+        if len > MAX_SEQ_LEN {
+            return Err(Error::LengthOutOfRange { index, len });
+        }
+        let shard = shard_tokens(len, cfg.cp);
+        if shard > cfg.bucket {
+            return Err(Error::SequenceTooLong {
+                index,
+                len,
+                needed_bucket: shard,
+            });
+        }
+        // At most 2^16 sequences of < 2^31 tokens: < 2^47, no overflow.
+        total += u64::from(len);
+    }
+    Ok(total)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::ModelShape;
+
+    #[test]
+    fn shard_is_ceiling() {
+        assert_eq!(shard_tokens(30, 4), 8);
+        assert_eq!(shard_tokens(32, 4), 8);
+        assert_eq!(shard_tokens(1, 8), 1);
+        assert_eq!(shard_tokens(MAX_SEQ_LEN, 1), MAX_SEQ_LEN);
+    }
+
+    #[test]
+    fn first_offender_is_reported() {
+        let cfg = Config::new(1, 4, 10, ModelShape::QWEN2_5_0_5B);
+        assert_eq!(check_lengths(&cfg, &[5, 40, 3]), Ok(48));
+        assert_eq!(
+            check_lengths(&cfg, &[5, 41, 0]),
+            Err(Error::SequenceTooLong {
+                index: 1,
+                len: 41,
+                needed_bucket: 11
+            })
+        );
+        assert_eq!(
+            check_lengths(&cfg, &[5, 0, 41]),
+            Err(Error::EmptySequence { index: 1 })
+        );
+        assert_eq!(
+            check_lengths(&cfg, &[u32::MAX]),
+            Err(Error::LengthOutOfRange {
+                index: 0,
+                len: u32::MAX
+            })
+        );
+        assert_eq!(check_lengths(&cfg, &[]), Ok(0));
+    }
+}

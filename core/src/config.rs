@@ -1,0 +1,312 @@
+//! Configuration: the parallel layout, the token budget, the policy and the model shape, with
+//! the limits every value is checked against.
+
+use crate::error::{Error, ShapeField};
+
+/// Largest data-parallel size accepted.
+pub const MAX_DP: u32 = 65_536;
+/// Largest context-parallel size accepted (DACP keeps per-CP-rank state on the stack).
+pub const MAX_CP: u32 = 256;
+/// Largest BucketSize (tokens per GPU per micro-batch) accepted: `2^31 - 1`.
+pub const MAX_BUCKET: u32 = i32::MAX as u32;
+/// Longest sequence accepted, in tokens: `2^31 - 1`.
+pub const MAX_SEQ_LEN: u32 = i32::MAX as u32;
+/// Most sequences in one global batch.
+pub const MAX_SEQS: usize = 65_536;
+
+/// Largest `ModelShape::hidden` (and `kv_hidden`).
+pub const MAX_HIDDEN: u32 = 1 << 16;
+/// Largest `ModelShape::ffn`.
+pub const MAX_FFN: u32 = 1 << 18;
+/// Largest `ModelShape::layers`.
+pub const MAX_LAYERS: u32 = 1 << 10;
+/// Largest `ModelShape::vocab`.
+pub const MAX_VOCAB: u32 = 1 << 22;
+
+/// The transformer shape used to count FLOPs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ModelShape {
+    /// Hidden size `h` (equal to query heads x head dim for the supported models).
+    pub hidden: u32,
+    /// K/V hidden size `h_kv` = KV heads x head dim.
+    pub kv_hidden: u32,
+    /// FFN (intermediate) width.
+    pub ffn: u32,
+    /// Number of transformer layers.
+    pub layers: u32,
+    /// Vocabulary size (0: do not count the LM head).
+    pub vocab: u32,
+    /// Whether the FFN is gated (SwiGLU: three matrices instead of two).
+    pub swiglu: bool,
+}
+
+impl ModelShape {
+    /// Qwen2.5-0.5B: h 896, 24 layers, 14 Q / 2 KV heads of 64, SwiGLU FFN 4864, vocab 151,936.
+    pub const QWEN2_5_0_5B: ModelShape = ModelShape {
+        hidden: 896,
+        kv_hidden: 128,
+        ffn: 4864,
+        layers: 24,
+        vocab: 151_936,
+        swiglu: true,
+    };
+    /// Qwen2.5-7B: h 3584, 28 layers, 28 Q / 4 KV heads of 128, SwiGLU FFN 18944, vocab 152,064.
+    pub const QWEN2_5_7B: ModelShape = ModelShape {
+        hidden: 3584,
+        kv_hidden: 512,
+        ffn: 18_944,
+        layers: 28,
+        vocab: 152_064,
+        swiglu: true,
+    };
+
+    /// Looks up a preset by name (`qwen2.5-0.5b`, `qwen2.5-7b`).
+    pub fn preset(name: &str) -> Option<ModelShape> {
+        match name {
+            "qwen2.5-0.5b" => Some(Self::QWEN2_5_0_5B),
+            "qwen2.5-7b" => Some(Self::QWEN2_5_7B),
+            _ => None,
+        }
+    }
+
+    /// Checks every field against its limit.
+    ///
+    /// # Errors
+    /// [`Error::InvalidModel`] naming the first field out of range.
+    pub fn validate(&self) -> Result<(), Error> {
+        let bad = |field, value| Err(Error::InvalidModel { field, value });
+        if self.hidden == 0 || self.hidden > MAX_HIDDEN {
+            return bad(ShapeField::Hidden, self.hidden);
+        }
+        if self.kv_hidden == 0 || self.kv_hidden > self.hidden {
+            return bad(ShapeField::KvHidden, self.kv_hidden);
+        }
+        if self.ffn == 0 || self.ffn > MAX_FFN {
+            return bad(ShapeField::Ffn, self.ffn);
+        }
+        if self.layers == 0 || self.layers > MAX_LAYERS {
+            return bad(ShapeField::Layers, self.layers);
+        }
+        if self.vocab > MAX_VOCAB {
+            return bad(ShapeField::Vocab, self.vocab);
+        }
+        Ok(())
+    }
+}
+
+/// Which FLOPs formula balances the work.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FlopsFormula {
+    /// The Skrull paper's per-layer forward count `20h²S + 4h·h_kv·S + 4hS²`, times layers
+    /// and 3 for forward + backward.
+    #[default]
+    Paper,
+    /// Megatron-LM's count: Q/K/V/O projections, causal attention `2S²h`, the (SwiGLU) FFN and
+    /// the LM head, times 3 for forward + backward.
+    Megatron,
+}
+
+/// Which scheduling policy writes the plan.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Policy {
+    /// The paper: GDS (LPT over DP ranks, strided micro-batches) + DACP.
+    #[default]
+    Skrull,
+    /// The paper's baseline: BatchSize consecutive sequences per DP rank, one sequence per
+    /// micro-batch, every sequence sharded.
+    DeepSpeed,
+    /// Sample order, equal counts per DP rank, next-fit packing under the budget, all sharded.
+    Packed,
+    /// The paper's case-study Algorithm 4 (memory-only worst fit with rollback, sample order)
+    /// inside GDS.
+    RoundRobin,
+}
+
+impl Policy {
+    /// Every policy, in a fixed order.
+    pub const ALL: [Policy; 4] = [
+        Policy::Skrull,
+        Policy::DeepSpeed,
+        Policy::Packed,
+        Policy::RoundRobin,
+    ];
+
+    /// The policy's stable name (`skrull`, `deepspeed`, `packed`, `roundrobin`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Policy::Skrull => "skrull",
+            Policy::DeepSpeed => "deepspeed",
+            Policy::Packed => "packed",
+            Policy::RoundRobin => "roundrobin",
+        }
+    }
+
+    /// Parses a name given by [`Policy::name`].
+    pub fn from_name(name: &str) -> Option<Policy> {
+        Self::ALL.iter().copied().find(|p| p.name() == name)
+    }
+}
+
+/// Which local sequence a DACP rollback shards.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Victim {
+    /// The shortest local sequence on the rank (the paper's choice).
+    #[default]
+    Shortest,
+    /// The longest one: frees the most memory per rollback.
+    Longest,
+}
+
+impl Victim {
+    /// The option's stable name (`shortest`, `longest`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Victim::Shortest => "shortest",
+            Victim::Longest => "longest",
+        }
+    }
+
+    /// Parses a name given by [`Victim::name`].
+    pub fn from_name(name: &str) -> Option<Victim> {
+        match name {
+            "shortest" => Some(Victim::Shortest),
+            "longest" => Some(Victim::Longest),
+            _ => None,
+        }
+    }
+}
+
+/// Everything a policy needs besides the lengths.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Config {
+    /// Data-parallel size: model replicas, each running its micro-batches in turn.
+    pub dp: u32,
+    /// Context-parallel size N: GPUs that share one micro-batch.
+    pub cp: u32,
+    /// BucketSize C: the most tokens one GPU may hold in one micro-batch.
+    pub bucket: u32,
+    /// The policy that writes the plan.
+    pub policy: Policy,
+    /// The DACP rollback victim.
+    pub victim: Victim,
+    /// The most micro-batches a DP rank may run (0: no limit).
+    pub max_micro_batches: u32,
+    /// The model shape that FLOPs are counted for.
+    pub model: ModelShape,
+    /// The FLOPs formula.
+    pub flops: FlopsFormula,
+}
+
+impl Config {
+    /// A configuration with the default policy (`skrull`), victim (`shortest`), no micro-batch
+    /// limit and the paper's FLOPs formula.
+    pub fn new(dp: u32, cp: u32, bucket: u32, model: ModelShape) -> Config {
+        Config {
+            dp,
+            cp,
+            bucket,
+            policy: Policy::default(),
+            victim: Victim::default(),
+            max_micro_batches: 0,
+            model,
+            flops: FlopsFormula::default(),
+        }
+    }
+
+    /// The same configuration with another policy.
+    pub fn with_policy(mut self, policy: Policy) -> Config {
+        self.policy = policy;
+        self
+    }
+
+    /// The same configuration with another rollback victim.
+    pub fn with_victim(mut self, victim: Victim) -> Config {
+        self.victim = victim;
+        self
+    }
+
+    /// Checks the layout, the budget and the model shape.
+    ///
+    /// # Errors
+    /// [`Error::InvalidDp`], [`Error::InvalidCp`], [`Error::InvalidBucket`] or
+    /// [`Error::InvalidModel`].
+    pub fn validate(&self) -> Result<(), Error> {
+        if self.dp == 0 || self.dp > MAX_DP {
+            return Err(Error::InvalidDp { dp: self.dp });
+        }
+        if self.cp == 0 || self.cp > MAX_CP {
+            return Err(Error::InvalidCp { cp: self.cp });
+        }
+        if self.bucket == 0 || self.bucket > MAX_BUCKET {
+            return Err(Error::InvalidBucket {
+                bucket: self.bucket,
+            });
+        }
+        self.model.validate()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn presets_validate_and_resolve_by_name() {
+        assert_eq!(
+            ModelShape::preset("qwen2.5-0.5b"),
+            Some(ModelShape::QWEN2_5_0_5B)
+        );
+        assert_eq!(
+            ModelShape::preset("qwen2.5-7b"),
+            Some(ModelShape::QWEN2_5_7B)
+        );
+        assert_eq!(ModelShape::preset("gpt-2"), None);
+        assert!(ModelShape::QWEN2_5_0_5B.validate().is_ok());
+        assert!(ModelShape::QWEN2_5_7B.validate().is_ok());
+    }
+
+    #[test]
+    fn each_out_of_range_value_names_itself() {
+        let ok = Config::new(4, 8, 26 * 1024, ModelShape::QWEN2_5_0_5B);
+        assert_eq!(ok.validate(), Ok(()));
+        let mut c = ok;
+        c.dp = 0;
+        assert_eq!(c.validate(), Err(Error::InvalidDp { dp: 0 }));
+        c = ok;
+        c.cp = MAX_CP + 1;
+        assert_eq!(c.validate(), Err(Error::InvalidCp { cp: MAX_CP + 1 }));
+        c = ok;
+        c.bucket = u32::MAX;
+        assert_eq!(c.validate(), Err(Error::InvalidBucket { bucket: u32::MAX }));
+        c = ok;
+        c.model.kv_hidden = c.model.hidden + 1;
+        assert_eq!(
+            c.validate(),
+            Err(Error::InvalidModel {
+                field: ShapeField::KvHidden,
+                value: 897
+            })
+        );
+        c = ok;
+        c.model.layers = 0;
+        assert_eq!(
+            c.validate(),
+            Err(Error::InvalidModel {
+                field: ShapeField::Layers,
+                value: 0
+            })
+        );
+    }
+
+    #[test]
+    fn policy_and_victim_names_round_trip() {
+        for p in Policy::ALL {
+            assert_eq!(Policy::from_name(p.name()), Some(p));
+        }
+        assert_eq!(Policy::from_name("fifo"), None);
+        for v in [Victim::Shortest, Victim::Longest] {
+            assert_eq!(Victim::from_name(v.name()), Some(v));
+        }
+    }
+}

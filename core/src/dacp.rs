@@ -1,0 +1,458 @@
+//! DACP: inside one micro-batch, decide which sequences stay whole on one CP rank and which
+//! are sharded over the CP group, under the per-GPU budget C (SPEC section 4, with the three
+//! errata fixed: the rollback frees memory, the other ranks pay for the newly sharded
+//! sequence, and a final recount is authoritative).
+//!
+//! The same machinery runs the paper's round-robin baseline (Algorithm 4), which differs only
+//! in the order sequences arrive and in how the target rank is chosen.
+
+use heapless::Vec as HVec;
+
+use crate::budget::shard_tokens;
+use crate::config::{Config, MAX_CP, Victim};
+use crate::error::Error;
+use crate::flops::FlopsModel;
+use crate::plan::{Placement, SHARDED};
+
+/// Marker for a sequence DACP has not placed yet.
+const UNSET: i32 = i32::MIN;
+
+/// How placements are chosen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Rule {
+    /// Skrull's DACP: least FLOPs load first, then most remaining budget, then shard.
+    Dacp,
+    /// Algorithm 4: most remaining budget, then shard; FLOPs are ignored.
+    WorstFit,
+}
+
+/// Where a placement routine reads lengths and writes decisions, by position `k` in the
+/// processing order.
+pub(crate) trait Slots {
+    /// Number of sequences.
+    fn count(&self) -> usize;
+    /// Length of the `k`-th sequence.
+    fn len_at(&self, k: usize) -> u32;
+    /// Decision for the `k`-th sequence so far.
+    fn get(&self, k: usize) -> i32;
+    /// Records the decision for the `k`-th sequence.
+    fn set(&mut self, k: usize, v: i32);
+}
+
+/// A micro-batch given as sequence indices; decisions go to `placements[seq].cp_rank`.
+pub(crate) struct MemberSlots<'a> {
+    pub(crate) members: &'a [u32],
+    pub(crate) lengths: &'a [u32],
+    pub(crate) placements: &'a mut [Placement],
+}
+
+impl Slots for MemberSlots<'_> {
+    fn count(&self) -> usize {
+        self.members.len()
+    }
+    fn len_at(&self, k: usize) -> u32 {
+        let seq = self.members.get(k).copied().unwrap_or(0) as usize;
+        self.lengths.get(seq).copied().unwrap_or(0)
+    }
+    fn get(&self, k: usize) -> i32 {
+        let seq = self.members.get(k).copied().unwrap_or(0) as usize;
+        self.placements.get(seq).map_or(UNSET, |p| p.cp_rank)
+    }
+    fn set(&mut self, k: usize, v: i32) {
+        let seq = self.members.get(k).copied().unwrap_or(0) as usize;
+        if let Some(p) = self.placements.get_mut(seq) {
+            p.cp_rank = v;
+        }
+    }
+}
+
+/// Per-CP-rank state: remaining budget `RB` (may dip below zero after a rollback charges the
+/// other ranks) and FLOPs load `L`.
+struct CpState {
+    rb: HVec<i64, { MAX_CP as usize }>,
+    load: HVec<u128, { MAX_CP as usize }>,
+}
+
+impl CpState {
+    fn new(cp: u32, bucket: u32) -> CpState {
+        let mut rb = HVec::new();
+        let mut load = HVec::new();
+        for _ in 0..cp.min(MAX_CP) {
+            // Capacity is MAX_CP and cp <= MAX_CP: the pushes cannot fail.
+            let _ = rb.push(i64::from(bucket));
+            let _ = load.push(0);
+        }
+        CpState { rb, load }
+    }
+
+    /// Lowest-index rank with the least FLOPs load.
+    fn argmin_load(&self) -> usize {
+        let mut best = 0;
+        for (r, &l) in self.load.iter().enumerate() {
+            if l < self.load[best] {
+                best = r;
+            }
+        }
+        best
+    }
+
+    /// Lowest-index rank with the most remaining budget.
+    fn argmax_rb(&self) -> usize {
+        let mut best = 0;
+        for (r, &b) in self.rb.iter().enumerate() {
+            if b > self.rb[best] {
+                best = r;
+            }
+        }
+        best
+    }
+
+    /// Lowest-index rank with the least remaining budget.
+    fn argmin_rb(&self) -> usize {
+        let mut best = 0;
+        for (r, &b) in self.rb.iter().enumerate() {
+            if b < self.rb[best] {
+                best = r;
+            }
+        }
+        best
+    }
+
+    fn rb(&self, r: usize) -> i64 {
+        self.rb.get(r).copied().unwrap_or(i64::MIN)
+    }
+
+    fn place_local(&mut self, r: usize, len: u32, flops: u128) {
+        if let (Some(b), Some(l)) = (self.rb.get_mut(r), self.load.get_mut(r)) {
+            *b -= i64::from(len);
+            *l += flops;
+        }
+    }
+
+    fn place_sharded(&mut self, share: u32, flops_share: u128) {
+        for b in self.rb.iter_mut() {
+            *b -= i64::from(share);
+        }
+        for l in self.load.iter_mut() {
+            *l += flops_share;
+        }
+    }
+
+    /// Turns a sequence that was local on `r` into a sharded one.
+    fn unplace_local(&mut self, r: usize, len: u32, flops: u128) {
+        if let (Some(b), Some(l)) = (self.rb.get_mut(r), self.load.get_mut(r)) {
+            *b += i64::from(len);
+            *l -= flops;
+        }
+    }
+}
+
+/// Picks the rollback victim among the sequences placed so far (`0..placed`) that are local
+/// on `rank`: the shortest (ties: the first placed) or the longest (ties: the last placed).
+fn victim<S: Slots>(slots: &S, placed: usize, rank: usize, rule: Victim) -> Option<usize> {
+    let mut best: Option<(usize, u32)> = None;
+    for k in 0..placed {
+        if slots.get(k) != rank as i32 {
+            continue;
+        }
+        let len = slots.len_at(k);
+        let better = match (best, rule) {
+            (None, _) => true,
+            (Some((_, b)), Victim::Shortest) => len < b,
+            (Some((_, b)), Victim::Longest) => len >= b,
+        };
+        if better {
+            best = Some((k, len));
+        }
+    }
+    best.map(|(k, _)| k)
+}
+
+/// Places every sequence of `slots`, in order, by `rule`; returns the number of rollbacks.
+///
+/// Every sequence must satisfy `ceil(len / cp) <= bucket` (checked up front by the caller).
+///
+/// # Errors
+/// [`Error::DacpFailed`] when a rollback finds no local sequence on the fullest rank, or when
+/// the final recount finds a rank above the budget.
+pub(crate) fn run<S: Slots>(
+    slots: &mut S,
+    cfg: &Config,
+    flops: &FlopsModel,
+    rule: Rule,
+) -> Result<u32, Error> {
+    let cp = cfg.cp;
+    let count = slots.count();
+    for k in 0..count {
+        slots.set(k, UNSET);
+    }
+    let mut st = CpState::new(cp, cfg.bucket);
+    let mut rollbacks = 0u32;
+    let mut i = 0usize;
+    // Each pass either places sequence i or turns one local sequence sharded for good, so
+    // there are at most 2 x count passes.
+    while i < count {
+        let len = slots.len_at(i);
+        let need = i64::from(len);
+        let share = shard_tokens(len, cp);
+        if rule == Rule::Dacp {
+            let t = st.argmin_load();
+            if st.rb(t) >= need {
+                st.place_local(t, len, flops.of(len));
+                slots.set(i, t as i32);
+                i += 1;
+                continue;
+            }
+        }
+        let t = st.argmax_rb();
+        if st.rb(t) >= need {
+            if rule == Rule::Dacp {
+                st.place_local(t, len, flops.of(len));
+            } else {
+                st.place_local(t, len, 0);
+            }
+            slots.set(i, t as i32);
+            i += 1;
+            continue;
+        }
+        let t = st.argmin_rb();
+        if st.rb(t) >= i64::from(share) {
+            st.place_sharded(
+                share,
+                if rule == Rule::Dacp {
+                    flops.shard(len, cp)
+                } else {
+                    0
+                },
+            );
+            slots.set(i, SHARDED);
+            i += 1;
+            continue;
+        }
+        // Roll back: shard one local sequence of the fullest rank, charge every rank its
+        // share, then retry sequence i.
+        let Some(v) = victim(slots, i, t, cfg.victim) else {
+            return Err(Error::DacpFailed { cp_rank: t as u32 });
+        };
+        let vlen = slots.len_at(v);
+        let (whole, part) = match rule {
+            Rule::Dacp => (flops.of(vlen), flops.shard(vlen, cp)),
+            Rule::WorstFit => (0, 0),
+        };
+        st.unplace_local(t, vlen, whole);
+        st.place_sharded(shard_tokens(vlen, cp), part);
+        slots.set(v, SHARDED);
+        rollbacks += 1;
+    }
+    recount(slots, cfg)?;
+    Ok(rollbacks)
+}
+
+/// The authoritative check: recomputes every rank's tokens from the decisions alone.
+fn recount<S: Slots>(slots: &S, cfg: &Config) -> Result<(), Error> {
+    let mut tokens: HVec<u64, { MAX_CP as usize }> = HVec::new();
+    for _ in 0..cfg.cp.min(MAX_CP) {
+        let _ = tokens.push(0);
+    }
+    for k in 0..slots.count() {
+        let len = slots.len_at(k);
+        match slots.get(k) {
+            SHARDED => {
+                let share = u64::from(shard_tokens(len, cfg.cp));
+                tokens.iter_mut().for_each(|t| *t += share);
+            }
+            r => {
+                if let Some(t) = tokens.get_mut(r as usize) {
+                    *t += u64::from(len);
+                }
+            }
+        }
+    }
+    match tokens.iter().position(|&t| t > u64::from(cfg.bucket)) {
+        Some(r) => Err(Error::DacpFailed { cp_rank: r as u32 }),
+        None => Ok(()),
+    }
+}
+
+/// A standalone micro-batch: decisions are written to `out[seq]` in input order.
+struct OrderSlots<'a> {
+    order: &'a [u32],
+    lengths: &'a [u32],
+    out: &'a mut [i32],
+}
+
+impl Slots for OrderSlots<'_> {
+    fn count(&self) -> usize {
+        self.order.len()
+    }
+    fn len_at(&self, k: usize) -> u32 {
+        let seq = self.order.get(k).copied().unwrap_or(0) as usize;
+        self.lengths.get(seq).copied().unwrap_or(0)
+    }
+    fn get(&self, k: usize) -> i32 {
+        let seq = self.order.get(k).copied().unwrap_or(0) as usize;
+        self.out.get(seq).copied().unwrap_or(UNSET)
+    }
+    fn set(&mut self, k: usize, v: i32) {
+        let seq = self.order.get(k).copied().unwrap_or(0) as usize;
+        if let Some(o) = self.out.get_mut(seq) {
+            *o = v;
+        }
+    }
+}
+
+/// What [`place`] decided, besides the per-sequence placements.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct DacpOutcome {
+    /// Sequences sharded over the CP group.
+    pub sharded: u32,
+    /// Rollbacks performed.
+    pub rollbacks: u32,
+}
+
+/// Runs DACP on one micro-batch of `lengths` under `cfg` (its `cp`, `bucket`, `victim`, model
+/// and FLOPs formula), writing `out[k]` = -1 (sharded) or the CP rank that holds sequence `k`.
+///
+/// `order` is scratch of at least `lengths.len()` elements. On error `out` is unspecified.
+///
+/// # Errors
+/// The configuration and length errors of [`schedule`](crate::schedule), an
+/// [`Error::BufferTooSmall`], or [`Error::DacpFailed`] when the micro-batch cannot fit.
+pub fn place(
+    cfg: &Config,
+    lengths: &[u32],
+    order: &mut [u32],
+    out: &mut [i32],
+) -> Result<DacpOutcome, Error> {
+    use crate::error::Buffer;
+    cfg.validate()?;
+    crate::budget::check_lengths(cfg, lengths)?;
+    let n = lengths.len();
+    if order.len() < n {
+        return Err(Error::BufferTooSmall {
+            buffer: Buffer::Workspace,
+            needed: n,
+            got: order.len(),
+        });
+    }
+    if out.len() < n {
+        return Err(Error::BufferTooSmall {
+            buffer: Buffer::Placements,
+            needed: n,
+            got: out.len(),
+        });
+    }
+    let order = &mut order[..n];
+    for (k, o) in order.iter_mut().enumerate() {
+        *o = k as u32;
+    }
+    // Ascending by length, ties in input order (a total order, so the unstable sort is
+    // deterministic).
+    order.sort_unstable_by_key(|&k| (lengths.get(k as usize).copied().unwrap_or(0), k));
+    let flops = FlopsModel::new(&cfg.model, cfg.flops);
+    let mut slots = OrderSlots {
+        order,
+        lengths,
+        out: &mut out[..n],
+    };
+    let rollbacks = run(&mut slots, cfg, &flops, Rule::Dacp)?;
+    let sharded = slots.out.iter().filter(|&&r| r == SHARDED).count() as u32;
+    Ok(DacpOutcome { sharded, rollbacks })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::ModelShape;
+
+    fn dacp(
+        lengths: &[u32],
+        cp: u32,
+        bucket: u32,
+        victim: Victim,
+    ) -> Result<([i32; 9], u32), Error> {
+        let cfg = Config::new(1, cp, bucket, ModelShape::QWEN2_5_0_5B).with_victim(victim);
+        let mut order = [0u32; 9];
+        let mut out = [0i32; 9];
+        let o = place(&cfg, lengths, &mut order, &mut out)?;
+        Ok((out, o.rollbacks))
+    }
+
+    const EXAMPLE: [u32; 9] = [1, 2, 2, 3, 4, 6, 9, 14, 30];
+
+    fn tokens(lengths: &[u32], ret: &[i32], cp: u32) -> [u32; 4] {
+        let mut t = [0u32; 4];
+        for (&l, &r) in lengths.iter().zip(ret) {
+            if r == SHARDED {
+                t.iter_mut().for_each(|x| *x += shard_tokens(l, cp));
+            } else {
+                t[r as usize] += l;
+            }
+        }
+        t
+    }
+
+    /// Paper-notes section 4.4, Example 1, with integer ceil(S/N): the placement of the
+    /// fractional version survives and per-GPU tokens become 14, 17, 20, 23 (<= 24).
+    #[test]
+    fn worked_example_1_integer_shares() {
+        let (ret, rollbacks) = dacp(&EXAMPLE, 4, 24, Victim::Shortest).unwrap();
+        assert_eq!(ret, [0, 1, 2, -1, 0, 1, 2, 3, -1]);
+        assert_eq!(rollbacks, 1);
+        assert_eq!(tokens(&EXAMPLE, &ret, 4), [14, 17, 20, 23]);
+    }
+
+    /// Example 2 (C = 20): with integer shares even the all-sharded placement needs 22 tokens
+    /// on one GPU (1+1+1+1+1+2+3+4+8), so DACP must fail with either victim rule.
+    #[test]
+    fn worked_example_2_is_infeasible_with_integer_shares() {
+        for v in [Victim::Shortest, Victim::Longest] {
+            assert!(
+                matches!(dacp(&EXAMPLE, 4, 20, v), Err(Error::DacpFailed { .. })),
+                "{v:?}"
+            );
+        }
+    }
+
+    /// Erratum: the printed rollback subtracts the freed memory. With the sign fixed the
+    /// rollback must leave the victim's rank with more budget, so a micro-batch that needs one
+    /// rollback succeeds.
+    #[test]
+    fn rollback_frees_memory_on_the_victims_rank() {
+        let (ret, rollbacks) = dacp(&EXAMPLE, 4, 24, Victim::Shortest).unwrap();
+        assert!(rollbacks >= 1);
+        assert!(tokens(&EXAMPLE, &ret, 4).iter().all(|&t| t <= 24));
+    }
+
+    /// Erratum: the printed rollback never charges the other ranks. Reproduces the notes'
+    /// counter-example (C = 20 fractional) in integers at the tightest feasible budget and
+    /// checks every rank's recount, including the ranks that did not roll back.
+    #[test]
+    fn rollback_charges_every_other_rank() {
+        for bucket in 22..=30 {
+            for v in [Victim::Shortest, Victim::Longest] {
+                if let Ok((ret, _)) = dacp(&EXAMPLE, 4, bucket, v) {
+                    assert!(
+                        tokens(&EXAMPLE, &ret, 4).iter().all(|&t| t <= bucket),
+                        "{bucket}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn longest_victim_needs_fewer_rollbacks_at_the_tight_budget() {
+        let (_, short) = dacp(&EXAMPLE, 4, 22, Victim::Shortest).unwrap();
+        let (ret, long) = dacp(&EXAMPLE, 4, 22, Victim::Longest).unwrap();
+        assert!(long <= short, "{long} > {short}");
+        assert!(tokens(&EXAMPLE, &ret, 4).iter().all(|&t| t <= 22));
+    }
+
+    #[test]
+    fn everything_local_when_the_budget_is_ample() {
+        let (ret, rollbacks) = dacp(&EXAMPLE, 4, 1000, Victim::Shortest).unwrap();
+        assert_eq!(rollbacks, 0);
+        assert!(ret.iter().all(|&r| (0..4).contains(&r)));
+    }
+}

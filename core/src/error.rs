@@ -1,0 +1,178 @@
+//! The one error type of the core: every way a request can be refused, with the numbers the
+//! caller needs to fix it.
+
+use core::fmt;
+
+/// Which caller-provided buffer was too small.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Buffer {
+    /// `PlanBuffers::placements`.
+    Placements,
+    /// `PlanBuffers::micro_batches`.
+    MicroBatches,
+    /// `PlanBuffers::members`.
+    Members,
+    /// `PlanBuffers::rank_tokens`.
+    RankTokens,
+    /// `PlanBuffers::micro_batches_per_dp`.
+    MicroBatchesPerDp,
+    /// One of the [`Workspace`](crate::Workspace) slices.
+    Workspace,
+}
+
+/// Which model-shape field is out of range.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ShapeField {
+    /// `ModelShape::hidden`.
+    Hidden,
+    /// `ModelShape::kv_hidden`.
+    KvHidden,
+    /// `ModelShape::ffn`.
+    Ffn,
+    /// `ModelShape::layers`.
+    Layers,
+    /// `ModelShape::vocab`.
+    Vocab,
+}
+
+/// Why a configuration, a batch or a buffer was rejected.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Error {
+    /// The DP size is 0 or larger than [`MAX_DP`](crate::config::MAX_DP).
+    InvalidDp {
+        /// The value given.
+        dp: u32,
+    },
+    /// The CP size is 0 or larger than [`MAX_CP`](crate::config::MAX_CP).
+    InvalidCp {
+        /// The value given.
+        cp: u32,
+    },
+    /// The BucketSize is 0 or larger than [`MAX_BUCKET`](crate::config::MAX_BUCKET).
+    InvalidBucket {
+        /// The value given.
+        bucket: u32,
+    },
+    /// A model-shape field is 0 or above its documented limit.
+    InvalidModel {
+        /// The offending field.
+        field: ShapeField,
+        /// The value given.
+        value: u32,
+    },
+    /// The batch holds more sequences than [`MAX_SEQS`](crate::config::MAX_SEQS).
+    TooManySequences {
+        /// Sequences given.
+        count: usize,
+        /// The most a batch may hold.
+        max: usize,
+    },
+    /// A sequence has zero tokens.
+    EmptySequence {
+        /// Its index in the input.
+        index: usize,
+    },
+    /// A sequence is longer than [`MAX_SEQ_LEN`](crate::config::MAX_SEQ_LEN).
+    LengthOutOfRange {
+        /// Its index in the input.
+        index: usize,
+        /// Its length.
+        len: u32,
+    },
+    /// A sequence cannot fit even sharded: `ceil(len / cp) > bucket`.
+    SequenceTooLong {
+        /// Its index in the input.
+        index: usize,
+        /// Its length.
+        len: u32,
+        /// The smallest BucketSize that would hold its shard, `ceil(len / cp)`.
+        needed_bucket: u32,
+    },
+    /// A caller buffer is shorter than this batch needs.
+    BufferTooSmall {
+        /// Which buffer.
+        buffer: Buffer,
+        /// Elements needed.
+        needed: usize,
+        /// Elements given.
+        got: usize,
+    },
+    /// A DP rank needs more micro-batches than `Config::max_micro_batches` allows.
+    MicroBatchLimit {
+        /// The DP rank that needs more.
+        dp_rank: u32,
+        /// The configured limit.
+        limit: u32,
+        /// The number of micro-batches that rank needs.
+        needed: u32,
+    },
+    /// DACP could not place a micro-batch within the budget (only reachable through
+    /// [`dacp::place`](crate::dacp::place) on a batch that GDS would have split).
+    DacpFailed {
+        /// The CP rank that ran out of budget with no local sequence left to shard.
+        cp_rank: u32,
+    },
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        use crate::config::{MAX_BUCKET, MAX_CP, MAX_DP, MAX_SEQ_LEN};
+        match *self {
+            Error::InvalidDp { dp } => write!(f, "DP size {dp} is out of range 1..={MAX_DP}"),
+            Error::InvalidCp { cp } => write!(f, "CP size {cp} is out of range 1..={MAX_CP}"),
+            Error::InvalidBucket { bucket } => {
+                write!(f, "BucketSize {bucket} is out of range 1..={MAX_BUCKET}")
+            }
+            Error::InvalidModel { field, value } => {
+                write!(f, "model shape field {field:?} = {value} is out of range")
+            }
+            Error::TooManySequences { count, max } => {
+                write!(f, "batch has {count} sequences, the most is {max}")
+            }
+            Error::EmptySequence { index } => write!(f, "sequence {index} has zero tokens"),
+            Error::LengthOutOfRange { index, len } => {
+                write!(
+                    f,
+                    "sequence {index} has {len} tokens, the most is {MAX_SEQ_LEN}"
+                )
+            }
+            Error::SequenceTooLong {
+                index,
+                len,
+                needed_bucket,
+            } => write!(
+                f,
+                "sequence {index} ({len} tokens) cannot fit even sharded: it needs a BucketSize \
+                 of at least {needed_bucket}"
+            ),
+            Error::BufferTooSmall {
+                buffer,
+                needed,
+                got,
+            } => {
+                write!(
+                    f,
+                    "buffer {buffer:?} holds {got} elements, {needed} are needed"
+                )
+            }
+            Error::MicroBatchLimit {
+                dp_rank,
+                limit,
+                needed,
+            } => write!(
+                f,
+                "DP rank {dp_rank} needs {needed} micro-batches, the limit is {limit}"
+            ),
+            Error::DacpFailed { cp_rank } => write!(
+                f,
+                "DACP found no local sequence to shard on CP rank {cp_rank}: the micro-batch \
+                 does not fit"
+            ),
+        }
+    }
+}
+
+impl core::error::Error for Error {}

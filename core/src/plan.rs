@@ -1,0 +1,480 @@
+//! The one plan type every policy writes, the buffers it lives in, and an independent checker
+//! that validates a plan from its placements alone.
+
+use crate::budget::shard_tokens;
+use crate::config::{Config, MAX_CP, MAX_SEQS};
+use crate::error::{Buffer, Error};
+
+/// `Placement::cp_rank` of a sequence sharded over the whole CP group.
+pub const SHARDED: i32 = -1;
+
+/// Where one sequence runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
+pub struct Placement {
+    /// The data-parallel rank.
+    pub dp_rank: u32,
+    /// The micro-batch index on that DP rank (0-based, run in this order).
+    pub micro_batch: u32,
+    /// [`SHARDED`] (-1), or the CP rank that holds the sequence whole.
+    pub cp_rank: i32,
+}
+
+impl Placement {
+    /// Whether the sequence is sharded over the CP group.
+    pub fn is_sharded(&self) -> bool {
+        self.cp_rank == SHARDED
+    }
+}
+
+/// One micro-batch: which DP rank runs it, and where its sequences sit in `members`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
+pub struct MicroBatch {
+    /// The DP rank that runs it.
+    pub dp_rank: u32,
+    /// Its index among that rank's micro-batches.
+    pub index: u32,
+    /// Offset of its first sequence in [`Plan::members`].
+    pub first: u32,
+    /// How many sequences it holds (at least one).
+    pub count: u32,
+}
+
+/// Counts that summarise a plan.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
+pub struct Summary {
+    /// Micro-batches over all DP ranks.
+    pub micro_batches: u32,
+    /// Sequences sharded over their CP group.
+    pub sharded: u32,
+    /// DACP rollbacks (local sequences turned sharded to free memory).
+    pub rollbacks: u32,
+    /// The most tokens any GPU holds in any micro-batch.
+    pub peak_rank_tokens: u32,
+    /// Tokens in the batch.
+    pub total_tokens: u64,
+}
+
+/// How many elements each [`PlanBuffers`] slice needs for a batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PlanSizes {
+    /// `n`: one per sequence.
+    pub placements: usize,
+    /// `n`: at most one micro-batch per sequence.
+    pub micro_batches: usize,
+    /// `n`: every sequence appears once.
+    pub members: usize,
+    /// `n x cp`: one per (micro-batch, CP rank).
+    pub rank_tokens: usize,
+    /// `dp`.
+    pub micro_batches_per_dp: usize,
+}
+
+impl PlanSizes {
+    /// The sizes for a batch of `n` sequences under `cfg` (an upper bound for every policy).
+    pub fn for_batch(n: usize, cfg: &Config) -> PlanSizes {
+        PlanSizes {
+            placements: n,
+            micro_batches: n,
+            members: n,
+            rank_tokens: n.saturating_mul(cfg.cp as usize),
+            micro_batches_per_dp: cfg.dp as usize,
+        }
+    }
+
+    /// Checks that `out` is at least this large.
+    ///
+    /// # Errors
+    /// [`Error::BufferTooSmall`] naming the first short buffer.
+    pub fn check(&self, out: &PlanBuffers<'_>) -> Result<(), Error> {
+        let pairs = [
+            (Buffer::Placements, self.placements, out.placements.len()),
+            (
+                Buffer::MicroBatches,
+                self.micro_batches,
+                out.micro_batches.len(),
+            ),
+            (Buffer::Members, self.members, out.members.len()),
+            (Buffer::RankTokens, self.rank_tokens, out.rank_tokens.len()),
+            (
+                Buffer::MicroBatchesPerDp,
+                self.micro_batches_per_dp,
+                out.micro_batches_per_dp.len(),
+            ),
+        ];
+        for (buffer, needed, got) in pairs {
+            if got < needed {
+                return Err(Error::BufferTooSmall {
+                    buffer,
+                    needed,
+                    got,
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Caller-provided storage a policy writes the plan into (sizes: [`PlanSizes`]).
+#[derive(Debug)]
+pub struct PlanBuffers<'a> {
+    /// Per sequence, in input order.
+    pub placements: &'a mut [Placement],
+    /// Per micro-batch, grouped by DP rank, then by index.
+    pub micro_batches: &'a mut [MicroBatch],
+    /// Sequence indices grouped by micro-batch.
+    pub members: &'a mut [u32],
+    /// Tokens per (micro-batch, CP rank): entry `g * cp + r`.
+    pub rank_tokens: &'a mut [u32],
+    /// Micro-batches per DP rank.
+    pub micro_batches_per_dp: &'a mut [u32],
+}
+
+/// A finished plan: read-only views into the [`PlanBuffers`] it was written to.
+#[derive(Debug, Clone, Copy)]
+pub struct Plan<'a> {
+    dp: u32,
+    cp: u32,
+    placements: &'a [Placement],
+    micro_batches: &'a [MicroBatch],
+    members: &'a [u32],
+    rank_tokens: &'a [u32],
+    micro_batches_per_dp: &'a [u32],
+    summary: Summary,
+}
+
+impl<'a> Plan<'a> {
+    /// Data-parallel size of the plan.
+    pub fn dp(&self) -> u32 {
+        self.dp
+    }
+    /// Context-parallel size of the plan.
+    pub fn cp(&self) -> u32 {
+        self.cp
+    }
+    /// Per sequence, in input order.
+    pub fn placements(&self) -> &'a [Placement] {
+        self.placements
+    }
+    /// Every micro-batch, grouped by DP rank, then by index.
+    pub fn micro_batches(&self) -> &'a [MicroBatch] {
+        self.micro_batches
+    }
+    /// Sequence indices grouped by micro-batch (see [`MicroBatch::first`]).
+    pub fn members(&self) -> &'a [u32] {
+        self.members
+    }
+    /// Micro-batches per DP rank.
+    pub fn micro_batches_per_dp(&self) -> &'a [u32] {
+        self.micro_batches_per_dp
+    }
+    /// Counts that summarise the plan.
+    pub fn summary(&self) -> Summary {
+        self.summary
+    }
+    /// The sequences of micro-batch `mb`, in the order the policy placed them.
+    pub fn members_of(&self, mb: &MicroBatch) -> &'a [u32] {
+        let first = mb.first as usize;
+        self.members
+            .get(first..first + mb.count as usize)
+            .unwrap_or(&[])
+    }
+    /// Tokens per CP rank of the `g`-th micro-batch (global index into [`Plan::micro_batches`]).
+    pub fn rank_tokens(&self, g: usize) -> &'a [u32] {
+        let cp = self.cp as usize;
+        self.rank_tokens.get(g * cp..(g + 1) * cp).unwrap_or(&[])
+    }
+    /// The global index of micro-batch `index` of DP rank `dp_rank`, if it exists.
+    pub fn find(&self, dp_rank: u32, index: u32) -> Option<usize> {
+        self.micro_batches
+            .binary_search_by_key(&(dp_rank, index), |m| (m.dp_rank, m.index))
+            .ok()
+    }
+}
+
+/// Writes a plan micro-batch by micro-batch (used by every policy).
+pub(crate) struct PlanWriter<'b> {
+    out: PlanBuffers<'b>,
+    dp: u32,
+    cp: u32,
+    n_mbs: usize,
+    n_members: usize,
+    summary: Summary,
+}
+
+impl<'b> PlanWriter<'b> {
+    /// Starts an empty plan. The buffers must have passed [`PlanSizes::check`].
+    pub(crate) fn new(out: PlanBuffers<'b>, dp: u32, cp: u32, total_tokens: u64) -> Self {
+        let summary = Summary {
+            total_tokens,
+            ..Summary::default()
+        };
+        PlanWriter {
+            out,
+            dp,
+            cp,
+            n_mbs: 0,
+            n_members: 0,
+            summary,
+        }
+    }
+
+    /// Scratch access to the placements while a policy is still deciding.
+    pub(crate) fn placements_mut(&mut self) -> &mut [Placement] {
+        self.out.placements
+    }
+
+    /// Opens the next micro-batch of `dp_rank` (indices must arrive in order).
+    pub(crate) fn open(&mut self, dp_rank: u32, index: u32) {
+        let cp = self.cp as usize;
+        if let Some(mb) = self.out.micro_batches.get_mut(self.n_mbs) {
+            *mb = MicroBatch {
+                dp_rank,
+                index,
+                first: self.n_members as u32,
+                count: 0,
+            };
+        }
+        if let Some(t) = self
+            .out
+            .rank_tokens
+            .get_mut(self.n_mbs * cp..(self.n_mbs + 1) * cp)
+        {
+            t.fill(0);
+        }
+        self.n_mbs += 1;
+        self.summary.micro_batches += 1;
+    }
+
+    /// Adds sequence `seq` of `len` tokens to the open micro-batch, local on `cp_rank` or
+    /// [`SHARDED`].
+    pub(crate) fn push(&mut self, seq: u32, len: u32, cp_rank: i32) {
+        let Some(g) = self.n_mbs.checked_sub(1) else {
+            return;
+        };
+        let Some(mb) = self.out.micro_batches.get_mut(g) else {
+            return;
+        };
+        mb.count += 1;
+        if let Some(p) = self.out.placements.get_mut(seq as usize) {
+            *p = Placement {
+                dp_rank: mb.dp_rank,
+                micro_batch: mb.index,
+                cp_rank,
+            };
+        }
+        if let Some(m) = self.out.members.get_mut(self.n_members) {
+            *m = seq;
+        }
+        self.n_members += 1;
+        let cp = self.cp as usize;
+        let Some(tokens) = self.out.rank_tokens.get_mut(g * cp..(g + 1) * cp) else {
+            return;
+        };
+        if cp_rank == SHARDED {
+            self.summary.sharded += 1;
+            let share = shard_tokens(len, self.cp);
+            for t in tokens.iter_mut() {
+                *t = t.saturating_add(share);
+                self.summary.peak_rank_tokens = self.summary.peak_rank_tokens.max(*t);
+            }
+        } else if let Some(t) = tokens.get_mut(cp_rank as usize) {
+            *t = t.saturating_add(len);
+            self.summary.peak_rank_tokens = self.summary.peak_rank_tokens.max(*t);
+        }
+    }
+
+    /// Records how many micro-batches `dp_rank` runs.
+    pub(crate) fn set_count(&mut self, dp_rank: u32, count: u32) {
+        if let Some(c) = self.out.micro_batches_per_dp.get_mut(dp_rank as usize) {
+            *c = count;
+        }
+    }
+
+    /// Adds rollbacks to the summary.
+    pub(crate) fn add_rollbacks(&mut self, rollbacks: u32) {
+        self.summary.rollbacks += rollbacks;
+    }
+
+    /// Ends the plan and returns the read-only view.
+    pub(crate) fn finish(self, n: usize) -> Plan<'b> {
+        let cp = self.cp as usize;
+        let dp = self.dp as usize;
+        let PlanBuffers {
+            placements,
+            micro_batches,
+            members,
+            rank_tokens,
+            micro_batches_per_dp,
+        } = self.out;
+        let (placements, members): (&'b [Placement], &'b [u32]) = (placements, members);
+        let (micro_batches, rank_tokens): (&'b [MicroBatch], &'b [u32]) =
+            (micro_batches, rank_tokens);
+        let per_dp: &'b [u32] = micro_batches_per_dp;
+        Plan {
+            dp: self.dp,
+            cp: self.cp,
+            placements: placements.get(..n).unwrap_or(&[]),
+            micro_batches: micro_batches.get(..self.n_mbs).unwrap_or(&[]),
+            members: members.get(..n).unwrap_or(&[]),
+            rank_tokens: rank_tokens.get(..self.n_mbs * cp).unwrap_or(&[]),
+            micro_batches_per_dp: per_dp.get(..dp).unwrap_or(&[]),
+            summary: self.summary,
+        }
+    }
+}
+
+/// Why [`check`] rejected a plan.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CheckError {
+    /// The plan's layout or lengths differ from the configuration and batch.
+    Shape,
+    /// A sequence's DP rank, micro-batch or CP rank is out of range.
+    OutOfRange {
+        /// The sequence.
+        seq: usize,
+    },
+    /// The micro-batch table is not grouped by DP rank and index, or a micro-batch is empty.
+    MicroBatchTable {
+        /// Global micro-batch index.
+        g: usize,
+    },
+    /// A sequence is missing from `members`, listed twice, or listed under another micro-batch
+    /// than its placement says.
+    Membership {
+        /// The sequence.
+        seq: usize,
+    },
+    /// The plan's recorded token count differs from the recount.
+    TokenMismatch {
+        /// Global micro-batch index.
+        g: usize,
+        /// CP rank.
+        cp_rank: usize,
+    },
+    /// A GPU holds more than BucketSize tokens.
+    OverBudget {
+        /// Global micro-batch index.
+        g: usize,
+        /// CP rank.
+        cp_rank: usize,
+        /// Tokens it holds.
+        tokens: u64,
+    },
+    /// A DP rank runs more micro-batches than the configured limit.
+    OverMicroBatchLimit {
+        /// The DP rank.
+        dp_rank: usize,
+    },
+}
+
+/// Validates `plan` against `cfg` and `lengths` from the placements alone, without trusting any
+/// of the scheduler's bookkeeping: every sequence placed exactly once with ranks in range, the
+/// micro-batch table consistent, and every GPU within BucketSize in every micro-batch.
+///
+/// Runs in `O(n x cp)` time with 10 KiB of stack.
+///
+/// # Errors
+/// The first violation found, as a [`CheckError`].
+pub fn check(cfg: &Config, lengths: &[u32], plan: &Plan<'_>) -> Result<(), CheckError> {
+    let n = lengths.len();
+    let cp = cfg.cp as usize;
+    if plan.dp != cfg.dp
+        || plan.cp != cfg.cp
+        || plan.placements.len() != n
+        || plan.members.len() != n
+        || plan.micro_batches_per_dp.len() != cfg.dp as usize
+        || plan.rank_tokens.len() != plan.micro_batches.len() * cp
+    {
+        return Err(CheckError::Shape);
+    }
+    for (seq, p) in plan.placements.iter().enumerate() {
+        let per_dp = plan.micro_batches_per_dp.get(p.dp_rank as usize);
+        let in_range = per_dp.is_some_and(|&c| p.micro_batch < c)
+            && (p.cp_rank == SHARDED || (p.cp_rank >= 0 && (p.cp_rank as usize) < cp));
+        if !in_range {
+            return Err(CheckError::OutOfRange { seq });
+        }
+    }
+    for (dp_rank, &c) in plan.micro_batches_per_dp.iter().enumerate() {
+        if cfg.max_micro_batches != 0 && c > cfg.max_micro_batches {
+            return Err(CheckError::OverMicroBatchLimit { dp_rank });
+        }
+    }
+    // The table must list, in order, micro-batches (d, 0..count_d) for d = 0..dp, and the
+    // members must tile 0..n in order.
+    let mut expect_dp = 0usize;
+    let mut expect_index = 0u32;
+    let mut next_first = 0u32;
+    let mut listed = 0usize;
+    for (g, mb) in plan.micro_batches.iter().enumerate() {
+        while plan
+            .micro_batches_per_dp
+            .get(expect_dp)
+            .is_some_and(|&c| expect_index == c)
+        {
+            expect_dp += 1;
+            expect_index = 0;
+        }
+        if mb.dp_rank as usize != expect_dp
+            || mb.index != expect_index
+            || mb.first != next_first
+            || mb.count == 0
+        {
+            return Err(CheckError::MicroBatchTable { g });
+        }
+        let mut tokens = [0u64; MAX_CP as usize];
+        for &seq in plan.members_of(mb) {
+            let s = seq as usize;
+            let (Some(p), Some(&len)) = (plan.placements.get(s), lengths.get(s)) else {
+                return Err(CheckError::Membership { seq: s });
+            };
+            if p.dp_rank != mb.dp_rank || p.micro_batch != mb.index {
+                return Err(CheckError::Membership { seq: s });
+            }
+            if p.cp_rank == SHARDED {
+                let share = u64::from(shard_tokens(len, cfg.cp));
+                tokens.iter_mut().take(cp).for_each(|t| *t += share);
+            } else if let Some(t) = tokens.get_mut(p.cp_rank as usize) {
+                *t += u64::from(len);
+            }
+        }
+        listed += mb.count as usize;
+        next_first += mb.count;
+        expect_index += 1;
+        for (cp_rank, &t) in tokens.iter().take(cp).enumerate() {
+            if plan.rank_tokens(g).get(cp_rank).map(|&x| u64::from(x)) != Some(t) {
+                return Err(CheckError::TokenMismatch { g, cp_rank });
+            }
+            if t > u64::from(cfg.bucket) {
+                return Err(CheckError::OverBudget {
+                    g,
+                    cp_rank,
+                    tokens: t,
+                });
+            }
+        }
+    }
+    let total_mbs: u64 = plan
+        .micro_batches_per_dp
+        .iter()
+        .map(|&c| u64::from(c))
+        .sum();
+    if listed != n || total_mbs != plan.micro_batches.len() as u64 {
+        return Err(CheckError::Shape);
+    }
+    // Every listing matched its sequence's placement and there are n listings; a bitset over
+    // at most MAX_SEQS sequences (8 KiB of stack) proves none is listed twice.
+    if n > MAX_SEQS {
+        return Err(CheckError::Shape);
+    }
+    let mut seen = [0u64; MAX_SEQS / 64];
+    for &seq in plan.members {
+        let (word, bit) = (seq as usize / 64, 1u64 << (seq % 64));
+        match seen.get_mut(word) {
+            Some(w) if *w & bit == 0 => *w |= bit,
+            _ => return Err(CheckError::Membership { seq: seq as usize }),
+        }
+    }
+    Ok(())
+}

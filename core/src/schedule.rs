@@ -1,0 +1,40 @@
+//! The entry point: validate once, then run the configured policy into the caller's buffers.
+
+use crate::budget::check_lengths;
+use crate::config::{Config, Policy};
+use crate::dacp::Rule;
+use crate::error::Error;
+use crate::plan::{Plan, PlanBuffers, PlanSizes, PlanWriter};
+use crate::workspace::{Workspace, WorkspaceSizes};
+use crate::{baselines, gds};
+
+/// Plans one global batch: every sequence's DP rank, micro-batch and placement.
+///
+/// The same `cfg` and `lengths` always give the same plan, on every platform. Runs in
+/// `O(n log n + n·cp)` for typical batches without allocating; `ws` and `out` must be at least
+/// [`WorkspaceSizes::for_batch`] and [`PlanSizes::for_batch`] large.
+///
+/// # Errors
+/// Configuration errors ([`Error::InvalidDp`], ...), batch errors ([`Error::EmptySequence`],
+/// [`Error::SequenceTooLong`], ...), [`Error::BufferTooSmall`] and
+/// [`Error::MicroBatchLimit`]. On error the contents of `out` are unspecified.
+pub fn schedule<'b>(
+    cfg: &Config,
+    lengths: &[u32],
+    ws: &mut Workspace<'_>,
+    out: PlanBuffers<'b>,
+) -> Result<Plan<'b>, Error> {
+    cfg.validate()?;
+    let total = check_lengths(cfg, lengths)?;
+    let n = lengths.len();
+    PlanSizes::for_batch(n, cfg).check(&out)?;
+    WorkspaceSizes::for_batch(n, cfg).check(ws)?;
+    let mut w = PlanWriter::new(out, cfg.dp, cfg.cp, total);
+    match cfg.policy {
+        Policy::Skrull => gds::run(cfg, lengths, ws, &mut w, Rule::Dacp)?,
+        Policy::RoundRobin => gds::run(cfg, lengths, ws, &mut w, Rule::WorstFit)?,
+        Policy::DeepSpeed => baselines::deepspeed(cfg, lengths, &mut w)?,
+        Policy::Packed => baselines::packed(cfg, lengths, &mut w)?,
+    }
+    Ok(w.finish(n))
+}

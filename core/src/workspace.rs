@@ -1,0 +1,86 @@
+//! Scratch memory the caller lends to a scheduling call (the core never allocates).
+
+use crate::config::Config;
+use crate::error::{Buffer, Error};
+
+/// How many elements each [`Workspace`] slice needs for a batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WorkspaceSizes {
+    /// `n`: sort keys.
+    pub keys: usize,
+    /// `n`: sequences grouped by DP rank.
+    pub seqs: usize,
+    /// `n`: one micro-batch's sequences.
+    pub scratch: usize,
+    /// `dp`: FLOPs load per DP rank.
+    pub dp_loads: usize,
+    /// `dp`: heap of DP ranks by load.
+    pub dp_heap: usize,
+    /// `dp + 1`: offsets of each DP rank's sequences in `seqs`.
+    pub dp_start: usize,
+}
+
+impl WorkspaceSizes {
+    /// The sizes for a batch of `n` sequences under `cfg`.
+    pub fn for_batch(n: usize, cfg: &Config) -> WorkspaceSizes {
+        let dp = cfg.dp as usize;
+        WorkspaceSizes {
+            keys: n,
+            seqs: n,
+            scratch: n,
+            dp_loads: dp,
+            dp_heap: dp,
+            dp_start: dp + 1,
+        }
+    }
+
+    /// Bytes of one workspace of these sizes, counting each slice at its element size.
+    pub fn bytes(&self) -> usize {
+        self.keys * 8
+            + (self.seqs + self.scratch + self.dp_heap + self.dp_start) * 4
+            + self.dp_loads * 16
+    }
+
+    /// Checks that `ws` is at least this large.
+    ///
+    /// # Errors
+    /// [`Error::BufferTooSmall`] with [`Buffer::Workspace`] and the first short slice's sizes.
+    pub fn check(&self, ws: &Workspace<'_>) -> Result<(), Error> {
+        let pairs = [
+            (self.keys, ws.keys.len()),
+            (self.seqs, ws.seqs.len()),
+            (self.scratch, ws.scratch.len()),
+            (self.dp_loads, ws.dp_loads.len()),
+            (self.dp_heap, ws.dp_heap.len()),
+            (self.dp_start, ws.dp_start.len()),
+        ];
+        for (needed, got) in pairs {
+            if got < needed {
+                return Err(Error::BufferTooSmall {
+                    buffer: Buffer::Workspace,
+                    needed,
+                    got,
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Caller-provided scratch memory (sizes: [`WorkspaceSizes`]); its contents on entry do not
+/// matter and on return are unspecified.
+#[derive(Debug)]
+pub struct Workspace<'a> {
+    /// Sort keys, `(length << 32) | index`.
+    pub keys: &'a mut [u64],
+    /// Sequence indices grouped by DP rank.
+    pub seqs: &'a mut [u32],
+    /// One micro-batch's sequence indices.
+    pub scratch: &'a mut [u32],
+    /// FLOPs load per DP rank.
+    pub dp_loads: &'a mut [u128],
+    /// Min-heap of DP ranks keyed by load.
+    pub dp_heap: &'a mut [u32],
+    /// Offsets of each DP rank's sequences in `seqs`.
+    pub dp_start: &'a mut [u32],
+}
