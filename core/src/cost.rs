@@ -1,0 +1,1 @@
+//! Time model (placeholder, being written).

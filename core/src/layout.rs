@@ -1,0 +1,1 @@
+//! Per-GPU execution layout (placeholder, being written).
