@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::io::Read;
 
-use skrull_core::{Config, FlopsFormula, ModelShape, Policy, Victim};
+use skrull_core::{Config, FlopsFormula, ModelShape, Policy, ShardPadding, Victim};
 
 /// `--flag value` pairs and bare `--switch`es after the subcommand.
 #[derive(Debug, Default)]
@@ -184,6 +184,10 @@ pub fn config_from(flags: &Flags, default_policy: Policy) -> Result<Config, Stri
             "megatron" => FlopsFormula::Megatron,
             _ => return Err(format!("--flops: '{f}' is not paper|megatron")),
         };
+    }
+    if let Some(p) = flags.get("--shard-padding") {
+        cfg.shard_padding = ShardPadding::from_name(p)
+            .ok_or_else(|| format!("--shard-padding: '{p}' is not none|zigzag"))?;
     }
     cfg.max_micro_batches = flags.tokens("--max-micro-batches", 0)?;
     cfg.validate().map_err(|e| e.to_string())?;

@@ -10,7 +10,7 @@ use crate::args::model_name;
 pub fn config_json(cfg: &Config) -> String {
     format!(
         "{{\"dp\": {}, \"cp\": {}, \"bucket_tokens\": {}, \"policy\": \"{}\", \"victim\": \"{}\", \
-         \"model\": \"{}\", \"flops\": \"{}\", \"max_micro_batches\": {}}}",
+         \"model\": \"{}\", \"flops\": \"{}\", \"max_micro_batches\": {}, \"shard_padding\": \"{}\"}}",
         cfg.dp,
         cfg.cp,
         cfg.bucket,
@@ -21,7 +21,8 @@ pub fn config_json(cfg: &Config) -> String {
             FlopsFormula::Paper => "paper",
             FlopsFormula::Megatron => "megatron",
         },
-        cfg.max_micro_batches
+        cfg.max_micro_batches,
+        cfg.shard_padding.name()
     )
 }
 

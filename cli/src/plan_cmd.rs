@@ -26,7 +26,8 @@ pub fn default_lengths(cp: u32, bucket: u32) -> Vec<u32> {
 pub const USAGE: &str = "\
 skrull plan [--lengths FILE|-] [--dp 4] [--cp 8] [--bucket 26K] [--model qwen2.5-0.5b]
             [--policy skrull|deepspeed|packed|roundrobin] [--victim shortest|longest]
-            [--flops paper|megatron] [--max-micro-batches M] [--format table|json]
+            [--flops paper|megatron] [--shard-padding none|zigzag]
+            [--max-micro-batches M] [--format table|json]
 
 Plans one global batch. Without --lengths it plans the built-in default: 256 LMsys-like
 sequences (seed 20250526), DP 4, CP 8, BucketSize 26K, Qwen2.5-0.5B.";

@@ -9,7 +9,6 @@
 //! "Consecutive shares" split `n` sequences into `dp` runs whose sizes differ by at most one,
 //! the longer runs first (`n = 10, dp = 4` gives 3, 3, 2, 2).
 
-use crate::budget::shard_tokens;
 use crate::config::Config;
 use crate::error::Error;
 use crate::plan::{PlanWriter, SHARDED};
@@ -80,7 +79,7 @@ fn next_fit(cfg: &Config, lens: &[u32], mut visit: impl FnMut(usize, Option<u32>
     let mut count = 0u32;
     let mut used = 0u64;
     for (k, &len) in lens.iter().enumerate() {
-        let share = u64::from(shard_tokens(len, cfg.cp));
+        let share = u64::from(cfg.shard_tokens(len));
         if count == 0 || used + share > u64::from(cfg.bucket) {
             visit(k, Some(count));
             count += 1;

@@ -1,14 +1,19 @@
 //! The token budget: what a sequence costs one GPU, and the up-front checks every policy
 //! shares.
 
-use crate::config::{Config, MAX_SEQ_LEN, MAX_SEQS};
+use crate::config::{Config, MAX_SEQ_LEN, MAX_SEQS, ShardPadding};
 use crate::error::Error;
 
 /// Tokens one CP rank holds of a sequence of `len` tokens sharded over `cp` ranks:
-/// `ceil(len / cp)`.
+/// `ceil(len / cp)` unpadded, `2 * ceil(len / 2cp)` with zigzag padding (never above
+/// `len + 1`, so it fits `u32` for every accepted length).
 #[inline]
-pub fn shard_tokens(len: u32, cp: u32) -> u32 {
-    len.div_ceil(cp.max(1))
+pub fn shard_tokens(len: u32, cp: u32, padding: ShardPadding) -> u32 {
+    let cp = cp.max(1);
+    match padding {
+        ShardPadding::None => len.div_ceil(cp),
+        ShardPadding::Zigzag => 2 * len.div_ceil(2 * cp),
+    }
 }
 
 /// Checks a batch against the configuration and returns its total token count.
@@ -31,7 +36,7 @@ pub fn check_lengths(cfg: &Config, lengths: &[u32]) -> Result<u64, Error> {
         if len > MAX_SEQ_LEN {
             return Err(Error::LengthOutOfRange { index, len });
         }
-        let shard = shard_tokens(len, cfg.cp);
+        let shard = cfg.shard_tokens(len);
         if shard > cfg.bucket {
             return Err(Error::SequenceTooLong {
                 index,
@@ -52,10 +57,22 @@ mod tests {
 
     #[test]
     fn shard_is_ceiling() {
-        assert_eq!(shard_tokens(30, 4), 8);
-        assert_eq!(shard_tokens(32, 4), 8);
-        assert_eq!(shard_tokens(1, 8), 1);
-        assert_eq!(shard_tokens(MAX_SEQ_LEN, 1), MAX_SEQ_LEN);
+        let none = ShardPadding::None;
+        assert_eq!(shard_tokens(30, 4, none), 8);
+        assert_eq!(shard_tokens(32, 4, none), 8);
+        assert_eq!(shard_tokens(1, 8, none), 1);
+        assert_eq!(shard_tokens(MAX_SEQ_LEN, 1, none), MAX_SEQ_LEN);
+    }
+
+    #[test]
+    fn zigzag_padding_rounds_to_pairs_of_chunks() {
+        let z = ShardPadding::Zigzag;
+        // N = 4, S = 10: 2N = 8 chunks of ceil(10/8) = 2 tokens, 2 chunks per GPU.
+        assert_eq!(shard_tokens(10, 4, z), 4);
+        assert_eq!(shard_tokens(16, 4, z), 4);
+        assert_eq!(shard_tokens(17, 4, z), 6);
+        assert_eq!(shard_tokens(1, 8, z), 2);
+        assert_eq!(shard_tokens(MAX_SEQ_LEN, 1, z), MAX_SEQ_LEN + 1);
     }
 
     #[test]

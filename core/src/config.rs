@@ -177,6 +177,36 @@ impl Victim {
     }
 }
 
+/// How a sharded sequence is cut over the CP group, which decides the tokens each GPU holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ShardPadding {
+    /// Uneven zigzag chunks, no padding: each GPU holds at most `ceil(S / N)` tokens.
+    #[default]
+    None,
+    /// Zigzag chunks padded to a multiple of `2N` (TransformerEngine's THD layout): each GPU
+    /// holds exactly `2 * ceil(S / 2N)` tokens, padding included, and the budget charges it.
+    Zigzag,
+}
+
+impl ShardPadding {
+    /// The option's stable name (`none`, `zigzag`).
+    pub fn name(self) -> &'static str {
+        match self {
+            ShardPadding::None => "none",
+            ShardPadding::Zigzag => "zigzag",
+        }
+    }
+
+    /// Parses a name given by [`ShardPadding::name`].
+    pub fn from_name(name: &str) -> Option<ShardPadding> {
+        match name {
+            "none" => Some(ShardPadding::None),
+            "zigzag" => Some(ShardPadding::Zigzag),
+            _ => None,
+        }
+    }
+}
+
 /// Everything a policy needs besides the lengths.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Config {
@@ -196,6 +226,8 @@ pub struct Config {
     pub model: ModelShape,
     /// The FLOPs formula.
     pub flops: FlopsFormula,
+    /// How sharded sequences are cut (and so what they cost each GPU).
+    pub shard_padding: ShardPadding,
 }
 
 impl Config {
@@ -211,6 +243,7 @@ impl Config {
             max_micro_batches: 0,
             model,
             flops: FlopsFormula::default(),
+            shard_padding: ShardPadding::default(),
         }
     }
 
@@ -224,6 +257,12 @@ impl Config {
     pub fn with_victim(mut self, victim: Victim) -> Config {
         self.victim = victim;
         self
+    }
+
+    /// Tokens one GPU holds of a sequence of `len` tokens sharded over this CP group.
+    #[inline]
+    pub fn shard_tokens(&self, len: u32) -> u32 {
+        crate::budget::shard_tokens(len, self.cp, self.shard_padding)
     }
 
     /// Checks the layout, the budget and the model shape.

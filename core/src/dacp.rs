@@ -8,7 +8,6 @@
 
 use heapless::Vec as HVec;
 
-use crate::budget::shard_tokens;
 use crate::config::{Config, MAX_CP, Victim};
 use crate::error::Error;
 use crate::flops::FlopsModel;
@@ -194,7 +193,7 @@ pub(crate) fn run<S: Slots>(
     while i < count {
         let len = slots.len_at(i);
         let need = i64::from(len);
-        let share = shard_tokens(len, cp);
+        let share = cfg.shard_tokens(len);
         if rule == Rule::Dacp {
             let t = st.argmin_load();
             if st.rb(t) >= need {
@@ -240,7 +239,7 @@ pub(crate) fn run<S: Slots>(
             Rule::WorstFit => (0, 0),
         };
         st.unplace_local(t, vlen, whole);
-        st.place_sharded(shard_tokens(vlen, cp), part);
+        st.place_sharded(cfg.shard_tokens(vlen), part);
         slots.set(v, SHARDED);
         rollbacks += 1;
     }
@@ -258,7 +257,7 @@ fn recount<S: Slots>(slots: &S, cfg: &Config) -> Result<(), Error> {
         let len = slots.len_at(k);
         match slots.get(k) {
             SHARDED => {
-                let share = u64::from(shard_tokens(len, cfg.cp));
+                let share = u64::from(cfg.shard_tokens(len));
                 tokens.iter_mut().for_each(|t| *t += share);
             }
             r => {
@@ -384,7 +383,7 @@ mod tests {
         let mut t = [0u32; 4];
         for (&l, &r) in lengths.iter().zip(ret) {
             if r == SHARDED {
-                t.iter_mut().for_each(|x| *x += shard_tokens(l, cp));
+                t.iter_mut().for_each(|x| *x += l.div_ceil(cp));
             } else {
                 t[r as usize] += l;
             }

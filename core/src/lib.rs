@@ -61,7 +61,7 @@ pub mod plan;
 pub mod schedule;
 pub mod workspace;
 
-pub use config::{Config, FlopsFormula, ModelShape, Policy, Victim};
+pub use config::{Config, FlopsFormula, ModelShape, Policy, ShardPadding, Victim};
 pub use error::Error;
 pub use plan::{MicroBatch, Placement, Plan, PlanBuffers, PlanSizes, Summary};
 pub use schedule::schedule;

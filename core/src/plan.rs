@@ -1,8 +1,7 @@
 //! The one plan type every policy writes, the buffers it lives in, and an independent checker
 //! that validates a plan from its placements alone.
 
-use crate::budget::shard_tokens;
-use crate::config::{Config, MAX_CP, MAX_SEQS};
+use crate::config::{Config, MAX_CP, MAX_SEQS, ShardPadding};
 use crate::error::{Buffer, Error};
 
 /// `Placement::cp_rank` of a sequence sharded over the whole CP group.
@@ -196,6 +195,7 @@ pub(crate) struct PlanWriter<'b> {
     out: PlanBuffers<'b>,
     dp: u32,
     cp: u32,
+    padding: ShardPadding,
     n_mbs: usize,
     n_members: usize,
     summary: Summary,
@@ -203,15 +203,17 @@ pub(crate) struct PlanWriter<'b> {
 
 impl<'b> PlanWriter<'b> {
     /// Starts an empty plan. The buffers must have passed [`PlanSizes::check`].
-    pub(crate) fn new(out: PlanBuffers<'b>, dp: u32, cp: u32, total_tokens: u64) -> Self {
+    pub(crate) fn new(out: PlanBuffers<'b>, cfg: &Config, total_tokens: u64) -> Self {
         let summary = Summary {
             total_tokens,
             ..Summary::default()
         };
+        let (dp, cp, padding) = (cfg.dp, cfg.cp, cfg.shard_padding);
         PlanWriter {
             out,
             dp,
             cp,
+            padding,
             n_mbs: 0,
             n_members: 0,
             summary,
@@ -272,7 +274,7 @@ impl<'b> PlanWriter<'b> {
         };
         if cp_rank == SHARDED {
             self.summary.sharded += 1;
-            let share = shard_tokens(len, self.cp);
+            let share = crate::budget::shard_tokens(len, self.cp, self.padding);
             for t in tokens.iter_mut() {
                 *t = t.saturating_add(share);
                 self.summary.peak_rank_tokens = self.summary.peak_rank_tokens.max(*t);
@@ -433,7 +435,7 @@ pub fn check(cfg: &Config, lengths: &[u32], plan: &Plan<'_>) -> Result<(), Check
                 return Err(CheckError::Membership { seq: s });
             }
             if p.cp_rank == SHARDED {
-                let share = u64::from(shard_tokens(len, cfg.cp));
+                let share = u64::from(cfg.shard_tokens(len));
                 tokens.iter_mut().take(cp).for_each(|t| *t += share);
             } else if let Some(t) = tokens.get_mut(p.cp_rank as usize) {
                 *t += u64::from(len);

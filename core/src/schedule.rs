@@ -29,7 +29,7 @@ pub fn schedule<'b>(
     let n = lengths.len();
     PlanSizes::for_batch(n, cfg).check(&out)?;
     WorkspaceSizes::for_batch(n, cfg).check(ws)?;
-    let mut w = PlanWriter::new(out, cfg.dp, cfg.cp, total);
+    let mut w = PlanWriter::new(out, cfg, total);
     match cfg.policy {
         Policy::Skrull => gds::run(cfg, lengths, ws, &mut w, Rule::Dacp)?,
         Policy::RoundRobin => gds::run(cfg, lengths, ws, &mut w, Rule::WorstFit)?,
