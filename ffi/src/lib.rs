@@ -1,1 +1,55 @@
-//! C ABI for skrull (being written).
+//! # skrull-ffi: the C ABI of skrull
+//!
+//! `libskrull.a` / `libskrull.so` and the generated header `include/skrull.h` give C and C++
+//! trainers the Skrull scheduler (NeurIPS 2025, arXiv 2505.19609): for every global batch,
+//! **GDS** decides which data-parallel (DP) rank and micro-batch runs each sequence, and
+//! **DACP** decides inside each micro-batch whether a sequence is sharded over the
+//! context-parallel (CP) group or kept whole on one CP rank, so that compute is balanced and no
+//! GPU exceeds its token budget.
+//!
+//! This crate is a thin translation layer over `skrull-core` (no scheduling logic):
+//!
+//! - [`status`]: `skrull_status`, stable numbers, `skrull_status_str()`;
+//! - [`config`]: `skrull_config` (extensible, `struct_size` first), option constants, presets;
+//! - [`workspace`]: buffer sizing (`skrull_workspace_size()`, `skrull_plan_sizes()`);
+//! - [`plan`]: the frozen output records and `skrull_plan_buffers`;
+//! - [`schedule`]: `skrull_schedule()`; [`dacp`]: `skrull_dacp_place()`;
+//! - [`version`]: `SKRULL_ABI_VERSION`, `skrull_abi_version()`, `skrull_version()`;
+//! - [`boundary`]: the panic guard every export runs inside, and pointer checks.
+//!
+//! Conventions (see `docs/c_api.md`): every fallible function returns a `skrull_status`
+//! (0 = ok); outputs are written only on success; the caller lends every byte (no allocation
+//! on the scheduling path, no global state, thread-safe with separate buffers); integers that
+//! select options are validated, never trusted as Rust enums.
+#![deny(unsafe_op_in_unsafe_fn)]
+#![deny(missing_docs)]
+#![deny(clippy::undocumented_unsafe_blocks)]
+// Types carry their C names exactly, so a grep for a header name lands on its definition.
+#![allow(non_camel_case_types)]
+
+pub mod boundary;
+pub mod config;
+pub mod dacp;
+pub mod plan;
+pub mod schedule;
+pub mod status;
+pub mod version;
+pub mod workspace;
+
+pub use boundary::skrull_panic_selftest;
+pub use config::{
+    SKRULL_CONFIG_SIZE_V1, SKRULL_FLOPS_MEGATRON, SKRULL_FLOPS_PAPER, SKRULL_MAX_STRUCT_SIZE,
+    SKRULL_POLICY_DEEPSPEED, SKRULL_POLICY_PACKED, SKRULL_POLICY_ROUNDROBIN, SKRULL_POLICY_SKRULL,
+    SKRULL_PRESET_QWEN2_5_0_5B, SKRULL_PRESET_QWEN2_5_7B, SKRULL_SHARD_PADDING_NONE,
+    SKRULL_SHARD_PADDING_ZIGZAG, SKRULL_VICTIM_LONGEST, SKRULL_VICTIM_SHORTEST, skrull_config,
+    skrull_config_default, skrull_config_preset, skrull_model_shape,
+};
+pub use dacp::{skrull_dacp_place, skrull_dacp_summary};
+pub use plan::{
+    SKRULL_SHARDED, skrull_micro_batch, skrull_placement, skrull_plan_buffers, skrull_sizes,
+    skrull_summary,
+};
+pub use schedule::skrull_schedule;
+pub use status::{skrull_status, skrull_status_str};
+pub use version::{SKRULL_ABI_VERSION, skrull_abi_version, skrull_version};
+pub use workspace::{skrull_plan_sizes, skrull_workspace_size};

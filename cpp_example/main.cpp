@@ -1,0 +1,226 @@
+// A trainer's data-loader step with skrull.
+//
+// Every rank of a DP x CP job runs this same code: it gathers the token lengths of the global
+// batch (here drawn from a fixed-seed generator instead of an all-gather), calls
+// skrull_schedule() with the same configuration, and reads its own part of the plan: for each
+// of its DP rank's micro-batches, the sequences its CP rank holds whole and its shard of every
+// sharded sequence, with the tokens it holds against the budget. Because the plan is
+// bit-identical on every rank, no broadcast is needed.
+//
+// The program checks the plan's invariants for the whole job (every sequence exactly once,
+// every GPU within BucketSize, per-GPU counts consistent) and exits non-zero if one fails.
+//
+// usage: example [DP_RANK [CP_RANK [ITERATIONS]]]   (defaults: 1 3 3)
+#include <algorithm>
+#include <cinttypes>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <vector>
+
+#include "skrull.hpp"
+
+namespace {
+
+constexpr uint32_t kBatch = 256;             // DP 4 x BatchSize 64, as in the paper
+constexpr uint64_t kSeed = 20250526;          // fixed: every rank draws the same batch
+constexpr uint32_t kContext = 128 * 1024;     // training context limit
+
+// splitmix64: a portable generator (std::uniform_int_distribution differs between
+// standard libraries; a trainer's batches must not).
+struct Rng {
+    uint64_t state;
+    uint64_t next() noexcept {
+        uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+        return z ^ (z >> 31);
+    }
+    uint32_t between(uint32_t lo, uint32_t hi) noexcept {  // inclusive
+        return lo + static_cast<uint32_t>(next() % (uint64_t{hi} - lo + 1));
+    }
+};
+
+// A long-tailed SFT batch: most sequences short chats, a few long documents.
+std::vector<uint32_t> draw_global_batch(Rng &rng, uint32_t clip) {
+    std::vector<uint32_t> lengths(kBatch);
+    for (uint32_t &len : lengths) {
+        uint32_t bucket = rng.between(0, 99);
+        if (bucket < 70) {
+            len = rng.between(64, 1023);
+        } else if (bucket < 90) {
+            len = rng.between(1024, 8191);
+        } else if (bucket < 97) {
+            len = rng.between(8192, 32767);
+        } else {
+            len = rng.between(32768, kContext);
+        }
+        len = len < clip ? len : clip;
+    }
+    return lengths;
+}
+
+// Checks the whole job's plan from the placements alone; returns the number of violations.
+int check_invariants(const skrull::Planner &p, const skrull_config &cfg,
+                     const std::vector<uint32_t> &lengths) {
+    int bad = 0;
+    std::vector<uint32_t> listed(lengths.size(), 0);
+    std::vector<uint64_t> load(cfg.cp);
+    uint64_t total = 0;
+    for (uint32_t d = 0; d < cfg.dp; d++) {
+        for (uint32_t j = 0; j < p.micro_batches_of(d); j++) {
+            std::size_t g = p.table_index(d, j);
+            const skrull_micro_batch &mb = p.micro_batch(g);
+            bad += mb.dp_rank != d || mb.index != j;
+            std::fill(load.begin(), load.end(), 0);
+            for (uint32_t seq : p.members(g)) {
+                if (seq >= lengths.size()) {
+                    bad++;
+                    continue;
+                }
+                listed[seq]++;
+                const skrull_placement &pl = p.placement(seq);
+                bad += pl.dp_rank != d || pl.micro_batch != j;
+                if (pl.cp_rank == SKRULL_SHARDED) {
+                    for (uint64_t &l : load) {
+                        l += pl.tokens_per_gpu;
+                    }
+                } else if (pl.cp_rank >= 0 && static_cast<uint32_t>(pl.cp_rank) < cfg.cp) {
+                    load[static_cast<std::size_t>(pl.cp_rank)] += lengths[seq];
+                } else {
+                    bad++;
+                }
+            }
+            skrull::Range<uint32_t> tokens = p.rank_tokens(g);
+            for (uint32_t r = 0; r < cfg.cp; r++) {
+                bad += load[r] > cfg.bucket_tokens;  // budget held on every GPU
+                bad += load[r] != tokens[r];         // reported counts are right
+            }
+        }
+    }
+    for (std::size_t i = 0; i < lengths.size(); i++) {
+        bad += listed[i] != 1;  // every sequence exactly once
+        total += lengths[i];
+    }
+    bad += total != p.summary().total_tokens;
+    return bad;
+}
+
+// Prints what GPU (dp_rank, cp_rank) runs in each of its micro-batches.
+void print_my_work(const skrull::Planner &p, const skrull_config &cfg,
+                   const std::vector<uint32_t> &lengths, uint32_t dp_rank, uint32_t cp_rank) {
+    uint32_t m = p.micro_batches_of(dp_rank);
+    std::printf("  GPU (DP %" PRIu32 ", CP %" PRIu32 ") runs %" PRIu32 " micro-batch%s\n",
+                dp_rank, cp_rank, m, m == 1 ? "" : "es");
+    for (uint32_t j = 0; j < m; j++) {
+        std::size_t g = p.table_index(dp_rank, j);
+        std::printf("    micro-batch %" PRIu32 ":", j);
+        constexpr uint32_t kShow = 6;  // list at most this many of each kind
+        uint32_t mine = 0, local = 0, shards = 0;
+        for (uint32_t seq : p.members(g)) {
+            const skrull_placement &pl = p.placement(seq);
+            if (pl.cp_rank == static_cast<int32_t>(cp_rank)) {
+                if (local++ < kShow) {
+                    std::printf(" #%" PRIu32 "(%" PRIu32 ")", seq, lengths[seq]);
+                }
+                mine += lengths[seq];
+            }
+        }
+        if (local > kShow) {
+            std::printf(" +%" PRIu32 " more", local - kShow);
+        }
+        std::printf("%s", local != 0 ? " whole;" : " nothing whole;");
+        for (uint32_t seq : p.members(g)) {
+            const skrull_placement &pl = p.placement(seq);
+            if (pl.cp_rank == SKRULL_SHARDED) {
+                if (shards++ < kShow) {
+                    std::printf(" #%" PRIu32 "(%" PRIu32 "->%" PRIu32 ")", seq, lengths[seq],
+                                pl.tokens_per_gpu);
+                }
+                mine += pl.tokens_per_gpu;
+            }
+        }
+        if (shards > kShow) {
+            std::printf(" +%" PRIu32 " more", shards - kShow);
+        }
+        std::printf("%s\n", shards != 0 ? " sharded (len->shard here)" : " nothing sharded");
+        uint32_t reported = p.rank_tokens(g)[cp_rank];
+        std::printf("      %" PRIu32 " whole + %" PRIu32 " shards = %" PRIu32
+                    " tokens of %" PRIu32 " (%.1f%% of budget)%s\n",
+                    local, shards, mine, cfg.bucket_tokens,
+                    100.0 * mine / cfg.bucket_tokens, mine == reported ? "" : "  MISMATCH");
+    }
+}
+
+}  // namespace
+
+int main(int argc, char **argv) {
+    uint32_t my_dp = argc > 1 ? static_cast<uint32_t>(std::strtoul(argv[1], nullptr, 10)) : 1;
+    uint32_t my_cp = argc > 2 ? static_cast<uint32_t>(std::strtoul(argv[2], nullptr, 10)) : 3;
+    int iterations = argc > 3 ? std::atoi(argv[3]) : 3;
+
+    if (!skrull::abi_matches()) {
+        std::fprintf(stderr, "skrull.h (ABI %d) does not match libskrull (ABI %" PRIu32 ")\n",
+                     SKRULL_ABI_VERSION, skrull_abi_version());
+        return 1;
+    }
+    skrull_config cfg{};
+    if (skrull::Status st = skrull::preset(SKRULL_PRESET_QWEN2_5_0_5B, cfg); !st) {
+        std::fprintf(stderr, "preset: %s\n", st.message());
+        return 1;
+    }
+    // The paper's 0.5B layout: DP 4 x CP 8, BucketSize 26K tokens per GPU per micro-batch.
+    if (my_dp >= cfg.dp || my_cp >= cfg.cp) {
+        std::fprintf(stderr, "rank (%" PRIu32 ", %" PRIu32 ") outside DP %" PRIu32
+                     " x CP %" PRIu32 "\n", my_dp, my_cp, cfg.dp, cfg.cp);
+        return 2;
+    }
+
+    skrull::Status why;
+    std::unique_ptr<skrull::Planner> planner =
+        skrull::Planner::create(kBatch, cfg.dp, cfg.cp, &why);
+    if (!planner) {
+        std::fprintf(stderr, "planner: %s\n", why.message());
+        return 1;
+    }
+
+    std::printf("skrull %s: Qwen2.5-0.5B, DP %" PRIu32 " x CP %" PRIu32
+                ", BucketSize %" PRIu32 " tokens/GPU, %" PRIu32 " sequences per step\n",
+                skrull_version(), cfg.dp, cfg.cp, cfg.bucket_tokens, kBatch);
+    Rng rng{kSeed};
+    int failures = 0;
+    for (int step = 0; step < iterations; step++) {
+        // 1. All ranks gather the same lengths (an all-gather of integers in a real trainer).
+        std::vector<uint32_t> lengths = draw_global_batch(rng, cfg.cp * cfg.bucket_tokens);
+        // 2. All ranks compute the same plan.
+        if (skrull::Status st = planner->plan(cfg, lengths.data(), lengths.size()); !st) {
+            std::fprintf(stderr, "step %d: skrull_schedule: %s\n", step, st.message());
+            return 1;
+        }
+        const skrull_summary &s = planner->summary();
+        std::printf("step %d: %" PRIu32 " sequences, %" PRIu64
+                    " tokens (the loss normaliser), %" PRIu32 " micro-batches, %" PRIu32
+                    " sharded, %" PRIu32 " rollbacks, peak %" PRIu32 " tokens/GPU\n",
+                    step, s.sequences, s.total_tokens, s.micro_batches, s.sharded, s.rollbacks,
+                    s.peak_rank_tokens);
+        std::printf("  micro-batches per DP rank:");
+        for (uint32_t d = 0; d < cfg.dp; d++) {
+            std::printf(" %" PRIu32, planner->micro_batches_of(d));
+        }
+        std::printf("\n");
+        // 3. Each rank reads its own part.
+        print_my_work(*planner, cfg, lengths, my_dp, my_cp);
+        int bad = check_invariants(*planner, cfg, lengths);
+        if (bad != 0) {
+            std::fprintf(stderr, "step %d: %d plan invariant violations\n", step, bad);
+            failures++;
+        }
+    }
+    if (failures != 0) {
+        std::fprintf(stderr, "FAILED: %d step(s) violated the plan invariants\n", failures);
+        return 1;
+    }
+    std::printf("ok: %d steps, every sequence placed once, every GPU within %" PRIu32
+                " tokens\n", iterations, cfg.bucket_tokens);
+    return 0;
+}

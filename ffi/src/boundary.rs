@@ -1,0 +1,196 @@
+//! The C boundary: the panic guard every export runs inside, and the checks that turn raw
+//! pointers from C into statuses before anything is read or written.
+
+use core::ffi::c_char;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+
+use crate::status::skrull_status;
+
+/// The value an export returns when its body panicked.
+pub(crate) trait PanicDefault {
+    /// The documented fallback value.
+    fn panic_default() -> Self;
+}
+
+impl PanicDefault for skrull_status {
+    fn panic_default() -> Self {
+        skrull_status::Panic
+    }
+}
+
+impl PanicDefault for usize {
+    fn panic_default() -> Self {
+        0
+    }
+}
+
+impl PanicDefault for u32 {
+    fn panic_default() -> Self {
+        0
+    }
+}
+
+impl PanicDefault for *const c_char {
+    fn panic_default() -> Self {
+        skrull_status::Panic.message().as_ptr()
+    }
+}
+
+/// Runs `f`, turning a panic into `T::panic_default()` so that no unwind crosses into C.
+///
+/// Every export's body runs inside exactly one call of this function. The library never sets
+/// a panic hook (that would be global state), so a caught panic is still reported on stderr by
+/// the default hook before it becomes a status. With `panic = "abort"` (not the default; see
+/// `docs/c_api.md`) a panic aborts the process instead.
+pub(crate) fn guard<T: PanicDefault>(f: impl FnOnce() -> T) -> T {
+    catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|_| T::panic_default())
+}
+
+/// An address range `[start, start + len)` in bytes, for overlap checks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Span {
+    start: usize,
+    len: usize,
+}
+
+impl Span {
+    /// The bytes of `count` elements of `T` at `ptr` (`None` on overflow).
+    pub(crate) fn of<T>(ptr: *const T, count: usize) -> Option<Span> {
+        let len = count.checked_mul(size_of::<T>())?;
+        let start = ptr as usize;
+        start.checked_add(len)?;
+        Some(Span { start, len })
+    }
+
+    /// Whether two spans share a byte (empty spans share none).
+    pub(crate) fn overlaps(self, other: Span) -> bool {
+        self.len != 0
+            && other.len != 0
+            && self.start < other.start + other.len
+            && other.start < self.start + self.len
+    }
+}
+
+/// Whether any two of `spans` overlap.
+pub(crate) fn any_overlap(spans: &[Span]) -> bool {
+    spans
+        .iter()
+        .enumerate()
+        .any(|(i, a)| spans.iter().skip(i + 1).any(|b| a.overlaps(*b)))
+}
+
+/// Checks a caller's `(ptr, len)` output buffer that must hold at least `needed` elements.
+///
+/// # Errors
+/// `NullArg` for NULL with a nonzero `len`, `InvalidArg` when misaligned for `T`,
+/// `OutputTooSmall` when `len < needed`.
+pub(crate) fn check_out<T>(ptr: *mut T, len: usize, needed: usize) -> Result<Span, skrull_status> {
+    if ptr.is_null() {
+        if len != 0 {
+            return Err(skrull_status::NullArg);
+        }
+    } else if !ptr.is_aligned() {
+        return Err(skrull_status::InvalidArg);
+    }
+    if len < needed {
+        return Err(skrull_status::OutputTooSmall);
+    }
+    // Only the `needed` elements are ever written, so only they must not overlap anything.
+    Span::of(ptr.cast_const(), needed).ok_or(skrull_status::InvalidArg)
+}
+
+/// Borrows the caller's `lengths` array.
+///
+/// # Errors
+/// `NullArg` for NULL with `n > 0`, `InvalidArg` when misaligned or when the array would
+/// wrap the address space.
+///
+/// # Safety
+/// Unless NULL, `ptr` must point to `n` initialised `u32` that stay unchanged for `'a`.
+pub(crate) unsafe fn lengths<'a>(ptr: *const u32, n: usize) -> Result<&'a [u32], skrull_status> {
+    if n == 0 {
+        return Ok(&[]);
+    }
+    if ptr.is_null() {
+        return Err(skrull_status::NullArg);
+    }
+    if !ptr.is_aligned() || Span::of(ptr, n).is_none() || n > isize::MAX as usize / 4 {
+        return Err(skrull_status::InvalidArg);
+    }
+    // SAFETY: non-null and aligned (checked), `n` readable initialised elements (caller
+    // contract), total size below isize::MAX (checked).
+    Ok(unsafe { core::slice::from_raw_parts(ptr, n) })
+}
+
+/// Raises a Rust panic inside the library's panic guard and returns what the guard made of it:
+/// `SKRULL_STATUS_PANIC` in a correctly built library.
+///
+/// Lets a C test suite or a trainer check, once at start-up, that panics inside skrull become
+/// statuses instead of unwinding into C frames. The panic is raised without invoking the panic
+/// hook, so nothing is printed. In a library built with `panic = "abort"` (where the guard
+/// cannot work) it raises nothing and returns `SKRULL_STATUS_INTERNAL`.
+///
+/// # Safety
+/// None: safe to call from any thread at any time.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn skrull_panic_selftest() -> skrull_status {
+    guard(|| {
+        if cfg!(panic = "unwind") {
+            std::panic::resume_unwind(Box::new("skrull_panic_selftest"))
+        } else {
+            skrull_status::Internal
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn guard_turns_a_panic_into_the_default() {
+        // A real panic (its message goes to the captured test output).
+        let v: Vec<u32> = Vec::new();
+        let s: skrull_status = guard(|| skrull_status::from_u32(v[3]).unwrap_or(skrull_status::Ok));
+        assert_eq!(s, skrull_status::Panic);
+        assert_eq!(guard(|| skrull_status::Ok), skrull_status::Ok);
+        let n: usize = guard(|| std::panic::resume_unwind(Box::new(())));
+        assert_eq!(n, 0);
+        // SAFETY: no preconditions.
+        assert_eq!(unsafe { skrull_panic_selftest() }, skrull_status::Panic);
+    }
+
+    #[test]
+    fn spans_overlap_only_when_sharing_a_byte() {
+        let a = Span { start: 100, len: 8 };
+        assert!(a.overlaps(Span { start: 107, len: 1 }));
+        assert!(!a.overlaps(Span { start: 108, len: 8 }));
+        assert!(!a.overlaps(Span { start: 92, len: 8 }));
+        assert!(!a.overlaps(Span { start: 104, len: 0 }));
+        assert!(any_overlap(&[
+            a,
+            Span { start: 0, len: 1 },
+            Span { start: 90, len: 11 }
+        ]));
+        assert!(!any_overlap(&[a, Span { start: 0, len: 100 }]));
+        assert_eq!(
+            Span::of(core::ptr::without_provenance::<u32>(usize::MAX), 1),
+            None
+        );
+    }
+
+    #[test]
+    fn output_checks_name_the_problem() {
+        let mut buf = [0u32; 4];
+        let p = buf.as_mut_ptr();
+        assert!(check_out(p, 4, 4).is_ok());
+        assert!(check_out(core::ptr::null_mut::<u32>(), 0, 0).is_ok());
+        assert_eq!(
+            check_out(core::ptr::null_mut::<u32>(), 4, 0),
+            Err(skrull_status::NullArg)
+        );
+        assert_eq!(check_out(p, 3, 4), Err(skrull_status::OutputTooSmall));
+        let odd = p.cast::<u8>().wrapping_add(1).cast::<u32>();
+        assert_eq!(check_out(odd, 2, 1), Err(skrull_status::InvalidArg));
+    }
+}

@@ -1,0 +1,446 @@
+//! `skrull_config`: the extensible configuration struct, its option constants and presets, and
+//! its translation to the core's `Config`.
+
+use core::mem::size_of;
+
+use skrull_core::{Config, FlopsFormula, ModelShape, Policy, ShardPadding, Victim};
+
+use crate::boundary::guard;
+use crate::status::skrull_status;
+
+/// Policy: the Skrull paper's GDS + DACP (the default, 0).
+pub const SKRULL_POLICY_SKRULL: u32 = 0;
+/// Policy: the paper's DeepSpeed baseline (consecutive shares, one sharded sequence per
+/// micro-batch).
+pub const SKRULL_POLICY_DEEPSPEED: u32 = 1;
+/// Policy: sample order, next-fit packing under the budget, everything sharded.
+pub const SKRULL_POLICY_PACKED: u32 = 2;
+/// Policy: the paper's Algorithm 4 (memory-only worst fit with rollback) inside GDS.
+pub const SKRULL_POLICY_ROUNDROBIN: u32 = 3;
+
+/// DACP rollback victim: the shortest local sequence (the paper's choice; the default, 0).
+pub const SKRULL_VICTIM_SHORTEST: u32 = 0;
+/// DACP rollback victim: the longest local sequence.
+pub const SKRULL_VICTIM_LONGEST: u32 = 1;
+
+/// FLOPs formula: the paper's `20h^2 S + 4h h_kv S + 4h S^2` per layer (the default, 0).
+pub const SKRULL_FLOPS_PAPER: u32 = 0;
+/// FLOPs formula: Megatron-LM's count (SwiGLU FFN, causal attention, LM head).
+pub const SKRULL_FLOPS_MEGATRON: u32 = 1;
+
+/// Shard padding: a sharded sequence costs each GPU `ceil(len / cp)` tokens (the default, 0).
+pub const SKRULL_SHARD_PADDING_NONE: u32 = 0;
+/// Shard padding: zigzag chunks padded to a multiple of `2 cp` (TransformerEngine THD); each
+/// GPU holds `2 * ceil(len / (2 cp))` tokens.
+pub const SKRULL_SHARD_PADDING_ZIGZAG: u32 = 1;
+
+/// Preset: Qwen2.5-0.5B with the paper's layout (DP 4, CP 8, BucketSize 26K = 26624).
+pub const SKRULL_PRESET_QWEN2_5_0_5B: u32 = 0;
+/// Preset: Qwen2.5-7B with the paper's layout (DP 4, CP 8, BucketSize 13K = 13312).
+pub const SKRULL_PRESET_QWEN2_5_7B: u32 = 1;
+
+/// The largest `struct_size` accepted for an extensible struct (bytes past the fields this
+/// library knows must be zero).
+pub const SKRULL_MAX_STRUCT_SIZE: u32 = 4096;
+
+/// The transformer shape FLOPs are counted for (frozen layout, 24 bytes).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct skrull_model_shape {
+    /// Hidden size `h` (query heads x head dim), 1..=65536.
+    pub hidden: u32,
+    /// K/V hidden size `h_kv` (KV heads x head dim), 1..=`hidden`.
+    pub kv_hidden: u32,
+    /// FFN (intermediate) width, 1..=262144.
+    pub ffn: u32,
+    /// Transformer layers, 1..=1024.
+    pub layers: u32,
+    /// Vocabulary size, 0..=4194304 (0: the LM head is not counted).
+    pub vocab: u32,
+    /// 1 for a gated (SwiGLU) FFN, 0 for a plain two-matrix FFN; other values are
+    /// `SKRULL_STATUS_INVALID_ENUM`.
+    pub swiglu: u32,
+}
+
+const _: () = assert!(size_of::<skrull_model_shape>() == 24);
+
+/// Everything `skrull_schedule()` needs besides the lengths (version 1: 60 bytes).
+///
+/// Initialise it with `skrull_config_default()` or `skrull_config_preset()`, then change
+/// fields. `struct_size` must be `sizeof(skrull_config)` as the caller compiled it: new fields
+/// are only ever appended, a library reading an older (smaller) struct uses defaults for the
+/// fields it lacks, and a newer (larger) struct is accepted when its unknown trailing bytes are
+/// zero. Option fields are plain integers (`SKRULL_POLICY_*` ...), so any value is safe to
+/// pass; unknown ones return `SKRULL_STATUS_INVALID_ENUM`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct skrull_config {
+    /// `sizeof(skrull_config)`.
+    pub struct_size: u32,
+    /// Data-parallel size (model replicas), 1..=65536.
+    pub dp: u32,
+    /// Context-parallel size N (GPUs sharing one micro-batch), 1..=256.
+    pub cp: u32,
+    /// BucketSize C: the most tokens one GPU may hold in one micro-batch, 1..=2^31-1.
+    pub bucket_tokens: u32,
+    /// `SKRULL_POLICY_*`.
+    pub policy: u32,
+    /// `SKRULL_VICTIM_*`.
+    pub victim: u32,
+    /// `SKRULL_FLOPS_*`.
+    pub flops: u32,
+    /// `SKRULL_SHARD_PADDING_*`.
+    pub shard_padding: u32,
+    /// The most micro-batches one DP rank may run (0: no limit).
+    pub max_micro_batches: u32,
+    /// The model shape FLOPs are counted for.
+    pub model: skrull_model_shape,
+}
+
+/// `sizeof(skrull_config)` of ABI version 1, the smallest accepted `struct_size`.
+pub const SKRULL_CONFIG_SIZE_V1: u32 = 60;
+
+const _: () = assert!(size_of::<skrull_config>() == SKRULL_CONFIG_SIZE_V1 as usize);
+
+impl skrull_model_shape {
+    /// The C form of a core model shape.
+    pub fn from_core(m: &ModelShape) -> Self {
+        skrull_model_shape {
+            hidden: m.hidden,
+            kv_hidden: m.kv_hidden,
+            ffn: m.ffn,
+            layers: m.layers,
+            vocab: m.vocab,
+            swiglu: u32::from(m.swiglu),
+        }
+    }
+}
+
+impl skrull_config {
+    /// The C form of a core configuration.
+    pub fn from_core(cfg: &Config) -> Self {
+        skrull_config {
+            struct_size: SKRULL_CONFIG_SIZE_V1,
+            dp: cfg.dp,
+            cp: cfg.cp,
+            bucket_tokens: cfg.bucket,
+            policy: match cfg.policy {
+                Policy::DeepSpeed => SKRULL_POLICY_DEEPSPEED,
+                Policy::Packed => SKRULL_POLICY_PACKED,
+                Policy::RoundRobin => SKRULL_POLICY_ROUNDROBIN,
+                _ => SKRULL_POLICY_SKRULL,
+            },
+            victim: match cfg.victim {
+                Victim::Shortest => SKRULL_VICTIM_SHORTEST,
+                Victim::Longest => SKRULL_VICTIM_LONGEST,
+            },
+            flops: match cfg.flops {
+                FlopsFormula::Paper => SKRULL_FLOPS_PAPER,
+                FlopsFormula::Megatron => SKRULL_FLOPS_MEGATRON,
+            },
+            shard_padding: match cfg.shard_padding {
+                ShardPadding::None => SKRULL_SHARD_PADDING_NONE,
+                ShardPadding::Zigzag => SKRULL_SHARD_PADDING_ZIGZAG,
+            },
+            max_micro_batches: cfg.max_micro_batches,
+            model: skrull_model_shape::from_core(&cfg.model),
+        }
+    }
+
+    /// A preset: the paper's layout and BucketSize for a Qwen2.5 model, default options.
+    pub fn preset(preset: u32) -> Option<Self> {
+        let cfg = match preset {
+            SKRULL_PRESET_QWEN2_5_0_5B => Config::new(4, 8, 26 * 1024, ModelShape::QWEN2_5_0_5B),
+            SKRULL_PRESET_QWEN2_5_7B => Config::new(4, 8, 13 * 1024, ModelShape::QWEN2_5_7B),
+            _ => return None,
+        };
+        Some(Self::from_core(&cfg))
+    }
+
+    /// Translates the option integers into the core's `Config` (not yet range-checked: the
+    /// core's `Config::validate` names the first bad number).
+    ///
+    /// # Errors
+    /// `InvalidEnum` for an option integer this library does not know.
+    pub fn to_core(&self) -> Result<Config, skrull_status> {
+        let bad = skrull_status::InvalidEnum;
+        let policy = match self.policy {
+            SKRULL_POLICY_SKRULL => Policy::Skrull,
+            SKRULL_POLICY_DEEPSPEED => Policy::DeepSpeed,
+            SKRULL_POLICY_PACKED => Policy::Packed,
+            SKRULL_POLICY_ROUNDROBIN => Policy::RoundRobin,
+            _ => return Err(bad),
+        };
+        let victim = match self.victim {
+            SKRULL_VICTIM_SHORTEST => Victim::Shortest,
+            SKRULL_VICTIM_LONGEST => Victim::Longest,
+            _ => return Err(bad),
+        };
+        let flops = match self.flops {
+            SKRULL_FLOPS_PAPER => FlopsFormula::Paper,
+            SKRULL_FLOPS_MEGATRON => FlopsFormula::Megatron,
+            _ => return Err(bad),
+        };
+        let shard_padding = match self.shard_padding {
+            SKRULL_SHARD_PADDING_NONE => ShardPadding::None,
+            SKRULL_SHARD_PADDING_ZIGZAG => ShardPadding::Zigzag,
+            _ => return Err(bad),
+        };
+        let swiglu = match self.model.swiglu {
+            0 => false,
+            1 => true,
+            _ => return Err(bad),
+        };
+        let m = &self.model;
+        let model = ModelShape {
+            hidden: m.hidden,
+            kv_hidden: m.kv_hidden,
+            ffn: m.ffn,
+            layers: m.layers,
+            vocab: m.vocab,
+            swiglu,
+        };
+        let mut cfg = Config::new(self.dp, self.cp, self.bucket_tokens, model)
+            .with_policy(policy)
+            .with_victim(victim);
+        cfg.flops = flops;
+        cfg.shard_padding = shard_padding;
+        cfg.max_micro_batches = self.max_micro_batches;
+        Ok(cfg)
+    }
+}
+
+/// Reads an extensible struct whose first field is `uint32_t struct_size`, honouring the
+/// size rules in [`skrull_config`]'s documentation; fields the caller's version lacks keep
+/// their value in `default`.
+///
+/// # Errors
+/// `NullArg`, `InvalidArg` (misaligned) or `BadStructSize`.
+///
+/// # Safety
+/// Unless NULL, `ptr` must point to a readable object of at least 4 bytes whose first field
+/// is its size in bytes, and the whole `struct_size` bytes must be readable.
+pub(crate) unsafe fn read_sized<T: Copy>(
+    ptr: *const T,
+    v1_size: usize,
+    default: T,
+) -> Result<T, skrull_status> {
+    if ptr.is_null() {
+        return Err(skrull_status::NullArg);
+    }
+    if !ptr.is_aligned() {
+        return Err(skrull_status::InvalidArg);
+    }
+    // SAFETY: non-null, aligned for T (so for its leading u32), and the caller guarantees at
+    // least the 4 bytes of `struct_size` are readable.
+    let size = unsafe { ptr.cast::<u32>().read() };
+    if size < v1_size as u32 || size > SKRULL_MAX_STRUCT_SIZE {
+        return Err(skrull_status::BadStructSize);
+    }
+    let size = size as usize;
+    let known = size_of::<T>();
+    let bytes = ptr.cast::<u8>();
+    if size > known {
+        // SAFETY: the caller guarantees `struct_size` readable bytes; `known..size` is inside.
+        let tail = unsafe { core::slice::from_raw_parts(bytes.add(known), size - known) };
+        if tail.iter().any(|&b| b != 0) {
+            return Err(skrull_status::BadStructSize);
+        }
+    }
+    let mut out = default;
+    // SAFETY: `min(size, known)` bytes are readable at `ptr` (caller contract) and writable
+    // in `out`; the types are plain integers and pointers, so every byte pattern the caller
+    // wrote is a valid value; the regions are distinct objects.
+    unsafe {
+        core::ptr::copy_nonoverlapping(bytes, (&raw mut out).cast::<u8>(), size.min(known));
+    }
+    Ok(out)
+}
+
+/// Reads and translates a caller's configuration, range-checking every value.
+///
+/// # Errors
+/// `NullArg`, `InvalidArg`, `BadStructSize`, `InvalidEnum`, or the core's configuration
+/// errors (`InvalidDp` ...).
+///
+/// # Safety
+/// As [`read_sized`].
+pub(crate) unsafe fn read_config(ptr: *const skrull_config) -> Result<Config, skrull_status> {
+    let default =
+        skrull_config::preset(SKRULL_PRESET_QWEN2_5_0_5B).ok_or(skrull_status::Internal)?;
+    // SAFETY: forwarded caller contract.
+    let c = unsafe { read_sized(ptr, SKRULL_CONFIG_SIZE_V1 as usize, default) }?;
+    let cfg = c.to_core()?;
+    cfg.validate()?;
+    Ok(cfg)
+}
+
+/// Fills `*out` with the defaults: the Qwen2.5-0.5B preset (DP 4, CP 8, BucketSize 26624,
+/// policy skrull, victim shortest, paper FLOPs, no shard padding, no micro-batch limit) and
+/// `struct_size = sizeof(skrull_config)`.
+///
+/// Returns `SKRULL_STATUS_NULL_ARG` (and writes nothing) when `out` is NULL.
+///
+/// # Safety
+/// Unless NULL, `out` must be valid for writing one `skrull_config` and aligned for it. Safe
+/// to call from any thread.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn skrull_config_default(out: *mut skrull_config) -> skrull_status {
+    // SAFETY: forwarded caller contract.
+    guard(|| unsafe { write_preset(SKRULL_PRESET_QWEN2_5_0_5B, out) })
+}
+
+/// Fills `*out` with a preset (`SKRULL_PRESET_*`): the paper's layout and BucketSize for that
+/// model with default options, and `struct_size = sizeof(skrull_config)`.
+///
+/// Returns `SKRULL_STATUS_NULL_ARG` for a NULL `out`, `SKRULL_STATUS_INVALID_ENUM` for an
+/// unknown preset; on error nothing is written.
+///
+/// # Safety
+/// Unless NULL, `out` must be valid for writing one `skrull_config` and aligned for it. Safe
+/// to call from any thread.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn skrull_config_preset(
+    preset: u32,
+    out: *mut skrull_config,
+) -> skrull_status {
+    // SAFETY: forwarded caller contract.
+    guard(|| unsafe { write_preset(preset, out) })
+}
+
+/// # Safety
+/// As [`skrull_config_preset`].
+unsafe fn write_preset(preset: u32, out: *mut skrull_config) -> skrull_status {
+    if out.is_null() {
+        return skrull_status::NullArg;
+    }
+    if !out.is_aligned() {
+        return skrull_status::InvalidArg;
+    }
+    let Some(cfg) = skrull_config::preset(preset) else {
+        return skrull_status::InvalidEnum;
+    };
+    // SAFETY: non-null and aligned (checked), writable (caller contract).
+    unsafe { out.write(cfg) };
+    skrull_status::Ok
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn default_cfg() -> skrull_config {
+        skrull_config::preset(SKRULL_PRESET_QWEN2_5_0_5B).unwrap()
+    }
+
+    #[test]
+    fn presets_translate_to_the_core_presets() {
+        let c = default_cfg().to_core().unwrap();
+        assert_eq!(c, Config::new(4, 8, 26_624, ModelShape::QWEN2_5_0_5B));
+        let c7 = skrull_config::preset(SKRULL_PRESET_QWEN2_5_7B)
+            .unwrap()
+            .to_core()
+            .unwrap();
+        assert_eq!(c7, Config::new(4, 8, 13_312, ModelShape::QWEN2_5_7B));
+        assert_eq!(skrull_config::preset(2), None);
+    }
+
+    #[test]
+    fn every_option_round_trips() {
+        for p in 0..4 {
+            for v in 0..2 {
+                for f in 0..2 {
+                    for s in 0..2 {
+                        let mut c = default_cfg();
+                        (c.policy, c.victim, c.flops, c.shard_padding) = (p, v, f, s);
+                        c.max_micro_batches = 7;
+                        let core = c.to_core().unwrap();
+                        assert_eq!(skrull_config::from_core(&core), c);
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn out_of_range_options_are_invalid_enum() {
+        let edits: [fn(&mut skrull_config); 5] = [
+            |c| c.policy = 4,
+            |c| c.victim = 2,
+            |c| c.flops = u32::MAX,
+            |c| c.shard_padding = 2,
+            |c| c.model.swiglu = 2,
+        ];
+        for edit in edits {
+            let mut c = default_cfg();
+            edit(&mut c);
+            assert_eq!(c.to_core(), Err(skrull_status::InvalidEnum));
+        }
+    }
+
+    #[test]
+    fn struct_size_rules() {
+        let c = default_cfg();
+        // SAFETY: `c` is a live, aligned skrull_config.
+        assert!(unsafe { read_config(&c) }.is_ok());
+        for bad in [0, 4, SKRULL_CONFIG_SIZE_V1 - 1, SKRULL_MAX_STRUCT_SIZE + 1] {
+            let mut c = default_cfg();
+            c.struct_size = bad;
+            // SAFETY: as above; the size is rejected before any byte past 4 is read.
+            let r = unsafe { read_config(&c) };
+            assert_eq!(r, Err(skrull_status::BadStructSize));
+        }
+        // A newer, larger struct: accepted when its tail is zero, rejected otherwise.
+        #[repr(C)]
+        #[derive(Clone, Copy)]
+        struct Newer {
+            base: skrull_config,
+            extra: u32,
+        }
+        let mut n = Newer {
+            base: default_cfg(),
+            extra: 0,
+        };
+        n.base.struct_size = size_of::<Newer>() as u32;
+        let p = (&raw const n).cast::<skrull_config>();
+        // SAFETY: `p` points to `struct_size` readable bytes.
+        assert!(unsafe { read_config(p) }.is_ok());
+        n.extra = 1;
+        let p = (&raw const n).cast::<skrull_config>();
+        // SAFETY: as above.
+        assert_eq!(unsafe { read_config(p) }, Err(skrull_status::BadStructSize));
+        // SAFETY: NULL is allowed.
+        let null = unsafe { read_config(core::ptr::null()) };
+        assert_eq!(null, Err(skrull_status::NullArg));
+    }
+
+    #[test]
+    fn config_errors_come_from_the_core() {
+        let mut c = default_cfg();
+        c.dp = 0;
+        // SAFETY: live, aligned struct.
+        assert_eq!(unsafe { read_config(&c) }, Err(skrull_status::InvalidDp));
+        c = default_cfg();
+        c.model.kv_hidden = c.model.hidden + 1;
+        // SAFETY: as above.
+        assert_eq!(unsafe { read_config(&c) }, Err(skrull_status::InvalidModel));
+    }
+
+    #[test]
+    fn default_and_preset_write_only_on_success() {
+        let mut out = default_cfg();
+        out.dp = 99;
+        let before = out;
+        // SAFETY: `out` is a live, aligned, writable skrull_config.
+        let s = unsafe { skrull_config_preset(9, &mut out) };
+        assert_eq!(s, skrull_status::InvalidEnum);
+        assert_eq!(out, before);
+        // SAFETY: as above.
+        let s = unsafe { skrull_config_default(&mut out) };
+        assert_eq!(s, skrull_status::Ok);
+        assert_eq!(out, default_cfg());
+        // SAFETY: NULL is allowed.
+        let s = unsafe { skrull_config_default(core::ptr::null_mut()) };
+        assert_eq!(s, skrull_status::NullArg);
+    }
+}

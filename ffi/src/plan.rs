@@ -1,0 +1,160 @@
+//! The plan as C reads it: frozen POD records, the summary, and the struct that lends
+//! `skrull_schedule()` its output buffers.
+
+use core::mem::size_of;
+
+/// `skrull_placement.cp_rank` of a sequence sharded over the whole CP group.
+pub const SKRULL_SHARDED: i32 = -1;
+
+/// Where one sequence runs (frozen layout, 16 bytes, no implicit padding).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct skrull_placement {
+    /// The data-parallel rank that runs it.
+    pub dp_rank: u32,
+    /// Its micro-batch on that DP rank (0-based, run in this order).
+    pub micro_batch: u32,
+    /// `SKRULL_SHARDED` (-1): split over every CP rank of the group; otherwise the CP rank
+    /// that holds it whole.
+    pub cp_rank: i32,
+    /// Tokens it occupies on each GPU that holds it: its length when local; its shard when
+    /// sharded (`ceil(len / cp)`, or the zigzag-padded shard with
+    /// `SKRULL_SHARD_PADDING_ZIGZAG`).
+    pub tokens_per_gpu: u32,
+}
+
+const _: () = assert!(size_of::<skrull_placement>() == 16);
+
+/// One micro-batch: the DP rank that runs it and where its sequences are listed.
+///
+/// The table is sorted by `(dp_rank, index)`: DP rank d's micro-batches are the
+/// `micro_batches_per_dp[d]` consecutive entries that start after those of ranks 0..d. The
+/// micro-batch at table position `g` lists its sequences in
+/// `members[first .. first + count]` and its per-GPU token loads in
+/// `rank_tokens[g * cp .. (g + 1) * cp]` (frozen layout, 16 bytes).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct skrull_micro_batch {
+    /// The DP rank that runs it.
+    pub dp_rank: u32,
+    /// Its position among that rank's micro-batches (0-based, run in this order).
+    pub index: u32,
+    /// Offset of its first sequence index in `members`.
+    pub first: u32,
+    /// How many sequences it holds (at least 1).
+    pub count: u32,
+}
+
+const _: () = assert!(size_of::<skrull_micro_batch>() == 16);
+
+/// Counts that summarise a plan (frozen layout, 32 bytes, explicit padding).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct skrull_summary {
+    /// Tokens in the batch (the global token count a trainer normalises the loss by).
+    pub total_tokens: u64,
+    /// Sequences in the batch.
+    pub sequences: u32,
+    /// Micro-batches over all DP ranks (entries written to `micro_batches`).
+    pub micro_batches: u32,
+    /// Sequences sharded over their CP group.
+    pub sharded: u32,
+    /// DACP rollbacks (local sequences turned sharded to free memory).
+    pub rollbacks: u32,
+    /// The most tokens any GPU holds in any micro-batch (at most `bucket_tokens`).
+    pub peak_rank_tokens: u32,
+    /// Always 0.
+    pub _reserved: u32,
+}
+
+const _: () = assert!(size_of::<skrull_summary>() == 32);
+
+/// The output buffers `skrull_schedule()` fills, each a pointer and its capacity in elements.
+///
+/// Size them with `skrull_plan_sizes()`. Nothing is written unless the call returns
+/// `SKRULL_STATUS_OK`; then the first `summary.sequences` placements and members, the first
+/// `summary.micro_batches` micro-batches, `summary.micro_batches * cp` rank-token entries and
+/// `dp` micro-batch counts are written, and the rest of each buffer is left as it was.
+/// Buffers must not overlap each other, the lengths or the workspace
+/// (`SKRULL_STATUS_INVALID_ARG`). A pointer may be NULL only when its capacity is 0 and the
+/// batch needs none of it. `struct_size` follows the rules of `skrull_config`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct skrull_plan_buffers {
+    /// `sizeof(skrull_plan_buffers)`.
+    pub struct_size: u32,
+    /// Must be 0.
+    pub _reserved: u32,
+    /// Per sequence, in input order (capacity: `n`).
+    pub placements: *mut skrull_placement,
+    /// Capacity of `placements`, in elements.
+    pub placements_len: usize,
+    /// The micro-batch table, sorted by (DP rank, index) (capacity: `n`).
+    pub micro_batches: *mut skrull_micro_batch,
+    /// Capacity of `micro_batches`, in elements.
+    pub micro_batches_len: usize,
+    /// Sequence indices grouped by micro-batch, in table order (capacity: `n`).
+    pub members: *mut u32,
+    /// Capacity of `members`, in elements.
+    pub members_len: usize,
+    /// Tokens per (micro-batch, CP rank): entry `g * cp + r` (capacity: `n * cp`).
+    pub rank_tokens: *mut u32,
+    /// Capacity of `rank_tokens`, in elements.
+    pub rank_tokens_len: usize,
+    /// Micro-batches each DP rank runs (capacity: `dp`; 0 for a rank that got no sequence).
+    pub micro_batches_per_dp: *mut u32,
+    /// Capacity of `micro_batches_per_dp`, in elements.
+    pub micro_batches_per_dp_len: usize,
+    /// Receives the summary (required).
+    pub summary: *mut skrull_summary,
+}
+
+/// `sizeof(skrull_plan_buffers)` of ABI version 1 on this platform (96 bytes on 64-bit).
+pub const PLAN_BUFFERS_SIZE_V1: usize = size_of::<skrull_plan_buffers>();
+
+const _: () = assert!(
+    PLAN_BUFFERS_SIZE_V1 == 8 + 11 * size_of::<usize>(),
+    "skrull_plan_buffers must have no implicit padding"
+);
+
+impl skrull_plan_buffers {
+    /// All NULL and zero, with `struct_size` set: the base the reader fills in.
+    pub const EMPTY: skrull_plan_buffers = skrull_plan_buffers {
+        struct_size: PLAN_BUFFERS_SIZE_V1 as u32,
+        _reserved: 0,
+        placements: core::ptr::null_mut(),
+        placements_len: 0,
+        micro_batches: core::ptr::null_mut(),
+        micro_batches_len: 0,
+        members: core::ptr::null_mut(),
+        members_len: 0,
+        rank_tokens: core::ptr::null_mut(),
+        rank_tokens_len: 0,
+        micro_batches_per_dp: core::ptr::null_mut(),
+        micro_batches_per_dp_len: 0,
+        summary: core::ptr::null_mut(),
+    };
+}
+
+/// The buffer sizes one batch needs, from `skrull_plan_sizes()`.
+///
+/// Element counts are upper bounds valid for every policy, so buffers sized once for the
+/// largest batch and layout can be reused every step (frozen layout, 6 `size_t`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct skrull_sizes {
+    /// Bytes of workspace `skrull_schedule()` needs (`skrull_workspace_size()`).
+    pub workspace_bytes: usize,
+    /// Elements of `placements`: `n`.
+    pub placements: usize,
+    /// Elements of `micro_batches`: `n`.
+    pub micro_batches: usize,
+    /// Elements of `members`: `n`.
+    pub members: usize,
+    /// Elements of `rank_tokens`: `n * cp`.
+    pub rank_tokens: usize,
+    /// Elements of `micro_batches_per_dp`: `dp`.
+    pub micro_batches_per_dp: usize,
+}
+
+const _: () = assert!(size_of::<skrull_sizes>() == 6 * size_of::<usize>());

@@ -1,0 +1,203 @@
+//! `skrull_schedule()`: check every argument, run the core scheduler into workspace staging,
+//! then copy the plan into the caller's buffers.
+
+use core::ffi::c_void;
+
+use skrull_core::plan::SHARDED;
+use skrull_core::{Config, Plan, PlanBuffers, Workspace};
+
+use crate::boundary::{Span, any_overlap, check_out, guard, lengths};
+use crate::config::{read_config, read_sized, skrull_config};
+use crate::plan::{
+    PLAN_BUFFERS_SIZE_V1, skrull_micro_batch, skrull_placement, skrull_plan_buffers, skrull_summary,
+};
+use crate::status::skrull_status;
+use crate::workspace::{Carver, Layout};
+
+/// Plans one global batch: every sequence's DP rank, micro-batch and placement (local on one
+/// CP rank, or sharded over the CP group), the micro-batch table grouped by (DP rank,
+/// micro-batch), per-GPU token loads and a summary.
+///
+/// Every rank of a training job may call this with the same configuration and lengths and
+/// gets a bit-identical plan (integer arithmetic only), so no broadcast is needed.
+///
+/// Arguments, in order: the configuration; `n` sequence lengths in tokens (`lengths` may be
+/// NULL when `n` is 0); a scratch workspace of at least `skrull_workspace_size(n, dp, cp)`
+/// bytes, any alignment, contents ignored and unspecified afterwards; the output buffers (see
+/// `skrull_plan_buffers`, sized with `skrull_plan_sizes()`).
+///
+/// Outputs are written only when `SKRULL_STATUS_OK` is returned; on any error every output
+/// buffer is left exactly as it was (the workspace may have been overwritten). When several
+/// problems exist the first in this order is reported: `config` (NULL, misaligned, struct
+/// size, option integers, then ranges `INVALID_DP` ... `INVALID_MODEL`), `out` (NULL,
+/// misaligned, struct size, reserved field), `TOO_MANY_SEQUENCES`, `lengths`, `workspace`
+/// (NULL, then `WORKSPACE_TOO_SMALL`), the summary pointer, each output buffer in field order
+/// (NULL, misaligned, `OUTPUT_TOO_SMALL`), overlapping buffers, then the batch's own errors
+/// (`EMPTY_SEQUENCE`, `LENGTH_OUT_OF_RANGE`, `SEQUENCE_TOO_LONG`: the first offending
+/// sequence in input order) and `MICRO_BATCH_LIMIT`.
+///
+/// It never allocates, keeps no state between calls, and is safe to call from many threads at
+/// once as long as each call has its own workspace and output buffers (the configuration and
+/// lengths may be shared).
+///
+/// # Safety
+/// - `config`, unless NULL, points to a `skrull_config` whose `struct_size` bytes are
+///   readable.
+/// - `lengths`, unless NULL, points to `n` readable `uint32_t`.
+/// - `workspace`, unless NULL, points to `workspace_size` writable bytes.
+/// - `out`, unless NULL, points to a `skrull_plan_buffers` whose `struct_size` bytes are
+///   readable, and each of its pointers, unless NULL, points to the number of writable
+///   elements its `_len` field states.
+/// - No other thread writes to `config` or `lengths`, or touches the workspace or the output
+///   buffers, during the call.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn skrull_schedule(
+    config: *const skrull_config,
+    lengths: *const u32,
+    n: usize,
+    workspace: *mut c_void,
+    workspace_size: usize,
+    out: *const skrull_plan_buffers,
+) -> skrull_status {
+    guard(|| {
+        // SAFETY: forwarded caller contract.
+        match unsafe { schedule(config, lengths, n, workspace, workspace_size, out) } {
+            Ok(()) => skrull_status::Ok,
+            Err(s) => s,
+        }
+    })
+}
+
+/// The body of [`skrull_schedule`].
+///
+/// # Safety
+/// As [`skrull_schedule`].
+unsafe fn schedule(
+    config: *const skrull_config,
+    lengths_ptr: *const u32,
+    n: usize,
+    workspace: *mut c_void,
+    workspace_size: usize,
+    out: *const skrull_plan_buffers,
+) -> Result<(), skrull_status> {
+    // SAFETY: forwarded caller contract for `config`.
+    let cfg = unsafe { read_config(config) }?;
+    // SAFETY: forwarded caller contract for `out`.
+    let bufs = unsafe { read_sized(out, PLAN_BUFFERS_SIZE_V1, skrull_plan_buffers::EMPTY) }?;
+    if bufs._reserved != 0 {
+        return Err(skrull_status::InvalidArg);
+    }
+    let layout = Layout::new(n, cfg.dp, cfg.cp).ok_or(skrull_status::TooManySequences)?;
+    // SAFETY: forwarded caller contract for `lengths`.
+    let lengths = unsafe { lengths(lengths_ptr, n) }?;
+    if workspace.is_null() {
+        return Err(skrull_status::NullArg);
+    }
+    if workspace_size < layout.bytes() {
+        return Err(skrull_status::WorkspaceTooSmall);
+    }
+    let (dp, cp) = (cfg.dp as usize, cfg.cp as usize);
+    if bufs.summary.is_null() {
+        return Err(skrull_status::NullArg);
+    }
+    if !bufs.summary.is_aligned() {
+        return Err(skrull_status::InvalidArg);
+    }
+    let spans = [
+        check_out(bufs.placements, bufs.placements_len, n)?,
+        check_out(bufs.micro_batches, bufs.micro_batches_len, n)?,
+        check_out(bufs.members, bufs.members_len, n)?,
+        check_out(bufs.rank_tokens, bufs.rank_tokens_len, n * cp)?,
+        check_out(bufs.micro_batches_per_dp, bufs.micro_batches_per_dp_len, dp)?,
+        Span::of(bufs.summary.cast_const(), 1).ok_or(skrull_status::InvalidArg)?,
+        Span::of(workspace.cast_const().cast::<u8>(), workspace_size)
+            .ok_or(skrull_status::InvalidArg)?,
+        Span::of(lengths.as_ptr(), n).ok_or(skrull_status::InvalidArg)?,
+    ];
+    if any_overlap(&spans) {
+        return Err(skrull_status::InvalidArg);
+    }
+    // SAFETY: `workspace` is non-null (checked) and, by the caller contract, `workspace_size`
+    // writable bytes that nothing else touches during the call; it overlaps no output
+    // (checked).
+    let mut carver = unsafe { Carver::new(workspace.cast::<u8>(), workspace_size, layout.end()) }?;
+    let r = layout.carve(&mut carver)?;
+    let mut ws = Workspace {
+        keys: r.keys,
+        seqs: r.seqs,
+        scratch: r.scratch,
+        dp_loads: r.dp_loads,
+        dp_heap: r.dp_heap,
+        dp_start: r.dp_start,
+    };
+    let staged = PlanBuffers {
+        placements: r.placements,
+        micro_batches: r.micro_batches,
+        members: r.members,
+        rank_tokens: r.rank_tokens,
+        micro_batches_per_dp: r.micro_batches_per_dp,
+    };
+    let plan = skrull_core::schedule(&cfg, lengths, &mut ws, staged)?;
+    // SAFETY: every output pointer was checked non-null (or needed 0 elements), aligned, of
+    // sufficient capacity and disjoint from the staging workspace and the other outputs; the
+    // caller guarantees they are writable.
+    unsafe { copy_out(&cfg, lengths, &plan, &bufs) };
+    Ok(())
+}
+
+/// Copies a finished plan into the caller's buffers (the only writes to them).
+///
+/// # Safety
+/// Every buffer of `bufs` must be writable for what the plan needs (at least `n` placements,
+/// micro-batches and members, `micro_batches * cp` rank-token entries, `dp` counts, one
+/// summary), aligned, and disjoint from `plan`'s storage.
+unsafe fn copy_out(cfg: &Config, lengths: &[u32], plan: &Plan<'_>, bufs: &skrull_plan_buffers) {
+    // SAFETY: every write below is in bounds (the capacities were checked against `n`,
+    // `n * cp` and `dp`, which bound the plan's slices), aligned and writable (function
+    // contract).
+    unsafe {
+        for (i, (p, &len)) in plan.placements().iter().zip(lengths).enumerate() {
+            let tokens_per_gpu = if p.cp_rank == SHARDED {
+                cfg.shard_tokens(len)
+            } else {
+                len
+            };
+            bufs.placements.add(i).write(skrull_placement {
+                dp_rank: p.dp_rank,
+                micro_batch: p.micro_batch,
+                cp_rank: p.cp_rank,
+                tokens_per_gpu,
+            });
+        }
+        for (i, mb) in plan.micro_batches().iter().enumerate() {
+            bufs.micro_batches.add(i).write(skrull_micro_batch {
+                dp_rank: mb.dp_rank,
+                index: mb.index,
+                first: mb.first,
+                count: mb.count,
+            });
+        }
+        for (i, &m) in plan.members().iter().enumerate() {
+            bufs.members.add(i).write(m);
+        }
+        let cp = cfg.cp as usize;
+        for g in 0..plan.micro_batches().len() {
+            for (r, &t) in plan.rank_tokens(g).iter().enumerate() {
+                bufs.rank_tokens.add(g * cp + r).write(t);
+            }
+        }
+        for (d, &c) in plan.micro_batches_per_dp().iter().enumerate() {
+            bufs.micro_batches_per_dp.add(d).write(c);
+        }
+        let s = plan.summary();
+        bufs.summary.write(skrull_summary {
+            total_tokens: s.total_tokens,
+            sequences: lengths.len() as u32,
+            micro_batches: s.micro_batches,
+            sharded: s.sharded,
+            rollbacks: s.rollbacks,
+            peak_rank_tokens: s.peak_rank_tokens,
+            _reserved: 0,
+        });
+    }
+}

@@ -1,0 +1,305 @@
+//! `skrull_status`: the one result type of the C API, its stable numbers and messages, and the
+//! one mapping from the core's [`Error`].
+
+use core::ffi::{CStr, c_char};
+
+use skrull_core::Error;
+use skrull_core::error::Buffer;
+
+use crate::boundary::guard;
+
+/// The result of every fallible skrull function.
+///
+/// `SKRULL_STATUS_OK` is 0, so `if (skrull_schedule(...))` tests for failure. The numbers are
+/// stable forever: a status that is retired keeps its number reserved and is never reused.
+/// Functions take and return the plain `uint32_t` typedef, so a value from a newer library is
+/// never undefined behaviour; `skrull_status_str` names every value, known or not.
+///
+/// Groups: 1-9 malformed calls (pointers, struct sizes, integer enums, buffer sizes), 10-29
+/// rejected configurations or batches (one per scheduler error), 254-255 internal faults.
+#[repr(u32)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum skrull_status {
+    /// Success; every output was written.
+    Ok = 0,
+    /// A required pointer argument is NULL (or a buffer is NULL with a nonzero length).
+    NullArg = 1,
+    /// A struct's `struct_size` is smaller than its first version, larger than 4096, or
+    /// larger than this library's struct with nonzero bytes past the fields it knows.
+    BadStructSize = 2,
+    /// An integer that selects an option (policy, victim, FLOPs formula, shard padding,
+    /// model preset, `swiglu`) has no meaning in this library version.
+    InvalidEnum = 3,
+    /// Another malformed argument: a pointer not aligned for its type, overlapping buffers,
+    /// or a nonzero `_reserved` field.
+    InvalidArg = 4,
+    /// The workspace is smaller than `skrull_workspace_size()` bytes.
+    WorkspaceTooSmall = 5,
+    /// An output buffer is shorter than `skrull_plan_sizes()` says.
+    OutputTooSmall = 6,
+    /// `dp` is 0 or above 65536.
+    InvalidDp = 10,
+    /// `cp` is 0 or above 256.
+    InvalidCp = 11,
+    /// `bucket_tokens` is 0 or above 2^31 - 1.
+    InvalidBucket = 12,
+    /// A model-shape field is 0 or above its limit (or `kv_hidden > hidden`).
+    InvalidModel = 13,
+    /// The batch holds more than 65536 sequences.
+    TooManySequences = 14,
+    /// A sequence has zero tokens.
+    EmptySequence = 15,
+    /// A sequence is longer than 2^31 - 1 tokens.
+    LengthOutOfRange = 16,
+    /// A sequence cannot fit even sharded over the CP group (`ceil(len / cp) > bucket`).
+    SequenceTooLong = 17,
+    /// A DP rank needs more micro-batches than `max_micro_batches` allows.
+    MicroBatchLimit = 18,
+    /// DACP could not place one micro-batch within the budget (`skrull_dacp_place` only).
+    DacpFailed = 19,
+    /// The scheduler reported an error this version of the C API has no status for (a bug:
+    /// please report it).
+    Internal = 254,
+    /// A Rust panic was caught at the C boundary (a bug: please report it). No output was
+    /// written.
+    Panic = 255,
+}
+
+/// Every status, in numeric order (private: an array constant would leak into the header).
+const ALL: [skrull_status; 19] = [
+    skrull_status::Ok,
+    skrull_status::NullArg,
+    skrull_status::BadStructSize,
+    skrull_status::InvalidEnum,
+    skrull_status::InvalidArg,
+    skrull_status::WorkspaceTooSmall,
+    skrull_status::OutputTooSmall,
+    skrull_status::InvalidDp,
+    skrull_status::InvalidCp,
+    skrull_status::InvalidBucket,
+    skrull_status::InvalidModel,
+    skrull_status::TooManySequences,
+    skrull_status::EmptySequence,
+    skrull_status::LengthOutOfRange,
+    skrull_status::SequenceTooLong,
+    skrull_status::MicroBatchLimit,
+    skrull_status::DacpFailed,
+    skrull_status::Internal,
+    skrull_status::Panic,
+];
+
+impl skrull_status {
+    /// Every status, in numeric order.
+    pub fn all() -> &'static [skrull_status] {
+        &ALL
+    }
+
+    /// The status with number `code`, if there is one.
+    pub fn from_u32(code: u32) -> Option<skrull_status> {
+        ALL.iter().copied().find(|s| *s as u32 == code)
+    }
+
+    /// The static, NUL-terminated message for this status.
+    pub fn message(self) -> &'static CStr {
+        match self {
+            skrull_status::Ok => c"ok",
+            skrull_status::NullArg => c"a required pointer argument is NULL",
+            skrull_status::BadStructSize => {
+                c"struct_size is not a size this library accepts (set it to sizeof the struct)"
+            }
+            skrull_status::InvalidEnum => {
+                c"an option integer (policy, victim, flops, shard padding, preset, swiglu) is out of range"
+            }
+            skrull_status::InvalidArg => {
+                c"a pointer is misaligned, buffers overlap, or a reserved field is nonzero"
+            }
+            skrull_status::WorkspaceTooSmall => {
+                c"the workspace is smaller than skrull_workspace_size() bytes"
+            }
+            skrull_status::OutputTooSmall => {
+                c"an output buffer is shorter than skrull_plan_sizes() requires"
+            }
+            skrull_status::InvalidDp => c"dp is out of range 1..=65536",
+            skrull_status::InvalidCp => c"cp is out of range 1..=256",
+            skrull_status::InvalidBucket => c"bucket_tokens is out of range 1..=2147483647",
+            skrull_status::InvalidModel => c"a model shape field is zero or out of range",
+            skrull_status::TooManySequences => c"the batch holds more than 65536 sequences",
+            skrull_status::EmptySequence => c"a sequence has zero tokens",
+            skrull_status::LengthOutOfRange => c"a sequence is longer than 2147483647 tokens",
+            skrull_status::SequenceTooLong => {
+                c"a sequence cannot fit even sharded: ceil(len / cp) > bucket_tokens"
+            }
+            skrull_status::MicroBatchLimit => {
+                c"a DP rank needs more micro-batches than max_micro_batches allows"
+            }
+            skrull_status::DacpFailed => c"DACP could not fit the micro-batch within the budget",
+            skrull_status::Internal => c"internal error (a bug in skrull; please report it)",
+            skrull_status::Panic => {
+                c"a panic was caught at the C boundary (a bug in skrull; please report it)"
+            }
+        }
+    }
+}
+
+impl From<Error> for skrull_status {
+    fn from(e: Error) -> skrull_status {
+        match e {
+            Error::InvalidDp { .. } => skrull_status::InvalidDp,
+            Error::InvalidCp { .. } => skrull_status::InvalidCp,
+            Error::InvalidBucket { .. } => skrull_status::InvalidBucket,
+            Error::InvalidModel { .. } => skrull_status::InvalidModel,
+            Error::TooManySequences { .. } => skrull_status::TooManySequences,
+            Error::EmptySequence { .. } => skrull_status::EmptySequence,
+            Error::LengthOutOfRange { .. } => skrull_status::LengthOutOfRange,
+            Error::SequenceTooLong { .. } => skrull_status::SequenceTooLong,
+            Error::BufferTooSmall {
+                buffer: Buffer::Workspace,
+                ..
+            } => skrull_status::WorkspaceTooSmall,
+            Error::BufferTooSmall { .. } => skrull_status::OutputTooSmall,
+            Error::MicroBatchLimit { .. } => skrull_status::MicroBatchLimit,
+            Error::DacpFailed { .. } => skrull_status::DacpFailed,
+            // `Error` is non-exhaustive: a variant added to the core without a status here
+            // still maps to a defined code.
+            _ => skrull_status::Internal,
+        }
+    }
+}
+
+/// Returns a static, NUL-terminated English message for a status number.
+///
+/// Unknown numbers (for example from a newer library) give `"unknown status"`. The string is
+/// never NULL, lives as long as the program, and must not be freed.
+///
+/// # Safety
+/// None: any value is accepted. Safe to call from any thread.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn skrull_status_str(status: u32) -> *const c_char {
+    guard(|| {
+        skrull_status::from_u32(status)
+            .map_or(c"unknown status", skrull_status::message)
+            .as_ptr()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_are_stable() {
+        let expect: [(skrull_status, u32); 19] = [
+            (skrull_status::Ok, 0),
+            (skrull_status::NullArg, 1),
+            (skrull_status::BadStructSize, 2),
+            (skrull_status::InvalidEnum, 3),
+            (skrull_status::InvalidArg, 4),
+            (skrull_status::WorkspaceTooSmall, 5),
+            (skrull_status::OutputTooSmall, 6),
+            (skrull_status::InvalidDp, 10),
+            (skrull_status::InvalidCp, 11),
+            (skrull_status::InvalidBucket, 12),
+            (skrull_status::InvalidModel, 13),
+            (skrull_status::TooManySequences, 14),
+            (skrull_status::EmptySequence, 15),
+            (skrull_status::LengthOutOfRange, 16),
+            (skrull_status::SequenceTooLong, 17),
+            (skrull_status::MicroBatchLimit, 18),
+            (skrull_status::DacpFailed, 19),
+            (skrull_status::Internal, 254),
+            (skrull_status::Panic, 255),
+        ];
+        for (s, n) in expect {
+            assert_eq!(s as u32, n);
+            assert_eq!(skrull_status::from_u32(n), Some(s));
+        }
+        assert_eq!(skrull_status::from_u32(7), None);
+        assert_eq!(skrull_status::from_u32(u32::MAX), None);
+    }
+
+    #[test]
+    fn every_core_error_has_its_own_status() {
+        use skrull_core::error::ShapeField;
+        let cases = [
+            (Error::InvalidDp { dp: 0 }, skrull_status::InvalidDp),
+            (Error::InvalidCp { cp: 0 }, skrull_status::InvalidCp),
+            (
+                Error::InvalidBucket { bucket: 0 },
+                skrull_status::InvalidBucket,
+            ),
+            (
+                Error::InvalidModel {
+                    field: ShapeField::Ffn,
+                    value: 0,
+                },
+                skrull_status::InvalidModel,
+            ),
+            (
+                Error::TooManySequences { count: 9, max: 8 },
+                skrull_status::TooManySequences,
+            ),
+            (
+                Error::EmptySequence { index: 0 },
+                skrull_status::EmptySequence,
+            ),
+            (
+                Error::LengthOutOfRange { index: 0, len: 0 },
+                skrull_status::LengthOutOfRange,
+            ),
+            (
+                Error::SequenceTooLong {
+                    index: 0,
+                    len: 9,
+                    needed_bucket: 9,
+                },
+                skrull_status::SequenceTooLong,
+            ),
+            (
+                Error::BufferTooSmall {
+                    buffer: Buffer::Workspace,
+                    needed: 1,
+                    got: 0,
+                },
+                skrull_status::WorkspaceTooSmall,
+            ),
+            (
+                Error::BufferTooSmall {
+                    buffer: Buffer::Members,
+                    needed: 1,
+                    got: 0,
+                },
+                skrull_status::OutputTooSmall,
+            ),
+            (
+                Error::MicroBatchLimit {
+                    dp_rank: 0,
+                    limit: 1,
+                    needed: 2,
+                },
+                skrull_status::MicroBatchLimit,
+            ),
+            (Error::DacpFailed { cp_rank: 0 }, skrull_status::DacpFailed),
+        ];
+        for (e, s) in cases {
+            assert_eq!(skrull_status::from(e), s, "{e:?}");
+        }
+    }
+
+    #[test]
+    fn every_status_has_a_distinct_message() {
+        let all = skrull_status::all();
+        for (i, a) in all.iter().enumerate() {
+            assert!(!a.message().is_empty());
+            for b in &all[i + 1..] {
+                assert_ne!(a, b);
+                assert_ne!(a.message(), b.message());
+            }
+        }
+        // SAFETY: the function returns a pointer to a static NUL-terminated string.
+        let unknown = unsafe { CStr::from_ptr(skrull_status_str(77)) };
+        assert_eq!(unknown, c"unknown status");
+        // SAFETY: as above.
+        let ok = unsafe { CStr::from_ptr(skrull_status_str(0)) };
+        assert_eq!(ok, c"ok");
+    }
+}

@@ -1,0 +1,144 @@
+/*
+ * ABI facts a C program relies on: struct sizes and field offsets, the ABI version macro
+ * against the library, status numbers and strings, option constants, presets, sizing
+ * functions, and the panic guard.
+ */
+#include <stdalign.h>
+#include <stddef.h>
+
+#include "common.h"
+
+/* Frozen layouts: a change here is an ABI break (bump SKRULL_ABI_VERSION). */
+_Static_assert(sizeof(skrull_placement) == 16, "skrull_placement is 16 bytes");
+_Static_assert(offsetof(skrull_placement, dp_rank) == 0, "");
+_Static_assert(offsetof(skrull_placement, micro_batch) == 4, "");
+_Static_assert(offsetof(skrull_placement, cp_rank) == 8, "");
+_Static_assert(offsetof(skrull_placement, tokens_per_gpu) == 12, "");
+_Static_assert(sizeof(skrull_micro_batch) == 16, "skrull_micro_batch is 16 bytes");
+_Static_assert(offsetof(skrull_micro_batch, count) == 12, "");
+_Static_assert(sizeof(skrull_summary) == 32, "skrull_summary is 32 bytes");
+_Static_assert(offsetof(skrull_summary, sequences) == 8, "");
+_Static_assert(offsetof(skrull_summary, _reserved) == 28, "");
+_Static_assert(sizeof(skrull_model_shape) == 24, "skrull_model_shape is 24 bytes");
+_Static_assert(sizeof(skrull_config) == SKRULL_CONFIG_SIZE_V1, "skrull_config v1 is 60 bytes");
+_Static_assert(offsetof(skrull_config, struct_size) == 0, "struct_size comes first");
+_Static_assert(offsetof(skrull_config, model) == 36, "");
+_Static_assert(sizeof(skrull_dacp_summary) == 8, "");
+_Static_assert(sizeof(skrull_sizes) == 6 * sizeof(size_t), "");
+_Static_assert(offsetof(skrull_plan_buffers, struct_size) == 0, "struct_size comes first");
+_Static_assert(sizeof(skrull_plan_buffers) == 8 + 11 * sizeof(void *), "no implicit padding");
+_Static_assert(sizeof(skrull_status) == 4, "skrull_status is a uint32_t");
+_Static_assert(SKRULL_SHARDED == -1, "");
+_Static_assert(SKRULL_ABI_VERSION >= 1, "");
+
+static void versions(void) {
+    CHECK(skrull_abi_version() == SKRULL_ABI_VERSION);
+    const char *v = skrull_version();
+    CHECK(v != NULL && strlen(v) >= 5 && strchr(v, '.') != NULL);
+}
+
+static void statuses(void) {
+    /* Stable numbers. */
+    CHECK(SKRULL_STATUS_OK == 0);
+    CHECK(SKRULL_STATUS_NULL_ARG == 1);
+    CHECK(SKRULL_STATUS_BAD_STRUCT_SIZE == 2);
+    CHECK(SKRULL_STATUS_INVALID_ENUM == 3);
+    CHECK(SKRULL_STATUS_INVALID_ARG == 4);
+    CHECK(SKRULL_STATUS_WORKSPACE_TOO_SMALL == 5);
+    CHECK(SKRULL_STATUS_OUTPUT_TOO_SMALL == 6);
+    CHECK(SKRULL_STATUS_INVALID_DP == 10);
+    CHECK(SKRULL_STATUS_INVALID_CP == 11);
+    CHECK(SKRULL_STATUS_INVALID_BUCKET == 12);
+    CHECK(SKRULL_STATUS_INVALID_MODEL == 13);
+    CHECK(SKRULL_STATUS_TOO_MANY_SEQUENCES == 14);
+    CHECK(SKRULL_STATUS_EMPTY_SEQUENCE == 15);
+    CHECK(SKRULL_STATUS_LENGTH_OUT_OF_RANGE == 16);
+    CHECK(SKRULL_STATUS_SEQUENCE_TOO_LONG == 17);
+    CHECK(SKRULL_STATUS_MICRO_BATCH_LIMIT == 18);
+    CHECK(SKRULL_STATUS_DACP_FAILED == 19);
+    CHECK(SKRULL_STATUS_INTERNAL == 254);
+    CHECK(SKRULL_STATUS_PANIC == 255);
+    /* Every number has a static string; known ones are distinct, unknown ones say so. */
+    const char *unknown = skrull_status_str(7);
+    CHECK(unknown != NULL && strcmp(unknown, "unknown status") == 0);
+    CHECK(strcmp(skrull_status_str(SKRULL_STATUS_OK), "ok") == 0);
+    CHECK(strcmp(skrull_status_str(UINT32_MAX), "unknown status") == 0);
+    int known = 0;
+    for (uint32_t a = 0; a < 300; a++) {
+        const char *s = skrull_status_str(a);
+        CHECK(s != NULL);
+        if (strcmp(s, "unknown status") == 0) {
+            continue;
+        }
+        known++;
+        for (uint32_t b = a + 1; b < 300; b++) {
+            if (strcmp(s, skrull_status_str(b)) == 0) {
+                CHECK(!"two statuses share a message");
+            }
+        }
+    }
+    CHECK(known == 19);
+    /* The panic guard turns a Rust panic into a status. */
+    CHECK_STATUS(skrull_panic_selftest(), SKRULL_STATUS_PANIC);
+    CHECK_STATUS(skrull_panic_selftest(), SKRULL_STATUS_PANIC);
+}
+
+static void presets(void) {
+    skrull_config c;
+    memset(&c, 0xFF, sizeof c);
+    CHECK_STATUS(skrull_config_default(&c), SKRULL_STATUS_OK);
+    CHECK(c.struct_size == sizeof(skrull_config));
+    CHECK(c.dp == 4 && c.cp == 8 && c.bucket_tokens == 26 * 1024);
+    CHECK(c.policy == SKRULL_POLICY_SKRULL && c.victim == SKRULL_VICTIM_SHORTEST);
+    CHECK(c.flops == SKRULL_FLOPS_PAPER && c.shard_padding == SKRULL_SHARD_PADDING_NONE);
+    CHECK(c.max_micro_batches == 0);
+    CHECK(c.model.hidden == 896 && c.model.kv_hidden == 128 && c.model.ffn == 4864);
+    CHECK(c.model.layers == 24 && c.model.vocab == 151936 && c.model.swiglu == 1);
+
+    skrull_config p;
+    CHECK_STATUS(skrull_config_preset(SKRULL_PRESET_QWEN2_5_0_5B, &p), SKRULL_STATUS_OK);
+    CHECK(memcmp(&p, &c, sizeof c) == 0);
+    CHECK_STATUS(skrull_config_preset(SKRULL_PRESET_QWEN2_5_7B, &p), SKRULL_STATUS_OK);
+    CHECK(p.dp == 4 && p.cp == 8 && p.bucket_tokens == 13 * 1024);
+    CHECK(p.model.hidden == 3584 && p.model.kv_hidden == 512 && p.model.ffn == 18944);
+    CHECK(p.model.layers == 28 && p.model.vocab == 152064 && p.model.swiglu == 1);
+
+    /* Errors write nothing. */
+    skrull_config before = p;
+    CHECK_STATUS(skrull_config_preset(2, &p), SKRULL_STATUS_INVALID_ENUM);
+    CHECK(memcmp(&p, &before, sizeof p) == 0);
+    CHECK_STATUS(skrull_config_preset(SKRULL_PRESET_QWEN2_5_7B, NULL), SKRULL_STATUS_NULL_ARG);
+    CHECK_STATUS(skrull_config_default(NULL), SKRULL_STATUS_NULL_ARG);
+}
+
+static void sizes(void) {
+    skrull_sizes s;
+    CHECK_STATUS(skrull_plan_sizes(256, 4, 8, &s), SKRULL_STATUS_OK);
+    CHECK(s.placements == 256 && s.micro_batches == 256 && s.members == 256);
+    CHECK(s.rank_tokens == 256 * 8 && s.micro_batches_per_dp == 4);
+    CHECK(s.workspace_bytes == skrull_workspace_size(256, 4, 8));
+    CHECK(s.workspace_bytes > 0);
+    /* Sizes grow with the batch and the layout. */
+    CHECK(skrull_workspace_size(257, 4, 8) > s.workspace_bytes);
+    CHECK(skrull_workspace_size(256, 4, 16) > s.workspace_bytes);
+    CHECK(skrull_workspace_size(0, 1, 1) > 0);
+    /* Out of range: 0 bytes, and a status that names the problem. */
+    CHECK(skrull_workspace_size(65537, 4, 8) == 0);
+    CHECK(skrull_workspace_size(10, 0, 8) == 0);
+    CHECK(skrull_workspace_size(10, 4, 257) == 0);
+    skrull_sizes before = s;
+    CHECK_STATUS(skrull_plan_sizes(65537, 4, 8, &s), SKRULL_STATUS_TOO_MANY_SEQUENCES);
+    CHECK_STATUS(skrull_plan_sizes(10, 0, 8, &s), SKRULL_STATUS_INVALID_DP);
+    CHECK_STATUS(skrull_plan_sizes(10, 65537, 8, &s), SKRULL_STATUS_INVALID_DP);
+    CHECK_STATUS(skrull_plan_sizes(10, 4, 0, &s), SKRULL_STATUS_INVALID_CP);
+    CHECK_STATUS(skrull_plan_sizes(10, 4, 8, NULL), SKRULL_STATUS_NULL_ARG);
+    CHECK(memcmp(&s, &before, sizeof s) == 0);
+}
+
+int main(void) {
+    versions();
+    statuses();
+    presets();
+    sizes();
+    return report("abi");
+}

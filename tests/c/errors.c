@@ -1,0 +1,220 @@
+/*
+ * Every status from C: each error case returns its specific status and leaves every output
+ * buffer byte-for-byte untouched (guard pattern, including GUARD bytes on both sides).
+ * A final check fails if some status was never produced (SKRULL_STATUS_INTERNAL is
+ * unreachable by design: it stands for a core error this ABI version cannot name).
+ */
+#include "common.h"
+
+static unsigned char seen[256];
+
+static void note(skrull_status s) {
+    if (s < 256) {
+        seen[s] = 1;
+    }
+}
+
+static const uint32_t OK10[10] = {1, 2, 2, 3, 4, 6, 9, 14, 30, 5};
+
+/* The arguments of one skrull_schedule() call, edited by each case. */
+typedef struct {
+    skrull_config cfg;
+    const uint32_t *lengths;
+    size_t n;
+    void *ws;
+    size_t ws_size;
+    skrull_plan_buffers bufs;
+    const skrull_config *cfg_ptr;
+    const skrull_plan_buffers *bufs_ptr;
+} call;
+
+static void fresh(call *c, plan_store *s, const uint32_t *lengths, size_t n) {
+    store_init(s, n, 2, 4);
+    if (skrull_config_default(&c->cfg) != SKRULL_STATUS_OK) {
+        exit(2);
+    }
+    c->cfg.dp = 2;
+    c->cfg.cp = 4;
+    c->cfg.bucket_tokens = 24;
+    c->lengths = lengths;
+    c->n = n;
+    c->ws = s->workspace.data;
+    c->ws_size = s->sizes.workspace_bytes;
+    c->bufs = s->bufs;
+    c->cfg_ptr = &c->cfg;
+    c->bufs_ptr = &c->bufs;
+}
+
+/* Runs the call and checks the status and that no output byte changed. */
+static void expect(const char *what, call *c, plan_store *s, skrull_status want) {
+    skrull_status got = skrull_schedule(c->cfg_ptr, c->lengths, c->n, c->ws, c->ws_size,
+                                        c->bufs_ptr);
+    note(got);
+    if (got != want) {
+        fprintf(stderr, "%s: got %u (%s), want %u (%s)\n", what, (unsigned)got,
+                skrull_status_str(got), (unsigned)want, skrull_status_str(want));
+    }
+    CHECK(got == want);
+    CHECK(outputs_untouched(s));
+    CHECK(guards_intact(&s->workspace));
+    store_free(s);
+}
+
+#define CASE(want, lengths, n, edit)                                                    \
+    do {                                                                                \
+        call c;                                                                         \
+        plan_store s;                                                                   \
+        fresh(&c, &s, (lengths), (n));                                                  \
+        edit;                                                                           \
+        expect(#want ": " #edit, &c, &s, (want));                                       \
+    } while (0)
+
+static void schedule_errors(void) {
+    /* NULL pointers. */
+    CASE(SKRULL_STATUS_NULL_ARG, OK10, 10, c.cfg_ptr = NULL);
+    CASE(SKRULL_STATUS_NULL_ARG, OK10, 10, c.bufs_ptr = NULL);
+    CASE(SKRULL_STATUS_NULL_ARG, OK10, 10, c.lengths = NULL);
+    CASE(SKRULL_STATUS_NULL_ARG, OK10, 10, c.ws = NULL);
+    CASE(SKRULL_STATUS_NULL_ARG, OK10, 10, c.bufs.summary = NULL);
+    CASE(SKRULL_STATUS_NULL_ARG, OK10, 10, c.bufs.placements = NULL);
+    CASE(SKRULL_STATUS_NULL_ARG, OK10, 10, c.bufs.micro_batches_per_dp = NULL);
+    /* struct_size. */
+    CASE(SKRULL_STATUS_BAD_STRUCT_SIZE, OK10, 10, c.cfg.struct_size = 0);
+    CASE(SKRULL_STATUS_BAD_STRUCT_SIZE, OK10, 10, c.cfg.struct_size = sizeof c.cfg - 4);
+    CASE(SKRULL_STATUS_BAD_STRUCT_SIZE, OK10, 10, c.cfg.struct_size = 1u << 20);
+    CASE(SKRULL_STATUS_BAD_STRUCT_SIZE, OK10, 10, c.bufs.struct_size = 8);
+    /* Option integers from C are validated, never trusted. */
+    CASE(SKRULL_STATUS_INVALID_ENUM, OK10, 10, c.cfg.policy = 4);
+    CASE(SKRULL_STATUS_INVALID_ENUM, OK10, 10, c.cfg.policy = UINT32_MAX);
+    CASE(SKRULL_STATUS_INVALID_ENUM, OK10, 10, c.cfg.victim = 2);
+    CASE(SKRULL_STATUS_INVALID_ENUM, OK10, 10, c.cfg.flops = 2);
+    CASE(SKRULL_STATUS_INVALID_ENUM, OK10, 10, c.cfg.shard_padding = 2);
+    CASE(SKRULL_STATUS_INVALID_ENUM, OK10, 10, c.cfg.model.swiglu = 2);
+    /* Malformed arguments. */
+    CASE(SKRULL_STATUS_INVALID_ARG, OK10, 10, c.bufs._reserved = 1);
+    CASE(SKRULL_STATUS_INVALID_ARG, OK10, 10,
+         c.bufs.members = (uint32_t *)((unsigned char *)c.bufs.members + 1));
+    CASE(SKRULL_STATUS_INVALID_ARG, OK10, 10, c.bufs.rank_tokens = c.bufs.members);
+    CASE(SKRULL_STATUS_INVALID_ARG, OK10, 10,
+         c.bufs.placements = (skrull_placement *)c.ws);
+    /* Buffer sizes. */
+    CASE(SKRULL_STATUS_WORKSPACE_TOO_SMALL, OK10, 10, c.ws_size -= 1);
+    CASE(SKRULL_STATUS_WORKSPACE_TOO_SMALL, OK10, 10, c.ws_size = 0);
+    CASE(SKRULL_STATUS_OUTPUT_TOO_SMALL, OK10, 10, c.bufs.placements_len -= 1);
+    CASE(SKRULL_STATUS_OUTPUT_TOO_SMALL, OK10, 10, c.bufs.micro_batches_len -= 1);
+    CASE(SKRULL_STATUS_OUTPUT_TOO_SMALL, OK10, 10, c.bufs.members_len = 0);
+    CASE(SKRULL_STATUS_OUTPUT_TOO_SMALL, OK10, 10, c.bufs.rank_tokens_len -= 1);
+    CASE(SKRULL_STATUS_OUTPUT_TOO_SMALL, OK10, 10, c.bufs.micro_batches_per_dp_len = 1);
+    /* Configuration ranges (SPEC section 7: zero or absurd DP/CP/BucketSize). */
+    CASE(SKRULL_STATUS_INVALID_DP, OK10, 10, c.cfg.dp = 0);
+    CASE(SKRULL_STATUS_INVALID_DP, OK10, 10, c.cfg.dp = 65537);
+    CASE(SKRULL_STATUS_INVALID_CP, OK10, 10, c.cfg.cp = 0);
+    CASE(SKRULL_STATUS_INVALID_CP, OK10, 10, c.cfg.cp = 257);
+    CASE(SKRULL_STATUS_INVALID_BUCKET, OK10, 10, c.cfg.bucket_tokens = 0);
+    CASE(SKRULL_STATUS_INVALID_BUCKET, OK10, 10, c.cfg.bucket_tokens = 0x80000000u);
+    CASE(SKRULL_STATUS_INVALID_MODEL, OK10, 10, c.cfg.model.hidden = 0);
+    CASE(SKRULL_STATUS_INVALID_MODEL, OK10, 10, c.cfg.model.kv_hidden = 100000);
+    CASE(SKRULL_STATUS_INVALID_MODEL, OK10, 10, c.cfg.model.layers = 5000);
+    /* Batch errors. */
+    static const uint32_t empty_seq[] = {3, 0, 2};
+    static const uint32_t huge_seq[] = {3, 0xFFFFFFFFu};
+    static const uint32_t too_long[] = {3, 97}; /* ceil(97 / 4) = 25 > 24 */
+    CASE(SKRULL_STATUS_EMPTY_SEQUENCE, empty_seq, 3, (void)0);
+    CASE(SKRULL_STATUS_LENGTH_OUT_OF_RANGE, huge_seq, 2, c.cfg.bucket_tokens = 0x7FFFFFFF);
+    CASE(SKRULL_STATUS_SEQUENCE_TOO_LONG, too_long, 2, (void)0);
+    CASE(SKRULL_STATUS_MICRO_BATCH_LIMIT, OK10, 10,
+         (c.cfg.max_micro_batches = 1, c.cfg.policy = SKRULL_POLICY_DEEPSPEED));
+    CASE(SKRULL_STATUS_MICRO_BATCH_LIMIT, OK10, 10,
+         (c.cfg.max_micro_batches = 1, c.cfg.bucket_tokens = 8));
+
+    /* More sequences than a batch may hold. */
+    uint32_t *many = (uint32_t *)malloc(65537 * sizeof *many);
+    CHECK(many != NULL);
+    for (size_t i = 0; many != NULL && i < 65537; i++) {
+        many[i] = 1;
+    }
+    CASE(SKRULL_STATUS_TOO_MANY_SEQUENCES, many, 10, c.n = 65537);
+    free(many);
+
+    /* A newer caller's larger struct is accepted when its tail is zero. */
+    struct {
+        skrull_config cfg;
+        uint32_t future_field;
+    } newer;
+    {
+        call c;
+        plan_store s;
+        fresh(&c, &s, OK10, 10);
+        newer.cfg = c.cfg;
+        newer.cfg.struct_size = sizeof newer;
+        newer.future_field = 0;
+        c.cfg_ptr = &newer.cfg;
+        skrull_status got = skrull_schedule(c.cfg_ptr, OK10, 10, c.ws, c.ws_size, &c.bufs);
+        note(got);
+        CHECK_STATUS(got, SKRULL_STATUS_OK);
+        CHECK(verify_plan(&newer.cfg, OK10, 10, &s) == 0);
+        CHECK(all_guards_intact(&s));
+        store_free(&s);
+        newer.future_field = 1;
+        CASE(SKRULL_STATUS_BAD_STRUCT_SIZE, OK10, 10, c.cfg_ptr = &newer.cfg);
+    }
+}
+
+static void dacp_errors(void) {
+    const uint32_t lengths[] = {1, 2, 2, 3, 4, 6, 9, 14, 30};
+    skrull_config c;
+    CHECK_STATUS(skrull_config_default(&c), SKRULL_STATUS_OK);
+    c.dp = 1;
+    c.cp = 4;
+    c.bucket_tokens = 20; /* paper Example 2: infeasible with integer shares */
+    size_t wl = skrull_workspace_size(9, 1, 4);
+    guarded ws = guarded_alloc(wl);
+    guarded ranks = guarded_alloc(9 * sizeof(int32_t));
+    guarded sum = guarded_alloc(sizeof(skrull_dacp_summary));
+    skrull_status got = skrull_dacp_place(&c, lengths, 9, ws.data, wl, (int32_t *)ranks.data,
+                                          9, (skrull_dacp_summary *)sum.data);
+    note(got);
+    CHECK_STATUS(got, SKRULL_STATUS_DACP_FAILED);
+    got = skrull_dacp_place(&c, lengths, 9, ws.data, wl - 1, (int32_t *)ranks.data, 9,
+                            (skrull_dacp_summary *)sum.data);
+    CHECK_STATUS(got, SKRULL_STATUS_WORKSPACE_TOO_SMALL);
+    c.bucket_tokens = 24;
+    got = skrull_dacp_place(&c, lengths, 9, ws.data, wl, (int32_t *)ranks.data, 8,
+                            (skrull_dacp_summary *)sum.data);
+    CHECK_STATUS(got, SKRULL_STATUS_OUTPUT_TOO_SMALL);
+    got = skrull_dacp_place(&c, lengths, 9, ws.data, wl, (int32_t *)ranks.data, 9, NULL);
+    CHECK_STATUS(got, SKRULL_STATUS_NULL_ARG);
+    /* Nothing written by any of the failures. */
+    const unsigned char *r = ranks.base, *s = sum.base;
+    int untouched = 1;
+    for (size_t i = 0; i < 9 * sizeof(int32_t) + 2 * GUARD; i++) {
+        untouched &= r[i] == PATTERN;
+    }
+    for (size_t i = 0; i < sizeof(skrull_dacp_summary) + 2 * GUARD; i++) {
+        untouched &= s[i] == PATTERN;
+    }
+    CHECK(untouched);
+    CHECK(guards_intact(&ws));
+    free(ws.base);
+    free(ranks.base);
+    free(sum.base);
+}
+
+int main(void) {
+    note(SKRULL_STATUS_OK);
+    schedule_errors();
+    dacp_errors();
+    note(skrull_panic_selftest());
+    /* Every status this library defines was produced by some call above. */
+    for (uint32_t code = 0; code < 256; code++) {
+        const char *msg = skrull_status_str(code);
+        if (strcmp(msg, "unknown status") == 0 || code == SKRULL_STATUS_INTERNAL) {
+            continue;
+        }
+        if (!seen[code]) {
+            fprintf(stderr, "status %u (%s) was never produced\n", (unsigned)code, msg);
+        }
+        CHECK(seen[code]);
+    }
+    return report("errors");
+}
