@@ -3,8 +3,13 @@
 
 pub mod args;
 pub mod buffers;
+pub mod calibrate;
+pub mod evaluate;
 pub mod json;
+pub mod layout_out;
 pub mod plan_cmd;
 pub mod sample;
+pub mod simulate;
+pub mod svg;
 
 pub use buffers::OwnedBuffers;

@@ -3,13 +3,16 @@
 use std::process::ExitCode;
 
 use skrull_cli::args::Flags;
-use skrull_cli::plan_cmd;
+use skrull_cli::{calibrate, evaluate, plan_cmd, simulate};
 
 const USAGE: &str = "\
 skrull <command> [flags]
 
 commands:
   plan       plan one global batch (default: a paper-sized LMsys batch) and print it
+  simulate   run every policy on sampled batches and compare them on the cost model
+  evaluate   estimate the iteration time and lower bound of a plan (JSON)
+  calibrate  fit the cost model to measured (length, time) samples
   help       print this text
 
 `skrull <command> --help` describes a command's flags.";
@@ -31,6 +34,18 @@ fn main() -> ExitCode {
         "plan" => (
             plan_cmd::USAGE,
             plan_cmd::run as fn(&Flags) -> Result<String, String>,
+        ),
+        "simulate" => (
+            simulate::USAGE,
+            simulate::run as fn(&Flags) -> Result<String, String>,
+        ),
+        "evaluate" => (
+            evaluate::USAGE,
+            evaluate::run as fn(&Flags) -> Result<String, String>,
+        ),
+        "calibrate" => (
+            calibrate::USAGE,
+            calibrate::run as fn(&Flags) -> Result<String, String>,
         ),
         "help" | "--help" | "-h" => {
             println!("{USAGE}");

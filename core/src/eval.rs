@@ -1,1 +1,913 @@
-//! Evaluator (placeholder, being written).
+//! The evaluator: the estimated iteration time of any plan under a [`CostModel`], per
+//! micro-batch, per DP rank and per CP rank, with the communication it hides and exposes,
+//! the GPUs that break BucketSize, and a lower bound on every budget-respecting plan of the
+//! same batch.
+//!
+//! Like the schedulers it never allocates: the caller lends [`EvalBuffers`] sized by
+//! [`EvalSizes`], and the results are views into them. It trusts nothing but the placements
+//! (the DP rank, micro-batch index and CP rank of every sequence), so it evaluates plans from
+//! any source: [`evaluate`] takes a core [`Plan`], [`evaluate_placements`] a bare placement
+//! list such as one parsed from `skrull plan --format json`.
+//!
+//! # Lower bound
+//!
+//! [`lower_bound`] is the largest of three bounds, each valid for every plan in which no GPU
+//! holds more than BucketSize tokens, under the same model:
+//!
+//! - **work**: every CP rank's time in a micro-batch is at least its compute plus `T_fixed`
+//!   (the overlap term is at least the overlapped compute), and a micro-batch takes at least
+//!   the mean of its ranks; so the iteration takes at least the mean DP rank, which is at
+//!   least `(Σ_s w(s)/N + M·T_fixed)/k` over the `k` DP ranks that hold sequences, where
+//!   `w(s)` is the GPU-seconds of sequence `s` at best — the compute-bound GEMM time of its
+//!   `S` tokens plus the cheaper of its whole attention (only if `S <= C`) and `N` shards'
+//!   attention — and `M >= max(k, ceil(ΣS/(N·C)))` micro-batches (one holds at most `N·C`
+//!   tokens); the expression falls as `k` grows, so `k = DP` bounds every plan;
+//! - **fixed**: some DP rank runs at least `ceil(M/DP)` micro-batches of at least `T_fixed`;
+//! - **longest**: the micro-batch holding sequence `s` takes at least the cheaper of `s`
+//!   alone whole (only if `S <= C`) and `s` alone sharded (communication, GEMM and attention
+//!   only grow with more sequences), for every `s`.
+//!
+//! Plus the per-iteration fixed cost. The value is rounded down by one part in 10⁹ so that
+//! floating-point reordering can never lift it above an evaluated time.
+
+use core::fmt;
+
+use crate::config::{Config, MAX_SEQ_LEN, MAX_SEQS};
+use crate::cost::{CostModel, InvalidCost, RankLoad, TimeModel};
+use crate::error::Error;
+use crate::plan::{Placement, Plan, SHARDED};
+
+/// One micro-batch's estimate.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct MicroBatchTime {
+    /// The DP rank that runs it.
+    pub dp_rank: u32,
+    /// Its index on that DP rank.
+    pub index: u32,
+    /// When it starts on its DP rank (the sum of the earlier micro-batches), seconds.
+    pub start: f64,
+    /// Its time: the slowest CP rank's, seconds (0 for an index no sequence uses).
+    pub time: f64,
+    /// The slowest CP rank.
+    pub slowest_cp_rank: u32,
+    /// Sequences in it.
+    pub sequences: u32,
+    /// Sharded sequences in it.
+    pub sharded: u32,
+    /// Tokens each GPU holds of the sharded sequences.
+    pub sharded_tokens: u64,
+    /// Tokens of the sharded sequences, whole.
+    pub sharded_len: u64,
+    /// Attention time of each GPU's shares of the sharded sequences, seconds.
+    pub sharded_attention: f64,
+    /// CP communication of the sharded sequences, seconds.
+    pub comm: f64,
+    /// Communication the slowest CP rank cannot hide, seconds.
+    pub exposed_comm: f64,
+    /// The most tokens one GPU holds.
+    pub peak_tokens: u64,
+    /// Whether some GPU holds more than BucketSize tokens.
+    pub over_budget: bool,
+}
+
+impl MicroBatchTime {
+    /// The share of the communication hidden behind compute on the slowest rank (1 without
+    /// communication).
+    pub fn hidden_fraction(&self) -> f64 {
+        if self.comm > 0.0 {
+            1.0 - self.exposed_comm / self.comm
+        } else {
+            1.0
+        }
+    }
+}
+
+/// One CP rank's estimate in one micro-batch.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct RankSlot {
+    /// Tokens of the sequences held whole here.
+    pub local_tokens: u64,
+    /// Attention time of those sequences, seconds.
+    pub local_attention: f64,
+    /// Every token this GPU holds (local plus shards).
+    pub tokens: u64,
+    /// GEMM time over those tokens, seconds.
+    pub gemm: f64,
+    /// Communication this rank cannot hide, seconds.
+    pub exposed_comm: f64,
+    /// This rank's time in the micro-batch, seconds.
+    pub time: f64,
+}
+
+/// Which caller buffer of [`EvalBuffers`] was too small.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EvalBuffer {
+    /// [`EvalBuffers::micro_batches`].
+    MicroBatches,
+    /// [`EvalBuffers::ranks`].
+    Ranks,
+    /// [`EvalBuffers::dp_times`].
+    DpTimes,
+    /// [`EvalBuffers::dp_offsets`].
+    DpOffsets,
+}
+
+/// How large each [`EvalBuffers`] slice must be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EvalSizes {
+    /// Micro-batch slots: `n` (an index beyond a DP rank's sequence count is refused).
+    pub micro_batches: usize,
+    /// `n x cp`: one per (micro-batch, CP rank).
+    pub ranks: usize,
+    /// `dp`.
+    pub dp_times: usize,
+    /// `dp + 1`.
+    pub dp_offsets: usize,
+}
+
+impl EvalSizes {
+    /// Sizes that hold the evaluation of any plan of `n` sequences under `cfg` whose
+    /// micro-batch indices on every DP rank stay below that rank's sequence count.
+    pub fn for_batch(n: usize, cfg: &Config) -> EvalSizes {
+        EvalSizes {
+            micro_batches: n,
+            ranks: n.saturating_mul(cfg.cp as usize),
+            dp_times: cfg.dp as usize,
+            dp_offsets: cfg.dp as usize + 1,
+        }
+    }
+}
+
+/// Caller-provided storage for an evaluation (sizes: [`EvalSizes`]).
+#[derive(Debug)]
+pub struct EvalBuffers<'a> {
+    /// One per micro-batch slot, grouped by DP rank, then by index.
+    pub micro_batches: &'a mut [MicroBatchTime],
+    /// One per (micro-batch slot, CP rank): entry `g * cp + r`.
+    pub ranks: &'a mut [RankSlot],
+    /// One per DP rank.
+    pub dp_times: &'a mut [f64],
+    /// Offsets of each DP rank's slots in `micro_batches`.
+    pub dp_offsets: &'a mut [u32],
+}
+
+/// The first GPU found over BucketSize.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BudgetViolation {
+    /// Its DP rank.
+    pub dp_rank: u32,
+    /// The micro-batch index.
+    pub micro_batch: u32,
+    /// Its CP rank.
+    pub cp_rank: u32,
+    /// Tokens it holds.
+    pub tokens: u64,
+}
+
+/// A lower bound on the iteration time of every budget-respecting plan of a batch (see the
+/// [module docs](self)).
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct LowerBound {
+    /// The bound, seconds: the largest part plus the per-iteration cost, rounded down.
+    pub value: f64,
+    /// The work bound.
+    pub work: f64,
+    /// The fixed-cost bound.
+    pub fixed: f64,
+    /// The single-sequence bound.
+    pub longest: f64,
+    /// The sequence that gives the single-sequence bound.
+    pub longest_seq: usize,
+    /// The fewest micro-batches the token total allows.
+    pub min_micro_batches: u64,
+}
+
+/// The whole-plan summary of an evaluation.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Report {
+    /// Estimated iteration time, seconds (slowest DP rank plus the per-iteration cost).
+    pub iteration_time: f64,
+    /// The slowest DP rank.
+    pub slowest_dp_rank: u32,
+    /// Micro-batches that hold at least one sequence.
+    pub micro_batches: u32,
+    /// The most micro-batches one DP rank runs.
+    pub max_micro_batches_per_dp: u32,
+    /// CP communication summed over micro-batches, seconds.
+    pub comm: f64,
+    /// Communication the slowest CP rank of each micro-batch cannot hide, summed, seconds.
+    pub exposed_comm: f64,
+    /// The same on the slowest DP rank only (what lengthens the iteration).
+    pub critical_exposed_comm: f64,
+    /// `1 − exposed_comm / comm` (1 without communication).
+    pub hidden_fraction: f64,
+    /// The most tokens one GPU holds in one micro-batch.
+    pub peak_tokens: u64,
+    /// BucketSize of the configuration.
+    pub bucket: u32,
+    /// (micro-batch, CP rank) pairs over BucketSize: the plan is invalid when this is not 0.
+    pub over_budget: u32,
+    /// The first of them.
+    pub first_over_budget: Option<BudgetViolation>,
+    /// Tokens in the batch.
+    pub total_tokens: u64,
+    /// Tokens of the sharded sequences.
+    pub sharded_tokens: u64,
+    /// Sharded sequences.
+    pub sharded_sequences: u32,
+    /// The lower bound for this batch.
+    pub lower_bound: LowerBound,
+}
+
+impl Report {
+    /// Whether every GPU stays within BucketSize.
+    pub fn within_budget(&self) -> bool {
+        self.over_budget == 0
+    }
+
+    /// Iteration time over the lower bound (1 = provably optimal under the model).
+    pub fn gap(&self) -> f64 {
+        if self.lower_bound.value > 0.0 {
+            self.iteration_time / self.lower_bound.value
+        } else {
+            1.0
+        }
+    }
+}
+
+/// A finished evaluation: the summary and views into the [`EvalBuffers`].
+#[derive(Debug, Clone, Copy)]
+pub struct Evaluation<'b> {
+    /// The summary.
+    pub report: Report,
+    /// Every micro-batch slot, grouped by DP rank, then by index.
+    pub micro_batches: &'b [MicroBatchTime],
+    /// Per (micro-batch slot, CP rank), entry `g * cp + r`.
+    pub ranks: &'b [RankSlot],
+    /// Time of each DP rank, seconds.
+    pub dp_times: &'b [f64],
+    cp: usize,
+}
+
+impl<'b> Evaluation<'b> {
+    /// The CP ranks of micro-batch slot `g`.
+    pub fn ranks_of(&self, g: usize) -> &'b [RankSlot] {
+        self.ranks
+            .get(g * self.cp..(g + 1) * self.cp)
+            .unwrap_or(&[])
+    }
+}
+
+/// Why an evaluation was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum EvalError {
+    /// The configuration is invalid.
+    Config(Error),
+    /// The cost model is invalid.
+    Cost(InvalidCost),
+    /// The plan's DP/CP sizes differ from the configuration's.
+    PlanLayout,
+    /// Lengths and placements differ in count, or there are more than `MAX_SEQS`.
+    Shape {
+        /// Lengths given.
+        lengths: usize,
+        /// Placements given.
+        placements: usize,
+    },
+    /// A sequence has zero tokens or more than `MAX_SEQ_LEN`.
+    Length {
+        /// The sequence.
+        index: usize,
+        /// Its length.
+        len: u32,
+    },
+    /// A sequence's DP rank or CP rank is out of range, or its micro-batch index is not below
+    /// its DP rank's sequence count.
+    OutOfRange {
+        /// The sequence.
+        seq: usize,
+    },
+    /// A caller buffer is too small.
+    BufferTooSmall {
+        /// Which one.
+        buffer: EvalBuffer,
+        /// Elements needed.
+        needed: usize,
+        /// Elements given.
+        got: usize,
+    },
+}
+
+impl fmt::Display for EvalError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            EvalError::Config(e) => write!(f, "{e}"),
+            EvalError::Cost(e) => write!(f, "{e}"),
+            EvalError::PlanLayout => {
+                write!(f, "the plan's DP/CP sizes differ from the configuration's")
+            }
+            EvalError::Shape {
+                lengths,
+                placements,
+            } => write!(
+                f,
+                "{lengths} lengths but {placements} placements (at most {MAX_SEQS} of each)"
+            ),
+            EvalError::Length { index, len } => {
+                write!(
+                    f,
+                    "sequence {index} has {len} tokens (1..={MAX_SEQ_LEN} allowed)"
+                )
+            }
+            EvalError::OutOfRange { seq } => write!(
+                f,
+                "sequence {seq}: DP rank, CP rank or micro-batch index out of range"
+            ),
+            EvalError::BufferTooSmall {
+                buffer,
+                needed,
+                got,
+            } => write!(
+                f,
+                "buffer {buffer:?} holds {got} elements, {needed} are needed"
+            ),
+        }
+    }
+}
+
+impl core::error::Error for EvalError {}
+
+fn check_inputs(cost: &CostModel, cfg: &Config, lengths: &[u32]) -> Result<(), EvalError> {
+    cfg.validate().map_err(EvalError::Config)?;
+    cost.validate().map_err(EvalError::Cost)?;
+    if lengths.len() > MAX_SEQS {
+        return Err(EvalError::Shape {
+            lengths: lengths.len(),
+            placements: lengths.len(),
+        });
+    }
+    for (index, &len) in lengths.iter().enumerate() {
+        if len == 0 || len > MAX_SEQ_LEN {
+            return Err(EvalError::Length { index, len });
+        }
+    }
+    Ok(())
+}
+
+/// Evaluates a core [`Plan`] of `lengths` under `cfg` (see [`evaluate_placements`]).
+///
+/// # Errors
+/// [`EvalError::PlanLayout`] when the plan was made for other DP/CP sizes, else as
+/// [`evaluate_placements`].
+pub fn evaluate<'b>(
+    cost: &CostModel,
+    cfg: &Config,
+    lengths: &[u32],
+    plan: &Plan<'_>,
+    out: EvalBuffers<'b>,
+) -> Result<Evaluation<'b>, EvalError> {
+    if plan.dp() != cfg.dp || plan.cp() != cfg.cp {
+        return Err(EvalError::PlanLayout);
+    }
+    evaluate_placements(cost, cfg, lengths, plan.placements(), out)
+}
+
+/// Evaluates the plan given by `placements` (one per sequence, in input order) of `lengths`
+/// under `cfg` and `cost`. Micro-batches of a DP rank run in index order; an index no
+/// sequence uses costs nothing. A GPU over BucketSize is counted in
+/// [`Report::over_budget`], not refused. Runs in `O(n + slots x cp)` without allocating.
+///
+/// # Errors
+/// [`EvalError`] for an invalid configuration or cost model, mismatched or bad lengths, a
+/// placement out of range, or buffers smaller than [`EvalSizes::for_batch`] needs.
+pub fn evaluate_placements<'b>(
+    cost: &CostModel,
+    cfg: &Config,
+    lengths: &[u32],
+    placements: &[Placement],
+    out: EvalBuffers<'b>,
+) -> Result<Evaluation<'b>, EvalError> {
+    check_inputs(cost, cfg, lengths)?;
+    if placements.len() != lengths.len() {
+        return Err(EvalError::Shape {
+            lengths: lengths.len(),
+            placements: placements.len(),
+        });
+    }
+    let (dp, cp) = (cfg.dp as usize, cfg.cp as usize);
+    let EvalBuffers {
+        micro_batches,
+        ranks,
+        dp_times,
+        dp_offsets,
+    } = out;
+    let short = |buffer, needed: usize, got: usize| {
+        if got < needed {
+            Err(EvalError::BufferTooSmall {
+                buffer,
+                needed,
+                got,
+            })
+        } else {
+            Ok(())
+        }
+    };
+    short(EvalBuffer::DpTimes, dp, dp_times.len())?;
+    short(EvalBuffer::DpOffsets, dp + 1, dp_offsets.len())?;
+    let dp_times = &mut dp_times[..dp];
+    let offsets = &mut dp_offsets[..dp + 1];
+
+    // Pass 1: sequences per DP rank (in dp_times, as counts) and slots per DP rank.
+    offsets.fill(0);
+    dp_times.fill(0.0);
+    for (seq, p) in placements.iter().enumerate() {
+        let d = p.dp_rank as usize;
+        let cp_ok = p.cp_rank == SHARDED || (p.cp_rank >= 0 && (p.cp_rank as usize) < cp);
+        if d >= dp || !cp_ok {
+            return Err(EvalError::OutOfRange { seq });
+        }
+        dp_times[d] += 1.0;
+        offsets[d] = offsets[d].max(p.micro_batch.saturating_add(1));
+    }
+    for (seq, p) in placements.iter().enumerate() {
+        // At most one slot per sequence of the rank: keeps the slot count within n.
+        if f64::from(p.micro_batch) >= dp_times[p.dp_rank as usize] {
+            return Err(EvalError::OutOfRange { seq });
+        }
+    }
+    let mut total = 0u32;
+    for o in offsets.iter_mut().take(dp) {
+        let count = *o;
+        *o = total;
+        total += count;
+    }
+    offsets[dp] = total;
+    let slots = total as usize;
+    short(EvalBuffer::MicroBatches, slots, micro_batches.len())?;
+    short(EvalBuffer::Ranks, slots * cp, ranks.len())?;
+    let mbs = &mut micro_batches[..slots];
+    let ranks = &mut ranks[..slots * cp];
+    for d in 0..dp {
+        for g in offsets[d]..offsets[d + 1] {
+            mbs[g as usize] = MicroBatchTime {
+                dp_rank: d as u32,
+                index: g - offsets[d],
+                ..MicroBatchTime::default()
+            };
+        }
+    }
+    ranks.fill(RankSlot::default());
+
+    // Pass 2: accumulate every sequence into its slot.
+    let tm = TimeModel::new(cost, cfg);
+    let mut report = Report {
+        bucket: cfg.bucket,
+        ..Report::default()
+    };
+    for (p, &len) in placements.iter().zip(lengths) {
+        let g = (offsets[p.dp_rank as usize] + p.micro_batch) as usize;
+        let mb = &mut mbs[g];
+        mb.sequences += 1;
+        report.total_tokens += u64::from(len);
+        if p.cp_rank == SHARDED {
+            mb.sharded += 1;
+            mb.sharded_tokens += u64::from(tm.shard_tokens(len));
+            mb.sharded_len += u64::from(len);
+            mb.sharded_attention += tm.attention_shard(len);
+            report.sharded_sequences += 1;
+            report.sharded_tokens += u64::from(len);
+        } else {
+            let slot = &mut ranks[g * cp + p.cp_rank as usize];
+            slot.local_tokens += u64::from(len);
+            slot.local_attention += tm.attention_whole(len);
+        }
+    }
+
+    // Pass 3: rank, micro-batch and DP-rank times.
+    let mut slowest = (0.0f64, 0usize);
+    for d in 0..dp {
+        let mut clock = 0.0f64;
+        let mut critical_exposed = 0.0f64;
+        let mut used = 0u32;
+        for g in offsets[d] as usize..offsets[d + 1] as usize {
+            let mb = &mut mbs[g];
+            mb.start = clock;
+            if mb.sequences == 0 {
+                continue;
+            }
+            used += 1;
+            mb.comm = tm.comm(mb.sharded_len);
+            let mut best = (f64::NEG_INFINITY, 0usize);
+            for (r, slot) in ranks[g * cp..(g + 1) * cp].iter_mut().enumerate() {
+                let load = RankLoad {
+                    local_tokens: slot.local_tokens,
+                    local_attention: slot.local_attention,
+                    sharded_tokens: mb.sharded_tokens,
+                    sharded_attention: mb.sharded_attention,
+                    comm: mb.comm,
+                };
+                let t = tm.rank(&load);
+                slot.tokens = slot.local_tokens + mb.sharded_tokens;
+                slot.gemm = t.gemm;
+                slot.exposed_comm = t.exposed_comm;
+                slot.time = t.total;
+                if t.total > best.0 {
+                    best = (t.total, r);
+                }
+                mb.peak_tokens = mb.peak_tokens.max(slot.tokens);
+                if slot.tokens > u64::from(cfg.bucket) {
+                    mb.over_budget = true;
+                    report.over_budget += 1;
+                    if report.first_over_budget.is_none() {
+                        report.first_over_budget = Some(BudgetViolation {
+                            dp_rank: d as u32,
+                            micro_batch: mb.index,
+                            cp_rank: r as u32,
+                            tokens: slot.tokens,
+                        });
+                    }
+                }
+            }
+            mb.time = best.0;
+            mb.slowest_cp_rank = best.1 as u32;
+            mb.exposed_comm = ranks[g * cp + best.1].exposed_comm;
+            clock += mb.time;
+            critical_exposed += mb.exposed_comm;
+            report.comm += mb.comm;
+            report.exposed_comm += mb.exposed_comm;
+            report.peak_tokens = report.peak_tokens.max(mb.peak_tokens);
+        }
+        dp_times[d] = clock;
+        report.micro_batches += used;
+        report.max_micro_batches_per_dp = report.max_micro_batches_per_dp.max(used);
+        if d == 0 || clock > slowest.0 {
+            slowest = (clock, d);
+            report.critical_exposed_comm = critical_exposed;
+        }
+    }
+    report.slowest_dp_rank = slowest.1 as u32;
+    report.iteration_time = slowest.0 + cost.iteration_fixed_s;
+    report.hidden_fraction = if report.comm > 0.0 {
+        1.0 - report.exposed_comm / report.comm
+    } else {
+        1.0
+    };
+    report.lower_bound = lower_bound_with(&tm, cfg, lengths);
+    Ok(Evaluation {
+        report,
+        micro_batches: mbs,
+        ranks,
+        dp_times,
+        cp,
+    })
+}
+
+/// The lower bound on the iteration time of every budget-respecting plan of `lengths` under
+/// `cfg` and `cost` (see the [module docs](self)).
+///
+/// # Errors
+/// [`EvalError`] for an invalid configuration, cost model or length.
+pub fn lower_bound(
+    cost: &CostModel,
+    cfg: &Config,
+    lengths: &[u32],
+) -> Result<LowerBound, EvalError> {
+    check_inputs(cost, cfg, lengths)?;
+    Ok(lower_bound_with(&TimeModel::new(cost, cfg), cfg, lengths))
+}
+
+/// [`lower_bound`] with a prepared [`TimeModel`] and unchecked inputs.
+pub fn lower_bound_with(tm: &TimeModel, cfg: &Config, lengths: &[u32]) -> LowerBound {
+    let n_cp = f64::from(cfg.cp.max(1));
+    let n_dp = f64::from(cfg.dp.max(1));
+    let bucket = cfg.bucket;
+    let mut work = 0.0f64;
+    let mut total = 0u64;
+    let mut longest = (0.0f64, 0usize);
+    for (s, &len) in lengths.iter().enumerate() {
+        total += u64::from(len);
+        let fits_whole = len <= bucket;
+        let sharded_attn = n_cp * tm.attention_shard(len);
+        let attn = if fits_whole {
+            tm.attention_whole(len).min(sharded_attn)
+        } else {
+            sharded_attn
+        };
+        work += tm.gemm_compute(u64::from(len)) + attn;
+        let alone = if fits_whole {
+            tm.alone_whole(len).min(tm.alone_sharded(len))
+        } else {
+            tm.alone_sharded(len)
+        };
+        if alone > longest.0 {
+            longest = (alone, s);
+        }
+    }
+    let per_mb = u64::from(cfg.cp.max(1)) * u64::from(bucket.max(1));
+    let min_mbs = total.div_ceil(per_mb);
+    // With k DP ranks holding sequences, T >= (work/N + T_fixed·max(k, M))/k, which falls
+    // as k grows: k = DP is the weakest case.
+    let work_bound = (work / n_cp + tm.fixed() * (min_mbs.max(u64::from(cfg.dp)) as f64)) / n_dp;
+    let fixed_bound = tm.fixed() * min_mbs.div_ceil(u64::from(cfg.dp.max(1))) as f64;
+    let best = work_bound.max(fixed_bound).max(longest.0);
+    let value = if lengths.is_empty() {
+        0.0
+    } else {
+        (best + tm.cost.iteration_fixed_s) * (1.0 - 1e-9)
+    };
+    LowerBound {
+        value,
+        work: work_bound,
+        fixed: fixed_bound,
+        longest: longest.0,
+        longest_seq: longest.1,
+        min_micro_batches: min_mbs,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{ModelShape, Policy};
+    use crate::plan::{MicroBatch, PlanBuffers, PlanSizes};
+    use crate::schedule;
+    use crate::workspace::{Workspace, WorkspaceSizes};
+    use std::vec;
+    use std::vec::Vec;
+
+    struct Bufs {
+        mbs: Vec<MicroBatchTime>,
+        ranks: Vec<RankSlot>,
+        dp: Vec<f64>,
+        off: Vec<u32>,
+    }
+
+    impl Bufs {
+        fn new(n: usize, cfg: &Config) -> Bufs {
+            let s = EvalSizes::for_batch(n, cfg);
+            Bufs {
+                mbs: vec![MicroBatchTime::default(); s.micro_batches],
+                ranks: vec![RankSlot::default(); s.ranks],
+                dp: vec![0.0; s.dp_times],
+                off: vec![0; s.dp_offsets],
+            }
+        }
+        fn out(&mut self) -> EvalBuffers<'_> {
+            EvalBuffers {
+                micro_batches: &mut self.mbs,
+                ranks: &mut self.ranks,
+                dp_times: &mut self.dp,
+                dp_offsets: &mut self.off,
+            }
+        }
+    }
+
+    fn plan_placements(cfg: &Config, lengths: &[u32]) -> Vec<Placement> {
+        let n = lengths.len();
+        let (ps, ws) = (
+            PlanSizes::for_batch(n, cfg),
+            WorkspaceSizes::for_batch(n, cfg),
+        );
+        let mut placements = vec![Placement::default(); ps.placements];
+        let mut micro_batches = vec![MicroBatch::default(); ps.micro_batches];
+        let mut members = vec![0u32; ps.members];
+        let mut rank_tokens = vec![0u32; ps.rank_tokens];
+        let mut per_dp = vec![0u32; ps.micro_batches_per_dp];
+        let (mut keys, mut seqs, mut scratch, mut loads, mut heap, mut start) = (
+            vec![0u64; ws.keys],
+            vec![0u32; ws.seqs],
+            vec![0u32; ws.scratch],
+            vec![0u128; ws.dp_loads],
+            vec![0u32; ws.dp_heap],
+            vec![0u32; ws.dp_start],
+        );
+        let mut work = Workspace {
+            keys: &mut keys,
+            seqs: &mut seqs,
+            scratch: &mut scratch,
+            dp_loads: &mut loads,
+            dp_heap: &mut heap,
+            dp_start: &mut start,
+        };
+        let out = PlanBuffers {
+            placements: &mut placements,
+            micro_batches: &mut micro_batches,
+            members: &mut members,
+            rank_tokens: &mut rank_tokens,
+            micro_batches_per_dp: &mut per_dp,
+        };
+        let plan = schedule(cfg, lengths, &mut work, out).unwrap();
+        plan.placements().to_vec()
+    }
+
+    fn cfg() -> Config {
+        Config::new(2, 4, 8192, ModelShape::QWEN2_5_0_5B)
+    }
+
+    #[test]
+    fn deepspeed_time_is_the_sum_of_sharded_sequence_times() {
+        let cfg =
+            Config::new(1, 8, 26 * 1024, ModelShape::QWEN2_5_7B).with_policy(Policy::DeepSpeed);
+        let lengths = [100u32, 5000, 70_000, 1, 2048, 33_333];
+        let placements = plan_placements(&cfg, &lengths);
+        let cost = CostModel::h100(&cfg.model);
+        let mut b = Bufs::new(lengths.len(), &cfg);
+        let ev = evaluate_placements(&cost, &cfg, &lengths, &placements, b.out()).unwrap();
+        let tm = TimeModel::new(&cost, &cfg);
+        let want: f64 = lengths.iter().map(|&s| tm.alone_sharded(s)).sum();
+        assert!(
+            (ev.report.iteration_time - want).abs() <= 1e-12 * want,
+            "{} {want}",
+            ev.report.iteration_time
+        );
+        assert_eq!(ev.report.micro_batches, 6);
+        assert_eq!(ev.report.sharded_sequences, 6);
+        assert!(ev.report.within_budget());
+        assert!(ev.report.iteration_time >= ev.report.lower_bound.value);
+        // DP = 2: each rank's consecutive share, and the iteration is the slower one.
+        let cfg2 = Config { dp: 2, ..cfg };
+        let placements = plan_placements(&cfg2, &lengths);
+        let mut b = Bufs::new(lengths.len(), &cfg2);
+        let ev = evaluate_placements(&cost, &cfg2, &lengths, &placements, b.out()).unwrap();
+        let a: f64 = lengths[..3].iter().map(|&s| tm.alone_sharded(s)).sum();
+        let c: f64 = lengths[3..].iter().map(|&s| tm.alone_sharded(s)).sum();
+        assert!((ev.dp_times[0] - a).abs() <= 1e-12 * a);
+        assert!((ev.dp_times[1] - c).abs() <= 1e-12 * c);
+        assert_eq!(ev.report.iteration_time, a.max(c));
+    }
+
+    #[test]
+    fn a_hand_built_micro_batch_by_hand() {
+        // DP 1, CP 4: one micro-batch with 1000 local on rank 0, 300 local on rank 2, and a
+        // sharded 8000.
+        let cfg = Config::new(1, 4, 8192, ModelShape::QWEN2_5_0_5B);
+        let lengths = [1000u32, 300, 8000];
+        let p = |cp_rank| Placement {
+            dp_rank: 0,
+            micro_batch: 0,
+            cp_rank,
+        };
+        let placements = [p(0), p(2), p(SHARDED)];
+        let cost = CostModel::h100(&cfg.model);
+        let tm = TimeModel::new(&cost, &cfg);
+        let mut b = Bufs::new(3, &cfg);
+        let ev = evaluate_placements(&cost, &cfg, &lengths, &placements, b.out()).unwrap();
+        let comm = tm.comm(8000);
+        let sh = tm.attention_shard(8000);
+        let r0 = comm.max(tm.attention_whole(1000)) + tm.gemm(3000) + sh + tm.fixed();
+        let r1 = comm + tm.gemm(2000) + sh + tm.fixed();
+        let r2 = comm.max(tm.attention_whole(300)) + tm.gemm(2300) + sh + tm.fixed();
+        let ranks = ev.ranks_of(0);
+        assert_eq!(ranks[0].time, r0);
+        assert_eq!(ranks[1].time, r1);
+        assert_eq!(ranks[2].time, r2);
+        assert_eq!(ranks[3].time, r1);
+        assert_eq!(ev.report.iteration_time, r0.max(r1).max(r2));
+        assert_eq!(ev.micro_batches[0].peak_tokens, 3000);
+        assert_eq!(ev.report.sharded_tokens, 8000);
+        assert_eq!(ev.report.total_tokens, 9300);
+        let mb = ev.micro_batches[0];
+        assert_eq!(mb.comm, comm);
+        assert!(mb.hidden_fraction() >= 0.0 && mb.hidden_fraction() <= 1.0);
+    }
+
+    #[test]
+    fn a_plan_over_budget_is_flagged() {
+        let cfg = Config::new(1, 2, 1000, ModelShape::QWEN2_5_0_5B);
+        let lengths = [900u32, 200, 1500];
+        let placements = [
+            Placement {
+                dp_rank: 0,
+                micro_batch: 0,
+                cp_rank: 0,
+            },
+            Placement {
+                dp_rank: 0,
+                micro_batch: 0,
+                cp_rank: 0,
+            },
+            Placement {
+                dp_rank: 0,
+                micro_batch: 1,
+                cp_rank: 1,
+            },
+        ];
+        let cost = CostModel::h100(&cfg.model);
+        let mut b = Bufs::new(3, &cfg);
+        let ev = evaluate_placements(&cost, &cfg, &lengths, &placements, b.out()).unwrap();
+        assert!(!ev.report.within_budget());
+        assert_eq!(ev.report.over_budget, 2);
+        assert_eq!(
+            ev.report.first_over_budget,
+            Some(BudgetViolation {
+                dp_rank: 0,
+                micro_batch: 0,
+                cp_rank: 0,
+                tokens: 1100
+            })
+        );
+        assert!(ev.micro_batches[0].over_budget && ev.micro_batches[1].over_budget);
+        assert_eq!(ev.report.peak_tokens, 1500);
+    }
+
+    #[test]
+    fn bad_placements_are_refused() {
+        let cfg = cfg();
+        let cost = CostModel::h100(&cfg.model);
+        let mut b = Bufs::new(2, &cfg);
+        let ok = Placement::default();
+        let lens = [10u32, 20];
+        let bad_dp = Placement { dp_rank: 2, ..ok };
+        assert_eq!(
+            evaluate_placements(&cost, &cfg, &lens, &[ok, bad_dp], b.out()).unwrap_err(),
+            EvalError::OutOfRange { seq: 1 }
+        );
+        let bad_cp = Placement { cp_rank: 4, ..ok };
+        assert!(evaluate_placements(&cost, &cfg, &lens, &[bad_cp, ok], b.out()).is_err());
+        let sparse = Placement {
+            micro_batch: 5,
+            ..ok
+        };
+        assert_eq!(
+            evaluate_placements(&cost, &cfg, &lens, &[ok, sparse], b.out()).unwrap_err(),
+            EvalError::OutOfRange { seq: 1 }
+        );
+        assert!(matches!(
+            evaluate_placements(&cost, &cfg, &[10], &[ok, ok], b.out()),
+            Err(EvalError::Shape { .. })
+        ));
+        assert_eq!(
+            evaluate_placements(&cost, &cfg, &[10, 0], &[ok, ok], b.out()).unwrap_err(),
+            EvalError::Length { index: 1, len: 0 }
+        );
+        let mut small = Bufs::new(0, &cfg);
+        assert!(matches!(
+            evaluate_placements(&cost, &cfg, &lens, &[ok, ok], small.out()),
+            Err(EvalError::BufferTooSmall {
+                buffer: EvalBuffer::MicroBatches,
+                ..
+            })
+        ));
+        // A gap in the indices is allowed and costs nothing.
+        let gap = Placement {
+            micro_batch: 1,
+            ..ok
+        };
+        let third = Placement {
+            micro_batch: 2,
+            ..ok
+        };
+        let mut b3 = Bufs::new(3, &cfg);
+        let ev = evaluate_placements(&cost, &cfg, &[1, 2, 3], &[ok, third, ok], b3.out()).unwrap();
+        assert_eq!(ev.micro_batches[1].time, 0.0);
+        assert_eq!(ev.report.micro_batches, 2);
+        let _ = gap;
+    }
+
+    #[test]
+    fn every_policy_is_at_least_the_lower_bound_on_a_long_tail_batch() {
+        let lengths: Vec<u32> = (0..256u32)
+            .map(|i| {
+                if i % 50 == 7 {
+                    60_000 + i * 100
+                } else {
+                    50 + (i * 7919) % 3000
+                }
+            })
+            .collect();
+        for model in [ModelShape::QWEN2_5_0_5B, ModelShape::QWEN2_5_7B] {
+            let base = Config::new(4, 8, 26 * 1024, model);
+            let cost = CostModel::h100(&model);
+            let lb = lower_bound(&cost, &base, &lengths).unwrap();
+            assert!(lb.value > 0.0 && lb.min_micro_batches >= 1);
+            for policy in Policy::ALL {
+                let cfg = base.with_policy(policy);
+                let placements = plan_placements(&cfg, &lengths);
+                let mut b = Bufs::new(lengths.len(), &cfg);
+                let ev = evaluate_placements(&cost, &cfg, &lengths, &placements, b.out()).unwrap();
+                assert!(ev.report.within_budget());
+                assert_eq!(ev.report.lower_bound, lb);
+                assert!(ev.report.iteration_time >= lb.value, "{policy:?}");
+                assert!(ev.report.gap() >= 1.0);
+            }
+        }
+    }
+
+    #[test]
+    fn a_single_sequence_meets_its_bound() {
+        let cfg = Config::new(1, 8, 4096, ModelShape::QWEN2_5_7B);
+        let cost = CostModel::h100(&cfg.model);
+        let tm = TimeModel::new(&cost, &cfg);
+        for len in [1u32, 4096, 4097, 32768] {
+            let lb = lower_bound(&cost, &cfg, &[len]).unwrap();
+            let best = if len <= 4096 {
+                tm.alone_whole(len).min(tm.alone_sharded(len))
+            } else {
+                tm.alone_sharded(len)
+            };
+            assert!(lb.value <= best && lb.value >= best * (1.0 - 1e-8), "{len}");
+        }
+        assert_eq!(lower_bound(&cost, &cfg, &[]).unwrap().value, 0.0);
+    }
+}

@@ -1,0 +1,361 @@
+//! A Gantt chart of one iteration as SVG: one panel per plan, one row per (DP rank, CP rank),
+//! micro-batches as outlined boxes; inside each, a rank's local work, sharded work, exposed
+//! communication and fixed overhead in different colours, on one shared time axis.
+
+use std::fmt::Write;
+
+use skrull_core::cost::Overlap;
+use skrull_core::eval::{Evaluation, MicroBatchTime, RankSlot};
+
+/// One plan to draw: the evaluator's per-micro-batch and per-rank results, copied.
+#[derive(Debug, Clone)]
+pub struct Panel {
+    /// Heading of the panel (policy, time).
+    pub title: String,
+    /// DP size.
+    pub dp: u32,
+    /// CP size.
+    pub cp: u32,
+    /// Every micro-batch slot, grouped by DP rank.
+    pub micro_batches: Vec<MicroBatchTime>,
+    /// Per (slot, CP rank).
+    pub ranks: Vec<RankSlot>,
+    /// The fixed cost per micro-batch, seconds.
+    pub fixed: f64,
+    /// Which compute hides the communication.
+    pub overlap: Overlap,
+    /// The iteration time, seconds.
+    pub iteration_time: f64,
+}
+
+impl Panel {
+    /// A panel from an evaluation.
+    pub fn new(
+        title: String,
+        dp: u32,
+        cp: u32,
+        ev: &Evaluation<'_>,
+        fixed: f64,
+        overlap: Overlap,
+    ) -> Panel {
+        Panel {
+            title,
+            dp,
+            cp,
+            micro_batches: ev.micro_batches.to_vec(),
+            ranks: ev.ranks.to_vec(),
+            fixed,
+            overlap,
+            iteration_time: ev.report.iteration_time,
+        }
+    }
+}
+
+const LOCAL_ATTN: &str = "#1b7f3b";
+const LOCAL_GEMM: &str = "#7fcf8f";
+const SHARD_ATTN: &str = "#1f5fb4";
+const SHARD_GEMM: &str = "#8fb8e8";
+const EXPOSED: &str = "#d62728";
+const HIDDEN: &str = "#ff9f1c";
+const FIXED: &str = "#9a9a9a";
+
+/// Escapes text for XML content and attribute values.
+pub fn escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&apos;"),
+            _ => out.push(c),
+        }
+    }
+    out
+}
+
+/// A "nice" tick step (1, 2 or 5 x 10^k) for about `target` ticks over `span`.
+fn tick_step(span: f64, target: f64) -> f64 {
+    if span.is_nan() || span <= 0.0 {
+        return 1.0;
+    }
+    let raw = span / target;
+    let p = 10f64.powf(raw.log10().floor());
+    let m = raw / p;
+    let k = if m <= 1.0 {
+        1.0
+    } else if m <= 2.0 {
+        2.0
+    } else if m <= 5.0 {
+        5.0
+    } else {
+        10.0
+    };
+    k * p
+}
+
+fn fmt_ms(v: f64) -> String {
+    let ms = v * 1e3;
+    if ms >= 100.0 || ms == 0.0 {
+        format!("{ms:.0}")
+    } else if ms >= 10.0 {
+        format!("{ms:.1}")
+    } else {
+        format!("{ms:.2}")
+    }
+}
+
+struct Canvas {
+    out: String,
+    x0: f64,
+    scale: f64,
+}
+
+impl Canvas {
+    fn rect(&mut self, t0: f64, dt: f64, y: f64, h: f64, fill: &str) {
+        let w = dt * self.scale;
+        if w < 0.02 {
+            return;
+        }
+        let _ = writeln!(
+            self.out,
+            "<rect x=\"{:.2}\" y=\"{y:.2}\" width=\"{w:.2}\" height=\"{h:.2}\" fill=\"{fill}\"/>",
+            self.x0 + t0 * self.scale
+        );
+    }
+}
+
+/// Draws `panels` on one time axis, under `title`.
+pub fn gantt(title: &str, panels: &[Panel]) -> String {
+    let width = 1200.0;
+    let (left, right) = (96.0, 24.0);
+    let rows: u32 = panels.iter().map(|p| p.dp * p.cp).sum();
+    let row_h = if rows <= 48 {
+        12.0
+    } else if rows <= 128 {
+        8.0
+    } else {
+        5.0
+    };
+    let tmax = panels
+        .iter()
+        .map(|p| p.iteration_time)
+        .fold(0.0f64, f64::max)
+        .max(1e-9);
+    let plot_w = width - left - right;
+    let scale = plot_w / tmax;
+    let step = tick_step(tmax, 10.0);
+    let head = 78.0;
+    let panel_head = 22.0;
+    let dp_gap = 3.0;
+    let axis_h = 34.0;
+    let heights: Vec<f64> = panels
+        .iter()
+        .map(|p| panel_head + f64::from(p.dp * p.cp) * row_h + f64::from(p.dp) * dp_gap + axis_h)
+        .collect();
+    let height = head + heights.iter().sum::<f64>() + 10.0;
+    let mut c = Canvas {
+        out: String::new(),
+        x0: left,
+        scale,
+    };
+    let _ = writeln!(
+        c.out,
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{width:.0}\" height=\"{height:.0}\" \
+         viewBox=\"0 0 {width:.0} {height:.0}\" font-family=\"sans-serif\" font-size=\"11\">"
+    );
+    let _ = writeln!(c.out, "<title>{}</title>", escape(title));
+    let _ = writeln!(
+        c.out,
+        "<rect x=\"0\" y=\"0\" width=\"{width:.0}\" height=\"{height:.0}\" fill=\"white\"/>"
+    );
+    let _ = writeln!(
+        c.out,
+        "<text x=\"{left}\" y=\"20\" font-size=\"14\" font-weight=\"bold\">{}</text>",
+        escape(title)
+    );
+    // Legend.
+    let legend = [
+        (LOCAL_ATTN, "local attention"),
+        (LOCAL_GEMM, "local GEMMs"),
+        (SHARD_ATTN, "sharded attention"),
+        (SHARD_GEMM, "sharded GEMMs"),
+        (HIDDEN, "CP comm hidden (top stripe)"),
+        (EXPOSED, "CP comm exposed"),
+        (FIXED, "fixed overhead"),
+    ];
+    let mut lx = left;
+    for (i, (color, label)) in legend.iter().enumerate() {
+        if i == 4 {
+            lx = left;
+        }
+        let ly = if i < 4 { 34.0 } else { 52.0 };
+        let _ = writeln!(
+            c.out,
+            "<rect x=\"{lx:.1}\" y=\"{ly}\" width=\"14\" height=\"11\" fill=\"{color}\"/>\
+             <text x=\"{:.1}\" y=\"{:.1}\">{}</text>",
+            lx + 18.0,
+            ly + 9.5,
+            escape(label)
+        );
+        lx += 26.0 + 7.0 * label.len() as f64;
+    }
+    let _ = writeln!(
+        c.out,
+        "<text x=\"{lx:.1}\" y=\"61.5\" fill=\"#444\">boxes: micro-batches; white inside a box: idle \
+         (waiting for the slowest CP rank)</text>"
+    );
+
+    let mut y = head;
+    for (p, &h) in panels.iter().zip(&heights) {
+        let _ = writeln!(
+            c.out,
+            "<text x=\"{left}\" y=\"{:.1}\" font-size=\"12\" font-weight=\"bold\">{}</text>",
+            y + 15.0,
+            escape(&p.title)
+        );
+        let top = y + panel_head;
+        let plot_h = h - panel_head - axis_h;
+        // Grid and axis.
+        let mut t = 0.0;
+        while t <= tmax * 1.0001 {
+            let x = left + t * scale;
+            let _ = writeln!(
+                c.out,
+                "<line x1=\"{x:.2}\" y1=\"{top:.1}\" x2=\"{x:.2}\" y2=\"{:.1}\" stroke=\"#e4e4e4\"/>\
+                 <text x=\"{x:.2}\" y=\"{:.1}\" text-anchor=\"middle\">{}</text>",
+                top + plot_h + 4.0,
+                top + plot_h + 16.0,
+                fmt_ms(t)
+            );
+            t += step;
+        }
+        let _ = writeln!(
+            c.out,
+            "<line x1=\"{left}\" y1=\"{:.1}\" x2=\"{:.1}\" y2=\"{:.1}\" stroke=\"black\"/>\
+             <text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">time (ms)</text>",
+            top + plot_h + 2.0,
+            left + plot_w,
+            top + plot_h + 2.0,
+            left + plot_w,
+            top + plot_h + 29.0
+        );
+        let cp = p.cp as usize;
+        for d in 0..p.dp {
+            let dp_top = top + f64::from(d) * (f64::from(p.cp) * row_h + dp_gap);
+            for r in 0..p.cp {
+                let ry = dp_top + f64::from(r) * row_h;
+                // Small rows: one label per DP rank.
+                let label = if p.cp > 1 && row_h >= 8.0 {
+                    format!("DP{d} CP{r}")
+                } else if p.cp > 1 {
+                    format!("DP{d} (CP0-{})", p.cp - 1)
+                } else {
+                    format!("DP{d}")
+                };
+                if row_h >= 8.0 || r == 0 {
+                    let _ = writeln!(
+                        c.out,
+                        "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\" font-size=\"{:.0}\">{label}</text>",
+                        left - 6.0,
+                        ry + row_h * 0.8,
+                        (row_h * 0.85).clamp(7.0, 11.0)
+                    );
+                }
+            }
+            for (g, mb) in p.micro_batches.iter().enumerate() {
+                if mb.dp_rank != d || mb.sequences == 0 {
+                    continue;
+                }
+                let inner = row_h - 1.0;
+                for (r, slot) in p.ranks.iter().skip(g * cp).take(cp).enumerate() {
+                    let ry = dp_top + r as f64 * row_h + 0.5;
+                    let mut t = mb.start;
+                    let share = |part: u64| {
+                        if slot.tokens > 0 {
+                            part as f64 / slot.tokens as f64
+                        } else {
+                            0.0
+                        }
+                    };
+                    let window = match p.overlap {
+                        Overlap::LocalAttention => slot.local_attention,
+                        Overlap::AllAttention => slot.local_attention + mb.sharded_attention,
+                    };
+                    c.rect(t, slot.local_attention, ry, inner, LOCAL_ATTN);
+                    if p.overlap == Overlap::AllAttention {
+                        c.rect(
+                            t + slot.local_attention,
+                            mb.sharded_attention,
+                            ry,
+                            inner,
+                            SHARD_ATTN,
+                        );
+                    }
+                    let hidden = mb.comm.min(window);
+                    if hidden > 0.0 {
+                        c.rect(t, hidden, ry, (inner * 0.3).max(1.0), HIDDEN);
+                    }
+                    t += window;
+                    c.rect(t, slot.exposed_comm, ry, inner, EXPOSED);
+                    t += slot.exposed_comm;
+                    c.rect(
+                        t,
+                        slot.gemm * share(slot.local_tokens),
+                        ry,
+                        inner,
+                        LOCAL_GEMM,
+                    );
+                    t += slot.gemm * share(slot.local_tokens);
+                    let sharded = slot.tokens - slot.local_tokens;
+                    c.rect(t, slot.gemm * share(sharded), ry, inner, SHARD_GEMM);
+                    t += slot.gemm * share(sharded);
+                    if p.overlap == Overlap::LocalAttention {
+                        c.rect(t, mb.sharded_attention, ry, inner, SHARD_ATTN);
+                        t += mb.sharded_attention;
+                    }
+                    c.rect(t, p.fixed, ry, inner, FIXED);
+                }
+                let _ = writeln!(
+                    c.out,
+                    "<rect x=\"{:.2}\" y=\"{:.2}\" width=\"{:.2}\" height=\"{:.2}\" fill=\"none\" \
+                     stroke=\"#222\" stroke-width=\"0.6\"><title>DP {d} micro-batch {}: {} ms, {} \
+                     sequences ({} sharded), peak {} tokens/GPU, comm {} ms ({} ms exposed)</title></rect>",
+                    left + mb.start * scale,
+                    dp_top,
+                    (mb.time * scale).max(0.5),
+                    f64::from(p.cp) * row_h,
+                    mb.index,
+                    fmt_ms(mb.time),
+                    mb.sequences,
+                    mb.sharded,
+                    mb.peak_tokens,
+                    fmt_ms(mb.comm),
+                    fmt_ms(mb.exposed_comm)
+                );
+            }
+        }
+        y += h;
+    }
+    c.out.push_str("</svg>\n");
+    c.out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ticks_are_nice() {
+        assert_eq!(tick_step(1.0, 10.0), 0.1);
+        assert_eq!(tick_step(0.75, 10.0), 0.1);
+        assert_eq!(tick_step(0.03, 10.0), 0.005);
+        assert_eq!(tick_step(0.0, 10.0), 1.0);
+    }
+
+    #[test]
+    fn text_is_escaped() {
+        assert_eq!(escape("a<b & \"c\">"), "a&lt;b &amp; &quot;c&quot;&gt;");
+    }
+}

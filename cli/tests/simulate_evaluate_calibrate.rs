@@ -1,0 +1,501 @@
+//! End-to-end tests of `skrull simulate`, `skrull evaluate` and `skrull calibrate` through the
+//! built binary, and of the Gantt chart's SVG.
+// Helpers outside #[test] functions panic on purpose too: a test that cannot run the binary
+// or write its temp files must fail.
+#![allow(clippy::expect_used)]
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+use skrull_cli::OwnedBuffers;
+use skrull_cli::calibrate::parse_cost_model;
+use skrull_cli::evaluate::OwnedEval;
+use skrull_core::cost::{CostModel, SKRULL_TABLE5_ALL_GATHER, TimeModel};
+use skrull_core::{Config, ModelShape, ShardPadding};
+
+fn skrull(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_skrull"))
+        .args(args)
+        .output()
+        .expect("run skrull")
+}
+
+fn ok(args: &[&str]) -> String {
+    let out = skrull(args);
+    assert!(
+        out.status.success(),
+        "skrull {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("utf-8")
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("skrull-cli-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir.join(name)
+}
+
+/// A small XML well-formedness check: one root element, every tag closed in order, quoted
+/// and unique attributes, no stray `<` or `&` in text or attribute values, only known
+/// entities.
+fn check_xml(doc: &str) -> Result<String, String> {
+    fn name_ok(n: &str) -> bool {
+        let mut cs = n.chars();
+        matches!(cs.next(), Some(c) if c.is_ascii_alphabetic() || c == '_' || c == ':')
+            && cs.all(|c| c.is_ascii_alphanumeric() || "-_:.".contains(c))
+    }
+    fn text_ok(t: &str) -> Result<(), String> {
+        if t.contains('<') {
+            return Err(format!("'<' in text or value: {t:.60}"));
+        }
+        let mut rest = t;
+        while let Some(i) = rest.find('&') {
+            let after = &rest[i + 1..];
+            let end = after.find(';').ok_or("unterminated entity")?;
+            let ent = &after[..end];
+            let known = ["amp", "lt", "gt", "quot", "apos"].contains(&ent)
+                || (ent.starts_with('#') && ent.len() > 1);
+            if !known {
+                return Err(format!("unknown entity &{ent};"));
+            }
+            rest = &after[end + 1..];
+        }
+        Ok(())
+    }
+    let mut stack: Vec<String> = Vec::new();
+    let mut root: Option<String> = None;
+    let mut closed_root = false;
+    let mut rest = doc.trim_start();
+    if let Some(r) = rest.strip_prefix("<?xml") {
+        rest = &r[r.find("?>").ok_or("unterminated XML declaration")? + 2..];
+    }
+    while !rest.is_empty() {
+        let Some(lt) = rest.find('<') else {
+            if !rest.trim().is_empty() && stack.is_empty() {
+                return Err("text outside the root".into());
+            }
+            text_ok(rest)?;
+            break;
+        };
+        let text = &rest[..lt];
+        if stack.is_empty() && !text.trim().is_empty() {
+            return Err("text outside the root".into());
+        }
+        text_ok(text)?;
+        rest = &rest[lt..];
+        if let Some(r) = rest.strip_prefix("<!--") {
+            rest = &r[r.find("-->").ok_or("unterminated comment")? + 3..];
+            continue;
+        }
+        let gt = rest.find('>').ok_or("unterminated tag")?;
+        let tag = &rest[1..gt];
+        rest = &rest[gt + 1..];
+        if let Some(name) = tag.strip_prefix('/') {
+            let open = stack
+                .pop()
+                .ok_or(format!("</{name}> without an open tag"))?;
+            if open != name.trim() {
+                return Err(format!("</{name}> closes <{open}>"));
+            }
+            if stack.is_empty() {
+                closed_root = true;
+            }
+            continue;
+        }
+        if closed_root {
+            return Err("a second root element".into());
+        }
+        let (body, self_closing) = match tag.strip_suffix('/') {
+            Some(b) => (b, true),
+            None => (tag, false),
+        };
+        let body = body.trim_end();
+        let name_end = body.find(char::is_whitespace).unwrap_or(body.len());
+        let name = &body[..name_end];
+        if !name_ok(name) {
+            return Err(format!("bad tag name '{name}'"));
+        }
+        let mut attrs = body[name_end..].trim_start();
+        let mut seen = Vec::new();
+        while !attrs.is_empty() {
+            let eq = attrs
+                .find('=')
+                .ok_or(format!("attribute without value in <{name}>"))?;
+            let an = attrs[..eq].trim();
+            if !name_ok(an) || seen.contains(&an) {
+                return Err(format!("bad or repeated attribute '{an}' in <{name}>"));
+            }
+            seen.push(an);
+            let after = attrs[eq + 1..].trim_start();
+            let q = after.chars().next().ok_or("missing attribute value")?;
+            if q != '"' && q != '\'' {
+                return Err(format!("unquoted attribute '{an}' in <{name}>"));
+            }
+            let close = after[1..].find(q).ok_or("unterminated attribute value")?;
+            text_ok(&after[1..1 + close])?;
+            let next = &after[close + 2..];
+            if !next.is_empty() && !next.starts_with(char::is_whitespace) {
+                return Err(format!("no space after attribute '{an}' in <{name}>"));
+            }
+            attrs = next.trim_start();
+        }
+        if root.is_none() {
+            root = Some(name.to_string());
+        }
+        if !self_closing {
+            stack.push(name.to_string());
+        } else if stack.is_empty() {
+            closed_root = true;
+        }
+    }
+    if let Some(open) = stack.last() {
+        return Err(format!("<{open}> never closed"));
+    }
+    root.ok_or_else(|| "no root element".to_string())
+}
+
+#[test]
+fn the_xml_checker_rejects_broken_documents() {
+    assert_eq!(check_xml("<a x=\"1\"><b/>t&amp;</a>"), Ok("a".into()));
+    assert!(check_xml("<a><b></a></b>").is_err());
+    assert!(check_xml("<a x=1/>").is_err());
+    assert!(check_xml("<a x=\"1\" x=\"2\"/>").is_err());
+    assert!(check_xml("<a>&nbsp;</a>").is_err());
+    assert!(check_xml("<a>1 < 2</a>").is_err());
+    assert!(check_xml("<a/><b/>").is_err());
+    assert!(check_xml("<a>").is_err());
+}
+
+#[test]
+fn default_simulation_prints_the_six_setups_and_the_case_study() {
+    let out = ok(&["simulate", "--iterations", "3"]);
+    for needle in [
+        "| setup | dataset | policy | iteration (ms) | vs deepspeed | paper | ÷ lower bound",
+        "0.5B DP4 CP8 BS64 C26K | wikipedia | skrull",
+        "0.5B DP4 CP8 BS64 C26K | lmsys | deepspeed",
+        "0.5B DP4 CP8 BS64 C26K | chatqa2 | packed",
+        "7B DP4 CP8 BS64 C13K | wikipedia | sorted",
+        "7B DP4 CP8 BS64 C13K | lmsys | roundrobin",
+        "7B DP2 CP16 BS40 C13K | chatqa2 | skrull",
+        "| 7.54x |",
+        "| 1.35x |",
+        "**overall average**",
+        "**3.76x**",
+        "Case study",
+        "0.5B DP1 CP8 BS64 C26K | chatqa2 | roundrobin",
+        "| 1.17x |",
+        "| 1.40x |",
+        "Lengths clipped at the 131,072 context limit and at N x C",
+    ] {
+        assert!(out.contains(needle), "missing {needle:?} in\n{out}");
+    }
+    // 6 cells + case study, each with a lower-bound row and five policies.
+    assert_eq!(out.matches("*lower bound*").count(), 7);
+    assert_eq!(out.matches("| skrull |").count(), 7);
+    // No valid policy breaks the budget.
+    assert!(!out.contains("over**"), "{out}");
+}
+
+#[test]
+fn one_cell_with_a_policy_list_and_the_same_output_for_the_same_seed() {
+    let args = [
+        "simulate",
+        "--setup",
+        "7b",
+        "--dataset",
+        "chatqa2-hist",
+        "--policy",
+        "skrull,packed",
+        "--iterations",
+        "4",
+        "--seed",
+        "7",
+    ];
+    let a = ok(&args);
+    assert!(
+        a.contains("| 7B DP4 CP8 BS64 C13K | chatqa2-hist | skrull |"),
+        "{a}"
+    );
+    assert!(a.contains("| packed |"));
+    assert!(!a.contains("| roundrobin |") && !a.contains("| deepspeed |"));
+    let strip = |s: &str| {
+        s.lines()
+            .filter(|l| !l.contains("scheduled and evaluated"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    assert_eq!(strip(&a), strip(&ok(&args)));
+    for dataset in [
+        "lmsys-real",
+        "lmsys-model",
+        "wikipedia-model",
+        "llama3-sft",
+        "longalpaca",
+        "chatqa2-model",
+    ] {
+        let out = ok(&[
+            "simulate",
+            "--setup",
+            "0.5b",
+            "--dataset",
+            dataset,
+            "--iterations",
+            "2",
+        ]);
+        assert!(out.contains(&format!("| {dataset} | skrull |")), "{out}");
+    }
+}
+
+#[test]
+fn simulate_draws_a_well_formed_gantt_chart() {
+    let svg = tmp("gantt.svg");
+    let path = svg.to_str().expect("utf-8 path");
+    let out = ok(&[
+        "simulate",
+        "--setup",
+        "case-study",
+        "--dataset",
+        "chatqa2",
+        "--iterations",
+        "2",
+        "--svg",
+        path,
+    ]);
+    assert!(out.contains("Gantt chart"));
+    let doc = std::fs::read_to_string(&svg).expect("svg written");
+    assert_eq!(check_xml(&doc), Ok("svg".to_string()));
+    assert!(doc.starts_with("<svg xmlns=\"http://www.w3.org/2000/svg\""));
+    for needle in [
+        "local attention",
+        "sharded attention",
+        "CP comm exposed",
+        "fixed overhead",
+        "time (ms)",
+        "DP0 CP7",
+        "skrull:",
+        "deepspeed:",
+        "packed:",
+        "roundrobin:",
+    ] {
+        assert!(doc.contains(needle), "missing {needle}");
+    }
+    // A bigger layout, every policy including sorted.
+    let out = ok(&[
+        "simulate",
+        "--setup",
+        "0.5b",
+        "--dataset",
+        "lmsys",
+        "--iterations",
+        "2",
+        "--policy",
+        "skrull,deepspeed,packed,sorted,roundrobin",
+        "--svg",
+        path,
+    ]);
+    assert!(out.contains("Gantt chart"));
+    let doc = std::fs::read_to_string(&svg).expect("svg written");
+    assert_eq!(check_xml(&doc), Ok("svg".to_string()));
+    assert!(doc.contains("DP3 (CP0-7)") && doc.contains("sorted:"));
+}
+
+#[test]
+fn simulate_rejects_bad_flags() {
+    for args in [
+        vec!["simulate", "--dataset", "nope"],
+        vec!["simulate", "--setup", "70b"],
+        vec!["simulate", "--policy", "skrull,fifo"],
+        vec!["simulate", "--iterations", "0"],
+        vec!["simulate", "--gpu", "a100"],
+        vec!["simulate", "--frobnicate", "1"],
+    ] {
+        let out = skrull(&args);
+        assert!(!out.status.success(), "{args:?} succeeded");
+        assert!(!out.stderr.is_empty());
+    }
+}
+
+fn write_plan(policy: &str) -> (PathBuf, String) {
+    let plan = ok(&["plan", "--format", "json", "--policy", policy]);
+    let path = tmp(&format!("plan-{policy}.json"));
+    std::fs::write(&path, &plan).expect("write plan");
+    (path, plan)
+}
+
+#[test]
+fn evaluate_matches_the_core_evaluator_on_a_plan_from_skrull_plan() {
+    let (path, _) = write_plan("skrull");
+    let p = path.to_str().expect("utf-8");
+    let text = ok(&["evaluate", "--plan", p]);
+    for needle in [
+        "estimated iteration time:",
+        "lower bound:",
+        "per DP rank (ms):",
+        "CP communication:",
+        "BucketSize:               respected",
+        "| DP | micro-batch |",
+    ] {
+        assert!(text.contains(needle), "missing {needle} in\n{text}");
+    }
+    let json: serde_json::Value =
+        serde_json::from_str(&ok(&["evaluate", "--plan", p, "--format", "json"])).expect("json");
+    let t = json["iteration_time_s"].as_f64().expect("time");
+    let lb = json["lower_bound_s"].as_f64().expect("bound");
+    assert!(t >= lb && lb > 0.0);
+    assert_eq!(json["dp_times_s"].as_array().map(Vec::len), Some(4));
+    assert_eq!(json["within_budget"], serde_json::Value::Bool(true));
+
+    // The same plan through the library.
+    let cfg = Config::new(4, 8, 26 * 1024, ModelShape::QWEN2_5_0_5B);
+    let lengths = skrull_cli::plan_cmd::default_lengths(cfg.cp, cfg.bucket);
+    let mut bufs = OwnedBuffers::for_batch(lengths.len(), &cfg);
+    let plan = bufs.schedule(&cfg, &lengths).expect("plan");
+    let cost = CostModel::h100(&cfg.model);
+    let mut ev = OwnedEval::default();
+    let r = ev
+        .evaluate(&cost, &cfg, &lengths, plan.placements())
+        .expect("eval")
+        .report;
+    assert_eq!(r.iteration_time, t);
+    assert_eq!(r.lower_bound.value, lb);
+
+    // Lengths from a file must agree with the plan's.
+    let lens = tmp("lengths.txt");
+    let text: Vec<String> = lengths.iter().map(u32::to_string).collect();
+    std::fs::write(&lens, text.join("\n")).expect("write");
+    ok(&[
+        "evaluate",
+        "--plan",
+        p,
+        "--lengths",
+        lens.to_str().expect("utf-8"),
+    ]);
+    std::fs::write(&lens, "1 2 3").expect("write");
+    assert!(
+        !skrull(&[
+            "evaluate",
+            "--plan",
+            p,
+            "--lengths",
+            lens.to_str().expect("utf-8")
+        ])
+        .status
+        .success()
+    );
+}
+
+#[test]
+fn evaluate_flags_a_plan_over_budget() {
+    let (_, plan) = write_plan("deepspeed");
+    // Make every sequence local on CP rank 0 of one micro-batch per DP rank.
+    let mut v: serde_json::Value = serde_json::from_str(&plan).expect("json");
+    for p in v["placements"].as_array_mut().expect("placements") {
+        p["cp"] = 0.into();
+        p["micro_batch"] = 0.into();
+    }
+    let path = tmp("over.json");
+    std::fs::write(&path, v.to_string()).expect("write");
+    let p = path.to_str().expect("utf-8");
+    let text = ok(&["evaluate", "--plan", p]);
+    assert!(
+        text.contains("BucketSize:               VIOLATED"),
+        "{text}"
+    );
+    assert!(text.contains("(over)"));
+    let json: serde_json::Value =
+        serde_json::from_str(&ok(&["evaluate", "--plan", p, "--format", "json"])).expect("json");
+    assert_eq!(json["within_budget"], serde_json::Value::Bool(false));
+    // Flags override the plan's layout; a plan with a CP rank beyond --cp is refused.
+    let out = skrull(&["evaluate", "--plan", p, "--cp", "1"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut bad = v.clone();
+    bad["placements"][0]["cp"] = 9.into();
+    std::fs::write(&path, bad.to_string()).expect("write");
+    let out = skrull(&["evaluate", "--plan", p]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("out of range"));
+}
+
+#[test]
+fn calibrate_recovers_a_known_model_and_its_output_feeds_the_other_commands() {
+    let shape = ModelShape::QWEN2_5_7B;
+    let base = CostModel::h100(&shape);
+    // "Measurements" from a model 1.5x slower in GEMMs, 1.2x in attention, 30 ms fixed.
+    let mut truth = base;
+    truth.gemm_efficiency /= 1.5;
+    truth.hbm_bandwidth /= 1.5;
+    truth.attention = truth.attention.slowed(1.2);
+    truth.kernel_launch_s = 0.03 / (28.0 * truth.kernels_per_layer);
+    let t = TimeModel::for_shape(&truth, &shape, 1, ShardPadding::None);
+    let mut csv = String::from("# kind,size,seconds\nkind,size,seconds\n");
+    for s in [128u32, 1024, 4096, 8192, 16384, 32768, 65536] {
+        csv.push_str(&format!("compute,{s},{}\n", t.alone_whole(s)));
+    }
+    for (mib, us) in SKRULL_TABLE5_ALL_GATHER {
+        csv.push_str(&format!("collective,{},{}\n", mib * 1_048_576.0, us * 1e-6));
+    }
+    let samples = tmp("samples.csv");
+    std::fs::write(&samples, csv).expect("write");
+    let out = ok(&[
+        "calibrate",
+        "--samples",
+        samples.to_str().expect("utf-8"),
+        "--model",
+        "qwen2.5-7b",
+    ]);
+    assert!(out.contains("\"_comment\""));
+    let fitted = parse_cost_model(&out, &base).expect("the output parses as a cost model");
+    let close = |a: f64, b: f64| (a - b).abs() <= 1e-6 * b.abs();
+    assert!(
+        close(fitted.gemm_efficiency, truth.gemm_efficiency),
+        "{fitted:?}"
+    );
+    assert!(close(fitted.attention.fwd[3], truth.attention.fwd[3]));
+    assert!(close(fitted.kernel_launch_s, truth.kernel_launch_s));
+    // The Table 5 samples give back the defaults.
+    assert!((fitted.ring_step_latency_s / base.ring_step_latency_s - 1.0).abs() < 2e-3);
+    assert!((fitted.intra_node_bandwidth / base.intra_node_bandwidth - 1.0).abs() < 2e-3);
+
+    let model = tmp("fitted.json");
+    std::fs::write(&model, &out).expect("write");
+    let m = model.to_str().expect("utf-8");
+    let sim = ok(&[
+        "simulate",
+        "--setup",
+        "7b",
+        "--dataset",
+        "lmsys",
+        "--iterations",
+        "2",
+        "--cost-model",
+        m,
+    ]);
+    assert!(
+        sim.contains("with ") && sim.contains("fitted.json on top"),
+        "{sim}"
+    );
+    let (plan, _) = write_plan("packed");
+    ok(&[
+        "evaluate",
+        "--plan",
+        plan.to_str().expect("utf-8"),
+        "--cost-model",
+        m,
+        "--model",
+        "qwen2.5-7b",
+    ]);
+
+    // Too few samples, and a bad file, are errors that name the problem.
+    std::fs::write(&samples, "1024,0.1\n2048,0.2\n").expect("write");
+    let out = skrull(&["calibrate", "--samples", samples.to_str().expect("utf-8")]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("at least 3"));
+    std::fs::write(&model, "{\"peak_flop\": 1}").expect("write");
+    let out = skrull(&["simulate", "--iterations", "1", "--cost-model", m]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("peak_flop"));
+}
