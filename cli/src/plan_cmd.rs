@@ -5,6 +5,7 @@ use skrull_core::Policy;
 use crate::args::{Flags, config_from, read_lengths};
 use crate::buffers::OwnedBuffers;
 use crate::json::{plan_json, plan_table};
+use crate::layout_out::{compute, layout_json, layout_table, parse_gpu};
 use crate::sample::Table1Cdf;
 
 /// Sequences in the built-in default batch (DP 4 x BatchSize 64, as in the paper).
@@ -27,10 +28,15 @@ pub const USAGE: &str = "\
 skrull plan [--lengths FILE|-] [--dp 4] [--cp 8] [--bucket 26K] [--model qwen2.5-0.5b]
             [--policy skrull|deepspeed|packed|roundrobin] [--victim shortest|longest]
             [--flops paper|megatron] [--shard-padding none|zigzag]
-            [--max-micro-batches M] [--format table|json]
+            [--max-micro-batches M] [--format table|json] [--layout DP,MB,CP]
 
 Plans one global batch. Without --lengths it plans the built-in default: 256 LMsys-like
-sequences (seed 20250526), DP 4, CP 8, BucketSize 26K, Qwen2.5-0.5B.";
+sequences (seed 20250526), DP 4, CP 8, BucketSize 26K, Qwen2.5-0.5B.
+
+--layout DP,MB,CP prints instead the execution layout of one GPU (DP rank, micro-batch, CP
+rank): its token spans (local sequences whole, then its zigzag chunks of each sharded
+sequence), the FlashAttention varlen cu_seqlens and max_seqlen of both groups, position-id
+ranges and loss weights (see docs/layout.md).";
 
 /// Runs `skrull plan`; returns the text to print.
 ///
@@ -43,9 +49,20 @@ pub fn run(flags: &Flags) -> Result<String, String> {
         None => default_lengths(cfg.cp, cfg.bucket),
     };
     let format = flags.get("--format").unwrap_or("table").to_string();
+    let gpu = flags.get("--layout").map(parse_gpu).transpose()?;
     flags.finish()?;
+    if !matches!(format.as_str(), "json" | "table") {
+        return Err(format!("--format: '{format}' is not table|json"));
+    }
     let mut bufs = OwnedBuffers::for_batch(lengths.len(), &cfg);
     let plan = bufs.schedule(&cfg, &lengths).map_err(|e| e.to_string())?;
+    if let Some(gpu) = gpu {
+        let g = compute(&cfg, &lengths, &plan, gpu).map_err(|e| format!("--layout: {e}"))?;
+        return Ok(match format.as_str() {
+            "json" => layout_json(&cfg, &g),
+            _ => layout_table(&cfg, &g),
+        });
+    }
     match format.as_str() {
         "json" => Ok(plan_json(&cfg, &lengths, &plan)),
         "table" => Ok(plan_table(&cfg, &lengths, &plan)),

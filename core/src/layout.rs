@@ -1,1 +1,1150 @@
-//! Per-GPU execution layout (placeholder, being written).
+//! Per-GPU execution layout: which tokens one GPU holds in one micro-batch, in the order it
+//! packs them, and the FlashAttention varlen metadata, position ids and loss weights that go
+//! with them.
+//!
+//! A [`Plan`] says where each sequence runs; this module turns it into what one GPU — DP rank
+//! `d`, micro-batch `m`, CP rank `r` (a [`Gpu`]) — feeds its kernels. [`fill`] writes into
+//! caller buffers (sizes: [`LayoutSizes`]) and returns a [`Layout`] of counts; it never
+//! allocates and runs in `O(sequences of the micro-batch + tokens written as position ids)`.
+//!
+//! # The GPU buffer
+//!
+//! The GPU packs its tokens (no padding between sequences) in two groups:
+//!
+//! ```text
+//! offset 0                      local_tokens                              tokens
+//! | local group                 | sharded group                                |
+//! | seq a (whole) | seq b (whole) | x: chunk r | x: chunk 2N-1-r | y: chunk r | y: chunk 2N-1-r |
+//! ```
+//!
+//! 1. **Local group**: every sequence the plan keeps whole on rank `r`, in plan order, one
+//!    [`Span`] each. It needs no CP communication: run it with a plain varlen attention call
+//!    (`flash_attn_varlen_func`) with `local_cu_seqlens` and [`Layout::local_max_seqlen`].
+//! 2. **Sharded group**: for every sequence the plan shards over the CP group, in plan order,
+//!    rank `r`'s two zigzag chunks, front then back: always exactly two [`Span`]s per sharded
+//!    sequence (a chunk may be empty when `S < 2N`). Run it with the CP attention kernel
+//!    (ring / all-gather, e.g. TransformerEngine THD) with `sharded_cu_seqlens` (global, real
+//!    lengths), `sharded_cu_seqlens_padded` (global, padded) and `rank_cu_seqlens` (this rank's
+//!    part of each sequence), all relative to the start of the sharded group.
+//!
+//! # Zigzag sharding
+//!
+//! A sharded sequence of `S` tokens is cut into `2N` consecutive chunks `0..2N` (N = CP size);
+//! rank `r` holds chunk `r` (its *front* chunk) and chunk `2N-1-r` (its *back* chunk), so every
+//! rank pairs an early, cheap part of the causal triangle with a late, expensive one.
+//!
+//! * [`ShardPadding::Zigzag`] (TransformerEngine THD, Megatron, ring-flash-attn): the sequence
+//!   is padded at its end to `P = 2N * c` tokens with `c = ceil(S / 2N)`; chunk `k` covers
+//!   positions `[k*c, (k+1)*c)`. Every rank carries exactly `2c` tokens of the sequence
+//!   (= `shard_tokens(S)`, what the budget charged). The `P - S < 2N` padding tokens sit at
+//!   positions `S..P`, i.e. in the last chunks, which are the back chunks of ranks `0, 1, ...`:
+//!   the padding on rank `r` is `pad(2N-1-r) + pad(r)` where `pad(k) = c - clamp(S - k*c, 0, c)`
+//!   (a front chunk holds padding only when `c = 1` and `S < N`). Causal work counted over the
+//!   padded positions is exactly equal on every rank.
+//! * [`ShardPadding::None`] (uneven chunks, no padding): with `q = S / 2N` and `R = S % 2N`,
+//!   rank `r` holds `T_r = floor(S/N) + [r < S % N]` tokens, its front chunk
+//!   `q + [r < R]` and its back chunk `q + [r < R - N]`. So chunk sizes differ by at most one,
+//!   every rank holds `floor(S/N)` or `ceil(S/N)` tokens (never more than the `ceil(S/N)` the
+//!   budget charged; the scheduler's charge exceeds the real share by `ceil(S/N) - T_r`, see
+//!   [`Layout::charged_tokens`]), and the front chunk of a rank is never shorter than its back
+//!   chunk. The chunks still tile `[0, S)` in chunk order. This form suits kernels that take
+//!   explicit chunk boundaries or position ids (all-gather CP); TransformerEngine's THD kernel
+//!   needs the padded form, whose halves are equal.
+//!
+//! In both forms the spread of causal attention work over the ranks (work of a token at
+//! position `p` = `p + 1` keys) is at most the work of the heaviest single chunk (padded
+//! positions counted for `Zigzag`); `tests/layout_props.rs` checks it.
+//!
+//! # Position ids and loss weights
+//!
+//! The token at buffer offset `span.offset + i` (for `i < span.len + span.pad`) has position
+//! `span.start + i` inside its own sequence: spans *are* the position-id ranges, and
+//! `positions` holds the same as a full array. Padding tokens continue the count (`S..P`), so a
+//! RoPE table needs `P` rows for a padded sequence (at most `2N - 1` more than `S`). A span's
+//! first `len` tokens are real, the `pad` after them are padding (mask them out of the loss).
+//!
+//! [`Layout::loss_tokens`] counts the real tokens this GPU contributes; summed over every GPU
+//! (all DP ranks, micro-batches and CP ranks) it equals [`Layout::global_tokens`], the tokens
+//! of the global batch. Weighting each real token's loss by `1 / global_tokens` and summing
+//! gradients over DP x CP (multiply by DP if the gradient all-reduce averages over DP) gives
+//! the same optimizer step as unscheduled training. A trainer that masks prompt tokens or
+//! shifts labels should count its own label tokens over the same spans.
+
+use core::fmt;
+
+use crate::config::{Config, ShardPadding};
+use crate::error::Error;
+use crate::plan::{Plan, SHARDED};
+
+/// [`Span::chunk`] of a local (whole) sequence.
+pub const LOCAL_CHUNK: i32 = -1;
+
+/// Which GPU a layout is for.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Gpu {
+    /// The data-parallel rank `d`.
+    pub dp_rank: u32,
+    /// The micro-batch index `m` on that DP rank.
+    pub micro_batch: u32,
+    /// The context-parallel rank `r` inside the DP rank's CP group.
+    pub cp_rank: u32,
+}
+
+/// One zigzag chunk of a sharded sequence.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Chunk {
+    /// First position (inside the padded sequence).
+    pub start: u32,
+    /// Real tokens: positions `start..start + len`.
+    pub len: u32,
+    /// Padding tokens after them: positions `start + len..start + len + pad`.
+    pub pad: u32,
+}
+
+/// A run of consecutive tokens of one sequence in the GPU buffer; also the position-id range
+/// of those tokens.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Span {
+    /// The sequence (index into the batch's lengths).
+    pub seq: u32,
+    /// [`LOCAL_CHUNK`] (-1) for a whole local sequence, else the zigzag chunk index `0..2N`.
+    pub chunk: i32,
+    /// Offset of the span's first token in the GPU buffer.
+    pub offset: u32,
+    /// Position of the first token inside its sequence (padded coordinates).
+    pub start: u32,
+    /// Real tokens (positions `start..start + len`).
+    pub len: u32,
+    /// Padding tokens after the real ones (0 unless [`ShardPadding::Zigzag`]).
+    pub pad: u32,
+}
+
+/// Element counts of the [`LayoutBuffers`] slices.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct LayoutSizes {
+    /// [`LayoutBuffers::spans`]: local sequences + 2 x sharded sequences.
+    pub spans: u32,
+    /// [`LayoutBuffers::local_cu_seqlens`]: local sequences + 1.
+    pub local_cu_seqlens: u32,
+    /// Each of [`LayoutBuffers::sharded_cu_seqlens`], [`LayoutBuffers::sharded_cu_seqlens_padded`]
+    /// and [`LayoutBuffers::rank_cu_seqlens`]: sharded sequences + 1.
+    pub sharded_cu_seqlens: u32,
+    /// [`LayoutBuffers::positions`]: tokens in the GPU buffer, padding included.
+    pub positions: u32,
+}
+
+impl LayoutSizes {
+    /// Sizes that hold the layout of every GPU of every plan of up to `n` sequences under `cfg`
+    /// that respects the budget (every plan [`schedule`](crate::schedule()) returns): `2n` spans,
+    /// `n + 1` entries per `cu_seqlens` array and `cfg.bucket` position ids. Allocate once,
+    /// reuse for every batch.
+    pub fn max_for(n: usize, cfg: &Config) -> LayoutSizes {
+        let n = u32::try_from(n).unwrap_or(u32::MAX);
+        LayoutSizes {
+            spans: n.saturating_mul(2),
+            local_cu_seqlens: n.saturating_add(1),
+            sharded_cu_seqlens: n.saturating_add(1),
+            positions: cfg.bucket,
+        }
+    }
+
+    /// The exact sizes for one GPU of `plan`.
+    ///
+    /// # Errors
+    /// As [`fill`], except [`LayoutError::BufferTooSmall`].
+    pub fn for_gpu(
+        cfg: &Config,
+        lengths: &[u32],
+        plan: &Plan<'_>,
+        gpu: Gpu,
+    ) -> Result<LayoutSizes, LayoutError> {
+        measure(cfg, lengths, plan, gpu).map(|(sizes, _)| sizes)
+    }
+
+    /// Checks that `out` is at least this large (an empty `positions` slice is accepted: it
+    /// asks [`fill`] to skip the full position-id array).
+    ///
+    /// # Errors
+    /// [`LayoutError::BufferTooSmall`] naming the first short buffer.
+    pub fn check(&self, out: &LayoutBuffers<'_>) -> Result<(), LayoutError> {
+        let s = self.sharded_cu_seqlens;
+        let positions = if out.positions.is_empty() {
+            0
+        } else {
+            self.positions
+        };
+        let pairs = [
+            (LayoutBuffer::Spans, self.spans, out.spans.len()),
+            (
+                LayoutBuffer::LocalCuSeqlens,
+                self.local_cu_seqlens,
+                out.local_cu_seqlens.len(),
+            ),
+            (
+                LayoutBuffer::ShardedCuSeqlens,
+                s,
+                out.sharded_cu_seqlens.len(),
+            ),
+            (
+                LayoutBuffer::ShardedCuSeqlensPadded,
+                s,
+                out.sharded_cu_seqlens_padded.len(),
+            ),
+            (LayoutBuffer::RankCuSeqlens, s, out.rank_cu_seqlens.len()),
+            (LayoutBuffer::Positions, positions, out.positions.len()),
+        ];
+        for (buffer, needed, got) in pairs {
+            if got < needed as usize {
+                return Err(LayoutError::BufferTooSmall {
+                    buffer,
+                    needed: *self,
+                    got,
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Caller storage [`fill`] writes one GPU's layout into (sizes: [`LayoutSizes`]). Entries past
+/// the counts in the returned [`Layout`] are left untouched.
+#[derive(Debug)]
+pub struct LayoutBuffers<'a> {
+    /// The spans, local group first, then two per sharded sequence (front chunk, back chunk).
+    pub spans: &'a mut [Span],
+    /// `cu_seqlens` of the local group: `0, S_a, S_a + S_b, ...` (int32, starts at 0).
+    pub local_cu_seqlens: &'a mut [i32],
+    /// Global `cu_seqlens` of the sharded group over real lengths: `0, S_x, S_x + S_y, ...`.
+    pub sharded_cu_seqlens: &'a mut [i32],
+    /// Global `cu_seqlens` of the sharded group over padded lengths `P` (TE's
+    /// `cu_seqlens_padded`); equal to `sharded_cu_seqlens` with [`ShardPadding::None`].
+    pub sharded_cu_seqlens_padded: &'a mut [i32],
+    /// This rank's `cu_seqlens` of the sharded group: where each sequence's two chunks sit in
+    /// the sharded group of this GPU's buffer (padding included; `sharded_cu_seqlens_padded / N`
+    /// with [`ShardPadding::Zigzag`]).
+    pub rank_cu_seqlens: &'a mut [i32],
+    /// Position id of every token in the buffer (empty: skip; the spans carry the same).
+    pub positions: &'a mut [i32],
+}
+
+/// What [`fill`] wrote, with the counts, maxima and loss weights of one GPU's layout.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Layout {
+    /// The DP rank.
+    pub dp_rank: u32,
+    /// The micro-batch index on that DP rank.
+    pub micro_batch: u32,
+    /// The CP rank.
+    pub cp_rank: u32,
+    /// The micro-batch's global index (into [`Plan::micro_batches`] and [`Plan::rank_tokens`]).
+    pub micro_batch_global: u32,
+    /// Sequences held whole on this GPU.
+    pub local_seqs: u32,
+    /// Sequences sharded over the CP group (this GPU holds two chunks of each).
+    pub sharded_seqs: u32,
+    /// Spans written: `local_seqs + 2 * sharded_seqs`.
+    pub spans: u32,
+    /// Tokens of the local group (buffer offsets `0..local_tokens`).
+    pub local_tokens: u32,
+    /// Tokens of the sharded group, padding included (offsets `local_tokens..tokens`).
+    pub sharded_tokens: u32,
+    /// Tokens in the GPU buffer, padding included.
+    pub tokens: u32,
+    /// Padding tokens among them (0 unless [`ShardPadding::Zigzag`]).
+    pub pad_tokens: u32,
+    /// Tokens the budget charged this GPU: local lengths plus `shard_tokens(S)` per sharded
+    /// sequence (equals [`Plan::rank_tokens`] for a plan of `cfg`). Equal to `tokens` with
+    /// [`ShardPadding::Zigzag`]; with [`ShardPadding::None`] it exceeds `tokens` by
+    /// `ceil(S/N) - T_r` summed over the sharded sequences.
+    pub charged_tokens: u32,
+    /// `max_seqlen` of the local group (0 when it is empty).
+    pub local_max_seqlen: i32,
+    /// Longest sharded sequence, real tokens (0 when there is none).
+    pub sharded_max_seqlen: i32,
+    /// Longest sharded sequence, padded.
+    pub sharded_max_seqlen_padded: i32,
+    /// Longest part of one sharded sequence on this rank (two chunks, padding included).
+    pub rank_max_seqlen: i32,
+    /// Real tokens this GPU contributes to the loss (`tokens - pad_tokens`).
+    pub loss_tokens: u32,
+    /// Real tokens of the whole micro-batch (all CP ranks).
+    pub micro_batch_tokens: u64,
+    /// Real tokens of the global batch: normalise the loss by this.
+    pub global_tokens: u64,
+}
+
+/// Which [`LayoutBuffers`] slice an error is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum LayoutBuffer {
+    /// [`LayoutBuffers::spans`].
+    Spans,
+    /// [`LayoutBuffers::local_cu_seqlens`].
+    LocalCuSeqlens,
+    /// [`LayoutBuffers::sharded_cu_seqlens`].
+    ShardedCuSeqlens,
+    /// [`LayoutBuffers::sharded_cu_seqlens_padded`].
+    ShardedCuSeqlensPadded,
+    /// [`LayoutBuffers::rank_cu_seqlens`].
+    RankCuSeqlens,
+    /// [`LayoutBuffers::positions`] (also: the buffer's token count).
+    Positions,
+}
+
+/// Why [`fill`] or [`LayoutSizes::for_gpu`] refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LayoutError {
+    /// The configuration is invalid.
+    Config(Error),
+    /// The plan was not made for this configuration and batch (DP/CP size or sequence count
+    /// differ, or a listed sequence has no length or placement).
+    PlanMismatch,
+    /// No such GPU: `dp_rank >= dp`, `cp_rank >= cp` or `micro_batch >= micro_batches` (the
+    /// micro-batches that DP rank runs; 0 for a DP rank without sequences or out of range).
+    NoSuchGpu {
+        /// The GPU asked for.
+        gpu: Gpu,
+        /// The plan's DP size.
+        dp: u32,
+        /// Micro-batches the DP rank runs.
+        micro_batches: u32,
+        /// The plan's CP size.
+        cp: u32,
+    },
+    /// A buffer is shorter than this GPU's layout needs.
+    BufferTooSmall {
+        /// The first short buffer.
+        buffer: LayoutBuffer,
+        /// What every buffer needs.
+        needed: LayoutSizes,
+        /// Elements the short buffer holds.
+        got: usize,
+    },
+    /// A value does not fit the `int32` the kernels take.
+    Overflow {
+        /// The array the value belongs to.
+        buffer: LayoutBuffer,
+        /// The value (above `i32::MAX`).
+        value: u64,
+    },
+}
+
+impl fmt::Display for LayoutError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            LayoutError::Config(e) => write!(f, "invalid configuration: {e}"),
+            LayoutError::PlanMismatch => {
+                write!(f, "the plan was not made for this configuration and batch")
+            }
+            LayoutError::NoSuchGpu {
+                gpu,
+                dp,
+                micro_batches,
+                cp,
+            } => write!(
+                f,
+                "no GPU (DP {}, micro-batch {}, CP {}): the plan has DP {dp}, CP {cp} and DP \
+                 rank {} runs {micro_batches} micro-batches",
+                gpu.dp_rank, gpu.micro_batch, gpu.cp_rank, gpu.dp_rank
+            ),
+            LayoutError::BufferTooSmall {
+                buffer,
+                needed,
+                got,
+            } => write!(
+                f,
+                "layout buffer {buffer:?} holds {got} elements; needed: {} spans, {} local \
+                 cu_seqlens, {} sharded cu_seqlens, {} positions",
+                needed.spans, needed.local_cu_seqlens, needed.sharded_cu_seqlens, needed.positions
+            ),
+            LayoutError::Overflow { buffer, value } => write!(
+                f,
+                "layout value {value} in {buffer:?} does not fit int32 (max {})",
+                i32::MAX
+            ),
+        }
+    }
+}
+
+impl core::error::Error for LayoutError {}
+
+/// Padded length of a sequence of `len` tokens sharded over `cp` ranks: `len` with
+/// [`ShardPadding::None`], `2cp * ceil(len / 2cp)` with [`ShardPadding::Zigzag`].
+pub fn padded_len(len: u32, cp: u32, padding: ShardPadding) -> u64 {
+    let two_n = 2 * u64::from(cp.max(1));
+    match padding {
+        ShardPadding::None => u64::from(len),
+        ShardPadding::Zigzag => u64::from(len).div_ceil(two_n) * two_n,
+    }
+}
+
+/// Zigzag chunk `chunk` (`0..2cp`) of a sequence of `len` tokens sharded over `cp` ranks (see
+/// the [module documentation](self)). Exact for every `len <= MAX_SEQ_LEN`; an out-of-range
+/// chunk is empty.
+pub fn zigzag_chunk(len: u32, cp: u32, padding: ShardPadding, chunk: u32) -> Chunk {
+    let n = u64::from(cp.max(1));
+    let (s, k) = (u64::from(len), u64::from(chunk));
+    if k >= 2 * n {
+        return Chunk::default();
+    }
+    let (start, real, width) = match padding {
+        ShardPadding::Zigzag => {
+            let c = s.div_ceil(2 * n);
+            let start = k * c;
+            (start, s.saturating_sub(start).min(c), c)
+        }
+        ShardPadding::None => {
+            let (q, rem) = (s / (2 * n), s % (2 * n));
+            let extra_back = rem.saturating_sub(n);
+            let (start, real) = if k < n {
+                (k * q + k.min(rem), q + u64::from(k < rem))
+            } else {
+                let r = 2 * n - 1 - k;
+                let real = q + u64::from(r < extra_back);
+                ((s - r * q - r.min(extra_back)).saturating_sub(real), real)
+            };
+            (start, real, real)
+        }
+    };
+    let c32 = |x: u64| u32::try_from(x).unwrap_or(u32::MAX);
+    Chunk {
+        start: c32(start),
+        len: c32(real),
+        pad: c32(width - real),
+    }
+}
+
+/// The two zigzag chunks rank `cp_rank` holds of a sequence of `len` tokens: chunk `cp_rank`
+/// (front) and chunk `2cp - 1 - cp_rank` (back). Empty for `cp_rank >= cp`.
+pub fn zigzag_chunks(len: u32, cp: u32, padding: ShardPadding, cp_rank: u32) -> [Chunk; 2] {
+    let n = cp.max(1);
+    if cp_rank >= n {
+        return [Chunk::default(); 2];
+    }
+    [
+        zigzag_chunk(len, n, padding, cp_rank),
+        zigzag_chunk(len, n, padding, 2 * n - 1 - cp_rank),
+    ]
+}
+
+/// Totals of one GPU's layout, from the counting pass.
+#[derive(Default)]
+struct Totals {
+    g: usize,
+    local_seqs: u64,
+    sharded_seqs: u64,
+    local_tokens: u64,
+    sharded_tokens: u64,
+    pad_tokens: u64,
+    charged: u64,
+    real_sum: u64,
+    padded_sum: u64,
+    local_max: u64,
+    sharded_max: u64,
+    sharded_max_padded: u64,
+    rank_max: u64,
+    mb_tokens: u64,
+}
+
+fn to_i32(buffer: LayoutBuffer, value: u64) -> Result<i32, LayoutError> {
+    i32::try_from(value).map_err(|_| LayoutError::Overflow { buffer, value })
+}
+
+fn to_u32(value: u64) -> u32 {
+    u32::try_from(value).unwrap_or(u32::MAX)
+}
+
+/// Checks the request and counts: the sizes and totals of one GPU's layout.
+fn measure(
+    cfg: &Config,
+    lengths: &[u32],
+    plan: &Plan<'_>,
+    gpu: Gpu,
+) -> Result<(LayoutSizes, Totals), LayoutError> {
+    cfg.validate().map_err(LayoutError::Config)?;
+    if plan.dp() != cfg.dp || plan.cp() != cfg.cp || plan.placements().len() != lengths.len() {
+        return Err(LayoutError::PlanMismatch);
+    }
+    let micro_batches = plan
+        .micro_batches_per_dp()
+        .get(gpu.dp_rank as usize)
+        .copied()
+        .unwrap_or(0);
+    let g = plan.find(gpu.dp_rank, gpu.micro_batch);
+    let (Some(g), true) = (g, gpu.cp_rank < cfg.cp) else {
+        return Err(LayoutError::NoSuchGpu {
+            gpu,
+            dp: cfg.dp,
+            micro_batches,
+            cp: cfg.cp,
+        });
+    };
+    let mb = plan
+        .micro_batches()
+        .get(g)
+        .ok_or(LayoutError::PlanMismatch)?;
+    let mut t = Totals {
+        g,
+        ..Totals::default()
+    };
+    for &seq in plan.members_of(mb) {
+        let s = seq as usize;
+        let (Some(p), Some(&len)) = (plan.placements().get(s), lengths.get(s)) else {
+            return Err(LayoutError::PlanMismatch);
+        };
+        if p.dp_rank != gpu.dp_rank || p.micro_batch != gpu.micro_batch {
+            return Err(LayoutError::PlanMismatch);
+        }
+        let len64 = u64::from(len);
+        t.mb_tokens += len64;
+        if p.cp_rank == SHARDED {
+            let [front, back] = zigzag_chunks(len, cfg.cp, cfg.shard_padding, gpu.cp_rank);
+            let padded = padded_len(len, cfg.cp, cfg.shard_padding);
+            let pad = u64::from(front.pad) + u64::from(back.pad);
+            let share = u64::from(front.len) + u64::from(back.len) + pad;
+            t.sharded_seqs += 1;
+            t.sharded_tokens += share;
+            t.pad_tokens += pad;
+            t.charged += u64::from(cfg.shard_tokens(len));
+            t.real_sum += len64;
+            t.padded_sum += padded;
+            t.sharded_max = t.sharded_max.max(len64);
+            t.sharded_max_padded = t.sharded_max_padded.max(padded);
+            t.rank_max = t.rank_max.max(share);
+        } else if u32::try_from(p.cp_rank) == Ok(gpu.cp_rank) {
+            t.local_seqs += 1;
+            t.local_tokens += len64;
+            t.charged += len64;
+            t.local_max = t.local_max.max(len64);
+        }
+    }
+    // Every value written to an int32 array is bounded by one of these sums.
+    to_i32(LayoutBuffer::LocalCuSeqlens, t.local_tokens)?;
+    to_i32(LayoutBuffer::ShardedCuSeqlens, t.real_sum)?;
+    to_i32(LayoutBuffer::ShardedCuSeqlensPadded, t.padded_sum)?;
+    to_i32(LayoutBuffer::RankCuSeqlens, t.sharded_tokens)?;
+    let tokens = t.local_tokens + t.sharded_tokens;
+    to_i32(LayoutBuffer::Positions, tokens)?;
+    let sizes = LayoutSizes {
+        spans: to_u32(t.local_seqs + 2 * t.sharded_seqs),
+        local_cu_seqlens: to_u32(t.local_seqs + 1),
+        sharded_cu_seqlens: to_u32(t.sharded_seqs + 1),
+        positions: to_u32(tokens),
+    };
+    Ok((sizes, t))
+}
+
+/// Writes `first, first + 1, ...` into `out` (all values fit `i32`: checked by `measure`).
+fn write_positions(out: &mut [i32], first: u32) {
+    for (p, v) in out.iter_mut().zip(first..) {
+        *p = v as i32;
+    }
+}
+
+/// Fills `out` with the layout of one GPU (DP rank, micro-batch, CP rank) of `plan`, the plan
+/// [`schedule`](crate::schedule()) made from `cfg` and `lengths`, and returns its counts.
+///
+/// Writes, in the order the GPU packs its tokens, the spans of its local sequences and of its
+/// zigzag chunks of every sharded sequence, the varlen `cu_seqlens` of both groups and (unless
+/// `out.positions` is empty) every token's position id. See the [module documentation](self)
+/// for the exact layout. Nothing is written when an error is returned.
+///
+/// # Errors
+/// [`LayoutError::Config`], [`LayoutError::PlanMismatch`], [`LayoutError::NoSuchGpu`],
+/// [`LayoutError::Overflow`] (a `cu_seqlens` entry, position id or token count above
+/// `i32::MAX`) and [`LayoutError::BufferTooSmall`].
+pub fn fill(
+    cfg: &Config,
+    lengths: &[u32],
+    plan: &Plan<'_>,
+    gpu: Gpu,
+    out: LayoutBuffers<'_>,
+) -> Result<Layout, LayoutError> {
+    let (sizes, t) = measure(cfg, lengths, plan, gpu)?;
+    sizes.check(&out)?;
+    let LayoutBuffers {
+        spans,
+        local_cu_seqlens,
+        sharded_cu_seqlens,
+        sharded_cu_seqlens_padded,
+        rank_cu_seqlens,
+        positions,
+    } = out;
+    let mb = plan
+        .micro_batches()
+        .get(t.g)
+        .ok_or(LayoutError::PlanMismatch)?;
+    let members = plan.members_of(mb);
+    let with_positions = !positions.is_empty();
+    let (mut n_spans, mut n_local, mut n_sharded) = (0usize, 0usize, 0usize);
+    let mut offset = 0u32;
+    let mut push = |span: Span, spans: &mut [Span], positions: &mut [i32]| {
+        if let Some(slot) = spans.get_mut(n_spans) {
+            *slot = span;
+        }
+        n_spans += 1;
+        let count = span.len + span.pad;
+        if with_positions {
+            let range = span.offset as usize..span.offset as usize + count as usize;
+            if let Some(dst) = positions.get_mut(range) {
+                write_positions(dst, span.start);
+            }
+        }
+    };
+    // Local group: whole sequences on this rank, in plan order.
+    if let Some(first) = local_cu_seqlens.first_mut() {
+        *first = 0;
+    }
+    for &seq in members {
+        let (Some(p), Some(&len)) = (
+            plan.placements().get(seq as usize),
+            lengths.get(seq as usize),
+        ) else {
+            continue;
+        };
+        if p.cp_rank == SHARDED || u32::try_from(p.cp_rank) != Ok(gpu.cp_rank) {
+            continue;
+        }
+        let span = Span {
+            seq,
+            chunk: LOCAL_CHUNK,
+            offset,
+            start: 0,
+            len,
+            pad: 0,
+        };
+        push(span, spans, positions);
+        offset += len;
+        n_local += 1;
+        if let Some(cu) = local_cu_seqlens.get_mut(n_local) {
+            *cu = offset as i32;
+        }
+    }
+    // Sharded group: this rank's front and back chunk of every sharded sequence.
+    for cu in [
+        &mut *sharded_cu_seqlens,
+        &mut *sharded_cu_seqlens_padded,
+        &mut *rank_cu_seqlens,
+    ] {
+        if let Some(first) = cu.first_mut() {
+            *first = 0;
+        }
+    }
+    let group_start = offset;
+    let (mut real_sum, mut padded_sum) = (0u64, 0u64);
+    let n = cfg.cp;
+    for &seq in members {
+        let (Some(p), Some(&len)) = (
+            plan.placements().get(seq as usize),
+            lengths.get(seq as usize),
+        ) else {
+            continue;
+        };
+        if p.cp_rank != SHARDED {
+            continue;
+        }
+        let chunks = zigzag_chunks(len, n, cfg.shard_padding, gpu.cp_rank);
+        let indices = [gpu.cp_rank, 2 * n - 1 - gpu.cp_rank];
+        for (c, k) in chunks.into_iter().zip(indices) {
+            let span = Span {
+                seq,
+                chunk: k as i32,
+                offset,
+                start: c.start,
+                len: c.len,
+                pad: c.pad,
+            };
+            push(span, spans, positions);
+            offset += c.len + c.pad;
+        }
+        n_sharded += 1;
+        real_sum += u64::from(len);
+        padded_sum += padded_len(len, n, cfg.shard_padding);
+        // All three sums were bounded by i32::MAX in `measure`.
+        let entries = [
+            (&mut *sharded_cu_seqlens, real_sum as i32),
+            (&mut *sharded_cu_seqlens_padded, padded_sum as i32),
+            (&mut *rank_cu_seqlens, (offset - group_start) as i32),
+        ];
+        for (cu, v) in entries {
+            if let Some(slot) = cu.get_mut(n_sharded) {
+                *slot = v;
+            }
+        }
+    }
+    let tokens = to_u32(t.local_tokens + t.sharded_tokens);
+    Ok(Layout {
+        dp_rank: gpu.dp_rank,
+        micro_batch: gpu.micro_batch,
+        cp_rank: gpu.cp_rank,
+        micro_batch_global: to_u32(t.g as u64),
+        local_seqs: to_u32(t.local_seqs),
+        sharded_seqs: to_u32(t.sharded_seqs),
+        spans: sizes.spans,
+        local_tokens: to_u32(t.local_tokens),
+        sharded_tokens: to_u32(t.sharded_tokens),
+        tokens,
+        pad_tokens: to_u32(t.pad_tokens),
+        charged_tokens: to_u32(t.charged),
+        local_max_seqlen: t.local_max as i32,
+        sharded_max_seqlen: t.sharded_max as i32,
+        sharded_max_seqlen_padded: t.sharded_max_padded as i32,
+        rank_max_seqlen: t.rank_max as i32,
+        loss_tokens: to_u32(t.local_tokens + t.sharded_tokens - t.pad_tokens),
+        micro_batch_tokens: t.mb_tokens,
+        global_tokens: plan.summary().total_tokens,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{ModelShape, Policy};
+    use crate::plan::{MicroBatch, Placement, PlanBuffers, PlanSizes};
+    use crate::workspace::{Workspace, WorkspaceSizes};
+    use crate::{Error, schedule};
+    use std::vec;
+    use std::vec::Vec;
+
+    /// Owned plan storage for tests.
+    struct Store {
+        placements: Vec<Placement>,
+        micro_batches: Vec<MicroBatch>,
+        members: Vec<u32>,
+        rank_tokens: Vec<u32>,
+        per_dp: Vec<u32>,
+    }
+
+    fn plan_of<'a>(cfg: &Config, lengths: &[u32], st: &'a mut Store) -> Plan<'a> {
+        let ws = WorkspaceSizes::for_batch(lengths.len(), cfg);
+        let (mut keys, mut seqs, mut scratch) = (
+            vec![0u64; ws.keys],
+            vec![0u32; ws.seqs],
+            vec![0u32; ws.scratch],
+        );
+        let (mut loads, mut heap, mut start) = (
+            vec![0u128; ws.dp_loads],
+            vec![0u32; ws.dp_heap],
+            vec![0u32; ws.dp_start],
+        );
+        let mut work = Workspace {
+            keys: &mut keys,
+            seqs: &mut seqs,
+            scratch: &mut scratch,
+            dp_loads: &mut loads,
+            dp_heap: &mut heap,
+            dp_start: &mut start,
+        };
+        let out = PlanBuffers {
+            placements: &mut st.placements,
+            micro_batches: &mut st.micro_batches,
+            members: &mut st.members,
+            rank_tokens: &mut st.rank_tokens,
+            micro_batches_per_dp: &mut st.per_dp,
+        };
+        schedule(cfg, lengths, &mut work, out).unwrap()
+    }
+
+    fn store(n: usize, cfg: &Config) -> Store {
+        let ps = PlanSizes::for_batch(n, cfg);
+        Store {
+            placements: vec![Placement::default(); ps.placements],
+            micro_batches: vec![MicroBatch::default(); ps.micro_batches],
+            members: vec![0; ps.members],
+            rank_tokens: vec![0; ps.rank_tokens],
+            per_dp: vec![0; ps.micro_batches_per_dp],
+        }
+    }
+
+    /// One GPU's layout in owned vectors, trimmed to the written counts.
+    #[derive(Debug)]
+    struct Owned {
+        layout: Layout,
+        spans: Vec<Span>,
+        local_cu: Vec<i32>,
+        sharded_cu: Vec<i32>,
+        sharded_cu_padded: Vec<i32>,
+        rank_cu: Vec<i32>,
+        positions: Vec<i32>,
+    }
+
+    fn layout_of(cfg: &Config, lengths: &[u32], plan: &Plan<'_>, gpu: Gpu) -> Owned {
+        let s = LayoutSizes::for_gpu(cfg, lengths, plan, gpu).unwrap();
+        let mut spans = vec![Span::default(); s.spans as usize];
+        let mut local_cu = vec![-7; s.local_cu_seqlens as usize];
+        let mut sharded_cu = vec![-7; s.sharded_cu_seqlens as usize];
+        let mut sharded_cu_padded = vec![-7; s.sharded_cu_seqlens as usize];
+        let mut rank_cu = vec![-7; s.sharded_cu_seqlens as usize];
+        let mut positions = vec![-7; s.positions as usize];
+        let out = LayoutBuffers {
+            spans: &mut spans,
+            local_cu_seqlens: &mut local_cu,
+            sharded_cu_seqlens: &mut sharded_cu,
+            sharded_cu_seqlens_padded: &mut sharded_cu_padded,
+            rank_cu_seqlens: &mut rank_cu,
+            positions: &mut positions,
+        };
+        let layout = fill(cfg, lengths, plan, gpu, out).unwrap();
+        Owned {
+            layout,
+            spans,
+            local_cu,
+            sharded_cu,
+            sharded_cu_padded,
+            rank_cu,
+            positions,
+        }
+    }
+
+    fn gpu(dp_rank: u32, micro_batch: u32, cp_rank: u32) -> Gpu {
+        Gpu {
+            dp_rank,
+            micro_batch,
+            cp_rank,
+        }
+    }
+
+    fn span(seq: u32, chunk: i32, offset: u32, start: u32, len: u32, pad: u32) -> Span {
+        Span {
+            seq,
+            chunk,
+            offset,
+            start,
+            len,
+            pad,
+        }
+    }
+
+    /// The worked example of the docs: N = 4, S = 10, no padding.
+    ///
+    /// q = 10 / 8 = 1, R = 10 % 8 = 2 < N: ranks 0 and 1 get a 2-token front chunk, ranks 2
+    /// and 3 a 1-token one; every back chunk has q = 1 token (R - N <= 0).
+    /// Chunks 0..8: [0,2) [2,4) [4,5) [5,6) | [6,7) [7,8) [8,9) [9,10).
+    /// Rank r holds chunks r and 7 - r: 3, 3, 2, 2 tokens (<= ceil(10/4) = 3, charged 3 each).
+    #[test]
+    fn worked_example_n4_s10_unpadded() {
+        let cfg = Config::new(1, 4, 3, ModelShape::QWEN2_5_0_5B);
+        let lengths = [10];
+        let mut st = store(1, &cfg);
+        let plan = plan_of(&cfg, &lengths, &mut st);
+        assert!(plan.placements()[0].is_sharded());
+        let expect: [([Span; 2], &[i32]); 4] = [
+            ([span(0, 0, 0, 0, 2, 0), span(0, 7, 2, 9, 1, 0)], &[0, 1, 9]),
+            ([span(0, 1, 0, 2, 2, 0), span(0, 6, 2, 8, 1, 0)], &[2, 3, 8]),
+            ([span(0, 2, 0, 4, 1, 0), span(0, 5, 1, 7, 1, 0)], &[4, 7]),
+            ([span(0, 3, 0, 5, 1, 0), span(0, 4, 1, 6, 1, 0)], &[5, 6]),
+        ];
+        for (r, (spans, positions)) in expect.iter().enumerate() {
+            let o = layout_of(&cfg, &lengths, &plan, gpu(0, 0, r as u32));
+            assert_eq!(o.spans, spans.to_vec(), "rank {r}");
+            assert_eq!(o.positions, positions.to_vec(), "rank {r}");
+            let t = positions.len() as i32;
+            assert_eq!(o.local_cu, vec![0]);
+            assert_eq!(o.sharded_cu, vec![0, 10]);
+            assert_eq!(o.sharded_cu_padded, vec![0, 10]);
+            assert_eq!(o.rank_cu, vec![0, t]);
+            let l = o.layout;
+            assert_eq!(
+                (l.tokens, l.pad_tokens, l.loss_tokens),
+                (t as u32, 0, t as u32)
+            );
+            assert_eq!((l.charged_tokens, plan.rank_tokens(0)[r]), (3, 3));
+            assert_eq!((l.local_max_seqlen, l.sharded_max_seqlen), (0, 10));
+            assert_eq!((l.sharded_max_seqlen_padded, l.rank_max_seqlen), (10, t));
+            assert_eq!((l.micro_batch_tokens, l.global_tokens), (10, 10));
+        }
+    }
+
+    /// The same sequence padded (TransformerEngine THD): c = ceil(10/8) = 2, P = 16, chunk k
+    /// = [2k, 2k+2); positions 10..16 (chunks 5, 6, 7) are padding. Every rank carries 4 tokens
+    /// (= shard_tokens = the budget charge): ranks 0, 1, 2 hold 2 real + 2 padding, rank 3 holds
+    /// 4 real.
+    #[test]
+    fn worked_example_n4_s10_zigzag_padded() {
+        let mut cfg = Config::new(1, 4, 4, ModelShape::QWEN2_5_0_5B);
+        cfg.shard_padding = ShardPadding::Zigzag;
+        let lengths = [10];
+        let mut st = store(1, &cfg);
+        let plan = plan_of(&cfg, &lengths, &mut st);
+        assert!(plan.placements()[0].is_sharded());
+        let expect: [([Span; 2], [i32; 4], u32); 4] = [
+            (
+                [span(0, 0, 0, 0, 2, 0), span(0, 7, 2, 14, 0, 2)],
+                [0, 1, 14, 15],
+                2,
+            ),
+            (
+                [span(0, 1, 0, 2, 2, 0), span(0, 6, 2, 12, 0, 2)],
+                [2, 3, 12, 13],
+                2,
+            ),
+            (
+                [span(0, 2, 0, 4, 2, 0), span(0, 5, 2, 10, 0, 2)],
+                [4, 5, 10, 11],
+                2,
+            ),
+            (
+                [span(0, 3, 0, 6, 2, 0), span(0, 4, 2, 8, 2, 0)],
+                [6, 7, 8, 9],
+                0,
+            ),
+        ];
+        for (r, (spans, positions, pad)) in expect.iter().enumerate() {
+            let o = layout_of(&cfg, &lengths, &plan, gpu(0, 0, r as u32));
+            assert_eq!(o.spans, spans.to_vec(), "rank {r}");
+            assert_eq!(o.positions, positions.to_vec(), "rank {r}");
+            assert_eq!(o.sharded_cu, vec![0, 10]);
+            assert_eq!(o.sharded_cu_padded, vec![0, 16]);
+            assert_eq!(o.rank_cu, vec![0, 4]);
+            let l = o.layout;
+            assert_eq!((l.tokens, l.pad_tokens, l.loss_tokens), (4, *pad, 4 - pad));
+            assert_eq!((l.charged_tokens, plan.rank_tokens(0)[r]), (4, 4));
+            assert_eq!((l.sharded_max_seqlen_padded, l.rank_max_seqlen), (16, 4));
+        }
+    }
+
+    #[test]
+    fn chunk_formulas_tile_and_bound() {
+        for padding in [ShardPadding::None, ShardPadding::Zigzag] {
+            for n in 1..=9u32 {
+                for s in 1..=200u32 {
+                    let mut next = 0;
+                    let mut sizes = Vec::new();
+                    for k in 0..2 * n {
+                        let c = zigzag_chunk(s, n, padding, k);
+                        assert_eq!(c.start, next, "{padding:?} n {n} s {s} k {k}");
+                        next += c.len + c.pad;
+                        sizes.push(c.len + c.pad);
+                        assert!(c.pad == 0 || c.start + c.len == s.max(c.start));
+                    }
+                    assert_eq!(u64::from(next), padded_len(s, n, padding));
+                    let (lo, hi) = (sizes.iter().min().unwrap(), sizes.iter().max().unwrap());
+                    assert!(hi - lo <= 1);
+                    for r in 0..n {
+                        let [f, b] = zigzag_chunks(s, n, padding, r);
+                        let share = f.len + f.pad + b.len + b.pad;
+                        match padding {
+                            ShardPadding::Zigzag => assert_eq!(share, cfg_share(s, n, padding)),
+                            ShardPadding::None => {
+                                assert_eq!(share, s / n + u32::from(r < s % n));
+                                assert!(share <= cfg_share(s, n, padding));
+                                assert!(f.len >= b.len && f.len - b.len <= 1);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn cfg_share(s: u32, n: u32, padding: ShardPadding) -> u32 {
+        crate::budget::shard_tokens(s, n, padding)
+    }
+
+    #[test]
+    fn local_group_precedes_sharded_group() {
+        // Rank budget 6 on CP 2: 20 must be sharded (10 per rank), the short ones stay local.
+        let mut cfg = Config::new(1, 2, 14, ModelShape::QWEN2_5_0_5B);
+        cfg.policy = Policy::Skrull;
+        let lengths = [3, 20, 2, 4];
+        let mut st = store(lengths.len(), &cfg);
+        let plan = plan_of(&cfg, &lengths, &mut st);
+        let mbs = plan.micro_batches_per_dp()[0];
+        let mut loss = 0u64;
+        for m in 0..mbs {
+            for r in 0..2 {
+                let o = layout_of(&cfg, &lengths, &plan, gpu(0, m, r));
+                let l = o.layout;
+                loss += u64::from(l.loss_tokens);
+                let local = &o.spans[..l.local_seqs as usize];
+                assert!(local.iter().all(|s| s.chunk == LOCAL_CHUNK && s.start == 0));
+                assert!(
+                    o.spans[l.local_seqs as usize..]
+                        .iter()
+                        .all(|s| s.chunk >= 0)
+                );
+                assert_eq!(*o.local_cu.last().unwrap() as u32, l.local_tokens);
+                assert_eq!(*o.rank_cu.last().unwrap() as u32, l.sharded_tokens);
+                assert_eq!(
+                    l.charged_tokens,
+                    plan.rank_tokens(l.micro_batch_global as usize)[r as usize]
+                );
+                assert_eq!(o.positions.len() as u32, l.tokens);
+            }
+        }
+        assert_eq!(loss, 29);
+    }
+
+    #[test]
+    fn empty_rank_and_cp1() {
+        // One short sequence stays local on rank 0: rank 1 holds nothing.
+        let cfg = Config::new(1, 2, 8, ModelShape::QWEN2_5_0_5B);
+        let mut st = store(1, &cfg);
+        let plan = plan_of(&cfg, &[5], &mut st);
+        let o = layout_of(&cfg, &[5], &plan, gpu(0, 0, 1));
+        assert_eq!(o.layout.tokens, 0);
+        assert!(o.spans.is_empty() && o.positions.is_empty());
+        assert_eq!((o.local_cu, o.rank_cu), (vec![0], vec![0]));
+        let o = layout_of(&cfg, &[5], &plan, gpu(0, 0, 0));
+        assert_eq!(o.spans, vec![span(0, LOCAL_CHUNK, 0, 0, 5, 0)]);
+        assert_eq!(o.local_cu, vec![0, 5]);
+        assert_eq!(o.layout.local_max_seqlen, 5);
+        assert_eq!(o.positions, vec![0, 1, 2, 3, 4]);
+        // CP 1, sharded: chunks 0 and 1 both on rank 0, contiguous.
+        let mut c1 = Config::new(1, 1, 7, ModelShape::QWEN2_5_0_5B);
+        c1.policy = Policy::DeepSpeed;
+        let mut st = store(1, &c1);
+        let plan = plan_of(&c1, &[7], &mut st);
+        let o = layout_of(&c1, &[7], &plan, gpu(0, 0, 0));
+        assert_eq!(
+            o.spans,
+            vec![span(0, 0, 0, 0, 4, 0), span(0, 1, 4, 4, 3, 0)]
+        );
+        assert_eq!(o.positions, vec![0, 1, 2, 3, 4, 5, 6]);
+    }
+
+    #[test]
+    fn tiny_sequence_gets_empty_chunks() {
+        // S = 3 < N = 4 (deepspeed: all sharded): ranks 0..3 hold one token each in front.
+        let mut cfg = Config::new(1, 4, 1, ModelShape::QWEN2_5_0_5B);
+        cfg.policy = Policy::DeepSpeed;
+        let mut st = store(1, &cfg);
+        let plan = plan_of(&cfg, &[3], &mut st);
+        let o = layout_of(&cfg, &[3], &plan, gpu(0, 0, 3));
+        assert_eq!(
+            o.spans,
+            vec![span(0, 3, 0, 3, 0, 0), span(0, 4, 0, 3, 0, 0)]
+        );
+        assert_eq!((o.layout.tokens, o.layout.charged_tokens), (0, 1));
+        let o = layout_of(&cfg, &[3], &plan, gpu(0, 0, 2));
+        assert_eq!(o.positions, vec![2]);
+    }
+
+    #[test]
+    fn errors_name_the_problem_and_write_nothing() {
+        let cfg = Config::new(2, 4, 3, ModelShape::QWEN2_5_0_5B);
+        let lengths = [10, 2];
+        let mut st = store(2, &cfg);
+        let plan = plan_of(&cfg, &lengths, &mut st);
+        for bad in [gpu(2, 0, 0), gpu(0, 5, 0), gpu(0, 0, 4)] {
+            let e = LayoutSizes::for_gpu(&cfg, &lengths, &plan, bad).unwrap_err();
+            assert!(
+                matches!(e, LayoutError::NoSuchGpu { dp: 2, cp: 4, .. }),
+                "{e:?}"
+            );
+        }
+        assert_eq!(
+            LayoutSizes::for_gpu(&cfg, &lengths[..1], &plan, gpu(0, 0, 0)),
+            Err(LayoutError::PlanMismatch)
+        );
+        let mut other = cfg;
+        other.cp = 2;
+        assert_eq!(
+            LayoutSizes::for_gpu(&other, &lengths, &plan, gpu(0, 0, 0)),
+            Err(LayoutError::PlanMismatch)
+        );
+        other.cp = 0;
+        assert_eq!(
+            LayoutSizes::for_gpu(&other, &lengths, &plan, gpu(0, 0, 0)),
+            Err(LayoutError::Config(Error::InvalidCp { cp: 0 }))
+        );
+        // Short buffers: the error carries every size needed; nothing is written.
+        let d = plan.placements()[0].dp_rank;
+        let needed = LayoutSizes::for_gpu(&cfg, &lengths, &plan, gpu(d, 0, 0)).unwrap();
+        let mut spans = vec![Span::default(); 1];
+        let (mut a, mut b, mut c, mut e) = (vec![-7; 8], vec![-7; 8], vec![-7; 8], vec![-7; 8]);
+        let mut p = vec![-7; 8];
+        let out = LayoutBuffers {
+            spans: &mut spans,
+            local_cu_seqlens: &mut a,
+            sharded_cu_seqlens: &mut b,
+            sharded_cu_seqlens_padded: &mut c,
+            rank_cu_seqlens: &mut e,
+            positions: &mut p,
+        };
+        let err = fill(&cfg, &lengths, &plan, gpu(d, 0, 0), out).unwrap_err();
+        assert_eq!(
+            err,
+            LayoutError::BufferTooSmall {
+                buffer: LayoutBuffer::Spans,
+                needed,
+                got: 1
+            }
+        );
+        assert!(a.iter().chain(&p).all(|&x| x == -7));
+        assert_eq!(spans[0], Span::default());
+        // An empty positions slice skips the full array.
+        let mut spans = vec![Span::default(); 8];
+        let out = LayoutBuffers {
+            spans: &mut spans,
+            local_cu_seqlens: &mut a,
+            sharded_cu_seqlens: &mut b,
+            sharded_cu_seqlens_padded: &mut c,
+            rank_cu_seqlens: &mut e,
+            positions: &mut [],
+        };
+        let l = fill(&cfg, &lengths, &plan, gpu(d, 0, 0), out).unwrap();
+        assert_eq!(l.tokens, 3);
+        assert_eq!(&b[..2], &[0, 10]);
+    }
+
+    #[test]
+    fn int32_overflow_is_an_error() {
+        // 2 sequences of 2^31 - 2 tokens sharded in one micro-batch: each rank holds 2^30 - 1
+        // tokens of each (fits), but the global cu_seqlens reach 2^32 - 4.
+        let max = i32::MAX as u32;
+        let mut cfg = Config::new(1, 2, max, ModelShape::QWEN2_5_0_5B);
+        cfg.policy = Policy::Packed;
+        let lengths = [max - 1, max - 1];
+        let mut st = store(2, &cfg);
+        let plan = plan_of(&cfg, &lengths, &mut st);
+        assert_eq!(plan.micro_batches_per_dp()[0], 1);
+        assert_eq!(
+            LayoutSizes::for_gpu(&cfg, &lengths, &plan, gpu(0, 0, 0)),
+            Err(LayoutError::Overflow {
+                buffer: LayoutBuffer::ShardedCuSeqlens,
+                value: 2 * u64::from(max - 1)
+            })
+        );
+        // Padded: one sequence of 2^31 - 1 pads to 2^31, one past i32::MAX.
+        cfg.shard_padding = ShardPadding::Zigzag;
+        cfg.bucket = max;
+        let mut st = store(1, &cfg);
+        let plan = plan_of(&cfg, &[max], &mut st);
+        assert_eq!(
+            LayoutSizes::for_gpu(&cfg, &[max], &plan, gpu(0, 0, 0)),
+            Err(LayoutError::Overflow {
+                buffer: LayoutBuffer::ShardedCuSeqlensPadded,
+                value: 1 << 31
+            })
+        );
+    }
+
+    #[test]
+    fn max_sizes_bound_every_gpu() {
+        let cfg = Config::new(2, 4, 64, ModelShape::QWEN2_5_0_5B);
+        let lengths = [200, 3, 60, 7, 1, 90, 33, 12, 5, 250, 8];
+        let mut st = store(lengths.len(), &cfg);
+        let plan = plan_of(&cfg, &lengths, &mut st);
+        let max = LayoutSizes::max_for(lengths.len(), &cfg);
+        assert_eq!(
+            max,
+            LayoutSizes {
+                spans: 22,
+                local_cu_seqlens: 12,
+                sharded_cu_seqlens: 12,
+                positions: 64
+            }
+        );
+        for mb in plan.micro_batches() {
+            for r in 0..4 {
+                let s = LayoutSizes::for_gpu(&cfg, &lengths, &plan, gpu(mb.dp_rank, mb.index, r))
+                    .unwrap();
+                assert!(s.spans <= max.spans && s.positions <= max.positions);
+                assert!(s.local_cu_seqlens <= max.local_cu_seqlens);
+                assert!(s.sharded_cu_seqlens <= max.sharded_cu_seqlens);
+            }
+        }
+    }
+}

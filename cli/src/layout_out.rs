@@ -1,0 +1,311 @@
+//! `skrull plan --layout DP,MB,CP`: one GPU's execution layout (spans, varlen `cu_seqlens`,
+//! position-id ranges, loss weights) as JSON or a table.
+
+use std::fmt::Write;
+
+use skrull_core::layout::{self, Gpu, LOCAL_CHUNK, Layout, LayoutBuffers, LayoutSizes, Span};
+use skrull_core::{Config, Plan};
+
+use crate::json::config_json;
+
+/// One GPU's layout in owned vectors, trimmed to what [`layout::fill`] wrote.
+#[derive(Debug, Clone, Default)]
+pub struct GpuLayout {
+    /// Counts, maxima and loss weights.
+    pub layout: Layout,
+    /// Spans in buffer order: local group, then front and back chunk of each sharded sequence.
+    pub spans: Vec<Span>,
+    /// `cu_seqlens` of the local group.
+    pub local_cu_seqlens: Vec<i32>,
+    /// Global `cu_seqlens` of the sharded group (real lengths).
+    pub sharded_cu_seqlens: Vec<i32>,
+    /// Global `cu_seqlens` of the sharded group (padded lengths).
+    pub sharded_cu_seqlens_padded: Vec<i32>,
+    /// This rank's `cu_seqlens` of the sharded group.
+    pub rank_cu_seqlens: Vec<i32>,
+    /// Position id of every token in the buffer.
+    pub positions: Vec<i32>,
+}
+
+/// Parses `DP,MB,CP` (three whole numbers).
+///
+/// # Errors
+/// A message naming the bad value.
+pub fn parse_gpu(s: &str) -> Result<Gpu, String> {
+    let parts: Vec<&str> = s.split(',').map(str::trim).collect();
+    let nums: Result<Vec<u32>, _> = parts.iter().map(|p| p.parse::<u32>()).collect();
+    match nums.as_deref() {
+        Ok(&[dp_rank, micro_batch, cp_rank]) => Ok(Gpu {
+            dp_rank,
+            micro_batch,
+            cp_rank,
+        }),
+        _ => Err(format!(
+            "--layout: '{s}' is not DP,MB,CP (three whole numbers, e.g. 0,0,0)"
+        )),
+    }
+}
+
+/// Computes one GPU's layout of `plan` into exactly sized buffers.
+///
+/// # Errors
+/// The [`layout::LayoutError`] as text.
+pub fn compute(
+    cfg: &Config,
+    lengths: &[u32],
+    plan: &Plan<'_>,
+    gpu: Gpu,
+) -> Result<GpuLayout, String> {
+    let s = LayoutSizes::for_gpu(cfg, lengths, plan, gpu).map_err(|e| e.to_string())?;
+    let mut g = GpuLayout {
+        spans: vec![Span::default(); s.spans as usize],
+        local_cu_seqlens: vec![0; s.local_cu_seqlens as usize],
+        sharded_cu_seqlens: vec![0; s.sharded_cu_seqlens as usize],
+        sharded_cu_seqlens_padded: vec![0; s.sharded_cu_seqlens as usize],
+        rank_cu_seqlens: vec![0; s.sharded_cu_seqlens as usize],
+        positions: vec![0; s.positions as usize],
+        ..GpuLayout::default()
+    };
+    let out = LayoutBuffers {
+        spans: &mut g.spans,
+        local_cu_seqlens: &mut g.local_cu_seqlens,
+        sharded_cu_seqlens: &mut g.sharded_cu_seqlens,
+        sharded_cu_seqlens_padded: &mut g.sharded_cu_seqlens_padded,
+        rank_cu_seqlens: &mut g.rank_cu_seqlens,
+        positions: &mut g.positions,
+    };
+    g.layout = layout::fill(cfg, lengths, plan, gpu, out).map_err(|e| e.to_string())?;
+    Ok(g)
+}
+
+fn push_list<T: std::fmt::Display>(out: &mut String, values: &[T]) {
+    out.push('[');
+    for (i, v) in values.iter().enumerate() {
+        if i > 0 {
+            out.push_str(", ");
+        }
+        let _ = write!(out, "{v}");
+    }
+    out.push(']');
+}
+
+fn group(s: &Span) -> &'static str {
+    if s.chunk == LOCAL_CHUNK {
+        "local"
+    } else {
+        "sharded"
+    }
+}
+
+/// The layout as JSON: config, GPU, token counts, loss weights, spans (which double as the
+/// position-id ranges: buffer offsets `offset..offset+len+pad` hold positions
+/// `start..start+len+pad`, the last `pad` of them padding), and the varlen metadata of the
+/// local and sharded groups.
+pub fn layout_json(cfg: &Config, g: &GpuLayout) -> String {
+    let l = &g.layout;
+    let mut out = String::with_capacity(256 + 96 * g.spans.len());
+    let _ = write!(
+        out,
+        "{{\"config\": {},\n \"gpu\": {{\"dp\": {}, \"micro_batch\": {}, \"cp\": {}, \
+         \"micro_batch_global\": {}}},\n \"tokens\": {{\"buffer\": {}, \"local\": {}, \
+         \"sharded\": {}, \"padding\": {}, \"charged\": {}, \"bucket\": {}}},\n \
+         \"loss\": {{\"tokens\": {}, \"micro_batch_tokens\": {}, \"global_tokens\": {}, \
+         \"weight\": {}}},\n",
+        config_json(cfg),
+        l.dp_rank,
+        l.micro_batch,
+        l.cp_rank,
+        l.micro_batch_global,
+        l.tokens,
+        l.local_tokens,
+        l.sharded_tokens,
+        l.pad_tokens,
+        l.charged_tokens,
+        cfg.bucket,
+        l.loss_tokens,
+        l.micro_batch_tokens,
+        l.global_tokens,
+        if l.global_tokens == 0 {
+            0.0
+        } else {
+            f64::from(l.loss_tokens) / l.global_tokens as f64
+        }
+    );
+    out.push_str(" \"spans\": [");
+    for (i, s) in g.spans.iter().enumerate() {
+        if i > 0 {
+            out.push_str(",\n   ");
+        }
+        let _ = write!(
+            out,
+            "{{\"seq\": {}, \"group\": \"{}\", \"chunk\": {}, \"offset\": {}, \"start\": {}, \
+             \"len\": {}, \"pad\": {}}}",
+            s.seq,
+            group(s),
+            s.chunk,
+            s.offset,
+            s.start,
+            s.len,
+            s.pad
+        );
+    }
+    out.push_str("],\n \"position_ranges\": [");
+    for (i, s) in g.spans.iter().enumerate() {
+        if i > 0 {
+            out.push_str(", ");
+        }
+        let _ = write!(out, "[{}, {}, {}]", s.offset, s.start, s.len + s.pad);
+    }
+    out.push_str("],\n \"local\": {\"cu_seqlens\": ");
+    push_list(&mut out, &g.local_cu_seqlens);
+    let _ = write!(
+        out,
+        ", \"max_seqlen\": {}}},\n \"sharded\": {{\"cu_seqlens\": ",
+        l.local_max_seqlen
+    );
+    push_list(&mut out, &g.sharded_cu_seqlens);
+    out.push_str(", \"cu_seqlens_padded\": ");
+    push_list(&mut out, &g.sharded_cu_seqlens_padded);
+    out.push_str(", \"rank_cu_seqlens\": ");
+    push_list(&mut out, &g.rank_cu_seqlens);
+    let _ = writeln!(
+        out,
+        ", \"max_seqlen\": {}, \"max_seqlen_padded\": {}, \"rank_max_seqlen\": {}, \
+         \"buffer_offset\": {}}}}}",
+        l.sharded_max_seqlen, l.sharded_max_seqlen_padded, l.rank_max_seqlen, l.local_tokens
+    );
+    out
+}
+
+/// The layout as a human-readable table: one line per span, then the varlen metadata.
+pub fn layout_table(cfg: &Config, g: &GpuLayout) -> String {
+    let l = &g.layout;
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "GPU DP {} / micro-batch {} / CP {} (global micro-batch {}) | shard padding {} | CP {}",
+        l.dp_rank,
+        l.micro_batch,
+        l.cp_rank,
+        l.micro_batch_global,
+        cfg.shard_padding.name(),
+        cfg.cp
+    );
+    let _ = writeln!(
+        out,
+        "buffer {} tokens = local {} + sharded {} (padding {}) | charged {} of BucketSize {}",
+        l.tokens, l.local_tokens, l.sharded_tokens, l.pad_tokens, l.charged_tokens, cfg.bucket
+    );
+    let _ = writeln!(
+        out,
+        "loss: {} real tokens here, {} in the micro-batch, {} in the global batch (weight {:.6})",
+        l.loss_tokens,
+        l.micro_batch_tokens,
+        l.global_tokens,
+        if l.global_tokens == 0 {
+            0.0
+        } else {
+            f64::from(l.loss_tokens) / l.global_tokens as f64
+        }
+    );
+    let _ = writeln!(
+        out,
+        "| group | seq | chunk | buffer offsets | positions | real | pad |"
+    );
+    let _ = writeln!(out, "|---|---|---|---|---|---|---|");
+    for s in &g.spans {
+        let n = s.len + s.pad;
+        let chunk = if s.chunk == LOCAL_CHUNK {
+            "-".to_string()
+        } else {
+            s.chunk.to_string()
+        };
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {}..{} | {}..{} | {} | {} |",
+            group(s),
+            s.seq,
+            chunk,
+            s.offset,
+            s.offset + n,
+            s.start,
+            s.start + n,
+            s.len,
+            s.pad
+        );
+    }
+    let _ = writeln!(
+        out,
+        "local:   cu_seqlens {:?} max_seqlen {}",
+        g.local_cu_seqlens, l.local_max_seqlen
+    );
+    let _ = writeln!(
+        out,
+        "sharded: cu_seqlens {:?} max_seqlen {} | cu_seqlens_padded {:?} max_seqlen_padded {}",
+        g.sharded_cu_seqlens,
+        l.sharded_max_seqlen,
+        g.sharded_cu_seqlens_padded,
+        l.sharded_max_seqlen_padded
+    );
+    let _ = writeln!(
+        out,
+        "         rank_cu_seqlens {:?} rank_max_seqlen {} (buffer offset {})",
+        g.rank_cu_seqlens, l.rank_max_seqlen, l.local_tokens
+    );
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::buffers::OwnedBuffers;
+    use skrull_core::{ModelShape, ShardPadding};
+
+    #[test]
+    fn parses_three_numbers() {
+        assert_eq!(
+            parse_gpu("1, 2,3"),
+            Ok(Gpu {
+                dp_rank: 1,
+                micro_batch: 2,
+                cp_rank: 3
+            })
+        );
+        for bad in ["1,2", "1,2,3,4", "a,b,c", "-1,0,0", ""] {
+            assert!(parse_gpu(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn json_parses_and_carries_the_worked_example() {
+        let mut cfg = Config::new(1, 4, 4, ModelShape::QWEN2_5_0_5B);
+        cfg.shard_padding = ShardPadding::Zigzag;
+        let lengths = [10];
+        let mut bufs = OwnedBuffers::for_batch(1, &cfg);
+        let plan = bufs.schedule(&cfg, &lengths).unwrap();
+        let gpu = parse_gpu("0,0,1").unwrap();
+        let g = compute(&cfg, &lengths, &plan, gpu).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&layout_json(&cfg, &g)).unwrap();
+        assert_eq!(v["gpu"]["cp"], 1);
+        assert_eq!(v["tokens"]["buffer"], 4);
+        assert_eq!(v["tokens"]["padding"], 2);
+        assert_eq!(v["loss"]["tokens"], 2);
+        assert_eq!(v["spans"][1]["start"], 12);
+        assert_eq!(v["spans"][1]["pad"], 2);
+        assert_eq!(v["position_ranges"][1], serde_json::json!([2, 12, 2]));
+        assert_eq!(v["sharded"]["cu_seqlens"], serde_json::json!([0, 10]));
+        assert_eq!(
+            v["sharded"]["cu_seqlens_padded"],
+            serde_json::json!([0, 16])
+        );
+        assert_eq!(v["sharded"]["rank_cu_seqlens"], serde_json::json!([0, 4]));
+        assert_eq!(v["local"]["cu_seqlens"], serde_json::json!([0]));
+        let table = layout_table(&cfg, &g);
+        assert!(
+            table.contains("| sharded | 0 | 6 | 2..4 | 12..14 | 0 | 2 |"),
+            "{table}"
+        );
+        let err = compute(&cfg, &lengths, &plan, parse_gpu("0,1,0").unwrap()).unwrap_err();
+        assert!(err.contains("runs 1 micro-batches"), "{err}");
+    }
+}

@@ -1,0 +1,444 @@
+//! Properties of the per-GPU layout (`skrull_core::layout`) over random plans of every policy
+//! and both shard paddings: spans tile every scheduled sequence exactly once, zigzag chunks
+//! balance causal work, `cu_seqlens` and position ids agree with the spans, per-GPU tokens
+//! match the plan's budget accounting, and loss weights sum to the global token count.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers: a failure is a test failure
+
+use quickcheck::{Arbitrary, Gen, QuickCheck};
+use skrull_core::layout::{
+    self, Gpu, LOCAL_CHUNK, Layout, LayoutBuffers, LayoutError, LayoutSizes, Span, padded_len,
+    zigzag_chunk,
+};
+use skrull_core::{
+    Config, MicroBatch, ModelShape, Placement, Plan, PlanBuffers, PlanSizes, Policy, ShardPadding,
+    Workspace, WorkspaceSizes, schedule,
+};
+
+/// A random batch and configuration whose BucketSize fits every sequence sharded.
+#[derive(Debug, Clone)]
+struct Case {
+    dp: u32,
+    cp: u32,
+    slack: u32,
+    policy: Policy,
+    padding: ShardPadding,
+    lengths: Vec<u32>,
+}
+
+impl Case {
+    fn config(&self) -> Config {
+        let mut cfg = Config::new(self.dp, self.cp, 1, ModelShape::QWEN2_5_0_5B);
+        cfg.policy = self.policy;
+        cfg.shard_padding = self.padding;
+        let need = self
+            .lengths
+            .iter()
+            .map(|&s| cfg.shard_tokens(s))
+            .max()
+            .unwrap_or(1);
+        cfg.bucket = need + self.slack;
+        cfg
+    }
+}
+
+impl Arbitrary for Case {
+    fn arbitrary(g: &mut Gen) -> Case {
+        let n = usize::arbitrary(g) % 25;
+        let lengths = (0..n)
+            .map(|_| {
+                let cap = *g.choose(&[8u32, 64, 64, 700]).unwrap_or(&64);
+                1 + u32::arbitrary(g) % cap
+            })
+            .collect();
+        Case {
+            dp: 1 + u32::arbitrary(g) % 4,
+            cp: *g.choose(&[1u32, 2, 3, 4, 4, 8, 8]).unwrap_or(&4),
+            slack: *g.choose(&[0u32, 1, 7, 40, 300]).unwrap_or(&0),
+            policy: *g.choose(&Policy::ALL).unwrap_or(&Policy::Skrull),
+            padding: *g
+                .choose(&[ShardPadding::None, ShardPadding::Zigzag])
+                .unwrap_or(&ShardPadding::None),
+            lengths,
+        }
+    }
+
+    fn shrink(&self) -> Box<dyn Iterator<Item = Case>> {
+        let base = self.clone();
+        Box::new(self.lengths.shrink().filter_map(move |lengths| {
+            (!lengths.contains(&0)).then(|| Case {
+                lengths,
+                ..base.clone()
+            })
+        }))
+    }
+}
+
+/// Owned plan storage.
+struct Store {
+    placements: Vec<Placement>,
+    micro_batches: Vec<MicroBatch>,
+    members: Vec<u32>,
+    rank_tokens: Vec<u32>,
+    per_dp: Vec<u32>,
+}
+
+fn plan_of<'a>(cfg: &Config, lengths: &[u32], st: &'a mut Store) -> Plan<'a> {
+    let ws = WorkspaceSizes::for_batch(lengths.len(), cfg);
+    let (mut keys, mut seqs, mut scratch) = (
+        vec![0u64; ws.keys],
+        vec![0u32; ws.seqs],
+        vec![0u32; ws.scratch],
+    );
+    let (mut loads, mut heap, mut start) = (
+        vec![0u128; ws.dp_loads],
+        vec![0u32; ws.dp_heap],
+        vec![0u32; ws.dp_start],
+    );
+    let mut work = Workspace {
+        keys: &mut keys,
+        seqs: &mut seqs,
+        scratch: &mut scratch,
+        dp_loads: &mut loads,
+        dp_heap: &mut heap,
+        dp_start: &mut start,
+    };
+    let out = PlanBuffers {
+        placements: &mut st.placements,
+        micro_batches: &mut st.micro_batches,
+        members: &mut st.members,
+        rank_tokens: &mut st.rank_tokens,
+        micro_batches_per_dp: &mut st.per_dp,
+    };
+    schedule(cfg, lengths, &mut work, out).expect("the case fits")
+}
+
+/// One GPU's layout, trimmed to what `fill` wrote.
+struct Owned {
+    l: Layout,
+    spans: Vec<Span>,
+    local_cu: Vec<i32>,
+    sharded_cu: Vec<i32>,
+    sharded_cu_padded: Vec<i32>,
+    rank_cu: Vec<i32>,
+    positions: Vec<i32>,
+}
+
+/// Fills one GPU's layout into buffers of `max` sizes (allocated once per batch, as a C caller
+/// would), then trims them.
+fn layout_of(cfg: &Config, lengths: &[u32], plan: &Plan<'_>, gpu: Gpu, max: LayoutSizes) -> Owned {
+    let mut spans = vec![Span::default(); max.spans as usize];
+    let mut local_cu = vec![-1; max.local_cu_seqlens as usize];
+    let mut sharded_cu = vec![-1; max.sharded_cu_seqlens as usize];
+    let mut sharded_cu_padded = vec![-1; max.sharded_cu_seqlens as usize];
+    let mut rank_cu = vec![-1; max.sharded_cu_seqlens as usize];
+    let mut positions = vec![-1; max.positions as usize];
+    let out = LayoutBuffers {
+        spans: &mut spans,
+        local_cu_seqlens: &mut local_cu,
+        sharded_cu_seqlens: &mut sharded_cu,
+        sharded_cu_seqlens_padded: &mut sharded_cu_padded,
+        rank_cu_seqlens: &mut rank_cu,
+        positions: &mut positions,
+    };
+    let l = layout::fill(cfg, lengths, plan, gpu, out).expect("layout of an existing GPU");
+    let exact = LayoutSizes::for_gpu(cfg, lengths, plan, gpu).expect("sizes");
+    spans.truncate(exact.spans as usize);
+    local_cu.truncate(exact.local_cu_seqlens as usize);
+    sharded_cu.truncate(exact.sharded_cu_seqlens as usize);
+    sharded_cu_padded.truncate(exact.sharded_cu_seqlens as usize);
+    rank_cu.truncate(exact.sharded_cu_seqlens as usize);
+    positions.truncate(exact.positions as usize);
+    Owned {
+        l,
+        spans,
+        local_cu,
+        sharded_cu,
+        sharded_cu_padded,
+        rank_cu,
+        positions,
+    }
+}
+
+/// Causal attention work of real tokens at positions `start..start + len`: a query at
+/// position `p` attends to `p + 1` keys.
+fn causal_work(start: u64, len: u64) -> u64 {
+    len * start + len * (len + 1) / 2
+}
+
+fn monotone_from_zero(cu: &[i32]) -> bool {
+    cu.first() == Some(&0) && cu.windows(2).all(|w| w[0] <= w[1])
+}
+
+/// Checks one GPU's layout on its own.
+fn check_gpu(cfg: &Config, lengths: &[u32], plan: &Plan<'_>, o: &Owned) {
+    let l = &o.l;
+    let n_local = l.local_seqs as usize;
+    assert_eq!(o.spans.len(), n_local + 2 * l.sharded_seqs as usize);
+    // Spans pack the buffer without gap: local group first, then pairs of chunks.
+    let mut next = 0u32;
+    for (i, s) in o.spans.iter().enumerate() {
+        assert_eq!(s.offset, next, "span {i} of {:?}", o.spans);
+        next += s.len + s.pad;
+        assert_eq!(i < n_local, s.chunk == LOCAL_CHUNK);
+        let len = lengths[s.seq as usize];
+        if s.chunk == LOCAL_CHUNK {
+            assert_eq!((s.start, s.len, s.pad), (0, len, 0));
+        } else {
+            let k = (i - n_local) % 2;
+            let want = if k == 0 {
+                l.cp_rank
+            } else {
+                2 * cfg.cp - 1 - l.cp_rank
+            };
+            assert_eq!(s.chunk as u32, want);
+            assert_eq!(o.spans[n_local + (i - n_local) / 2 * 2].seq, s.seq);
+            if cfg.shard_padding == ShardPadding::None {
+                assert_eq!(s.pad, 0);
+            }
+        }
+    }
+    assert_eq!(next, l.tokens);
+    assert_eq!(l.tokens, l.local_tokens + l.sharded_tokens);
+    assert_eq!(
+        l.pad_tokens,
+        o.spans.iter().map(|s| s.pad).sum::<u32>(),
+        "padding per GPU"
+    );
+    assert_eq!(l.loss_tokens, l.tokens - l.pad_tokens);
+    // cu_seqlens: monotone, from 0, ending at the group's (and so the buffer's) token count.
+    for cu in [&o.local_cu, &o.sharded_cu, &o.sharded_cu_padded, &o.rank_cu] {
+        assert!(monotone_from_zero(cu), "{cu:?}");
+    }
+    assert_eq!(o.local_cu.len(), n_local + 1);
+    assert_eq!(*o.local_cu.last().unwrap() as u32, l.local_tokens);
+    assert_eq!(*o.rank_cu.last().unwrap() as u32, l.sharded_tokens);
+    assert_eq!(
+        *o.local_cu.last().unwrap() + *o.rank_cu.last().unwrap(),
+        l.tokens as i32
+    );
+    for (i, s) in o.spans[..n_local].iter().enumerate() {
+        assert_eq!((o.local_cu[i + 1] - o.local_cu[i]) as u32, s.len);
+    }
+    let mut local_max = 0;
+    for s in &o.spans[..n_local] {
+        local_max = local_max.max(s.len as i32);
+    }
+    assert_eq!(l.local_max_seqlen, local_max);
+    let mut rank_max = 0;
+    for (k, pair) in o.spans[n_local..].chunks(2).enumerate() {
+        let seq_len = lengths[pair[0].seq as usize];
+        let part = pair.iter().map(|s| s.len + s.pad).sum::<u32>();
+        rank_max = rank_max.max(part as i32);
+        assert_eq!((o.rank_cu[k + 1] - o.rank_cu[k]) as u32, part);
+        assert_eq!((o.sharded_cu[k + 1] - o.sharded_cu[k]) as u32, seq_len);
+        assert_eq!(
+            (o.sharded_cu_padded[k + 1] - o.sharded_cu_padded[k]) as u64,
+            padded_len(seq_len, cfg.cp, cfg.shard_padding)
+        );
+        if cfg.shard_padding == ShardPadding::Zigzag {
+            // TE's per-rank offsets: the padded global offsets divided by N.
+            assert_eq!(o.rank_cu[k + 1], o.sharded_cu_padded[k + 1] / cfg.cp as i32);
+        }
+    }
+    assert_eq!(l.rank_max_seqlen, rank_max);
+    // Position ids match the spans.
+    assert_eq!(o.positions.len() as u32, l.tokens);
+    for s in &o.spans {
+        for i in 0..s.len + s.pad {
+            assert_eq!(o.positions[(s.offset + i) as usize], (s.start + i) as i32);
+        }
+    }
+    // Tokens match the plan's budget accounting.
+    let g = l.micro_batch_global as usize;
+    let charged = plan.rank_tokens(g)[l.cp_rank as usize];
+    assert_eq!(l.charged_tokens, charged);
+    assert!(l.tokens <= cfg.bucket);
+    match cfg.shard_padding {
+        ShardPadding::Zigzag => assert_eq!(l.tokens, charged, "padded: exactly the charge"),
+        ShardPadding::None => {
+            // Each sharded sequence costs floor or ceil(S/N) here; the charge is ceil(S/N).
+            let slack: u32 = o.spans[n_local..]
+                .chunks(2)
+                .map(|p| {
+                    let s = lengths[p[0].seq as usize];
+                    let share = p[0].len + p[1].len;
+                    assert!(share == s / cfg.cp || share == s.div_ceil(cfg.cp));
+                    s.div_ceil(cfg.cp) - share
+                })
+                .sum();
+            assert_eq!(l.tokens + slack, charged);
+        }
+    }
+}
+
+fn prop(case: Case) {
+    let cfg = case.config();
+    let lengths = &case.lengths;
+    let n = lengths.len();
+    let ps = PlanSizes::for_batch(n, &cfg);
+    let mut st = Store {
+        placements: vec![Placement::default(); ps.placements],
+        micro_batches: vec![MicroBatch::default(); ps.micro_batches],
+        members: vec![0; ps.members],
+        rank_tokens: vec![0; ps.rank_tokens],
+        per_dp: vec![0; ps.micro_batches_per_dp],
+    };
+    let plan = plan_of(&cfg, lengths, &mut st);
+    let max = LayoutSizes::max_for(n, &cfg);
+    let cp = cfg.cp;
+    let two_n = 2 * cp as usize;
+    let global: u64 = lengths.iter().map(|&s| u64::from(s)).sum();
+    let mut loss_sum = 0u64;
+    // Where each sequence was seen: (local spans, chunk spans).
+    let mut local_seen = vec![0u32; n];
+    let mut chunks: Vec<Vec<Option<(u32, Span)>>> = vec![vec![None; two_n]; n];
+    for mb in plan.micro_batches() {
+        let mut mb_loss = 0u64;
+        let mut mb_tokens = None;
+        for r in 0..cp {
+            let gpu = Gpu {
+                dp_rank: mb.dp_rank,
+                micro_batch: mb.index,
+                cp_rank: r,
+            };
+            let o = layout_of(&cfg, lengths, &plan, gpu, max);
+            check_gpu(&cfg, lengths, &plan, &o);
+            assert_eq!(o.l.global_tokens, global);
+            assert_eq!(
+                *mb_tokens.get_or_insert(o.l.micro_batch_tokens),
+                o.l.micro_batch_tokens
+            );
+            mb_loss += u64::from(o.l.loss_tokens);
+            for s in &o.spans {
+                let q = s.seq as usize;
+                let p = plan.placements()[q];
+                assert_eq!((p.dp_rank, p.micro_batch), (mb.dp_rank, mb.index));
+                if s.chunk == LOCAL_CHUNK {
+                    assert_eq!(p.cp_rank, r as i32);
+                    local_seen[q] += 1;
+                } else {
+                    assert!(p.is_sharded());
+                    let slot = &mut chunks[q][s.chunk as usize];
+                    assert!(slot.is_none(), "chunk held twice");
+                    *slot = Some((r, *s));
+                }
+            }
+        }
+        assert_eq!(Some(mb_loss), mb_tokens, "a micro-batch's real tokens");
+        loss_sum += mb_loss;
+        // A GPU outside the CP group does not exist.
+        let bad = Gpu {
+            dp_rank: mb.dp_rank,
+            micro_batch: mb.index,
+            cp_rank: cp,
+        };
+        assert!(matches!(
+            LayoutSizes::for_gpu(&cfg, lengths, &plan, bad),
+            Err(LayoutError::NoSuchGpu { .. })
+        ));
+    }
+    assert_eq!(
+        loss_sum, global,
+        "loss weights sum to the global token count"
+    );
+    for (d, &count) in plan.micro_batches_per_dp().iter().enumerate() {
+        let bad = Gpu {
+            dp_rank: d as u32,
+            micro_batch: count,
+            cp_rank: 0,
+        };
+        assert!(matches!(
+            LayoutSizes::for_gpu(&cfg, lengths, &plan, bad),
+            Err(LayoutError::NoSuchGpu { micro_batches, .. }) if micro_batches == count
+        ));
+    }
+    // Every scheduled sequence is tiled exactly once: whole on its rank, or by its 2N chunks.
+    for (q, &len) in lengths.iter().enumerate() {
+        if !plan.placements()[q].is_sharded() {
+            assert_eq!(local_seen[q], 1, "local sequence {q} held once");
+            assert!(chunks[q].iter().all(Option::is_none));
+            continue;
+        }
+        assert_eq!(local_seen[q], 0);
+        let padded = padded_len(len, cp, cfg.shard_padding);
+        let mut next = 0u64;
+        let (mut real, mut pad) = (0u64, 0u64);
+        let mut heaviest = 0u64;
+        let (mut work_real, mut work_padded) = (vec![0u64; cp as usize], vec![0u64; cp as usize]);
+        for (k, slot) in chunks[q].iter().enumerate() {
+            let (r, s) = slot.expect("every chunk held");
+            let owner = if k < cp as usize { k } else { two_n - 1 - k };
+            assert_eq!(r as usize, owner, "chunk {k} on rank {owner}");
+            assert_eq!(u64::from(s.start), next, "no gap, no overlap");
+            assert_eq!(s, {
+                let c = zigzag_chunk(len, cp, cfg.shard_padding, k as u32);
+                Span {
+                    start: c.start,
+                    len: c.len,
+                    pad: c.pad,
+                    ..s
+                }
+            });
+            // Real tokens come first; padding only past the end of the sequence.
+            assert_eq!(
+                u64::from(s.len),
+                u64::from(len)
+                    .saturating_sub(next)
+                    .min(u64::from(s.len + s.pad))
+            );
+            next += u64::from(s.len + s.pad);
+            real += u64::from(s.len);
+            pad += u64::from(s.pad);
+            let width = u64::from(s.len + s.pad);
+            work_real[owner] += causal_work(u64::from(s.start), u64::from(s.len));
+            work_padded[owner] += causal_work(u64::from(s.start), width);
+            heaviest = heaviest.max(causal_work(u64::from(s.start), width));
+        }
+        assert_eq!(
+            (next, real, pad),
+            (padded, u64::from(len), padded - u64::from(len))
+        );
+        // Zigzag balance: the spread of causal work over ranks is within one chunk's work.
+        let spread = |w: &[u64]| w.iter().max().unwrap() - w.iter().min().unwrap();
+        assert!(
+            spread(&work_real) <= heaviest,
+            "S {len} N {cp} {:?}: {work_real:?} vs {heaviest}",
+            cfg.shard_padding
+        );
+        if cfg.shard_padding == ShardPadding::Zigzag {
+            assert_eq!(spread(&work_padded), 0, "padded chunks balance exactly");
+        }
+    }
+}
+
+#[test]
+fn layout_properties_hold_on_random_plans() {
+    QuickCheck::new()
+        .tests(3000)
+        .max_tests(6000)
+        .quickcheck(prop as fn(Case));
+}
+
+/// Chunk-level balance on its own, over many more lengths than the plans above reach.
+#[test]
+fn zigzag_balance_over_all_small_lengths() {
+    for padding in [ShardPadding::None, ShardPadding::Zigzag] {
+        for cp in 1..=16u32 {
+            for len in 1..=2000u32 {
+                let mut work = vec![0u64; cp as usize];
+                let mut heaviest = 0;
+                for k in 0..2 * cp {
+                    let c = zigzag_chunk(len, cp, padding, k);
+                    let owner = if k < cp { k } else { 2 * cp - 1 - k };
+                    let w = causal_work(u64::from(c.start), u64::from(c.len));
+                    work[owner as usize] += w;
+                    heaviest =
+                        heaviest.max(causal_work(u64::from(c.start), u64::from(c.len + c.pad)));
+                }
+                let spread = work.iter().max().unwrap() - work.iter().min().unwrap();
+                assert!(spread <= heaviest, "{padding:?} N {cp} S {len}");
+            }
+        }
+    }
+}
