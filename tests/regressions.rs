@@ -22,8 +22,8 @@ fn run(
 ) -> Result<(Vec<i32>, Vec<u32>, Vec<u32>, Vec<Vec<u32>>), Error> {
     let mut bufs = OwnedBuffers::for_batch(lengths.len(), cfg);
     let plan = bufs.schedule(cfg, lengths)?;
-    independent_check(cfg, lengths, &plan).unwrap();
-    plan::check(cfg, lengths, &plan).unwrap();
+    assert_eq!(independent_check(cfg, lengths, &plan), Ok(()));
+    assert_eq!(plan::check(cfg, lengths, &plan), Ok(()));
     let ranks = plan.placements().iter().map(|p| p.cp_rank).collect();
     let mbs = plan.placements().iter().map(|p| p.micro_batch).collect();
     let loads = (0..plan.micro_batches().len())
