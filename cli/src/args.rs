@@ -159,6 +159,11 @@ pub fn model_name(shape: &ModelShape) -> String {
     )
 }
 
+/// The policy the CLI plans with when `--policy` is not given: `balanced`, which beats the
+/// best of `skrull`, `packed` and `deepspeed` on every `skrull simulate` row
+/// (docs/balanced.md).
+pub const DEFAULT_POLICY: Policy = Policy::Balanced;
+
 /// Builds a [`Config`] from `--dp --cp --bucket --model --policy --victim --flops
 /// --max-micro-batches`, with the paper's defaults (4, 8, 26K, qwen2.5-0.5b, skrull).
 ///

@@ -1,7 +1,5 @@
 //! `skrull plan`: read lengths (or draw the built-in default batch) and print the plan.
 
-use skrull_core::Policy;
-
 use crate::args::{Flags, config_from, read_lengths};
 use crate::buffers::OwnedBuffers;
 use crate::json::{plan_json, plan_table};
@@ -26,7 +24,7 @@ pub fn default_lengths(cp: u32, bucket: u32) -> Vec<u32> {
 /// Usage text of `skrull plan`.
 pub const USAGE: &str = "\
 skrull plan [--lengths FILE|-] [--dp 4] [--cp 8] [--bucket 26K] [--model qwen2.5-0.5b]
-            [--policy skrull|deepspeed|packed|roundrobin] [--victim shortest|longest]
+            [--policy balanced|skrull|deepspeed|packed|roundrobin] [--victim shortest|longest]
             [--flops paper|megatron] [--shard-padding none|zigzag]
             [--max-micro-batches M] [--format table|json] [--layout DP,MB,CP]
 
@@ -43,7 +41,7 @@ ranges and loss weights (see docs/layout.md).";
 /// # Errors
 /// A message that names the offending value.
 pub fn run(flags: &Flags) -> Result<String, String> {
-    let cfg = config_from(flags, Policy::Skrull)?;
+    let cfg = config_from(flags, crate::args::DEFAULT_POLICY)?;
     let lengths = match flags.get("--lengths") {
         Some(path) => read_lengths(path)?,
         None => default_lengths(cfg.cp, cfg.bucket),

@@ -163,12 +163,13 @@ pub enum SimPolicy {
 
 impl SimPolicy {
     /// Every policy, in print order.
-    pub const ALL: [SimPolicy; 5] = [
+    pub const ALL: [SimPolicy; 6] = [
         SimPolicy::Core(Policy::Skrull),
         SimPolicy::Core(Policy::DeepSpeed),
         SimPolicy::Core(Policy::Packed),
         SimPolicy::Sorted,
         SimPolicy::Core(Policy::RoundRobin),
+        SimPolicy::Core(Policy::Balanced),
     ];
 
     /// The policy's name.
@@ -530,7 +531,8 @@ pub fn summary_table(cells: &[CellResult]) -> String {
     let skrull = SimPolicy::Core(Policy::Skrull);
     let mut s = String::from(
         "| setup | dataset | skrull vs deepspeed | paper | skrull vs sorted | paper | skrull vs packed \
-         | best possible vs deepspeed |\n|---|---|---:|---:|---:|---:|---:|---:|\n",
+         | best possible vs deepspeed | balanced vs best of skrull/deepspeed/packed | balanced ÷ lower bound |\n\
+         |---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     let (mut small, mut large, mut vs_sorted, mut p_sorted) = (vec![], vec![], vec![], vec![]);
     let mut complete = 0;
@@ -545,16 +547,26 @@ pub fn summary_table(cells: &[CellResult]) -> String {
         let best = c
             .get(SimPolicy::Core(Policy::DeepSpeed))
             .map(|d| d.mean_time / c.mean_bound.max(1e-300));
+        let balanced = c.get(SimPolicy::Core(Policy::Balanced));
+        let best_of = [Policy::Skrull, Policy::DeepSpeed, Policy::Packed]
+            .iter()
+            .filter_map(|&p| c.get(SimPolicy::Core(p)).map(|r| r.mean_time))
+            .fold(f64::INFINITY, f64::min);
+        let vs_best = balanced.map(|b| best_of / b.mean_time);
+        let gap = balanced.map_or("—".to_string(), |b| {
+            format!("{:.2}", b.mean_time / b.mean_bound.max(1e-300))
+        });
         let _ = writeln!(
             s,
-            "| {} | {} | {ds:.2}x | {} | {} | {} | {} | ≤ {} |",
+            "| {} | {} | {ds:.2}x | {} | {} | {} | {} | ≤ {} | {} | {gap} |",
             c.setup.label(),
             c.dataset,
             fmt(paper.map(|p| p.vs_deepspeed)),
             fmt(sorted),
             fmt(paper.map(|p| p.vs_sorted)),
             fmt(packed),
-            fmt(best)
+            fmt(best),
+            fmt(vs_best)
         );
         if let Some(p) = paper {
             complete += 1;
@@ -573,12 +585,12 @@ pub fn summary_table(cells: &[CellResult]) -> String {
         let all: Vec<f64> = small.iter().chain(&large).copied().collect();
         let _ = writeln!(
             s,
-            "| **0.5B average** | | **{:.2}x** | **5.50x** | | | | |",
+            "| **0.5B average** | | **{:.2}x** | **5.50x** | | | | | | |",
             mean(&small)
         );
         let _ = writeln!(
             s,
-            "| **7B average** | | **{:.2}x** | **2.03x** | | | | |",
+            "| **7B average** | | **{:.2}x** | **2.03x** | | | | | | |",
             mean(&large)
         );
         let sorted_avg = if vs_sorted.len() == PAPER_CELLS.len() {
@@ -588,13 +600,13 @@ pub fn summary_table(cells: &[CellResult]) -> String {
         };
         let _ = writeln!(
             s,
-            "| **overall average** | | **{:.2}x** | **3.76x** | {sorted_avg} | **3.45x** | | |",
+            "| **overall average** | | **{:.2}x** | **3.76x** | {sorted_avg} | **3.45x** | | | | |",
             mean(&all)
         );
         let peak = all.iter().copied().fold(f64::NAN, f64::max);
         let _ = writeln!(
             s,
-            "| **peak** | | **{peak:.2}x** | **7.54x** | | **6.85x** | | |"
+            "| **peak** | | **{peak:.2}x** | **7.54x** | | **6.85x** | | | | |"
         );
     }
     s
@@ -603,7 +615,7 @@ pub fn summary_table(cells: &[CellResult]) -> String {
 /// Usage text of `skrull simulate`.
 pub const USAGE: &str = "\
 skrull simulate [--setup 0.5b|7b|7b-cp16|case-study] [--dataset NAME]
-                [--policy skrull,deepspeed,packed,sorted,roundrobin] [--iterations 20]
+                [--policy skrull,deepspeed,packed,sorted,roundrobin,balanced] [--iterations 20]
                 [--seed 20250526] [--context 128K] [--gpu h100|h200] [--cost-model FILE]
                 [--overlap local-attention|all-attention] [--svg FILE]
                 [--dp D --cp N --bucket C --batch-size B --model M]
@@ -685,7 +697,7 @@ pub fn run(flags: &Flags) -> Result<String, String> {
             .split(',')
             .map(|p| {
                 SimPolicy::from_name(p.trim()).ok_or_else(|| {
-                    format!("--policy: unknown policy '{p}' (skrull, deepspeed, packed, sorted, roundrobin)")
+                    format!("--policy: unknown policy '{p}' (skrull, deepspeed, packed, sorted, roundrobin, balanced)")
                 })
             })
             .collect::<Result<_, _>>()?;
@@ -862,8 +874,8 @@ mod tests {
         let d = Dataset::by_name("lmsys").unwrap();
         let cost = CostModel::h100(&setup.model);
         let c = run_cell(&setup, d, &cost, &opts, true).unwrap();
-        assert_eq!(c.results.len(), 5);
-        assert_eq!(c.panels.len(), 4);
+        assert_eq!(c.results.len(), 6);
+        assert_eq!(c.panels.len(), 5);
         for r in &c.results {
             assert_eq!(r.over_budget, 0, "{:?}", r.policy);
             assert!(r.mean_time >= r.mean_bound, "{:?}", r.policy);

@@ -121,24 +121,30 @@ pub enum Policy {
     /// The paper's case-study Algorithm 4 (memory-only worst fit with rollback, sample order)
     /// inside GDS.
     RoundRobin,
+    /// Cost-aware (issue 8): DP ranks, micro-batch grouping and local/sharded placement
+    /// chosen on the cost model's estimated time, evaluated over a small deterministic
+    /// candidate set (see [`balanced`](crate::balanced)).
+    Balanced,
 }
 
 impl Policy {
     /// Every policy, in a fixed order.
-    pub const ALL: [Policy; 4] = [
+    pub const ALL: [Policy; 5] = [
         Policy::Skrull,
         Policy::DeepSpeed,
         Policy::Packed,
         Policy::RoundRobin,
+        Policy::Balanced,
     ];
 
-    /// The policy's stable name (`skrull`, `deepspeed`, `packed`, `roundrobin`).
+    /// The policy's stable name (`skrull`, `deepspeed`, `packed`, `roundrobin`, `balanced`).
     pub fn name(self) -> &'static str {
         match self {
             Policy::Skrull => "skrull",
             Policy::DeepSpeed => "deepspeed",
             Policy::Packed => "packed",
             Policy::RoundRobin => "roundrobin",
+            Policy::Balanced => "balanced",
         }
     }
 

@@ -6,7 +6,7 @@ use crate::dacp::Rule;
 use crate::error::Error;
 use crate::plan::{Plan, PlanBuffers, PlanSizes, PlanWriter};
 use crate::workspace::{Workspace, WorkspaceSizes};
-use crate::{baselines, gds};
+use crate::{balanced, baselines, gds};
 
 /// Plans one global batch: every sequence's DP rank, micro-batch and placement.
 ///
@@ -29,9 +29,13 @@ pub fn schedule<'b>(
     let n = lengths.len();
     PlanSizes::for_batch(n, cfg).check(&out)?;
     WorkspaceSizes::for_batch(n, cfg).check(ws)?;
+    if cfg.policy == Policy::Balanced {
+        return balanced::schedule(cfg, lengths, ws, out, total);
+    }
     let mut w = PlanWriter::new(out, cfg, total);
     match cfg.policy {
-        Policy::Skrull => gds::run(cfg, lengths, ws, &mut w, Rule::Dacp)?,
+        // Balanced returned above (it lends the plan buffers to itself as scratch first).
+        Policy::Skrull | Policy::Balanced => gds::run(cfg, lengths, ws, &mut w, Rule::Dacp)?,
         Policy::RoundRobin => gds::run(cfg, lengths, ws, &mut w, Rule::WorstFit)?,
         Policy::DeepSpeed => baselines::deepspeed(cfg, lengths, &mut w)?,
         Policy::Packed => baselines::packed(cfg, lengths, &mut w)?,

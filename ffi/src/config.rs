@@ -17,6 +17,9 @@ pub const SKRULL_POLICY_DEEPSPEED: u32 = 1;
 pub const SKRULL_POLICY_PACKED: u32 = 2;
 /// Policy: the paper's Algorithm 4 (memory-only worst fit with rollback) inside GDS.
 pub const SKRULL_POLICY_ROUNDROBIN: u32 = 3;
+/// Policy: cost-aware `balanced` (placement, DP balance and micro-batch grouping chosen on the
+/// cost model's estimated time; issue 8).
+pub const SKRULL_POLICY_BALANCED: u32 = 4;
 
 /// DACP rollback victim: the shortest local sequence (the paper's choice; the default, 0).
 pub const SKRULL_VICTIM_SHORTEST: u32 = 0;
@@ -128,6 +131,7 @@ impl skrull_config {
                 Policy::DeepSpeed => SKRULL_POLICY_DEEPSPEED,
                 Policy::Packed => SKRULL_POLICY_PACKED,
                 Policy::RoundRobin => SKRULL_POLICY_ROUNDROBIN,
+                Policy::Balanced => SKRULL_POLICY_BALANCED,
                 _ => SKRULL_POLICY_SKRULL,
             },
             victim: match cfg.victim {
@@ -169,6 +173,7 @@ impl skrull_config {
             SKRULL_POLICY_DEEPSPEED => Policy::DeepSpeed,
             SKRULL_POLICY_PACKED => Policy::Packed,
             SKRULL_POLICY_ROUNDROBIN => Policy::RoundRobin,
+            SKRULL_POLICY_BALANCED => Policy::Balanced,
             _ => return Err(bad),
         };
         let victim = match self.victim {
@@ -347,7 +352,7 @@ mod tests {
 
     #[test]
     fn every_option_round_trips() {
-        for p in 0..4 {
+        for p in 0..5 {
             for v in 0..2 {
                 for f in 0..2 {
                     for s in 0..2 {
@@ -365,7 +370,7 @@ mod tests {
     #[test]
     fn out_of_range_options_are_invalid_enum() {
         let edits: [fn(&mut skrull_config); 5] = [
-            |c| c.policy = 4,
+            |c| c.policy = 5,
             |c| c.victim = 2,
             |c| c.flops = u32::MAX,
             |c| c.shard_padding = 2,

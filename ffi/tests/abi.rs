@@ -329,7 +329,7 @@ fn every_status_is_reachable_and_leaves_outputs_untouched() {
     expect_status(S::NullArg, &OK10, |_, _, _, w| *w = 0);
     expect_status(S::BadStructSize, &OK10, |c, _, _, _| c.struct_size = 8);
     expect_status(S::BadStructSize, &OK10, |_, b, _, _| b.struct_size = 0);
-    expect_status(S::InvalidEnum, &OK10, |c, _, _, _| c.policy = 4);
+    expect_status(S::InvalidEnum, &OK10, |c, _, _, _| c.policy = 99);
     expect_status(S::InvalidEnum, &OK10, |c, _, _, _| c.victim = 2);
     expect_status(S::InvalidEnum, &OK10, |c, _, _, _| c.flops = 2);
     expect_status(S::InvalidEnum, &OK10, |c, _, _, _| c.shard_padding = 9);
