@@ -28,6 +28,14 @@ pub fn check_lengths(cfg: &Config, lengths: &[u32]) -> Result<u64, Error> {
             max: MAX_SEQS,
         });
     }
+    // `shard_tokens(len) > bucket` exactly when `len` exceeds the longest length that fits:
+    // `ceil(len / N) > C` iff `len > N·C`; `2·ceil(len / 2N) > C` iff
+    // `ceil(len / 2N) > floor(C / 2)` iff `len > 2N·floor(C / 2)`. No division per sequence.
+    let cp = u64::from(cfg.cp.max(1));
+    let fits = match cfg.shard_padding {
+        ShardPadding::None => cp * u64::from(cfg.bucket),
+        ShardPadding::Zigzag => 2 * cp * u64::from(cfg.bucket / 2),
+    };
     let mut total = 0u64;
     for (index, &len) in lengths.iter().enumerate() {
         if len == 0 {
@@ -36,8 +44,8 @@ pub fn check_lengths(cfg: &Config, lengths: &[u32]) -> Result<u64, Error> {
         if len > MAX_SEQ_LEN {
             return Err(Error::LengthOutOfRange { index, len });
         }
-        let shard = cfg.shard_tokens(len);
-        if shard > cfg.bucket {
+        if u64::from(len) > fits {
+            let shard = cfg.shard_tokens(len);
             return Err(Error::SequenceTooLong {
                 index,
                 len,
@@ -99,5 +107,47 @@ mod tests {
             })
         );
         assert_eq!(check_lengths(&cfg, &[]), Ok(0));
+    }
+}
+
+#[cfg(test)]
+mod threshold_tests {
+    use super::*;
+    use crate::config::ModelShape;
+
+    /// The division-free check rejects exactly the lengths whose share exceeds the bucket.
+    #[test]
+    fn threshold_equals_the_share_test() {
+        for padding in [ShardPadding::None, ShardPadding::Zigzag] {
+            for cp in 1..=9 {
+                for bucket in 1..=40 {
+                    let mut cfg = Config::new(1, cp, bucket, ModelShape::QWEN2_5_0_5B);
+                    cfg.shard_padding = padding;
+                    for len in 1..=(2 * cp * bucket + 3) {
+                        let shard = shard_tokens(len, cp, padding);
+                        let want = if shard > bucket {
+                            Err(Error::SequenceTooLong {
+                                index: 0,
+                                len,
+                                needed_bucket: shard,
+                            })
+                        } else {
+                            Ok(u64::from(len))
+                        };
+                        assert_eq!(
+                            check_lengths(&cfg, &[len]),
+                            want,
+                            "{padding:?} {cp} {bucket}"
+                        );
+                    }
+                }
+            }
+        }
+        let mut cfg = Config::new(1, 256, MAX_SEQ_LEN, ModelShape::QWEN2_5_0_5B);
+        cfg.shard_padding = ShardPadding::Zigzag;
+        assert_eq!(
+            check_lengths(&cfg, &[MAX_SEQ_LEN]),
+            Ok(u64::from(MAX_SEQ_LEN))
+        );
     }
 }

@@ -16,6 +16,9 @@ use crate::plan::{Placement, SHARDED};
 /// Marker for a sequence DACP has not placed yet.
 const UNSET: i32 = i32::MIN;
 
+/// Micro-batches up to this size are sorted on the stack by [`place`] (2 KiB of keys).
+const SMALL_SORT: usize = 256;
+
 /// How placements are chosen.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Rule {
@@ -65,70 +68,123 @@ impl Slots for MemberSlots<'_> {
     }
 }
 
-/// Per-CP-rank state: remaining budget `RB` (may dip below zero after a rollback charges the
-/// other ranks) and FLOPs load `L`.
-struct CpState {
-    rb: HVec<i64, { MAX_CP as usize }>,
-    load: HVec<u128, { MAX_CP as usize }>,
+/// A FLOPs load: `u64` when the micro-batch's whole FLOPs fit (the usual case: cheaper
+/// arithmetic and comparisons), else `u128`. Both give the same values, so the same plan.
+trait Load: Copy + Default + PartialOrd + core::ops::AddAssign + core::ops::SubAssign {
+    /// FLOPs of a whole sequence, as [`FlopsModel::of`].
+    fn of(flops: &FlopsModel, len: u32) -> Self;
+    /// One rank's share of a sharded sequence, as [`FlopsModel::shard`].
+    fn shard(flops: &FlopsModel, len: u32, cp: u32) -> Self;
 }
 
-impl CpState {
-    fn new(cp: u32, bucket: u32) -> CpState {
-        let mut rb = HVec::new();
-        let mut load = HVec::new();
+impl Load for u64 {
+    #[inline(always)]
+    fn of(flops: &FlopsModel, len: u32) -> u64 {
+        // The caller checked that `linear·T + quadratic·T²` fits for the micro-batch's `T`
+        // tokens, so no term overflows; wrapping keeps the code panic-free regardless.
+        let s = u64::from(len);
+        flops
+            .linear
+            .wrapping_mul(s)
+            .wrapping_add(flops.quadratic.wrapping_mul(s).wrapping_mul(s))
+    }
+    #[inline(always)]
+    fn shard(flops: &FlopsModel, len: u32, cp: u32) -> u64 {
+        Self::of(flops, len) / u64::from(cp.max(1))
+    }
+}
+
+impl Load for u128 {
+    #[inline(always)]
+    fn of(flops: &FlopsModel, len: u32) -> u128 {
+        flops.of(len)
+    }
+    #[inline(always)]
+    fn shard(flops: &FlopsModel, len: u32, cp: u32) -> u128 {
+        flops.shard(len, cp)
+    }
+}
+
+/// Per-CP-rank state: remaining budget `RB` (may dip below zero after a rollback charges the
+/// other ranks) and FLOPs load `L`, `cp` entries each (capacity [`MAX_CP`], never moved).
+struct CpState<L> {
+    rb: HVec<i64, { MAX_CP as usize }>,
+    load: HVec<L, { MAX_CP as usize }>,
+}
+
+/// Lowest index of the least value (`best` starts at index 0, like a first-wins scan).
+#[inline(always)]
+fn argmin<T: Copy + PartialOrd>(xs: &[T]) -> usize {
+    let Some(&first) = xs.first() else { return 0 };
+    let (mut best, mut bv) = (0, first);
+    for (r, &x) in xs.iter().enumerate().skip(1) {
+        if x < bv {
+            best = r;
+            bv = x;
+        }
+    }
+    best
+}
+
+/// Lowest index of the greatest value.
+#[inline(always)]
+fn argmax(xs: &[i64]) -> usize {
+    let Some(&first) = xs.first() else { return 0 };
+    let (mut best, mut bv) = (0, first);
+    for (r, &x) in xs.iter().enumerate().skip(1) {
+        if x > bv {
+            best = r;
+            bv = x;
+        }
+    }
+    best
+}
+
+impl<L: Load> CpState<L> {
+    /// Fills an empty state (built in place by the caller, so it is never copied).
+    #[inline(always)]
+    fn reset(&mut self, cp: u32, bucket: u32) {
+        self.rb.clear();
+        self.load.clear();
         for _ in 0..cp.min(MAX_CP) {
             // Capacity is MAX_CP and cp <= MAX_CP: the pushes cannot fail.
-            let _ = rb.push(i64::from(bucket));
-            let _ = load.push(0);
+            let _ = self.rb.push(i64::from(bucket));
+            let _ = self.load.push(L::default());
         }
-        CpState { rb, load }
     }
 
     /// Lowest-index rank with the least FLOPs load.
+    #[inline(always)]
     fn argmin_load(&self) -> usize {
-        let mut best = 0;
-        for (r, &l) in self.load.iter().enumerate() {
-            if l < self.load[best] {
-                best = r;
-            }
-        }
-        best
+        argmin(&self.load)
     }
 
     /// Lowest-index rank with the most remaining budget.
+    #[inline(always)]
     fn argmax_rb(&self) -> usize {
-        let mut best = 0;
-        for (r, &b) in self.rb.iter().enumerate() {
-            if b > self.rb[best] {
-                best = r;
-            }
-        }
-        best
+        argmax(&self.rb)
     }
 
     /// Lowest-index rank with the least remaining budget.
+    #[inline(always)]
     fn argmin_rb(&self) -> usize {
-        let mut best = 0;
-        for (r, &b) in self.rb.iter().enumerate() {
-            if b < self.rb[best] {
-                best = r;
-            }
-        }
-        best
+        argmin(&self.rb)
     }
 
+    #[inline(always)]
     fn rb(&self, r: usize) -> i64 {
         self.rb.get(r).copied().unwrap_or(i64::MIN)
     }
 
-    fn place_local(&mut self, r: usize, len: u32, flops: u128) {
+    #[inline(always)]
+    fn place_local(&mut self, r: usize, len: u32, flops: L) {
         if let (Some(b), Some(l)) = (self.rb.get_mut(r), self.load.get_mut(r)) {
             *b -= i64::from(len);
             *l += flops;
         }
     }
 
-    fn place_sharded(&mut self, share: u32, flops_share: u128) {
+    fn place_sharded(&mut self, share: u32, flops_share: L) {
         for b in self.rb.iter_mut() {
             *b -= i64::from(share);
         }
@@ -138,7 +194,7 @@ impl CpState {
     }
 
     /// Turns a sequence that was local on `r` into a sharded one.
-    fn unplace_local(&mut self, r: usize, len: u32, flops: u128) {
+    fn unplace_local(&mut self, r: usize, len: u32, flops: L) {
         if let (Some(b), Some(l)) = (self.rb.get_mut(r), self.load.get_mut(r)) {
             *b += i64::from(len);
             *l -= flops;
@@ -180,24 +236,48 @@ pub(crate) fn run<S: Slots>(
     flops: &FlopsModel,
     rule: Rule,
 ) -> Result<u32, Error> {
+    // Every load is at most the micro-batch's whole FLOPs, at most `linear·T + quadratic·T²`
+    // for its `T` tokens (T < 2^47, so the bound fits u128). Algorithm 4 keeps no loads.
+    let fits_u64 = rule == Rule::WorstFit || {
+        let t: u64 = (0..slots.count()).map(|k| u64::from(slots.len_at(k))).sum();
+        let t = u128::from(t);
+        u128::from(flops.linear) * t + u128::from(flops.quadratic) * t * t <= u128::from(u64::MAX)
+    };
+    if fits_u64 {
+        run_with::<S, u64>(slots, cfg, flops, rule)
+    } else {
+        run_with::<S, u128>(slots, cfg, flops, rule)
+    }
+}
+
+/// [`run`] with loads of type `L`.
+fn run_with<S: Slots, L: Load>(
+    slots: &mut S,
+    cfg: &Config,
+    flops: &FlopsModel,
+    rule: Rule,
+) -> Result<u32, Error> {
     let cp = cfg.cp;
     let count = slots.count();
-    for k in 0..count {
-        slots.set(k, UNSET);
-    }
-    let mut st = CpState::new(cp, cfg.bucket);
+    let mut st = CpState::<L> {
+        rb: HVec::new(),
+        load: HVec::new(),
+    };
+    st.reset(cp, cfg.bucket);
+    let zero = L::default();
     let mut rollbacks = 0u32;
     let mut i = 0usize;
+    // Every decision for 0..i is set before it is read (the victim search and the recount
+    // read only placed sequences), so no clearing pass is needed.
     // Each pass either places sequence i or turns one local sequence sharded for good, so
     // there are at most 2 x count passes.
     while i < count {
         let len = slots.len_at(i);
         let need = i64::from(len);
-        let share = cfg.shard_tokens(len);
         if rule == Rule::Dacp {
             let t = st.argmin_load();
             if st.rb(t) >= need {
-                st.place_local(t, len, flops.of(len));
+                st.place_local(t, len, L::of(flops, len));
                 slots.set(i, t as i32);
                 i += 1;
                 continue;
@@ -206,22 +286,23 @@ pub(crate) fn run<S: Slots>(
         let t = st.argmax_rb();
         if st.rb(t) >= need {
             if rule == Rule::Dacp {
-                st.place_local(t, len, flops.of(len));
+                st.place_local(t, len, L::of(flops, len));
             } else {
-                st.place_local(t, len, 0);
+                st.place_local(t, len, zero);
             }
             slots.set(i, t as i32);
             i += 1;
             continue;
         }
         let t = st.argmin_rb();
+        let share = cfg.shard_tokens(len);
         if st.rb(t) >= i64::from(share) {
             st.place_sharded(
                 share,
                 if rule == Rule::Dacp {
-                    flops.shard(len, cp)
+                    L::shard(flops, len, cp)
                 } else {
-                    0
+                    zero
                 },
             );
             slots.set(i, SHARDED);
@@ -235,8 +316,8 @@ pub(crate) fn run<S: Slots>(
         };
         let vlen = slots.len_at(v);
         let (whole, part) = match rule {
-            Rule::Dacp => (flops.of(vlen), flops.shard(vlen, cp)),
-            Rule::WorstFit => (0, 0),
+            Rule::Dacp => (L::of(flops, vlen), L::shard(flops, vlen, cp)),
+            Rule::WorstFit => (zero, zero),
         };
         st.unplace_local(t, vlen, whole);
         st.place_sharded(cfg.shard_tokens(vlen), part);
@@ -247,19 +328,18 @@ pub(crate) fn run<S: Slots>(
     Ok(rollbacks)
 }
 
-/// The authoritative check: recomputes every rank's tokens from the decisions alone.
+/// The authoritative check: recomputes every rank's tokens from the decisions alone (its
+/// local sequences plus every sharded sequence's share).
 fn recount<S: Slots>(slots: &S, cfg: &Config) -> Result<(), Error> {
     let mut tokens: HVec<u64, { MAX_CP as usize }> = HVec::new();
     for _ in 0..cfg.cp.min(MAX_CP) {
         let _ = tokens.push(0);
     }
+    let mut shared = 0u64;
     for k in 0..slots.count() {
         let len = slots.len_at(k);
         match slots.get(k) {
-            SHARDED => {
-                let share = u64::from(cfg.shard_tokens(len));
-                tokens.iter_mut().for_each(|t| *t += share);
-            }
+            SHARDED => shared += u64::from(cfg.shard_tokens(len)),
             r => {
                 if let Some(t) = tokens.get_mut(r as usize) {
                     *t += u64::from(len);
@@ -267,7 +347,10 @@ fn recount<S: Slots>(slots: &S, cfg: &Config) -> Result<(), Error> {
             }
         }
     }
-    match tokens.iter().position(|&t| t > u64::from(cfg.bucket)) {
+    match tokens
+        .iter()
+        .position(|&t| t + shared > u64::from(cfg.bucket))
+    {
         Some(r) => Err(Error::DacpFailed { cp_rank: r as u32 }),
         None => Ok(()),
     }
@@ -346,8 +429,21 @@ pub fn place(
         *o = k as u32;
     }
     // Ascending by length, ties in input order (a total order, so the unstable sort is
-    // deterministic).
-    order.sort_unstable_by_key(|&k| (lengths.get(k as usize).copied().unwrap_or(0), k));
+    // deterministic). Small micro-batches sort packed `(len << 32) | k` keys on the stack,
+    // which is the same order and much cheaper than comparing through `lengths`.
+    if n <= SMALL_SORT {
+        let mut keys: HVec<u64, SMALL_SORT> = HVec::new();
+        for (k, &len) in lengths.iter().enumerate() {
+            // n <= SMALL_SORT: the push cannot fail.
+            let _ = keys.push((u64::from(len) << 32) | k as u64);
+        }
+        keys.sort_unstable();
+        for (o, &key) in order.iter_mut().zip(keys.iter()) {
+            *o = key as u32;
+        }
+    } else {
+        order.sort_unstable_by_key(|&k| (lengths.get(k as usize).copied().unwrap_or(0), k));
+    }
     let flops = FlopsModel::new(&cfg.model, cfg.flops);
     let mut slots = OrderSlots {
         order,
@@ -446,6 +542,49 @@ mod tests {
         let (ret, long) = dacp(&EXAMPLE, 4, 22, Victim::Longest).unwrap();
         assert!(long <= short, "{long} > {short}");
         assert!(tokens(&EXAMPLE, &ret, 4).iter().all(|&t| t <= 22));
+    }
+
+    /// The `u64` and `u128` load paths decide identically (the bound makes `u64` exact).
+    #[test]
+    fn load_widths_agree() {
+        let mut state = 3u64;
+        let mut next = |n: u64| {
+            state = state
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            (state >> 33) % n.max(1)
+        };
+        for case in 0..400 {
+            let cp = 1 + next(16) as u32;
+            let n = 1 + next(80) as usize;
+            let lengths: std::vec::Vec<u32> = (0..n).map(|_| 1 + next(5000) as u32).collect();
+            let longest = *lengths.iter().max().unwrap();
+            let bucket = longest.div_ceil(cp) + next(u64::from(longest)) as u32;
+            let victim = if case % 2 == 0 {
+                Victim::Shortest
+            } else {
+                Victim::Longest
+            };
+            let cfg = Config::new(1, cp, bucket, ModelShape::QWEN2_5_7B).with_victim(victim);
+            let flops = FlopsModel::new(&cfg.model, cfg.flops);
+            let mut order: std::vec::Vec<u32> = (0..n as u32).collect();
+            order.sort_by_key(|&k| (lengths[k as usize], k));
+            let run = |wide: bool| {
+                let mut out = std::vec![0i32; n];
+                let mut slots = OrderSlots {
+                    order: &order,
+                    lengths: &lengths,
+                    out: &mut out,
+                };
+                let r = if wide {
+                    run_with::<_, u128>(&mut slots, &cfg, &flops, Rule::Dacp)
+                } else {
+                    run_with::<_, u64>(&mut slots, &cfg, &flops, Rule::Dacp)
+                };
+                (r, out)
+            };
+            assert_eq!(run(false), run(true), "case {case}");
+        }
     }
 
     #[test]

@@ -1,0 +1,134 @@
+//! Prints one digest of the plans of a few hundred seeded random batches over every policy and
+//! many configurations (dp 1..64, cp 1..16, both victims, both paddings, both FLOPs formulas,
+//! with and without a micro-batch limit). An optimisation that leaves the scheduler's output
+//! unchanged leaves the digest unchanged.
+//!
+//! `cargo run --release -p skrull-benches --example plan_digest [cases]`
+
+use std::collections::hash_map::DefaultHasher;
+use std::hash::{Hash, Hasher};
+
+use skrull_cli::OwnedBuffers;
+use skrull_cli::sample::{Rng, TABLE1};
+use skrull_core::{Config, FlopsFormula, ModelShape, Policy, ShardPadding, Victim, dacp};
+
+/// A fixed list (not `Policy::ALL`, which grows), so the digest compares across versions.
+const POLICIES: [Policy; 4] = [
+    Policy::Skrull,
+    Policy::DeepSpeed,
+    Policy::Packed,
+    Policy::RoundRobin,
+];
+
+fn main() {
+    let cases: u64 = std::env::args()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(400);
+    let mut all = DefaultHasher::new();
+    let (mut ok, mut err, mut mbs, mut rollbacks) = (0u64, 0u64, 0u64, 0u64);
+    for case in 0..cases {
+        let mut rng = Rng::new(0x5EED_0000 + case);
+        let dp = if case % 50 == 49 {
+            1 + rng.below(1024) as u32
+        } else {
+            1 + rng.below(64) as u32
+        };
+        let cp = 1 + rng.below(16) as u32;
+        let n = match rng.below(if case % 50 == 49 { 5 } else { 4 }) {
+            4 => 1 + rng.below(20_000) as usize,
+            0 => 1 + rng.below(16) as usize,
+            1 => 1 + rng.below(300) as usize,
+            _ => 1 + rng.below(3000) as usize,
+        };
+        // Lengths: a Table 1 dataset or uniform, clipped to a random context.
+        let bits = 6 + rng.below(12);
+        let clip = 1 + rng.below(1 << bits) as u32;
+        let kind = rng.below(5) as usize;
+        let lengths: Vec<u32> = (0..n)
+            .map(|_| match kind {
+                3 => 1 + rng.below(u64::from(clip)) as u32,
+                // Wide lengths (three radix passes), sometimes all equal.
+                4 if case % 7 == 0 => 1 << 30,
+                4 => 1 + rng.below(i32::MAX as u64) as u32,
+                k => TABLE1[k].sample(&mut rng, clip),
+            })
+            .collect();
+        let longest = lengths.iter().copied().max().unwrap_or(1);
+        let padding = if rng.below(2) == 0 {
+            ShardPadding::None
+        } else {
+            ShardPadding::Zigzag
+        };
+        // Bucket from just feasible (many rollbacks, many micro-batches) to roomy.
+        let min_bucket = match padding {
+            ShardPadding::None => longest.div_ceil(cp),
+            ShardPadding::Zigzag => 2 * longest.div_ceil(2 * cp),
+        };
+        let bucket = match rng.below(4) {
+            0 => min_bucket,
+            1 => min_bucket + rng.below(u64::from(min_bucket)) as u32,
+            2 => longest.max(min_bucket) + rng.below(u64::from(longest) + 1) as u32,
+            _ => (min_bucket.saturating_mul(1 + rng.below(8) as u32)).max(1),
+        };
+        let model = if rng.below(2) == 0 {
+            ModelShape::QWEN2_5_0_5B
+        } else {
+            ModelShape::QWEN2_5_7B
+        };
+        let max_mb = if rng.below(5) == 0 {
+            1 + rng.below(8) as u32
+        } else {
+            0
+        };
+        let flops = if rng.below(2) == 0 {
+            FlopsFormula::Paper
+        } else {
+            FlopsFormula::Megatron
+        };
+        for victim in [Victim::Shortest, Victim::Longest] {
+            for policy in POLICIES {
+                let mut cfg = Config::new(dp, cp, bucket, model)
+                    .with_policy(policy)
+                    .with_victim(victim);
+                cfg.shard_padding = padding;
+                cfg.max_micro_batches = max_mb;
+                cfg.flops = flops;
+                let mut h = DefaultHasher::new();
+                let mut bufs = OwnedBuffers::for_batch(n, &cfg);
+                match bufs.schedule(&cfg, &lengths) {
+                    Ok(plan) => {
+                        ok += 1;
+                        mbs += u64::from(plan.summary().micro_batches);
+                        rollbacks += u64::from(plan.summary().rollbacks);
+                        plan.placements().hash(&mut h);
+                        plan.micro_batches().hash(&mut h);
+                        plan.members().hash(&mut h);
+                        plan.micro_batches_per_dp().hash(&mut h);
+                        plan.summary().hash(&mut h);
+                        for g in 0..plan.micro_batches().len() {
+                            plan.rank_tokens(g).hash(&mut h);
+                        }
+                    }
+                    Err(e) => {
+                        err += 1;
+                        format!("{e:?}").hash(&mut h);
+                    }
+                }
+                h.finish().hash(&mut all);
+            }
+            // DACP alone on the first (up to) 64 sequences.
+            let cfg = Config::new(1, cp, bucket, model).with_victim(victim);
+            let mb = &lengths[..n.min(64)];
+            let (mut order, mut out) = (vec![0u32; mb.len()], vec![0i32; mb.len()]);
+            match dacp::place(&cfg, mb, &mut order, &mut out) {
+                Ok(o) => (o.sharded, o.rollbacks, &out).hash(&mut all),
+                Err(e) => format!("{e:?}").hash(&mut all),
+            }
+        }
+    }
+    println!(
+        "cases {cases} plans ok {ok} err {err} micro-batches {mbs} rollbacks {rollbacks} digest {:016x}",
+        all.finish()
+    );
+}

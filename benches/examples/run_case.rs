@@ -1,0 +1,74 @@
+//! Runs one benchmark input many times, for profilers (callgrind, perf):
+//! `run_case {lmsys256|chatqa256|lmsys4096|lmsys65536|dacp64} [iterations]`.
+
+use std::hint::black_box;
+
+use skrull_benches::{chatqa2, config, lmsys};
+use skrull_cli::OwnedBuffers;
+use skrull_core::{Policy, dacp};
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let case = args.next().unwrap_or_else(|| "lmsys4096".into());
+    let iters: usize = args.next().and_then(|s| s.parse().ok()).unwrap_or(100);
+    let (lengths, dp) = match case.as_str() {
+        "lmsys256" => (lmsys(256), 4),
+        "chatqa256" => (chatqa2(256), 4),
+        "lmsys4096" => (lmsys(4096), 64),
+        "lmsys65536" => (lmsys(65_536), 1024),
+        "dacp64" => (lmsys(64), 1),
+        other => {
+            eprintln!("unknown case {other}");
+            std::process::exit(2);
+        }
+    };
+    let cfg = config(dp, Policy::Skrull);
+    if case == "dacp64" {
+        let (mut order, mut out) = (vec![0u32; 64], vec![0i32; 64]);
+        let rounds: usize = std::env::var("TIME")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(1);
+        let mut per_call = Vec::new();
+        for _ in 0..rounds {
+            let t = std::time::Instant::now();
+            for _ in 0..iters {
+                let _ = black_box(dacp::place(&cfg, black_box(&lengths), &mut order, &mut out));
+            }
+            per_call.push(t.elapsed().as_secs_f64() / iters.max(1) as f64);
+        }
+        per_call.sort_by(f64::total_cmp);
+        let (min, med) = (per_call[0], per_call[per_call.len() / 2]);
+        println!(
+            "{case}: min {:.3} us, median {:.3} us",
+            min * 1e6,
+            med * 1e6
+        );
+        return;
+    }
+    let mut bufs = OwnedBuffers::for_batch(lengths.len(), &cfg);
+    let mut mbs = 0;
+    // With TIME=rounds: the least and the median per-call time over `rounds` rounds of
+    // `iterations` calls (the least is robust to other processes on the machine).
+    let rounds: usize = std::env::var("TIME")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1);
+    let mut per_call = Vec::new();
+    for _ in 0..rounds {
+        let t = std::time::Instant::now();
+        for _ in 0..iters {
+            if let Ok(p) = bufs.schedule_no_grow(&cfg, black_box(&lengths)) {
+                mbs = black_box(p.summary().micro_batches);
+            }
+        }
+        per_call.push(t.elapsed().as_secs_f64() / iters.max(1) as f64);
+    }
+    per_call.sort_by(f64::total_cmp);
+    let (min, med) = (per_call[0], per_call[per_call.len() / 2]);
+    println!(
+        "{case}: {mbs} micro-batches, min {:.3} us, median {:.3} us",
+        min * 1e6,
+        med * 1e6
+    );
+}
