@@ -7,8 +7,15 @@
 // sharded sequence, with the tokens it holds against the budget. Because the plan is
 // bit-identical on every rank, no broadcast is needed.
 //
+// For each of its micro-batches it then asks skrull_layout_fill() for its execution layout:
+// the token spans it packs (local sequences whole, then its two zigzag chunks of every sharded
+// sequence), the cu_seqlens / max_seqlen of the local varlen attention call and of the
+// sharded (context-parallel) call, the position-id range of every span (for RoPE), and the
+// loss weight (its real tokens over the global token count).
+//
 // The program checks the plan's invariants for the whole job (every sequence exactly once,
-// every GPU within BucketSize, per-GPU counts consistent) and exits non-zero if one fails.
+// every GPU within BucketSize, per-GPU counts consistent, the layouts of all CP ranks tile
+// every sequence, loss tokens add up to the global count) and exits non-zero if one fails.
 //
 // usage: example [DP_RANK [CP_RANK [ITERATIONS]]]   (defaults: 1 3 3)
 #include <algorithm>
@@ -60,6 +67,103 @@ std::vector<uint32_t> draw_global_batch(Rng &rng, uint32_t clip) {
     return lengths;
 }
 
+// Checks every GPU's layout: the real tokens of each sequence over all CP ranks of its
+// micro-batch add up to its length, positions match the spans, cu_seqlens end at the group
+// sizes, and the loss tokens of all GPUs add up to the global token count.
+int check_layouts(const skrull::Planner &p, skrull::GpuLayout &l, const skrull_config &cfg,
+                  const std::vector<uint32_t> &lengths) {
+    int bad = 0;
+    std::vector<uint64_t> real(lengths.size(), 0);
+    uint64_t loss = 0;
+    for (uint32_t d = 0; d < cfg.dp; d++) {
+        for (uint32_t j = 0; j < p.micro_batches_of(d); j++) {
+            for (uint32_t r = 0; r < cfg.cp; r++) {
+                if (!l.fill(cfg, lengths.data(), lengths.size(), p, skrull_gpu{d, j, r})) {
+                    bad++;
+                    continue;
+                }
+                const skrull_layout &info = l.info();
+                bad += info.charged_tokens != p.rank_tokens(p.table_index(d, j))[r];
+                bad += static_cast<uint32_t>(l.local_cu_seqlens()[info.local_seqs]) !=
+                       info.local_tokens;
+                bad += static_cast<uint32_t>(l.rank_cu_seqlens()[info.sharded_seqs]) !=
+                       info.sharded_tokens;
+                for (const skrull_span &s : l.spans()) {
+                    real[s.seq] += s.len;
+                    for (uint32_t i = 0; i < s.len + s.pad; i++) {
+                        bad += l.positions()[s.offset + i] != static_cast<int32_t>(s.start + i);
+                    }
+                }
+                loss += info.loss_tokens;
+            }
+        }
+    }
+    for (std::size_t i = 0; i < lengths.size(); i++) {
+        bad += real[i] != lengths[i];
+    }
+    bad += loss != p.summary().total_tokens;
+    return bad;
+}
+
+// Prints up to `show` entries of a cu_seqlens array, then its last one.
+void print_cu(const char *name, skrull::Range<int32_t> cu, int32_t max_seqlen) {
+    constexpr std::size_t kShow = 5;
+    std::printf(" %s [", name);
+    for (std::size_t i = 0; i < cu.size() && i < kShow; i++) {
+        std::printf("%s%" PRId32, i == 0 ? "" : ", ", cu[i]);
+    }
+    if (cu.size() > kShow) {
+        std::printf(", ..., %" PRId32 "] (%zu)", cu[cu.size() - 1], cu.size());
+    } else {
+        std::printf("]");
+    }
+    std::printf(" max %" PRId32, max_seqlen);
+}
+
+// Prints what GPU (dp_rank, micro-batch j, cp_rank) passes to its varlen attention calls.
+void print_varlen(const skrull::GpuLayout &l) {
+    const skrull_layout &info = l.info();
+    std::printf("      buffer %" PRIu32 " tokens = local %" PRIu32 " + sharded %" PRIu32
+                " (%" PRIu32 " padding); loss weight %" PRIu32 "/%" PRIu64 " = %.6f\n",
+                info.tokens, info.local_tokens, info.sharded_tokens, info.pad_tokens,
+                info.loss_tokens, info.global_tokens,
+                static_cast<double>(info.loss_tokens) / static_cast<double>(info.global_tokens));
+    // Spans are the position-id ranges: buffer [offset, offset+n) holds positions
+    // [start, start+n) of the sequence.
+    // Show the first two spans of each group.
+    constexpr uint32_t kShow = 2;
+    std::printf("      spans (buffer -> positions):");
+    uint32_t shown[2] = {0, 0};
+    for (const skrull_span &s : l.spans()) {
+        bool sharded = s.chunk >= 0;  // -1: a whole local sequence
+        if (shown[sharded]++ >= kShow) {
+            continue;
+        }
+        uint32_t n = s.len + s.pad;
+        std::printf(" #%" PRIu32, s.seq);
+        if (sharded) {
+            std::printf("/c%" PRId32, s.chunk);
+        }
+        std::printf(" %" PRIu32 "..%" PRIu32 "->%" PRIu32 "..%" PRIu32, s.offset, s.offset + n,
+                    s.start, s.start + n);
+        if (shown[sharded] == kShow) {
+            uint32_t total = sharded ? 2 * info.sharded_seqs : info.local_seqs;
+            if (total > kShow) {
+                std::printf(" +%" PRIu32 " %s", total - kShow, sharded ? "chunks" : "local");
+            }
+        }
+    }
+    std::printf("\n      local:");
+    print_cu("cu_seqlens", l.local_cu_seqlens(), info.local_max_seqlen);
+    std::printf(" | sharded:");
+    print_cu("global", l.sharded_cu_seqlens(), info.sharded_max_seqlen);
+    if (info.pad_tokens != 0 || info.sharded_max_seqlen_padded != info.sharded_max_seqlen) {
+        print_cu("padded", l.sharded_cu_seqlens_padded(), info.sharded_max_seqlen_padded);
+    }
+    print_cu("rank", l.rank_cu_seqlens(), info.rank_max_seqlen);
+    std::printf("\n");
+}
+
 // Checks the whole job's plan from the placements alone; returns the number of violations.
 int check_invariants(const skrull::Planner &p, const skrull_config &cfg,
                      const std::vector<uint32_t> &lengths) {
@@ -106,9 +210,10 @@ int check_invariants(const skrull::Planner &p, const skrull_config &cfg,
     return bad;
 }
 
-// Prints what GPU (dp_rank, cp_rank) runs in each of its micro-batches.
-void print_my_work(const skrull::Planner &p, const skrull_config &cfg,
-                   const std::vector<uint32_t> &lengths, uint32_t dp_rank, uint32_t cp_rank) {
+// Prints what GPU (dp_rank, cp_rank) runs in each of its micro-batches, and the varlen
+// attention inputs of each. Returns the number of failed layout calls.
+int print_my_work(const skrull::Planner &p, skrull::GpuLayout &layout, const skrull_config &cfg,
+                  const std::vector<uint32_t> &lengths, uint32_t dp_rank, uint32_t cp_rank) {
     uint32_t m = p.micro_batches_of(dp_rank);
     std::printf("  GPU (DP %" PRIu32 ", CP %" PRIu32 ") runs %" PRIu32 " micro-batch%s\n",
                 dp_rank, cp_rank, m, m == 1 ? "" : "es");
@@ -149,7 +254,15 @@ void print_my_work(const skrull::Planner &p, const skrull_config &cfg,
                     " tokens of %" PRIu32 " (%.1f%% of budget)%s\n",
                     local, shards, mine, cfg.bucket_tokens,
                     100.0 * mine / cfg.bucket_tokens, mine == reported ? "" : "  MISMATCH");
+        skrull::Status st =
+            layout.fill(cfg, lengths.data(), lengths.size(), p, skrull_gpu{dp_rank, j, cp_rank});
+        if (!st) {
+            std::fprintf(stderr, "skrull_layout_fill: %s\n", st.message());
+            return 1;
+        }
+        print_varlen(layout);
     }
+    return 0;
 }
 
 }  // namespace
@@ -169,7 +282,9 @@ int main(int argc, char **argv) {
         std::fprintf(stderr, "preset: %s\n", st.message());
         return 1;
     }
-    // The paper's 0.5B layout: DP 4 x CP 8, BucketSize 26K tokens per GPU per micro-batch.
+    // The paper's 0.5B layout: DP 4 x CP 8, BucketSize 26K tokens per GPU per micro-batch,
+    // planned with the cost-aware policy (SKRULL_POLICY_SKRULL gives the paper's own).
+    cfg.policy = SKRULL_POLICY_BALANCED;
     if (my_dp >= cfg.dp || my_cp >= cfg.cp) {
         std::fprintf(stderr, "rank (%" PRIu32 ", %" PRIu32 ") outside DP %" PRIu32
                      " x CP %" PRIu32 "\n", my_dp, my_cp, cfg.dp, cfg.cp);
@@ -181,6 +296,12 @@ int main(int argc, char **argv) {
         skrull::Planner::create(kBatch, cfg.dp, cfg.cp, &why);
     if (!planner) {
         std::fprintf(stderr, "planner: %s\n", why.message());
+        return 1;
+    }
+
+    std::unique_ptr<skrull::GpuLayout> layout = skrull::GpuLayout::create(cfg, kBatch, &why);
+    if (!layout) {
+        std::fprintf(stderr, "layout: %s\n", why.message());
         return 1;
     }
 
@@ -209,8 +330,11 @@ int main(int argc, char **argv) {
         }
         std::printf("\n");
         // 3. Each rank reads its own part.
-        print_my_work(*planner, cfg, lengths, my_dp, my_cp);
+        if (print_my_work(*planner, *layout, cfg, lengths, my_dp, my_cp) != 0) {
+            return 1;
+        }
         int bad = check_invariants(*planner, cfg, lengths);
+        bad += check_layouts(*planner, *layout, cfg, lengths);
         if (bad != 0) {
             std::fprintf(stderr, "step %d: %d plan invariant violations\n", step, bad);
             failures++;
@@ -221,6 +345,7 @@ int main(int argc, char **argv) {
         return 1;
     }
     std::printf("ok: %d steps, every sequence placed once, every GPU within %" PRIu32
-                " tokens\n", iterations, cfg.bucket_tokens);
+                " tokens, layouts tile every sequence, loss weights sum to 1\n", iterations,
+                cfg.bucket_tokens);
     return 0;
 }

@@ -4,6 +4,8 @@
 // - skrull::Buffer<T>: a malloc-backed, move-only array (std::unique_ptr with a free deleter).
 // - skrull::Planner: owns every buffer skrull_schedule() needs, sized once for the largest
 //   batch, and exposes the last plan grouped per (DP rank, micro-batch).
+// - skrull::GpuLayout: owns the buffers skrull_layout_fill() needs, sized once, and exposes one
+//   GPU's spans, varlen cu_seqlens, position ids and loss weights.
 //
 // Nothing here throws: allocation failures and library errors come back as values, so no
 // exception can cross into (or out of) the C library.
@@ -24,6 +26,9 @@ static_assert(sizeof(skrull_placement) == 16, "frozen layout");
 static_assert(sizeof(skrull_micro_batch) == 16, "frozen layout");
 static_assert(sizeof(skrull_summary) == 32, "frozen layout");
 static_assert(sizeof(skrull_config) == SKRULL_CONFIG_SIZE_V1, "frozen layout");
+static_assert(sizeof(skrull_span) == 24, "frozen layout");
+static_assert(sizeof(skrull_gpu) == 12, "frozen layout");
+static_assert(sizeof(skrull_layout) == 88, "frozen layout");
 
 /// The result of a skrull call; converts to true on success.
 class [[nodiscard]] Status {
@@ -131,20 +136,7 @@ public:
         if (cfg.dp != dp_ || cfg.cp != cp_ || n > max_sequences_) {
             return Status(SKRULL_STATUS_INVALID_ARG);
         }
-        skrull_plan_buffers out{};
-        out.struct_size = sizeof out;
-        out.placements = placements_.data();
-        out.placements_len = placements_.size();
-        out.micro_batches = micro_batches_.data();
-        out.micro_batches_len = micro_batches_.size();
-        out.members = members_.data();
-        out.members_len = members_.size();
-        out.rank_tokens = rank_tokens_.data();
-        out.rank_tokens_len = rank_tokens_.size();
-        out.micro_batches_per_dp = per_dp_.data();
-        out.micro_batches_per_dp_len = per_dp_.size();
-        out.summary = &summary_;
-        Status st(skrull_schedule(&cfg, lengths, n, workspace_.data(), workspace_.size(), &out));
+        Status st(skrull_schedule(&cfg, lengths, n, workspace_.data(), workspace_.size(), &out_));
         if (st) {
             // Offsets of each DP rank's first micro-batch in the table (a prefix sum; the
             // table is already grouped by DP rank, then index).
@@ -184,6 +176,8 @@ public:
     [[nodiscard]] Range<uint32_t> rank_tokens(std::size_t g) const noexcept {
         return Range<uint32_t>{rank_tokens_.data() + g * cp_, cp_};
     }
+    /// The buffers the last plan lives in, as skrull_layout_fill() reads them back.
+    [[nodiscard]] const skrull_plan_buffers &buffers() const noexcept { return out_; }
 
 private:
     Planner() noexcept = default;
@@ -204,6 +198,18 @@ private:
         max_sequences_ = max_sequences;
         dp_ = dp;
         cp_ = cp;
+        out_.struct_size = sizeof out_;
+        out_.placements = placements_.data();
+        out_.placements_len = placements_.size();
+        out_.micro_batches = micro_batches_.data();
+        out_.micro_batches_len = micro_batches_.size();
+        out_.members = members_.data();
+        out_.members_len = members_.size();
+        out_.rank_tokens = rank_tokens_.data();
+        out_.rank_tokens_len = rank_tokens_.size();
+        out_.micro_batches_per_dp = per_dp_.data();
+        out_.micro_batches_per_dp_len = per_dp_.size();
+        out_.summary = &summary_;
         return Status();
     }
 
@@ -215,10 +221,113 @@ private:
     Buffer<uint32_t> per_dp_;
     Buffer<std::size_t> first_of_dp_;
     skrull_summary summary_{};
+    skrull_plan_buffers out_{};
     std::size_t max_sequences_ = 0;
     std::size_t n_ = 0;
     uint32_t dp_ = 0;
     uint32_t cp_ = 0;
+};
+
+/// One GPU's execution layout of a plan (skrull_layout_fill()): what the GPU packs into its
+/// token buffer and the varlen metadata of its two attention calls. Buffers are sized once
+/// with skrull_layout_sizes_max() for the largest batch. Not thread-safe itself (one per
+/// thread).
+class GpuLayout {
+public:
+    /// Buffers for every GPU of every plan of up to `max_sequences` under `cfg`; nullptr on
+    /// failure, with the reason in `*why` when given.
+    [[nodiscard]] static std::unique_ptr<GpuLayout> create(const skrull_config &cfg,
+                                                           std::size_t max_sequences,
+                                                           Status *why = nullptr) noexcept {
+        Status st;
+        std::unique_ptr<GpuLayout> l(new (std::nothrow) GpuLayout());
+        if (!l) {
+            st = Status::out_of_memory();
+        } else {
+            st = l->allocate(cfg, max_sequences);
+        }
+        if (why != nullptr) {
+            *why = st;
+        }
+        return st ? std::move(l) : nullptr;
+    }
+
+    /// Fills the layout of `gpu` in the last plan of `planner` (made from `cfg` and the `n`
+    /// `lengths`). On error the previous layout stays readable and unchanged.
+    [[nodiscard]] Status fill(const skrull_config &cfg, const uint32_t *lengths, std::size_t n,
+                              const Planner &planner, skrull_gpu gpu) noexcept {
+        skrull_layout_buffers out{};
+        out.struct_size = sizeof out;
+        out.spans = spans_.data();
+        out.spans_len = spans_.size();
+        out.local_cu_seqlens = local_cu_.data();
+        out.local_cu_seqlens_len = local_cu_.size();
+        out.sharded_cu_seqlens = sharded_cu_.data();
+        out.sharded_cu_seqlens_len = sharded_cu_.size();
+        out.sharded_cu_seqlens_padded = sharded_cu_padded_.data();
+        out.sharded_cu_seqlens_padded_len = sharded_cu_padded_.size();
+        out.rank_cu_seqlens = rank_cu_.data();
+        out.rank_cu_seqlens_len = rank_cu_.size();
+        out.positions = positions_.data();
+        out.positions_len = positions_.size();
+        out.layout = &info_;
+        return Status(skrull_layout_fill(&cfg, lengths, n, &planner.buffers(), gpu,
+                                         workspace_.data(), workspace_.size(), &out));
+    }
+
+    // --- The last successful layout -----------------------------------------------------
+    /// Counts, max_seqlens and loss weights.
+    [[nodiscard]] const skrull_layout &info() const noexcept { return info_; }
+    /// Spans in buffer order: the local group, then (front, back) chunk per sharded sequence.
+    [[nodiscard]] Range<skrull_span> spans() const noexcept {
+        return Range<skrull_span>{spans_.data(), info_.spans};
+    }
+    /// cu_seqlens of the local group (for flash_attn_varlen_func).
+    [[nodiscard]] Range<int32_t> local_cu_seqlens() const noexcept {
+        return Range<int32_t>{local_cu_.data(), info_.local_seqs + std::size_t{1}};
+    }
+    /// Global cu_seqlens of the sharded group, real lengths.
+    [[nodiscard]] Range<int32_t> sharded_cu_seqlens() const noexcept {
+        return Range<int32_t>{sharded_cu_.data(), info_.sharded_seqs + std::size_t{1}};
+    }
+    /// Global cu_seqlens of the sharded group, padded lengths (TE's cu_seqlens_padded).
+    [[nodiscard]] Range<int32_t> sharded_cu_seqlens_padded() const noexcept {
+        return Range<int32_t>{sharded_cu_padded_.data(), info_.sharded_seqs + std::size_t{1}};
+    }
+    /// This rank's cu_seqlens of the sharded group (offsets from the group's start).
+    [[nodiscard]] Range<int32_t> rank_cu_seqlens() const noexcept {
+        return Range<int32_t>{rank_cu_.data(), info_.sharded_seqs + std::size_t{1}};
+    }
+    /// Position id of every token in the buffer.
+    [[nodiscard]] Range<int32_t> positions() const noexcept {
+        return Range<int32_t>{positions_.data(), info_.tokens};
+    }
+
+private:
+    GpuLayout() noexcept = default;
+
+    Status allocate(const skrull_config &cfg, std::size_t max_sequences) noexcept {
+        skrull_layout_capacity c{};
+        Status st(skrull_layout_sizes_max(&cfg, max_sequences, &c));
+        if (!st) {
+            return st;
+        }
+        bool ok = spans_.allocate(c.spans) && local_cu_.allocate(c.local_cu_seqlens) &&
+                  sharded_cu_.allocate(c.sharded_cu_seqlens) &&
+                  sharded_cu_padded_.allocate(c.sharded_cu_seqlens) &&
+                  rank_cu_.allocate(c.sharded_cu_seqlens) && positions_.allocate(c.positions) &&
+                  workspace_.allocate(c.workspace_bytes);
+        return ok ? Status() : Status::out_of_memory();
+    }
+
+    Buffer<skrull_span> spans_;
+    Buffer<int32_t> local_cu_;
+    Buffer<int32_t> sharded_cu_;
+    Buffer<int32_t> sharded_cu_padded_;
+    Buffer<int32_t> rank_cu_;
+    Buffer<int32_t> positions_;
+    Buffer<unsigned char> workspace_;
+    skrull_layout info_{};
 };
 
 }  // namespace skrull

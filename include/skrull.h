@@ -40,6 +40,12 @@
 #define SKRULL_POLICY_ROUNDROBIN 3
 
 /**
+ * Policy: cost-aware `balanced` (placement, DP balance and micro-batch grouping chosen on the
+ * cost model's estimated time; issue 8).
+ */
+#define SKRULL_POLICY_BALANCED 4
+
+/**
  * DACP rollback victim: the shortest local sequence (the paper's choice; the default, 0).
  */
 #define SKRULL_VICTIM_SHORTEST 0
@@ -111,7 +117,8 @@
  * never undefined behaviour; `skrull_status_str` names every value, known or not.
  *
  * Groups: 1-9 malformed calls (pointers, struct sizes, integer enums, buffer sizes), 10-29
- * rejected configurations or batches (one per scheduler error), 254-255 internal faults.
+ * rejected configurations or batches (one per scheduler error), 30-39 rejected layout
+ * requests (`skrull_layout_*`), 254-255 internal faults.
  */
 enum skrull_status
 #if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
@@ -146,7 +153,8 @@ enum skrull_status
      */
     SKRULL_STATUS_WORKSPACE_TOO_SMALL = 5,
     /**
-     * An output buffer is shorter than `skrull_plan_sizes()` says.
+     * An output buffer is shorter than `skrull_plan_sizes()` (or, for a layout,
+     * `skrull_layout_sizes()`) says.
      */
     SKRULL_STATUS_OUTPUT_TOO_SMALL = 6,
     /**
@@ -189,6 +197,21 @@ enum skrull_status
      * DACP could not place one micro-batch within the budget (`skrull_dacp_place` only).
      */
     SKRULL_STATUS_DACP_FAILED = 19,
+    /**
+     * The plan buffers given to a layout function do not hold a valid plan that
+     * `skrull_schedule()` made from this configuration and these lengths (wrong counts,
+     * corrupted entries, or another batch).
+     */
+    SKRULL_STATUS_PLAN_INVALID = 30,
+    /**
+     * The GPU asked for is not in the plan: `dp_rank >= dp`, `cp_rank >= cp`, or
+     * `micro_batch >= micro_batches_per_dp[dp_rank]`.
+     */
+    SKRULL_STATUS_NO_SUCH_GPU = 31,
+    /**
+     * A layout value (a `cu_seqlens` entry, position id or token count) exceeds `INT32_MAX`.
+     */
+    SKRULL_STATUS_LAYOUT_OVERFLOW = 32,
     /**
      * The scheduler reported an error this version of the C API has no status for (a bug:
      * please report it).
@@ -305,39 +328,6 @@ typedef struct skrull_dacp_summary {
      */
     uint32_t rollbacks;
 } skrull_dacp_summary;
-
-/**
- * The buffer sizes one batch needs, from `skrull_plan_sizes()`.
- *
- * Element counts are upper bounds valid for every policy, so buffers sized once for the
- * largest batch and layout can be reused every step (frozen layout, 6 `size_t`).
- */
-typedef struct skrull_sizes {
-    /**
-     * Bytes of workspace `skrull_schedule()` needs (`skrull_workspace_size()`).
-     */
-    size_t workspace_bytes;
-    /**
-     * Elements of `placements`: `n`.
-     */
-    size_t placements;
-    /**
-     * Elements of `micro_batches`: `n`.
-     */
-    size_t micro_batches;
-    /**
-     * Elements of `members`: `n`.
-     */
-    size_t members;
-    /**
-     * Elements of `rank_tokens`: `n * cp`.
-     */
-    size_t rank_tokens;
-    /**
-     * Elements of `micro_batches_per_dp`: `dp`.
-     */
-    size_t micro_batches_per_dp;
-} skrull_sizes;
 
 /**
  * Where one sequence runs (frozen layout, 16 bytes, no implicit padding).
@@ -492,6 +482,291 @@ typedef struct skrull_plan_buffers {
     struct skrull_summary *summary;
 } skrull_plan_buffers;
 
+/**
+ * Which GPU a layout is for: DP rank, micro-batch on that DP rank, CP rank (frozen layout,
+ * 12 bytes).
+ */
+typedef struct skrull_gpu {
+    /**
+     * The data-parallel rank, `< dp`.
+     */
+    uint32_t dp_rank;
+    /**
+     * The micro-batch index on that DP rank, `< micro_batches_per_dp[dp_rank]`.
+     */
+    uint32_t micro_batch;
+    /**
+     * The context-parallel rank, `< cp`.
+     */
+    uint32_t cp_rank;
+} skrull_gpu;
+
+/**
+ * A run of consecutive tokens of one sequence in the GPU's buffer; also the position-id range
+ * of those tokens (frozen layout, 24 bytes).
+ *
+ * Buffer offsets `offset .. offset + len + pad` hold positions `start .. start + len + pad`
+ * of sequence `seq`; the first `len` tokens are real, the `pad` after them are padding (mask
+ * them out of the loss).
+ */
+typedef struct skrull_span {
+    /**
+     * The sequence (index into the batch's lengths).
+     */
+    uint32_t seq;
+    /**
+     * -1 for a whole local sequence, else the zigzag chunk index `0 .. 2 * cp`.
+     */
+    int32_t chunk;
+    /**
+     * Offset of the span's first token in the GPU buffer.
+     */
+    uint32_t offset;
+    /**
+     * Position of the first token inside its sequence (padded coordinates).
+     */
+    uint32_t start;
+    /**
+     * Real tokens.
+     */
+    uint32_t len;
+    /**
+     * Padding tokens after the real ones (0 unless `SKRULL_SHARD_PADDING_ZIGZAG`).
+     */
+    uint32_t pad;
+} skrull_span;
+
+/**
+ * Counts, maxima and loss weights of one GPU's layout, written by `skrull_layout_fill()`
+ * (frozen layout, 88 bytes, explicit padding).
+ *
+ * The GPU buffer is the local group (offsets `0 .. local_tokens`) followed by the sharded
+ * group (`local_tokens .. tokens`). Valid entries: `spans[0 .. spans]`,
+ * `local_cu_seqlens[0 ..= local_seqs]`, each sharded `cu_seqlens[0 ..= sharded_seqs]` and
+ * `positions[0 .. tokens]`.
+ */
+typedef struct skrull_layout {
+    /**
+     * The DP rank.
+     */
+    uint32_t dp_rank;
+    /**
+     * The micro-batch index on that DP rank.
+     */
+    uint32_t micro_batch;
+    /**
+     * The CP rank.
+     */
+    uint32_t cp_rank;
+    /**
+     * The micro-batch's position `g` in the plan's micro-batch table.
+     */
+    uint32_t micro_batch_global;
+    /**
+     * Sequences held whole on this GPU (the local group).
+     */
+    uint32_t local_seqs;
+    /**
+     * Sequences sharded over the CP group (two spans each).
+     */
+    uint32_t sharded_seqs;
+    /**
+     * Spans written: `local_seqs + 2 * sharded_seqs`.
+     */
+    uint32_t spans;
+    /**
+     * Tokens of the local group.
+     */
+    uint32_t local_tokens;
+    /**
+     * Tokens of the sharded group on this GPU, padding included.
+     */
+    uint32_t sharded_tokens;
+    /**
+     * Tokens in the GPU buffer, padding included.
+     */
+    uint32_t tokens;
+    /**
+     * Padding tokens among them.
+     */
+    uint32_t pad_tokens;
+    /**
+     * Tokens the budget charged this GPU (equals `rank_tokens[g * cp + cp_rank]`).
+     */
+    uint32_t charged_tokens;
+    /**
+     * `max_seqlen` of the local group (0 when empty).
+     */
+    int32_t local_max_seqlen;
+    /**
+     * Longest sharded sequence, real tokens (`max_seqlen` for `sharded_cu_seqlens`).
+     */
+    int32_t sharded_max_seqlen;
+    /**
+     * Longest sharded sequence, padded.
+     */
+    int32_t sharded_max_seqlen_padded;
+    /**
+     * Longest part of one sharded sequence on this rank (`max_seqlen` for
+     * `rank_cu_seqlens`).
+     */
+    int32_t rank_max_seqlen;
+    /**
+     * Real tokens this GPU contributes to the loss (`tokens - pad_tokens`).
+     */
+    uint32_t loss_tokens;
+    /**
+     * Always 0.
+     */
+    uint32_t _reserved;
+    /**
+     * Real tokens of the whole micro-batch (all CP ranks).
+     */
+    uint64_t micro_batch_tokens;
+    /**
+     * Real tokens of the global batch: normalise the loss by this.
+     */
+    uint64_t global_tokens;
+} skrull_layout;
+
+/**
+ * The output buffers `skrull_layout_fill()` fills, each a pointer and its capacity in
+ * elements (size them once with `skrull_layout_sizes_max()`).
+ *
+ * Nothing is written unless the call returns `SKRULL_STATUS_OK`; then only the valid entries
+ * named in `skrull_layout` are written. `positions` may be NULL with `positions_len` 0 to
+ * skip the full position-id array (the spans carry the same ranges). Buffers must not overlap
+ * each other, the inputs or the workspace (`SKRULL_STATUS_INVALID_ARG`). `struct_size`
+ * follows the rules of `skrull_config`.
+ */
+typedef struct skrull_layout_buffers {
+    /**
+     * `sizeof(skrull_layout_buffers)`.
+     */
+    uint32_t struct_size;
+    /**
+     * Must be 0.
+     */
+    uint32_t _reserved;
+    /**
+     * The spans: the local group, then two per sharded sequence (front chunk, back chunk).
+     */
+    struct skrull_span *spans;
+    /**
+     * Capacity of `spans`, in elements.
+     */
+    size_t spans_len;
+    /**
+     * `cu_seqlens` of the local group (`int32`, starts at 0).
+     */
+    int32_t *local_cu_seqlens;
+    /**
+     * Capacity of `local_cu_seqlens`, in elements.
+     */
+    size_t local_cu_seqlens_len;
+    /**
+     * Global `cu_seqlens` of the sharded group over real lengths.
+     */
+    int32_t *sharded_cu_seqlens;
+    /**
+     * Capacity of `sharded_cu_seqlens`, in elements.
+     */
+    size_t sharded_cu_seqlens_len;
+    /**
+     * Global `cu_seqlens` of the sharded group over padded lengths (TransformerEngine's
+     * `cu_seqlens_padded`).
+     */
+    int32_t *sharded_cu_seqlens_padded;
+    /**
+     * Capacity of `sharded_cu_seqlens_padded`, in elements.
+     */
+    size_t sharded_cu_seqlens_padded_len;
+    /**
+     * This rank's `cu_seqlens` of the sharded group (offsets from the group's start).
+     */
+    int32_t *rank_cu_seqlens;
+    /**
+     * Capacity of `rank_cu_seqlens`, in elements.
+     */
+    size_t rank_cu_seqlens_len;
+    /**
+     * Position id of every token in the buffer (NULL with length 0: skip).
+     */
+    int32_t *positions;
+    /**
+     * Capacity of `positions`, in elements.
+     */
+    size_t positions_len;
+    /**
+     * Receives the counts, maxima and loss weights (required).
+     */
+    struct skrull_layout *layout;
+} skrull_layout_buffers;
+
+/**
+ * Element counts of the `skrull_layout_buffers` arrays, and the workspace bytes the layout
+ * functions need (frozen layout, 5 `size_t`).
+ */
+typedef struct skrull_layout_capacity {
+    /**
+     * `spans`: local sequences + 2 x sharded sequences.
+     */
+    size_t spans;
+    /**
+     * `local_cu_seqlens`: local sequences + 1.
+     */
+    size_t local_cu_seqlens;
+    /**
+     * Each of `sharded_cu_seqlens`, `sharded_cu_seqlens_padded`, `rank_cu_seqlens`: sharded
+     * sequences + 1.
+     */
+    size_t sharded_cu_seqlens;
+    /**
+     * `positions`: tokens in the GPU buffer, padding included.
+     */
+    size_t positions;
+    /**
+     * Bytes of workspace `skrull_layout_sizes()` and `skrull_layout_fill()` need for a batch
+     * of this many sequences (any alignment).
+     */
+    size_t workspace_bytes;
+} skrull_layout_capacity;
+
+/**
+ * The buffer sizes one batch needs, from `skrull_plan_sizes()`.
+ *
+ * Element counts are upper bounds valid for every policy, so buffers sized once for the
+ * largest batch and layout can be reused every step (frozen layout, 6 `size_t`).
+ */
+typedef struct skrull_sizes {
+    /**
+     * Bytes of workspace `skrull_schedule()` needs (`skrull_workspace_size()`).
+     */
+    size_t workspace_bytes;
+    /**
+     * Elements of `placements`: `n`.
+     */
+    size_t placements;
+    /**
+     * Elements of `micro_batches`: `n`.
+     */
+    size_t micro_batches;
+    /**
+     * Elements of `members`: `n`.
+     */
+    size_t members;
+    /**
+     * Elements of `rank_tokens`: `n * cp`.
+     */
+    size_t rank_tokens;
+    /**
+     * Elements of `micro_batches_per_dp`: `dp`.
+     */
+    size_t micro_batches_per_dp;
+} skrull_sizes;
+
+
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -562,6 +837,93 @@ skrull_status skrull_dacp_place(const struct skrull_config *config,
                                 int32_t *cp_ranks,
                                 size_t cp_ranks_len,
                                 struct skrull_dacp_summary *summary);
+
+/**
+ * Fills `out` with one GPU's layout (`gpu`: DP rank, micro-batch, CP rank) of the plan that
+ * `skrull_schedule()` wrote into `plan` for `config` and the `n` `lengths`: the spans in the
+ * order the GPU packs its tokens (local group, then the two zigzag chunks of every sharded
+ * sequence), the varlen `cu_seqlens` of both groups, position ids (unless skipped) and
+ * `*out->layout` (counts, `max_seqlen`s, loss weights). See `docs/layout.md`.
+ *
+ * Arguments and the workspace are those of `skrull_layout_sizes()`; buffers sized with
+ * `skrull_layout_sizes_max()` fit every GPU. Outputs are written only on success. Statuses,
+ * first problem first: as `skrull_layout_sizes()` up to `LAYOUT_OVERFLOW` (with `out` NULL,
+ * misaligned, struct size or reserved field checked right after `plan`), then
+ * `out->layout` (NULL, misaligned), each buffer in field order (NULL, misaligned,
+ * `OUTPUT_TOO_SMALL`), then overlapping buffers (`INVALID_ARG`). No allocation, no state;
+ * thread-safe with separate workspaces and outputs.
+ *
+ * # Safety
+ * - As `skrull_layout_sizes()` for `config`, `lengths`, `plan` and `workspace`.
+ * - `out`, unless NULL, points to a `skrull_layout_buffers` whose `struct_size` bytes are
+ *   readable, and each of its pointers, unless NULL, to the number of writable elements its
+ *   `_len` field states (`layout`: one).
+ * - No other thread touches any of these during the call.
+ */
+skrull_status skrull_layout_fill(const struct skrull_config *config,
+                                 const uint32_t *lengths,
+                                 size_t n,
+                                 const struct skrull_plan_buffers *plan,
+                                 struct skrull_gpu gpu,
+                                 void *workspace,
+                                 size_t workspace_size,
+                                 const struct skrull_layout_buffers *out);
+
+/**
+ * The exact sizes of one GPU's layout (`gpu`: DP rank, micro-batch, CP rank) of the plan
+ * that `skrull_schedule()` wrote into `plan` for `config` and the `n` `lengths`.
+ *
+ * `plan` is the same `skrull_plan_buffers` given to `skrull_schedule()` (its `summary` says
+ * how many entries are valid); the plan is validated before use. The workspace needs
+ * `skrull_layout_sizes_max(config, n).workspace_bytes` bytes, any alignment; contents
+ * ignored and unspecified afterwards. `out->workspace_bytes` is that same number.
+ *
+ * Statuses, first problem first: `config` (as `skrull_schedule()`), `plan` (NULL, misaligned,
+ * struct size, reserved field), `TOO_MANY_SEQUENCES`, `lengths`, `workspace` (NULL,
+ * `WORKSPACE_TOO_SMALL`), the plan arrays (NULL, misaligned, `PLAN_INVALID` when a capacity
+ * is below what `summary` says), a workspace overlapping an input (`INVALID_ARG`),
+ * `PLAN_INVALID` (not a valid plan of this configuration and batch), `NO_SUCH_GPU`,
+ * `LAYOUT_OVERFLOW` (a value above `INT32_MAX`), then `out` (NULL, misaligned, overlapping).
+ * `*out` is written only on success. No allocation, no state; thread-safe with separate
+ * workspaces (the configuration, lengths and plan may be shared).
+ *
+ * # Safety
+ * - `config`, unless NULL, points to a `skrull_config` whose `struct_size` bytes are
+ *   readable; `lengths`, unless NULL, to `n` readable `uint32_t`.
+ * - `plan`, unless NULL, points to a `skrull_plan_buffers` whose `struct_size` bytes are
+ *   readable, and each of its pointers, unless NULL, to the number of readable elements its
+ *   `_len` field states (`summary`: one).
+ * - `workspace`, unless NULL, points to `workspace_size` writable bytes; `out`, unless NULL,
+ *   is valid for writing one `skrull_layout_capacity`.
+ * - No other thread writes to any of these during the call.
+ */
+skrull_status skrull_layout_sizes(const struct skrull_config *config,
+                                  const uint32_t *lengths,
+                                  size_t n,
+                                  const struct skrull_plan_buffers *plan,
+                                  struct skrull_gpu gpu,
+                                  void *workspace,
+                                  size_t workspace_size,
+                                  struct skrull_layout_capacity *out);
+
+/**
+ * Sizes that hold the layout of every GPU of every plan of up to `n` sequences under
+ * `config` (every plan `skrull_schedule()` returns): `2n` spans, `n + 1` entries per
+ * `cu_seqlens` array, `bucket_tokens` position ids, and the workspace bytes the other layout
+ * functions need for `n` sequences. Allocate the buffers once and reuse them every step.
+ *
+ * Returns `SKRULL_STATUS_NULL_ARG` for a NULL `config` or `out`, the configuration's own
+ * errors (as `skrull_schedule()`), `SKRULL_STATUS_TOO_MANY_SEQUENCES` for `n > 65536`;
+ * `*out` is written only on success.
+ *
+ * # Safety
+ * `config`, unless NULL, points to a `skrull_config` whose `struct_size` bytes are readable;
+ * `out`, unless NULL, is valid for writing one aligned `skrull_layout_capacity`. Safe to call
+ * from any thread.
+ */
+skrull_status skrull_layout_sizes_max(const struct skrull_config *config,
+                                      size_t n,
+                                      struct skrull_layout_capacity *out);
 
 /**
  * Raises a Rust panic inside the library's panic guard and returns what the guard made of it:

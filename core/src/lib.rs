@@ -47,6 +47,7 @@
 #[cfg(test)]
 extern crate std;
 
+pub mod balanced;
 pub mod baselines;
 pub mod budget;
 pub mod config;
@@ -63,6 +64,7 @@ pub mod workspace;
 
 pub use config::{Config, FlopsFormula, ModelShape, Policy, ShardPadding, Victim};
 pub use error::Error;
-pub use plan::{MicroBatch, Placement, Plan, PlanBuffers, PlanSizes, Summary};
+pub use layout::{Gpu, Layout, LayoutBuffers, LayoutError, LayoutSizes, Span};
+pub use plan::{MicroBatch, Placement, Plan, PlanBuffers, PlanParts, PlanSizes, Summary};
 pub use schedule::schedule;
 pub use workspace::{Workspace, WorkspaceSizes};

@@ -190,6 +190,73 @@ impl<'a> Plan<'a> {
     }
 }
 
+/// The slices of a plan held outside a [`Plan`], e.g. the arrays a C caller got from
+/// `skrull_schedule()`, for [`Plan::from_parts`]. Each slice holds exactly the plan's entries
+/// (not the capacity of the buffer it came from).
+#[derive(Debug, Clone, Copy)]
+pub struct PlanParts<'a> {
+    /// Per sequence, in input order (`n` entries).
+    pub placements: &'a [Placement],
+    /// Every micro-batch, grouped by DP rank, then by index.
+    pub micro_batches: &'a [MicroBatch],
+    /// Sequence indices grouped by micro-batch (`n` entries).
+    pub members: &'a [u32],
+    /// Tokens per (micro-batch, CP rank): `micro_batches.len() x cp` entries.
+    pub rank_tokens: &'a [u32],
+    /// Micro-batches per DP rank (`dp` entries).
+    pub micro_batches_per_dp: &'a [u32],
+    /// DACP rollbacks, copied into [`Summary::rollbacks`] (the arrays do not record them).
+    pub rollbacks: u32,
+}
+
+impl<'a> Plan<'a> {
+    /// Rebuilds the read-only view of a plan of `cfg` and `lengths` from its raw slices, and
+    /// validates it with the independent [`check`] (so every accessor and the layout see a
+    /// consistent plan). The summary is recounted from the parts; `rollbacks` is taken as
+    /// given.
+    ///
+    /// # Errors
+    /// The first violation [`check`] finds; [`CheckError::Shape`] also when `cfg` is invalid
+    /// ([`Config::validate`]), [`CheckError::MicroBatchTable`] when the micro-batch counts add
+    /// up to more than the members. Never panics, whatever the slices hold.
+    pub fn from_parts(
+        cfg: &Config,
+        lengths: &[u32],
+        parts: PlanParts<'a>,
+    ) -> Result<Plan<'a>, CheckError> {
+        cfg.validate().map_err(|_| CheckError::Shape)?;
+        let mut plan = Plan {
+            dp: cfg.dp,
+            cp: cfg.cp,
+            placements: parts.placements,
+            micro_batches: parts.micro_batches,
+            members: parts.members,
+            rank_tokens: parts.rank_tokens,
+            micro_batches_per_dp: parts.micro_batches_per_dp,
+            summary: Summary::default(),
+        };
+        // The counts must tile the members before `check` adds them up in `u32`.
+        let mut listed = 0u64;
+        for (g, mb) in parts.micro_batches.iter().enumerate() {
+            listed += u64::from(mb.count);
+            if listed > parts.members.len() as u64 {
+                return Err(CheckError::MicroBatchTable { g });
+            }
+        }
+        check(cfg, lengths, &plan)?;
+        // `check` bounded the table by the sequence count (at most MAX_SEQS).
+        let count = |k: usize| u32::try_from(k).map_err(|_| CheckError::Shape);
+        plan.summary = Summary {
+            micro_batches: count(parts.micro_batches.len())?,
+            sharded: count(parts.placements.iter().filter(|p| p.is_sharded()).count())?,
+            rollbacks: parts.rollbacks,
+            peak_rank_tokens: parts.rank_tokens.iter().copied().max().unwrap_or(0),
+            total_tokens: lengths.iter().map(|&l| u64::from(l)).sum(),
+        };
+        Ok(plan)
+    }
+}
+
 /// Writes a plan micro-batch by micro-batch (used by every policy).
 pub(crate) struct PlanWriter<'b> {
     out: PlanBuffers<'b>,
@@ -283,6 +350,66 @@ impl<'b> PlanWriter<'b> {
             *t = t.saturating_add(len);
             self.summary.peak_rank_tokens = self.summary.peak_rank_tokens.max(*t);
         }
+    }
+
+    /// Adds `seqs` to the open micro-batch, in order, each at the CP rank already recorded in
+    /// its placement's `cp_rank`: the same as [`PlanWriter::push`] for each, with the lookups
+    /// hoisted. A sharded sequence's share is added to every rank once, at the end (a chain
+    /// of saturating additions of non-negative values equals one saturating addition of their
+    /// sum), and the peak is the largest of the micro-batch's final counts (they only grow).
+    pub(crate) fn push_placed(&mut self, seqs: &[u32], lengths: &[u32]) {
+        let cp = self.cp as usize;
+        let (first, k) = (self.n_members, seqs.len());
+        let ready = self.n_mbs.checked_sub(1).and_then(|g| {
+            let mb = self.out.micro_batches.get_mut(g)?;
+            let tokens = self.out.rank_tokens.get_mut(g * cp..(g + 1) * cp)?;
+            let members = self.out.members.get_mut(first..first + k)?;
+            Some((mb, tokens, members))
+        });
+        let Some((mb, tokens, members)) = ready else {
+            for &seq in seqs {
+                let len = lengths.get(seq as usize).copied().unwrap_or(0);
+                let cp_rank = self
+                    .out
+                    .placements
+                    .get(seq as usize)
+                    .map_or(0, |p| p.cp_rank);
+                self.push(seq, len, cp_rank);
+            }
+            return;
+        };
+        mb.count += k as u32;
+        let (dp_rank, micro_batch) = (mb.dp_rank, mb.index);
+        let mut shared = 0u64;
+        let mut sharded = 0u32;
+        for (m, &seq) in members.iter_mut().zip(seqs) {
+            *m = seq;
+            let len = lengths.get(seq as usize).copied().unwrap_or(0);
+            let Some(p) = self.out.placements.get_mut(seq as usize) else {
+                continue;
+            };
+            let cp_rank = p.cp_rank;
+            *p = Placement {
+                dp_rank,
+                micro_batch,
+                cp_rank,
+            };
+            if cp_rank == SHARDED {
+                sharded += 1;
+                shared += u64::from(crate::budget::shard_tokens(len, self.cp, self.padding));
+            } else if let Some(t) = tokens.get_mut(cp_rank as usize) {
+                *t = t.saturating_add(len);
+            }
+        }
+        self.n_members += k;
+        self.summary.sharded += sharded;
+        let shared = u32::try_from(shared).unwrap_or(u32::MAX);
+        let mut peak = self.summary.peak_rank_tokens;
+        for t in tokens.iter_mut() {
+            *t = t.saturating_add(shared);
+            peak = peak.max(*t);
+        }
+        self.summary.peak_rank_tokens = peak;
     }
 
     /// Records how many micro-batches `dp_rank` runs.
@@ -441,8 +568,8 @@ pub fn check(cfg: &Config, lengths: &[u32], plan: &Plan<'_>) -> Result<(), Check
                 *t += u64::from(len);
             }
         }
-        listed += mb.count as usize;
-        next_first += mb.count;
+        listed = listed.saturating_add(mb.count as usize);
+        next_first = next_first.saturating_add(mb.count);
         expect_index += 1;
         for (cp_rank, &t) in tokens.iter().take(cp).enumerate() {
             if plan.rank_tokens(g).get(cp_rank).map(|&x| u64::from(x)) != Some(t) {
@@ -479,4 +606,242 @@ pub fn check(cfg: &Config, lengths: &[u32], plan: &Plan<'_>) -> Result<(), Check
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{ModelShape, Policy};
+    use crate::schedule;
+    use crate::workspace::{Workspace, WorkspaceSizes};
+    use std::vec;
+    use std::vec::Vec;
+
+    /// A plan's slices in owned vectors, trimmed to the plan's entries.
+    #[derive(Clone)]
+    struct Owned {
+        placements: Vec<Placement>,
+        micro_batches: Vec<MicroBatch>,
+        members: Vec<u32>,
+        rank_tokens: Vec<u32>,
+        per_dp: Vec<u32>,
+        summary: Summary,
+    }
+
+    impl Owned {
+        fn parts(&self) -> PlanParts<'_> {
+            PlanParts {
+                placements: &self.placements,
+                micro_batches: &self.micro_batches,
+                members: &self.members,
+                rank_tokens: &self.rank_tokens,
+                micro_batches_per_dp: &self.per_dp,
+                rollbacks: self.summary.rollbacks,
+            }
+        }
+    }
+
+    fn scheduled(cfg: &Config, lengths: &[u32]) -> Owned {
+        let n = lengths.len();
+        let ws = WorkspaceSizes::for_batch(n, cfg);
+        let ps = PlanSizes::for_batch(n, cfg);
+        let (mut keys, mut seqs, mut scratch) = (
+            vec![0u64; ws.keys],
+            vec![0u32; ws.seqs],
+            vec![0u32; ws.scratch],
+        );
+        let (mut loads, mut heap, mut start) = (
+            vec![0u128; ws.dp_loads],
+            vec![0u32; ws.dp_heap],
+            vec![0u32; ws.dp_start],
+        );
+        let mut work = Workspace {
+            keys: &mut keys,
+            seqs: &mut seqs,
+            scratch: &mut scratch,
+            dp_loads: &mut loads,
+            dp_heap: &mut heap,
+            dp_start: &mut start,
+        };
+        let mut placements = vec![Placement::default(); ps.placements];
+        let mut micro_batches = vec![MicroBatch::default(); ps.micro_batches];
+        let mut members = vec![0u32; ps.members];
+        let mut rank_tokens = vec![0u32; ps.rank_tokens];
+        let mut per_dp = vec![0u32; ps.micro_batches_per_dp];
+        let out = PlanBuffers {
+            placements: &mut placements,
+            micro_batches: &mut micro_batches,
+            members: &mut members,
+            rank_tokens: &mut rank_tokens,
+            micro_batches_per_dp: &mut per_dp,
+        };
+        let plan = schedule(cfg, lengths, &mut work, out).unwrap();
+        Owned {
+            placements: plan.placements().to_vec(),
+            micro_batches: plan.micro_batches().to_vec(),
+            members: plan.members().to_vec(),
+            rank_tokens: plan.rank_tokens.to_vec(),
+            per_dp: plan.micro_batches_per_dp().to_vec(),
+            summary: plan.summary(),
+        }
+    }
+
+    const LENGTHS: [u32; 12] = [12, 40, 7, 33, 25, 3, 18, 9, 21, 30, 2, 16];
+
+    #[test]
+    fn from_parts_rebuilds_the_scheduled_plan() {
+        for policy in [
+            Policy::Skrull,
+            Policy::DeepSpeed,
+            Policy::Packed,
+            Policy::RoundRobin,
+        ] {
+            let cfg = Config::new(2, 2, 24, ModelShape::QWEN2_5_0_5B).with_policy(policy);
+            let o = scheduled(&cfg, &LENGTHS);
+            let plan = Plan::from_parts(&cfg, &LENGTHS, o.parts()).unwrap();
+            assert_eq!(plan.summary(), o.summary, "{policy:?}");
+            assert_eq!((plan.dp(), plan.cp()), (2, 2));
+            assert_eq!(plan.placements(), &o.placements[..]);
+            assert_eq!(plan.micro_batches(), &o.micro_batches[..]);
+            assert_eq!(plan.members(), &o.members[..]);
+            assert_eq!(plan.micro_batches_per_dp(), &o.per_dp[..]);
+            for g in 0..o.micro_batches.len() {
+                assert_eq!(plan.rank_tokens(g), &o.rank_tokens[g * 2..g * 2 + 2]);
+            }
+            assert_eq!(check(&cfg, &LENGTHS, &plan), Ok(()));
+        }
+        // The empty batch: every DP rank runs no micro-batch.
+        let cfg = Config::new(3, 2, 8, ModelShape::QWEN2_5_0_5B);
+        let parts = PlanParts {
+            placements: &[],
+            micro_batches: &[],
+            members: &[],
+            rank_tokens: &[],
+            micro_batches_per_dp: &[0, 0, 0],
+            rollbacks: 0,
+        };
+        let plan = Plan::from_parts(&cfg, &[], parts).unwrap();
+        assert_eq!(plan.summary(), Summary::default());
+    }
+
+    #[test]
+    fn from_parts_rejects_inconsistent_parts() {
+        let cfg = Config::new(2, 2, 24, ModelShape::QWEN2_5_0_5B);
+        let good = scheduled(&cfg, &LENGTHS);
+        type Edit = fn(&mut Owned);
+        let edits: [(Edit, CheckError); 10] = [
+            (|o| o.placements.truncate(11), CheckError::Shape),
+            (|o| o.per_dp.push(0), CheckError::Shape),
+            (|o| o.rank_tokens.truncate(1), CheckError::Shape),
+            (
+                |o| o.placements[3].dp_rank = 2,
+                CheckError::OutOfRange { seq: 3 },
+            ),
+            (
+                |o| o.placements[5].cp_rank = 2,
+                CheckError::OutOfRange { seq: 5 },
+            ),
+            (
+                |o| o.placements[0].micro_batch = 9,
+                CheckError::OutOfRange { seq: 0 },
+            ),
+            (
+                |o| o.micro_batches[1].first += 1,
+                CheckError::MicroBatchTable { g: 1 },
+            ),
+            (|o| o.members[0] = 99, CheckError::Membership { seq: 99 }),
+            (
+                |o| o.rank_tokens[0] += 1,
+                CheckError::TokenMismatch { g: 0, cp_rank: 0 },
+            ),
+            (
+                |o| o.micro_batches.swap(0, 1),
+                CheckError::MicroBatchTable { g: 0 },
+            ),
+        ];
+        for (k, (edit, want)) in edits.into_iter().enumerate() {
+            let mut o = good.clone();
+            edit(&mut o);
+            assert_eq!(
+                Plan::from_parts(&cfg, &LENGTHS, o.parts()).unwrap_err(),
+                want,
+                "edit {k}"
+            );
+        }
+        // A duplicated member (and so a missing one).
+        let mut o = good.clone();
+        let g = o.micro_batches[0];
+        let (a, b) = (g.first as usize, g.first as usize + 1);
+        o.members[b] = o.members[a];
+        assert!(Plan::from_parts(&cfg, &LENGTHS, o.parts()).is_err());
+        // Another configuration or batch than the plan was made for.
+        let mut other = cfg;
+        other.cp = 4;
+        assert_eq!(
+            Plan::from_parts(&other, &LENGTHS, good.parts()).unwrap_err(),
+            CheckError::Shape
+        );
+        other.cp = 0;
+        assert_eq!(
+            Plan::from_parts(&other, &LENGTHS, good.parts()).unwrap_err(),
+            CheckError::Shape
+        );
+        assert_eq!(
+            Plan::from_parts(&cfg, &LENGTHS[1..], good.parts()).unwrap_err(),
+            CheckError::Shape
+        );
+        let mut longer = LENGTHS;
+        longer[1] = 60; // a different batch of the same size: over budget or recount differs
+        assert!(Plan::from_parts(&cfg, &longer, good.parts()).is_err());
+    }
+
+    /// Arbitrary corruption of every field never panics, and whatever is accepted passes the
+    /// independent checker.
+    #[test]
+    fn from_parts_never_panics_on_corrupt_parts() {
+        let cfg = Config::new(2, 2, 24, ModelShape::QWEN2_5_0_5B);
+        let good = scheduled(&cfg, &LENGTHS);
+        let mut state = 0x2545_F491_4F6C_DD1Du64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let values = [0u32, 1, 2, 3, 11, 12, 13, 24, 25, u32::MAX, u32::MAX - 1];
+        for _ in 0..5000 {
+            let mut o = good.clone();
+            for _ in 0..1 + next() % 3 {
+                let v = values[(next() % values.len() as u64) as usize];
+                let i = next() as usize;
+                match next() % 9 {
+                    0 => o.placements[i % 12].dp_rank = v,
+                    1 => o.placements[i % 12].micro_batch = v,
+                    2 => o.placements[i % 12].cp_rank = v as i32,
+                    3 => o.members[i % 12] = v,
+                    4 => {
+                        let k = i % o.rank_tokens.len();
+                        o.rank_tokens[k] = v;
+                    }
+                    5 => o.per_dp[i % 2] = v,
+                    6 => {
+                        let k = i % o.micro_batches.len();
+                        o.micro_batches[k].first = v;
+                    }
+                    7 => {
+                        let k = i % o.micro_batches.len();
+                        o.micro_batches[k].count = v;
+                    }
+                    _ => {
+                        let k = i % o.micro_batches.len();
+                        o.micro_batches[k].index = v;
+                    }
+                }
+            }
+            if let Ok(plan) = Plan::from_parts(&cfg, &LENGTHS, o.parts()) {
+                assert_eq!(check(&cfg, &LENGTHS, &plan), Ok(()));
+                assert_eq!(plan.summary().total_tokens, good.summary.total_tokens);
+            }
+        }
+    }
 }

@@ -14,6 +14,8 @@
 //! - [`workspace`]: buffer sizing (`skrull_workspace_size()`, `skrull_plan_sizes()`);
 //! - [`plan`]: the frozen output records and `skrull_plan_buffers`;
 //! - [`schedule`]: `skrull_schedule()`; [`dacp`]: `skrull_dacp_place()`;
+//! - [`layout`]: one GPU's execution layout (`skrull_layout_sizes_max()`,
+//!   `skrull_layout_sizes()`, `skrull_layout_fill()`);
 //! - [`version`]: `SKRULL_ABI_VERSION`, `skrull_abi_version()`, `skrull_version()`;
 //! - [`boundary`]: the panic guard every export runs inside, and pointer checks.
 //!
@@ -30,6 +32,7 @@
 pub mod boundary;
 pub mod config;
 pub mod dacp;
+pub mod layout;
 pub mod plan;
 pub mod schedule;
 pub mod status;
@@ -45,6 +48,10 @@ pub use config::{
     skrull_config_default, skrull_config_preset, skrull_model_shape,
 };
 pub use dacp::{skrull_dacp_place, skrull_dacp_summary};
+pub use layout::{
+    skrull_gpu, skrull_layout, skrull_layout_buffers, skrull_layout_capacity, skrull_layout_fill,
+    skrull_layout_sizes, skrull_layout_sizes_max, skrull_span,
+};
 pub use plan::{
     SKRULL_SHARDED, skrull_micro_batch, skrull_placement, skrull_plan_buffers, skrull_sizes,
     skrull_summary,

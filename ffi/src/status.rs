@@ -5,6 +5,8 @@ use core::ffi::{CStr, c_char};
 
 use skrull_core::Error;
 use skrull_core::error::Buffer;
+use skrull_core::layout::LayoutError;
+use skrull_core::plan::CheckError;
 
 use crate::boundary::guard;
 
@@ -16,7 +18,8 @@ use crate::boundary::guard;
 /// never undefined behaviour; `skrull_status_str` names every value, known or not.
 ///
 /// Groups: 1-9 malformed calls (pointers, struct sizes, integer enums, buffer sizes), 10-29
-/// rejected configurations or batches (one per scheduler error), 254-255 internal faults.
+/// rejected configurations or batches (one per scheduler error), 30-39 rejected layout
+/// requests (`skrull_layout_*`), 254-255 internal faults.
 #[repr(u32)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum skrull_status {
@@ -35,7 +38,8 @@ pub enum skrull_status {
     InvalidArg = 4,
     /// The workspace is smaller than `skrull_workspace_size()` bytes.
     WorkspaceTooSmall = 5,
-    /// An output buffer is shorter than `skrull_plan_sizes()` says.
+    /// An output buffer is shorter than `skrull_plan_sizes()` (or, for a layout,
+    /// `skrull_layout_sizes()`) says.
     OutputTooSmall = 6,
     /// `dp` is 0 or above 65536.
     InvalidDp = 10,
@@ -57,6 +61,15 @@ pub enum skrull_status {
     MicroBatchLimit = 18,
     /// DACP could not place one micro-batch within the budget (`skrull_dacp_place` only).
     DacpFailed = 19,
+    /// The plan buffers given to a layout function do not hold a valid plan that
+    /// `skrull_schedule()` made from this configuration and these lengths (wrong counts,
+    /// corrupted entries, or another batch).
+    PlanInvalid = 30,
+    /// The GPU asked for is not in the plan: `dp_rank >= dp`, `cp_rank >= cp`, or
+    /// `micro_batch >= micro_batches_per_dp[dp_rank]`.
+    NoSuchGpu = 31,
+    /// A layout value (a `cu_seqlens` entry, position id or token count) exceeds `INT32_MAX`.
+    LayoutOverflow = 32,
     /// The scheduler reported an error this version of the C API has no status for (a bug:
     /// please report it).
     Internal = 254,
@@ -66,7 +79,7 @@ pub enum skrull_status {
 }
 
 /// Every status, in numeric order (private: an array constant would leak into the header).
-const ALL: [skrull_status; 19] = [
+const ALL: [skrull_status; 22] = [
     skrull_status::Ok,
     skrull_status::NullArg,
     skrull_status::BadStructSize,
@@ -84,6 +97,9 @@ const ALL: [skrull_status; 19] = [
     skrull_status::SequenceTooLong,
     skrull_status::MicroBatchLimit,
     skrull_status::DacpFailed,
+    skrull_status::PlanInvalid,
+    skrull_status::NoSuchGpu,
+    skrull_status::LayoutOverflow,
     skrull_status::Internal,
     skrull_status::Panic,
 ];
@@ -117,7 +133,7 @@ impl skrull_status {
                 c"the workspace is smaller than skrull_workspace_size() bytes"
             }
             skrull_status::OutputTooSmall => {
-                c"an output buffer is shorter than skrull_plan_sizes() requires"
+                c"an output buffer is shorter than skrull_plan_sizes() or skrull_layout_sizes() requires"
             }
             skrull_status::InvalidDp => c"dp is out of range 1..=65536",
             skrull_status::InvalidCp => c"cp is out of range 1..=256",
@@ -133,6 +149,15 @@ impl skrull_status {
                 c"a DP rank needs more micro-batches than max_micro_batches allows"
             }
             skrull_status::DacpFailed => c"DACP could not fit the micro-batch within the budget",
+            skrull_status::PlanInvalid => {
+                c"the plan buffers do not hold a valid plan of this configuration and batch"
+            }
+            skrull_status::NoSuchGpu => {
+                c"no such GPU in the plan (DP rank, micro-batch or CP rank out of range)"
+            }
+            skrull_status::LayoutOverflow => {
+                c"a layout value (cu_seqlens entry, position id or token count) exceeds INT32_MAX"
+            }
             skrull_status::Internal => c"internal error (a bug in skrull; please report it)",
             skrull_status::Panic => {
                 c"a panic was caught at the C boundary (a bug in skrull; please report it)"
@@ -166,6 +191,26 @@ impl From<Error> for skrull_status {
     }
 }
 
+impl From<CheckError> for skrull_status {
+    fn from(_: CheckError) -> skrull_status {
+        skrull_status::PlanInvalid
+    }
+}
+
+impl From<LayoutError> for skrull_status {
+    fn from(e: LayoutError) -> skrull_status {
+        match e {
+            LayoutError::Config(e) => e.into(),
+            LayoutError::PlanMismatch => skrull_status::PlanInvalid,
+            LayoutError::NoSuchGpu { .. } => skrull_status::NoSuchGpu,
+            LayoutError::BufferTooSmall { .. } => skrull_status::OutputTooSmall,
+            LayoutError::Overflow { .. } => skrull_status::LayoutOverflow,
+            // `LayoutError` is non-exhaustive: a new variant still maps to a defined code.
+            _ => skrull_status::Internal,
+        }
+    }
+}
+
 /// Returns a static, NUL-terminated English message for a status number.
 ///
 /// Unknown numbers (for example from a newer library) give `"unknown status"`. The string is
@@ -188,7 +233,7 @@ mod tests {
 
     #[test]
     fn numbers_are_stable() {
-        let expect: [(skrull_status, u32); 19] = [
+        let expect: [(skrull_status, u32); 22] = [
             (skrull_status::Ok, 0),
             (skrull_status::NullArg, 1),
             (skrull_status::BadStructSize, 2),
@@ -206,6 +251,9 @@ mod tests {
             (skrull_status::SequenceTooLong, 17),
             (skrull_status::MicroBatchLimit, 18),
             (skrull_status::DacpFailed, 19),
+            (skrull_status::PlanInvalid, 30),
+            (skrull_status::NoSuchGpu, 31),
+            (skrull_status::LayoutOverflow, 32),
             (skrull_status::Internal, 254),
             (skrull_status::Panic, 255),
         ];
@@ -283,6 +331,49 @@ mod tests {
         for (e, s) in cases {
             assert_eq!(skrull_status::from(e), s, "{e:?}");
         }
+    }
+
+    #[test]
+    fn every_layout_error_has_its_own_status() {
+        use skrull_core::layout::{Gpu, LayoutBuffer, LayoutSizes};
+        let cases = [
+            (
+                LayoutError::Config(Error::InvalidCp { cp: 0 }),
+                skrull_status::InvalidCp,
+            ),
+            (LayoutError::PlanMismatch, skrull_status::PlanInvalid),
+            (
+                LayoutError::NoSuchGpu {
+                    gpu: Gpu::default(),
+                    dp: 1,
+                    micro_batches: 0,
+                    cp: 1,
+                },
+                skrull_status::NoSuchGpu,
+            ),
+            (
+                LayoutError::BufferTooSmall {
+                    buffer: LayoutBuffer::Spans,
+                    needed: LayoutSizes::default(),
+                    got: 0,
+                },
+                skrull_status::OutputTooSmall,
+            ),
+            (
+                LayoutError::Overflow {
+                    buffer: LayoutBuffer::Positions,
+                    value: 1 << 31,
+                },
+                skrull_status::LayoutOverflow,
+            ),
+        ];
+        for (e, s) in cases {
+            assert_eq!(skrull_status::from(e), s, "{e:?}");
+        }
+        assert_eq!(
+            skrull_status::from(CheckError::Shape),
+            skrull_status::PlanInvalid
+        );
     }
 
     #[test]

@@ -77,7 +77,7 @@ static void statuses(void) {
             }
         }
     }
-    CHECK(known == 19);
+    CHECK(known == 22);
     /* The panic guard turns a Rust panic into a status. */
     CHECK_STATUS(skrull_panic_selftest(), SKRULL_STATUS_PANIC);
     CHECK_STATUS(skrull_panic_selftest(), SKRULL_STATUS_PANIC);

@@ -8,13 +8,14 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 
 BUILD=tests/c/build
-CLI=target/release/skrull
+TARGET=${CARGO_TARGET_DIR:-target}
+CLI=$TARGET/release/skrull
 PLAN_JSON=$BUILD/plan_json
 mkdir -p "$BUILD"
 
 cargo build -p skrull-cli -p skrull-ffi --release --locked --quiet
 ${CC:-gcc} -std=c11 -Wall -Wextra -Wpedantic -Werror -O2 -Iinclude tests/c/plan_json.c \
-    -o "$PLAN_JSON" target/release/libskrull.a -lpthread -ldl -lm
+    -o "$PLAN_JSON" "$TARGET/release/libskrull.a" -lpthread -ldl -lm
 
 # same C.json CLI.json: every value in C.json equals the CLI's at the same place.
 same() {
@@ -99,7 +100,8 @@ printf '1 2 2 3 4 6 9 14 30 5\n' >"$tmp/readme.txt"
 printf '12 40 7 33 25 3 18 9 21 30 2 16\n' >"$tmp/several.txt"
 printf '800 800 800\n' >"$tmp/at_budget.txt"
 
-compare "default batch, skrull" ""
+compare "default batch, balanced (the CLI default)" "" --policy balanced
+compare "default batch, skrull" "" --policy skrull
 compare "default batch, deepspeed" "" --policy deepspeed
 compare "default batch, packed" "" --policy packed
 compare "default batch, roundrobin" "" --policy roundrobin

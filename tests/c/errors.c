@@ -84,7 +84,7 @@ static void schedule_errors(void) {
     CASE(SKRULL_STATUS_BAD_STRUCT_SIZE, OK10, 10, c.cfg.struct_size = 1u << 20);
     CASE(SKRULL_STATUS_BAD_STRUCT_SIZE, OK10, 10, c.bufs.struct_size = 8);
     /* Option integers from C are validated, never trusted. */
-    CASE(SKRULL_STATUS_INVALID_ENUM, OK10, 10, c.cfg.policy = 4);
+    CASE(SKRULL_STATUS_INVALID_ENUM, OK10, 10, c.cfg.policy = 99);
     CASE(SKRULL_STATUS_INVALID_ENUM, OK10, 10, c.cfg.policy = UINT32_MAX);
     CASE(SKRULL_STATUS_INVALID_ENUM, OK10, 10, c.cfg.victim = 2);
     CASE(SKRULL_STATUS_INVALID_ENUM, OK10, 10, c.cfg.flops = 2);
@@ -200,10 +200,50 @@ static void dacp_errors(void) {
     free(sum.base);
 }
 
+/* The layout statuses (30-32); tests/c/layout.c checks that outputs stay untouched. */
+static void layout_errors(void) {
+    const uint32_t big = INT32_MAX;
+    const uint32_t lengths[2] = {big - 1, big - 1};
+    skrull_config c;
+    if (skrull_config_default(&c) != SKRULL_STATUS_OK) {
+        exit(2);
+    }
+    c.dp = 1;
+    c.cp = 2;
+    c.bucket_tokens = big;
+    c.policy = SKRULL_POLICY_PACKED;
+    plan_store s;
+    store_init(&s, 2, 1, 2);
+    CHECK_STATUS(store_schedule(&s, &c, lengths, 2), SKRULL_STATUS_OK);
+    skrull_layout_capacity cap;
+    CHECK_STATUS(skrull_layout_sizes_max(&c, 2, &cap), SKRULL_STATUS_OK);
+    guarded ws = guarded_alloc(cap.workspace_bytes);
+    skrull_layout_capacity z;
+    skrull_gpu gpu = {0, 0, 0};
+    /* Two sharded sequences of 2^31 - 2 tokens: the global cu_seqlens pass INT32_MAX. */
+    skrull_status got = skrull_layout_sizes(&c, lengths, 2, &s.bufs, gpu, ws.data,
+                                            cap.workspace_bytes, &z);
+    note(got);
+    CHECK_STATUS(got, SKRULL_STATUS_LAYOUT_OVERFLOW);
+    gpu.cp_rank = 2;
+    got = skrull_layout_sizes(&c, lengths, 2, &s.bufs, gpu, ws.data, cap.workspace_bytes, &z);
+    note(got);
+    CHECK_STATUS(got, SKRULL_STATUS_NO_SUCH_GPU);
+    gpu.cp_rank = 0;
+    s.bufs.summary->total_tokens += 1;
+    got = skrull_layout_sizes(&c, lengths, 2, &s.bufs, gpu, ws.data, cap.workspace_bytes, &z);
+    note(got);
+    CHECK_STATUS(got, SKRULL_STATUS_PLAN_INVALID);
+    CHECK(guards_intact(&ws));
+    free(ws.base);
+    store_free(&s);
+}
+
 int main(void) {
     note(SKRULL_STATUS_OK);
     schedule_errors();
     dacp_errors();
+    layout_errors();
     note(skrull_panic_selftest());
     /* Every status this library defines was produced by some call above. */
     for (uint32_t code = 0; code < 256; code++) {

@@ -103,7 +103,7 @@ static void random_batches_every_policy(void) {
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         rng_state = 1000 + k;
         draw(lengths, cases[k].n, cases[k].cp * cases[k].bucket);
-        for (uint32_t policy = 0; policy < 4; policy++) {
+        for (uint32_t policy = 0; policy <= SKRULL_POLICY_BALANCED; policy++) {
             for (uint32_t victim = 0; victim < 2; victim++) {
                 skrull_config c = config(cases[k].dp, cases[k].cp, cases[k].bucket);
                 c.policy = policy;
@@ -133,7 +133,7 @@ static void awkward_but_valid(void) {
     /* Fewer sequences than DP ranks, all equal, each exactly at the budget of N x C. */
     const uint32_t at_budget[] = {800, 800, 800};
     c = config(5, 8, 100);
-    for (uint32_t policy = 0; policy < 4; policy++) {
+    for (uint32_t policy = 0; policy <= SKRULL_POLICY_BALANCED; policy++) {
         c.policy = policy;
         store_init(&s, 3, 5, 8);
         CHECK_STATUS(store_schedule(&s, &c, at_budget, 3), SKRULL_STATUS_OK);

@@ -4,7 +4,7 @@
  * as the CLI for the same input.
  *
  * usage: plan_json LENGTHS_FILE [--dp N] [--cp N] [--bucket N] [--model qwen2.5-0.5b|qwen2.5-7b]
- *                  [--policy skrull|deepspeed|packed|roundrobin] [--victim shortest|longest]
+ *                  [--policy balanced|skrull|deepspeed|packed|roundrobin] [--victim shortest|longest]
  *                  [--flops paper|megatron] [--shard-padding none|zigzag]
  *                  [--max-micro-batches M]
  * LENGTHS_FILE holds whitespace- or comma-separated token counts ("-" reads stdin).
@@ -16,7 +16,7 @@
 
 #include "skrull.h"
 
-static const char *const POLICIES[] = {"skrull", "deepspeed", "packed", "roundrobin"};
+static const char *const POLICIES[] = {"skrull", "deepspeed", "packed", "roundrobin", "balanced"};
 static const char *const VICTIMS[] = {"shortest", "longest"};
 static const char *const FLOPS[] = {"paper", "megatron"};
 static const char *const PADDINGS[] = {"none", "zigzag"};
@@ -106,6 +106,7 @@ int main(int argc, char **argv) {
     cfg.dp = 4; /* the CLI's defaults (--dp 4 --cp 8 --bucket 26K), whatever the model */
     cfg.cp = 8;
     cfg.bucket_tokens = 26 * 1024;
+    cfg.policy = SKRULL_POLICY_BALANCED; /* the CLI's default policy */
     for (int i = 2; i < argc; i += 2) {
         const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : "";
         int ok = strcmp(k, "--model") == 0 ||
@@ -113,7 +114,7 @@ int main(int argc, char **argv) {
                  (strcmp(k, "--cp") == 0 && parse_u32(v, &cfg.cp)) ||
                  (strcmp(k, "--bucket") == 0 && parse_u32(v, &cfg.bucket_tokens)) ||
                  (strcmp(k, "--max-micro-batches") == 0 && parse_u32(v, &cfg.max_micro_batches)) ||
-                 (strcmp(k, "--policy") == 0 && lookup(POLICIES, 4, v, &cfg.policy)) ||
+                 (strcmp(k, "--policy") == 0 && lookup(POLICIES, 5, v, &cfg.policy)) ||
                  (strcmp(k, "--victim") == 0 && lookup(VICTIMS, 2, v, &cfg.victim)) ||
                  (strcmp(k, "--flops") == 0 && lookup(FLOPS, 2, v, &cfg.flops)) ||
                  (strcmp(k, "--shard-padding") == 0 && lookup(PADDINGS, 2, v, &cfg.shard_padding));

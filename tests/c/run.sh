@@ -5,17 +5,19 @@
 # and compares the C library's plan with the CLI's (tests/c/compare_cli.sh).
 #
 # usage: bash tests/c/run.sh     (from anywhere). Last line: "N passed, M failed".
+# With CARGO_TARGET_DIR set, the library is built and linked from there.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 
 CC=${CC:-gcc}
 CXX=${CXX:-g++}
 BUILD=tests/c/build
-LIB=target/release/libskrull.a
+# The library cargo builds: honours CARGO_TARGET_DIR like cargo itself (default: target/).
+LIB=${CARGO_TARGET_DIR:-target}/release/libskrull.a
 WARN="-Wall -Wextra -Wpedantic -Werror"
 CFLAGS="-std=c11 $WARN -O2 -g -Iinclude -Itests/c"
 LIBS="$LIB -lpthread -ldl -lm"
-TESTS="abi plan errors threads snippet"
+TESTS="abi plan errors threads snippet layout"
 passed=0
 failed=0
 mkdir -p "$BUILD"
@@ -50,7 +52,7 @@ for t in $TESTS; do
 done
 
 # The C side under AddressSanitizer + UBSan (catches C-side overruns of what skrull wrote).
-for t in plan errors; do
+for t in plan errors layout; do
     step "build-$t-asan" "$CC" $CFLAGS -O1 -fsanitize=address,undefined -fno-omit-frame-pointer \
         "tests/c/$t.c" -o "$BUILD/$t-asan" $LIBS
     step "run-$t-asan" env ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1 \

@@ -1,0 +1,773 @@
+//! The per-GPU execution layout through the C ABI: `skrull_layout_sizes_max()`,
+//! `skrull_layout_sizes()` and `skrull_layout_fill()` turn the plan a caller got from
+//! `skrull_schedule()` into what one GPU feeds its kernels (token spans, varlen `cu_seqlens`,
+//! `max_seqlen`, position ids and loss weights). See `docs/layout.md`.
+//!
+//! The plan is read back from the caller's `skrull_plan_buffers` and validated by the core's
+//! independent checker before any layout is computed, so a corrupted or foreign plan is a
+//! status (`SKRULL_STATUS_PLAN_INVALID`), never undefined behaviour or a panic.
+
+use core::ffi::c_void;
+use core::mem::{align_of, size_of};
+
+use skrull_core::config::MAX_SEQS;
+use skrull_core::layout::{self, Gpu, LayoutBuffers, LayoutSizes};
+use skrull_core::plan::SHARDED;
+use skrull_core::{Config, MicroBatch, Placement, Plan, PlanParts};
+
+use crate::boundary::{Span, any_overlap, check_out, guard, lengths};
+use crate::config::{read_config, read_sized, skrull_config};
+use crate::plan::{
+    PLAN_BUFFERS_SIZE_V1, skrull_micro_batch, skrull_placement, skrull_plan_buffers, skrull_summary,
+};
+use crate::status::skrull_status;
+use crate::workspace::Carver;
+
+/// Which GPU a layout is for: DP rank, micro-batch on that DP rank, CP rank (frozen layout,
+/// 12 bytes).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct skrull_gpu {
+    /// The data-parallel rank, `< dp`.
+    pub dp_rank: u32,
+    /// The micro-batch index on that DP rank, `< micro_batches_per_dp[dp_rank]`.
+    pub micro_batch: u32,
+    /// The context-parallel rank, `< cp`.
+    pub cp_rank: u32,
+}
+
+const _: () = assert!(size_of::<skrull_gpu>() == 12);
+
+/// A run of consecutive tokens of one sequence in the GPU's buffer; also the position-id range
+/// of those tokens (frozen layout, 24 bytes).
+///
+/// Buffer offsets `offset .. offset + len + pad` hold positions `start .. start + len + pad`
+/// of sequence `seq`; the first `len` tokens are real, the `pad` after them are padding (mask
+/// them out of the loss).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct skrull_span {
+    /// The sequence (index into the batch's lengths).
+    pub seq: u32,
+    /// -1 for a whole local sequence, else the zigzag chunk index `0 .. 2 * cp`.
+    pub chunk: i32,
+    /// Offset of the span's first token in the GPU buffer.
+    pub offset: u32,
+    /// Position of the first token inside its sequence (padded coordinates).
+    pub start: u32,
+    /// Real tokens.
+    pub len: u32,
+    /// Padding tokens after the real ones (0 unless `SKRULL_SHARD_PADDING_ZIGZAG`).
+    pub pad: u32,
+}
+
+const _: () = assert!(size_of::<skrull_span>() == 24);
+
+/// Element counts of the `skrull_layout_buffers` arrays, and the workspace bytes the layout
+/// functions need (frozen layout, 5 `size_t`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct skrull_layout_capacity {
+    /// `spans`: local sequences + 2 x sharded sequences.
+    pub spans: usize,
+    /// `local_cu_seqlens`: local sequences + 1.
+    pub local_cu_seqlens: usize,
+    /// Each of `sharded_cu_seqlens`, `sharded_cu_seqlens_padded`, `rank_cu_seqlens`: sharded
+    /// sequences + 1.
+    pub sharded_cu_seqlens: usize,
+    /// `positions`: tokens in the GPU buffer, padding included.
+    pub positions: usize,
+    /// Bytes of workspace `skrull_layout_sizes()` and `skrull_layout_fill()` need for a batch
+    /// of this many sequences (any alignment).
+    pub workspace_bytes: usize,
+}
+
+const _: () = assert!(size_of::<skrull_layout_capacity>() == 5 * size_of::<usize>());
+
+/// Counts, maxima and loss weights of one GPU's layout, written by `skrull_layout_fill()`
+/// (frozen layout, 88 bytes, explicit padding).
+///
+/// The GPU buffer is the local group (offsets `0 .. local_tokens`) followed by the sharded
+/// group (`local_tokens .. tokens`). Valid entries: `spans[0 .. spans]`,
+/// `local_cu_seqlens[0 ..= local_seqs]`, each sharded `cu_seqlens[0 ..= sharded_seqs]` and
+/// `positions[0 .. tokens]`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct skrull_layout {
+    /// The DP rank.
+    pub dp_rank: u32,
+    /// The micro-batch index on that DP rank.
+    pub micro_batch: u32,
+    /// The CP rank.
+    pub cp_rank: u32,
+    /// The micro-batch's position `g` in the plan's micro-batch table.
+    pub micro_batch_global: u32,
+    /// Sequences held whole on this GPU (the local group).
+    pub local_seqs: u32,
+    /// Sequences sharded over the CP group (two spans each).
+    pub sharded_seqs: u32,
+    /// Spans written: `local_seqs + 2 * sharded_seqs`.
+    pub spans: u32,
+    /// Tokens of the local group.
+    pub local_tokens: u32,
+    /// Tokens of the sharded group on this GPU, padding included.
+    pub sharded_tokens: u32,
+    /// Tokens in the GPU buffer, padding included.
+    pub tokens: u32,
+    /// Padding tokens among them.
+    pub pad_tokens: u32,
+    /// Tokens the budget charged this GPU (equals `rank_tokens[g * cp + cp_rank]`).
+    pub charged_tokens: u32,
+    /// `max_seqlen` of the local group (0 when empty).
+    pub local_max_seqlen: i32,
+    /// Longest sharded sequence, real tokens (`max_seqlen` for `sharded_cu_seqlens`).
+    pub sharded_max_seqlen: i32,
+    /// Longest sharded sequence, padded.
+    pub sharded_max_seqlen_padded: i32,
+    /// Longest part of one sharded sequence on this rank (`max_seqlen` for
+    /// `rank_cu_seqlens`).
+    pub rank_max_seqlen: i32,
+    /// Real tokens this GPU contributes to the loss (`tokens - pad_tokens`).
+    pub loss_tokens: u32,
+    /// Always 0.
+    pub _reserved: u32,
+    /// Real tokens of the whole micro-batch (all CP ranks).
+    pub micro_batch_tokens: u64,
+    /// Real tokens of the global batch: normalise the loss by this.
+    pub global_tokens: u64,
+}
+
+const _: () = assert!(size_of::<skrull_layout>() == 88);
+
+/// The output buffers `skrull_layout_fill()` fills, each a pointer and its capacity in
+/// elements (size them once with `skrull_layout_sizes_max()`).
+///
+/// Nothing is written unless the call returns `SKRULL_STATUS_OK`; then only the valid entries
+/// named in `skrull_layout` are written. `positions` may be NULL with `positions_len` 0 to
+/// skip the full position-id array (the spans carry the same ranges). Buffers must not overlap
+/// each other, the inputs or the workspace (`SKRULL_STATUS_INVALID_ARG`). `struct_size`
+/// follows the rules of `skrull_config`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct skrull_layout_buffers {
+    /// `sizeof(skrull_layout_buffers)`.
+    pub struct_size: u32,
+    /// Must be 0.
+    pub _reserved: u32,
+    /// The spans: the local group, then two per sharded sequence (front chunk, back chunk).
+    pub spans: *mut skrull_span,
+    /// Capacity of `spans`, in elements.
+    pub spans_len: usize,
+    /// `cu_seqlens` of the local group (`int32`, starts at 0).
+    pub local_cu_seqlens: *mut i32,
+    /// Capacity of `local_cu_seqlens`, in elements.
+    pub local_cu_seqlens_len: usize,
+    /// Global `cu_seqlens` of the sharded group over real lengths.
+    pub sharded_cu_seqlens: *mut i32,
+    /// Capacity of `sharded_cu_seqlens`, in elements.
+    pub sharded_cu_seqlens_len: usize,
+    /// Global `cu_seqlens` of the sharded group over padded lengths (TransformerEngine's
+    /// `cu_seqlens_padded`).
+    pub sharded_cu_seqlens_padded: *mut i32,
+    /// Capacity of `sharded_cu_seqlens_padded`, in elements.
+    pub sharded_cu_seqlens_padded_len: usize,
+    /// This rank's `cu_seqlens` of the sharded group (offsets from the group's start).
+    pub rank_cu_seqlens: *mut i32,
+    /// Capacity of `rank_cu_seqlens`, in elements.
+    pub rank_cu_seqlens_len: usize,
+    /// Position id of every token in the buffer (NULL with length 0: skip).
+    pub positions: *mut i32,
+    /// Capacity of `positions`, in elements.
+    pub positions_len: usize,
+    /// Receives the counts, maxima and loss weights (required).
+    pub layout: *mut skrull_layout,
+}
+
+/// `sizeof(skrull_layout_buffers)` of ABI version 1 on this platform (112 bytes on 64-bit).
+pub const LAYOUT_BUFFERS_SIZE_V1: usize = size_of::<skrull_layout_buffers>();
+
+const _: () = assert!(
+    LAYOUT_BUFFERS_SIZE_V1 == 8 + 13 * size_of::<usize>(),
+    "skrull_layout_buffers must have no implicit padding"
+);
+
+impl skrull_layout_buffers {
+    /// All NULL and zero, with `struct_size` set: the base the reader fills in.
+    pub const EMPTY: skrull_layout_buffers = skrull_layout_buffers {
+        struct_size: LAYOUT_BUFFERS_SIZE_V1 as u32,
+        _reserved: 0,
+        spans: core::ptr::null_mut(),
+        spans_len: 0,
+        local_cu_seqlens: core::ptr::null_mut(),
+        local_cu_seqlens_len: 0,
+        sharded_cu_seqlens: core::ptr::null_mut(),
+        sharded_cu_seqlens_len: 0,
+        sharded_cu_seqlens_padded: core::ptr::null_mut(),
+        sharded_cu_seqlens_padded_len: 0,
+        rank_cu_seqlens: core::ptr::null_mut(),
+        rank_cu_seqlens_len: 0,
+        positions: core::ptr::null_mut(),
+        positions_len: 0,
+        layout: core::ptr::null_mut(),
+    };
+}
+
+/// The strictest alignment the workspace carver applies to its base.
+const BASE_ALIGN: usize = align_of::<u128>();
+
+/// Bytes from the aligned base to the end of the staging regions for `n` sequences: the
+/// plan's placements and micro-batch table in the core's types, and up to `2n` spans.
+fn workspace_end(n: usize) -> usize {
+    let mut end = n * size_of::<Placement>();
+    end = end.next_multiple_of(align_of::<MicroBatch>()) + n * size_of::<MicroBatch>();
+    end.next_multiple_of(align_of::<layout::Span>()) + 2 * n * size_of::<layout::Span>()
+}
+
+/// Bytes of workspace the layout functions need for `n` sequences (any alignment).
+pub(crate) fn workspace_bytes(n: usize) -> usize {
+    workspace_end(n) + (BASE_ALIGN - 1)
+}
+
+/// Borrows an input array of the plan: `count` entries of a buffer of `capacity`.
+///
+/// # Errors
+/// `NullArg` for NULL with `count > 0`, `InvalidArg` when misaligned or wrapping,
+/// `PlanInvalid` when `count > capacity`.
+///
+/// # Safety
+/// Unless NULL, `ptr` must point to `capacity` initialised `T` unchanged for `'a`.
+unsafe fn input<'a, T>(
+    ptr: *const T,
+    capacity: usize,
+    count: usize,
+) -> Result<&'a [T], skrull_status> {
+    if count == 0 {
+        return Ok(&[]);
+    }
+    if ptr.is_null() {
+        return Err(skrull_status::NullArg);
+    }
+    if !ptr.is_aligned() || Span::of(ptr, count).is_none() {
+        return Err(skrull_status::InvalidArg);
+    }
+    if count > capacity {
+        return Err(skrull_status::PlanInvalid);
+    }
+    // SAFETY: non-null, aligned, `count <= capacity` initialised elements (caller contract),
+    // and the byte size does not wrap (checked).
+    Ok(unsafe { core::slice::from_raw_parts(ptr, count) })
+}
+
+/// The plan a caller's `skrull_plan_buffers` hold, borrowed (C arrays) and staged (records
+/// converted into the core's types in the workspace).
+struct CallerPlan<'a> {
+    plan: Plan<'a>,
+    /// Every input region, for overlap checks against outputs.
+    inputs: [Span; 7],
+    /// The rest of the workspace (for the spans).
+    carver: Carver<'a>,
+}
+
+/// Reads and validates the plan in `bufs` for `cfg` and `lengths`, staging it in the workspace.
+///
+/// # Errors
+/// `NullArg`/`InvalidArg`/`PlanInvalid` for the plan arrays, `NullArg`/`WorkspaceTooSmall`
+/// for the workspace, `InvalidArg` when the workspace overlaps an input, `PlanInvalid` when
+/// the arrays do not hold a valid plan of `cfg` and `lengths`.
+///
+/// # Safety
+/// Every non-NULL pointer of `bufs` points to as many readable elements as its `_len` field
+/// states (the summary: one); `workspace`, unless NULL, to `workspace_size` writable bytes;
+/// nothing writes to any of them for `'a`.
+unsafe fn read_plan<'a>(
+    cfg: &Config,
+    lengths: &'a [u32],
+    bufs: &skrull_plan_buffers,
+    workspace: *mut c_void,
+    workspace_size: usize,
+) -> Result<CallerPlan<'a>, skrull_status> {
+    let n = lengths.len();
+    if workspace.is_null() {
+        return Err(skrull_status::NullArg);
+    }
+    if workspace_size < workspace_bytes(n) {
+        return Err(skrull_status::WorkspaceTooSmall);
+    }
+    let summary_ptr: *const skrull_summary = bufs.summary;
+    // SAFETY: forwarded caller contract (one readable summary unless NULL).
+    let summary = unsafe { input(summary_ptr, 1, 1) }?
+        .first()
+        .copied()
+        .ok_or(skrull_status::NullArg)?;
+    let mbs = summary.micro_batches as usize;
+    if summary.sequences as usize != n || mbs > n {
+        return Err(skrull_status::PlanInvalid);
+    }
+    let (dp, cp) = (cfg.dp as usize, cfg.cp as usize);
+    // SAFETY: forwarded caller contract for each array and its capacity (all five).
+    let placements: &[skrull_placement] =
+        unsafe { input(bufs.placements, bufs.placements_len, n) }?;
+    // SAFETY: as above.
+    let micro_batches: &[skrull_micro_batch] =
+        unsafe { input(bufs.micro_batches, bufs.micro_batches_len, mbs) }?;
+    // SAFETY: as above.
+    let members: &'a [u32] = unsafe { input(bufs.members, bufs.members_len, n) }?;
+    // SAFETY: as above.
+    let rank_tokens: &'a [u32] =
+        unsafe { input(bufs.rank_tokens, bufs.rank_tokens_len, mbs * cp) }?;
+    // SAFETY: as above.
+    let per_dp: &'a [u32] =
+        unsafe { input(bufs.micro_batches_per_dp, bufs.micro_batches_per_dp_len, dp) }?;
+    let region = |s: Option<Span>| s.ok_or(skrull_status::InvalidArg);
+    let inputs = [
+        region(Span::of(lengths.as_ptr(), n))?,
+        region(Span::of(placements.as_ptr(), n))?,
+        region(Span::of(micro_batches.as_ptr(), mbs))?,
+        region(Span::of(members.as_ptr(), n))?,
+        region(Span::of(rank_tokens.as_ptr(), mbs * cp))?,
+        region(Span::of(per_dp.as_ptr(), dp))?,
+        region(Span::of(summary_ptr, 1))?,
+    ];
+    let ws = region(Span::of(
+        workspace.cast_const().cast::<u8>(),
+        workspace_size,
+    ))?;
+    if inputs.iter().any(|i| i.overlaps(ws)) {
+        return Err(skrull_status::InvalidArg);
+    }
+    // SAFETY: non-null (checked), `workspace_size` writable bytes for the call (caller
+    // contract), disjoint from every input (checked) and from the outputs (checked by the
+    // caller of this function before anything is written to them).
+    let mut carver =
+        unsafe { Carver::new(workspace.cast::<u8>(), workspace_size, workspace_end(n)) }?;
+    let staged_p: &'a mut [Placement] = carver.take(n)?;
+    for ((s, c), &len) in staged_p.iter_mut().zip(placements).zip(lengths) {
+        let expect = if c.cp_rank == SHARDED {
+            cfg.shard_tokens(len)
+        } else {
+            len
+        };
+        if c.tokens_per_gpu != expect {
+            return Err(skrull_status::PlanInvalid);
+        }
+        *s = Placement {
+            dp_rank: c.dp_rank,
+            micro_batch: c.micro_batch,
+            cp_rank: c.cp_rank,
+        };
+    }
+    let staged_mb: &'a mut [MicroBatch] = carver.take(mbs)?;
+    for (s, c) in staged_mb.iter_mut().zip(micro_batches) {
+        *s = MicroBatch {
+            dp_rank: c.dp_rank,
+            index: c.index,
+            first: c.first,
+            count: c.count,
+        };
+    }
+    let parts = PlanParts {
+        placements: staged_p,
+        micro_batches: staged_mb,
+        members,
+        rank_tokens,
+        micro_batches_per_dp: per_dp,
+        rollbacks: summary.rollbacks,
+    };
+    let plan = Plan::from_parts(cfg, lengths, parts)?;
+    let s = plan.summary();
+    if (
+        s.total_tokens,
+        s.micro_batches,
+        s.sharded,
+        s.peak_rank_tokens,
+    ) != (
+        summary.total_tokens,
+        summary.micro_batches,
+        summary.sharded,
+        summary.peak_rank_tokens,
+    ) {
+        return Err(skrull_status::PlanInvalid);
+    }
+    Ok(CallerPlan {
+        plan,
+        inputs,
+        carver,
+    })
+}
+
+/// Reads the configuration and the plan buffers struct every layout function takes.
+///
+/// # Safety
+/// As [`skrull_layout_sizes`] for `config` and `plan`.
+unsafe fn read_head(
+    config: *const skrull_config,
+    plan: *const skrull_plan_buffers,
+) -> Result<(Config, skrull_plan_buffers), skrull_status> {
+    // SAFETY: forwarded caller contract for `config`.
+    let cfg = unsafe { read_config(config) }?;
+    // SAFETY: forwarded caller contract for `plan`.
+    let bufs = unsafe { read_sized(plan, PLAN_BUFFERS_SIZE_V1, skrull_plan_buffers::EMPTY) }?;
+    if bufs._reserved != 0 {
+        return Err(skrull_status::InvalidArg);
+    }
+    Ok((cfg, bufs))
+}
+
+/// Checks `n` and borrows the lengths.
+///
+/// # Safety
+/// Unless NULL, `ptr` points to `n` readable `uint32_t` unchanged for `'a`.
+unsafe fn read_lengths<'a>(ptr: *const u32, n: usize) -> Result<&'a [u32], skrull_status> {
+    if n > MAX_SEQS {
+        return Err(skrull_status::TooManySequences);
+    }
+    // SAFETY: forwarded caller contract.
+    unsafe { lengths(ptr, n) }
+}
+
+fn core_gpu(gpu: skrull_gpu) -> Gpu {
+    Gpu {
+        dp_rank: gpu.dp_rank,
+        micro_batch: gpu.micro_batch,
+        cp_rank: gpu.cp_rank,
+    }
+}
+
+fn c_sizes(s: LayoutSizes, n: usize) -> skrull_layout_capacity {
+    skrull_layout_capacity {
+        spans: s.spans as usize,
+        local_cu_seqlens: s.local_cu_seqlens as usize,
+        sharded_cu_seqlens: s.sharded_cu_seqlens as usize,
+        positions: s.positions as usize,
+        workspace_bytes: workspace_bytes(n),
+    }
+}
+
+/// Writes `value` to `out` after the NULL and alignment checks.
+///
+/// # Safety
+/// Unless NULL, `out` must be valid for writing one `T`.
+unsafe fn write_out<T>(out: *mut T, value: T) -> skrull_status {
+    if out.is_null() {
+        return skrull_status::NullArg;
+    }
+    if !out.is_aligned() {
+        return skrull_status::InvalidArg;
+    }
+    // SAFETY: non-null, aligned (checked), writable (caller contract).
+    unsafe { out.write(value) };
+    skrull_status::Ok
+}
+
+/// Sizes that hold the layout of every GPU of every plan of up to `n` sequences under
+/// `config` (every plan `skrull_schedule()` returns): `2n` spans, `n + 1` entries per
+/// `cu_seqlens` array, `bucket_tokens` position ids, and the workspace bytes the other layout
+/// functions need for `n` sequences. Allocate the buffers once and reuse them every step.
+///
+/// Returns `SKRULL_STATUS_NULL_ARG` for a NULL `config` or `out`, the configuration's own
+/// errors (as `skrull_schedule()`), `SKRULL_STATUS_TOO_MANY_SEQUENCES` for `n > 65536`;
+/// `*out` is written only on success.
+///
+/// # Safety
+/// `config`, unless NULL, points to a `skrull_config` whose `struct_size` bytes are readable;
+/// `out`, unless NULL, is valid for writing one aligned `skrull_layout_capacity`. Safe to call
+/// from any thread.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn skrull_layout_sizes_max(
+    config: *const skrull_config,
+    n: usize,
+    out: *mut skrull_layout_capacity,
+) -> skrull_status {
+    guard(|| {
+        // SAFETY: forwarded caller contract for `config`.
+        let cfg = match unsafe { read_config(config) } {
+            Ok(c) => c,
+            Err(s) => return s,
+        };
+        if n > MAX_SEQS {
+            return skrull_status::TooManySequences;
+        }
+        let sizes = c_sizes(LayoutSizes::max_for(n, &cfg), n);
+        // SAFETY: forwarded caller contract for `out`.
+        unsafe { write_out(out, sizes) }
+    })
+}
+
+/// The exact sizes of one GPU's layout (`gpu`: DP rank, micro-batch, CP rank) of the plan
+/// that `skrull_schedule()` wrote into `plan` for `config` and the `n` `lengths`.
+///
+/// `plan` is the same `skrull_plan_buffers` given to `skrull_schedule()` (its `summary` says
+/// how many entries are valid); the plan is validated before use. The workspace needs
+/// `skrull_layout_sizes_max(config, n).workspace_bytes` bytes, any alignment; contents
+/// ignored and unspecified afterwards. `out->workspace_bytes` is that same number.
+///
+/// Statuses, first problem first: `config` (as `skrull_schedule()`), `plan` (NULL, misaligned,
+/// struct size, reserved field), `TOO_MANY_SEQUENCES`, `lengths`, `workspace` (NULL,
+/// `WORKSPACE_TOO_SMALL`), the plan arrays (NULL, misaligned, `PLAN_INVALID` when a capacity
+/// is below what `summary` says), a workspace overlapping an input (`INVALID_ARG`),
+/// `PLAN_INVALID` (not a valid plan of this configuration and batch), `NO_SUCH_GPU`,
+/// `LAYOUT_OVERFLOW` (a value above `INT32_MAX`), then `out` (NULL, misaligned, overlapping).
+/// `*out` is written only on success. No allocation, no state; thread-safe with separate
+/// workspaces (the configuration, lengths and plan may be shared).
+///
+/// # Safety
+/// - `config`, unless NULL, points to a `skrull_config` whose `struct_size` bytes are
+///   readable; `lengths`, unless NULL, to `n` readable `uint32_t`.
+/// - `plan`, unless NULL, points to a `skrull_plan_buffers` whose `struct_size` bytes are
+///   readable, and each of its pointers, unless NULL, to the number of readable elements its
+///   `_len` field states (`summary`: one).
+/// - `workspace`, unless NULL, points to `workspace_size` writable bytes; `out`, unless NULL,
+///   is valid for writing one `skrull_layout_capacity`.
+/// - No other thread writes to any of these during the call.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn skrull_layout_sizes(
+    config: *const skrull_config,
+    lengths: *const u32,
+    n: usize,
+    plan: *const skrull_plan_buffers,
+    gpu: skrull_gpu,
+    workspace: *mut c_void,
+    workspace_size: usize,
+    out: *mut skrull_layout_capacity,
+) -> skrull_status {
+    guard(|| {
+        // SAFETY: forwarded caller contract.
+        let r = unsafe {
+            sizes(
+                config,
+                lengths,
+                n,
+                plan,
+                gpu,
+                workspace,
+                workspace_size,
+                out,
+            )
+        };
+        r.err().unwrap_or(skrull_status::Ok)
+    })
+}
+
+/// The body of [`skrull_layout_sizes`].
+///
+/// # Safety
+/// As [`skrull_layout_sizes`].
+#[allow(clippy::too_many_arguments)]
+unsafe fn sizes(
+    config: *const skrull_config,
+    lengths_ptr: *const u32,
+    n: usize,
+    plan: *const skrull_plan_buffers,
+    gpu: skrull_gpu,
+    workspace: *mut c_void,
+    workspace_size: usize,
+    out: *mut skrull_layout_capacity,
+) -> Result<(), skrull_status> {
+    // SAFETY: forwarded caller contract.
+    let (cfg, bufs) = unsafe { read_head(config, plan) }?;
+    // SAFETY: forwarded caller contract.
+    let lengths = unsafe { read_lengths(lengths_ptr, n) }?;
+    // SAFETY: forwarded caller contract.
+    let p = unsafe { read_plan(&cfg, lengths, &bufs, workspace, workspace_size) }?;
+    let s = LayoutSizes::for_gpu(&cfg, lengths, &p.plan, core_gpu(gpu))?;
+    if out.is_null() {
+        return Err(skrull_status::NullArg);
+    }
+    if !out.is_aligned() {
+        return Err(skrull_status::InvalidArg);
+    }
+    let out_span = Span::of(out.cast_const(), 1).ok_or(skrull_status::InvalidArg)?;
+    let ws = Span::of(workspace.cast_const().cast::<u8>(), workspace_size)
+        .ok_or(skrull_status::InvalidArg)?;
+    if p.inputs.iter().chain([&ws]).any(|i| i.overlaps(out_span)) {
+        return Err(skrull_status::InvalidArg);
+    }
+    // SAFETY: non-null and aligned (checked), writable (caller contract), overlaps nothing
+    // the call reads (checked).
+    unsafe { out.write(c_sizes(s, n)) };
+    Ok(())
+}
+
+/// Fills `out` with one GPU's layout (`gpu`: DP rank, micro-batch, CP rank) of the plan that
+/// `skrull_schedule()` wrote into `plan` for `config` and the `n` `lengths`: the spans in the
+/// order the GPU packs its tokens (local group, then the two zigzag chunks of every sharded
+/// sequence), the varlen `cu_seqlens` of both groups, position ids (unless skipped) and
+/// `*out->layout` (counts, `max_seqlen`s, loss weights). See `docs/layout.md`.
+///
+/// Arguments and the workspace are those of `skrull_layout_sizes()`; buffers sized with
+/// `skrull_layout_sizes_max()` fit every GPU. Outputs are written only on success. Statuses,
+/// first problem first: as `skrull_layout_sizes()` up to `LAYOUT_OVERFLOW` (with `out` NULL,
+/// misaligned, struct size or reserved field checked right after `plan`), then
+/// `out->layout` (NULL, misaligned), each buffer in field order (NULL, misaligned,
+/// `OUTPUT_TOO_SMALL`), then overlapping buffers (`INVALID_ARG`). No allocation, no state;
+/// thread-safe with separate workspaces and outputs.
+///
+/// # Safety
+/// - As `skrull_layout_sizes()` for `config`, `lengths`, `plan` and `workspace`.
+/// - `out`, unless NULL, points to a `skrull_layout_buffers` whose `struct_size` bytes are
+///   readable, and each of its pointers, unless NULL, to the number of writable elements its
+///   `_len` field states (`layout`: one).
+/// - No other thread touches any of these during the call.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn skrull_layout_fill(
+    config: *const skrull_config,
+    lengths: *const u32,
+    n: usize,
+    plan: *const skrull_plan_buffers,
+    gpu: skrull_gpu,
+    workspace: *mut c_void,
+    workspace_size: usize,
+    out: *const skrull_layout_buffers,
+) -> skrull_status {
+    guard(|| {
+        // SAFETY: forwarded caller contract.
+        let r = unsafe {
+            fill(
+                config,
+                lengths,
+                n,
+                plan,
+                gpu,
+                workspace,
+                workspace_size,
+                out,
+            )
+        };
+        r.err().unwrap_or(skrull_status::Ok)
+    })
+}
+
+/// Borrows an output array of exactly `needed` elements (checked by `check_out`).
+///
+/// # Safety
+/// `ptr` passed `check_out(ptr, len, needed)` and points to `len >= needed` writable elements
+/// that nothing else touches for `'a`.
+unsafe fn output<'a, T>(ptr: *mut T, needed: usize) -> &'a mut [T] {
+    if needed == 0 {
+        return &mut [];
+    }
+    // SAFETY: non-null (check_out rejects NULL when `len >= needed > 0`), aligned, `needed`
+    // writable elements, exclusive (function contract).
+    unsafe { core::slice::from_raw_parts_mut(ptr, needed) }
+}
+
+/// The body of [`skrull_layout_fill`].
+///
+/// # Safety
+/// As [`skrull_layout_fill`].
+#[allow(clippy::too_many_arguments)]
+unsafe fn fill(
+    config: *const skrull_config,
+    lengths_ptr: *const u32,
+    n: usize,
+    plan: *const skrull_plan_buffers,
+    gpu: skrull_gpu,
+    workspace: *mut c_void,
+    workspace_size: usize,
+    out: *const skrull_layout_buffers,
+) -> Result<(), skrull_status> {
+    // SAFETY: forwarded caller contract.
+    let (cfg, bufs) = unsafe { read_head(config, plan) }?;
+    // SAFETY: forwarded caller contract for `out`.
+    let o = unsafe { read_sized(out, LAYOUT_BUFFERS_SIZE_V1, skrull_layout_buffers::EMPTY) }?;
+    if o._reserved != 0 {
+        return Err(skrull_status::InvalidArg);
+    }
+    // SAFETY: forwarded caller contract.
+    let lengths = unsafe { read_lengths(lengths_ptr, n) }?;
+    // SAFETY: forwarded caller contract.
+    let mut p = unsafe { read_plan(&cfg, lengths, &bufs, workspace, workspace_size) }?;
+    let g = core_gpu(gpu);
+    let s = LayoutSizes::for_gpu(&cfg, lengths, &p.plan, g)?;
+    if o.layout.is_null() {
+        return Err(skrull_status::NullArg);
+    }
+    if !o.layout.is_aligned() {
+        return Err(skrull_status::InvalidArg);
+    }
+    let skip_positions = o.positions.is_null() && o.positions_len == 0;
+    let (nspans, nlocal, nsharded) = (
+        s.spans as usize,
+        s.local_cu_seqlens as usize,
+        s.sharded_cu_seqlens as usize,
+    );
+    let npos = if skip_positions {
+        0
+    } else {
+        s.positions as usize
+    };
+    let outputs = [
+        check_out(o.spans, o.spans_len, nspans)?,
+        check_out(o.local_cu_seqlens, o.local_cu_seqlens_len, nlocal)?,
+        check_out(o.sharded_cu_seqlens, o.sharded_cu_seqlens_len, nsharded)?,
+        check_out(
+            o.sharded_cu_seqlens_padded,
+            o.sharded_cu_seqlens_padded_len,
+            nsharded,
+        )?,
+        check_out(o.rank_cu_seqlens, o.rank_cu_seqlens_len, nsharded)?,
+        check_out(o.positions, o.positions_len, npos)?,
+        Span::of(o.layout.cast_const(), 1).ok_or(skrull_status::InvalidArg)?,
+        Span::of(workspace.cast_const().cast::<u8>(), workspace_size)
+            .ok_or(skrull_status::InvalidArg)?,
+    ];
+    // Outputs must not overlap each other, the workspace or any input (inputs may share).
+    let crosses = outputs
+        .iter()
+        .any(|a| p.inputs.iter().any(|b| a.overlaps(*b)));
+    if any_overlap(&outputs) || crosses {
+        return Err(skrull_status::InvalidArg);
+    }
+    let staged: &mut [layout::Span] = p.carver.take(nspans)?;
+    // SAFETY: each pointer passed `check_out` for exactly these counts, is writable for them
+    // (caller contract) and overlaps no other output, input or the workspace (checked).
+    let bufs = unsafe {
+        LayoutBuffers {
+            spans: &mut *staged,
+            local_cu_seqlens: output(o.local_cu_seqlens, nlocal),
+            sharded_cu_seqlens: output(o.sharded_cu_seqlens, nsharded),
+            sharded_cu_seqlens_padded: output(o.sharded_cu_seqlens_padded, nsharded),
+            rank_cu_seqlens: output(o.rank_cu_seqlens, nsharded),
+            positions: output(o.positions, npos),
+        }
+    };
+    // Every check `fill` makes already passed above (and it writes nothing on error).
+    let l = layout::fill(&cfg, lengths, &p.plan, g, bufs)?;
+    // SAFETY: `o.spans` holds at least `nspans` writable, aligned spans and `o.layout` one
+    // layout (checked), disjoint from the workspace the staged spans live in (checked).
+    unsafe {
+        for (k, sp) in staged.iter().enumerate().take(l.spans as usize) {
+            o.spans.add(k).write(skrull_span {
+                seq: sp.seq,
+                chunk: sp.chunk,
+                offset: sp.offset,
+                start: sp.start,
+                len: sp.len,
+                pad: sp.pad,
+            });
+        }
+        o.layout.write(skrull_layout {
+            dp_rank: l.dp_rank,
+            micro_batch: l.micro_batch,
+            cp_rank: l.cp_rank,
+            micro_batch_global: l.micro_batch_global,
+            local_seqs: l.local_seqs,
+            sharded_seqs: l.sharded_seqs,
+            spans: l.spans,
+            local_tokens: l.local_tokens,
+            sharded_tokens: l.sharded_tokens,
+            tokens: l.tokens,
+            pad_tokens: l.pad_tokens,
+            charged_tokens: l.charged_tokens,
+            local_max_seqlen: l.local_max_seqlen,
+            sharded_max_seqlen: l.sharded_max_seqlen,
+            sharded_max_seqlen_padded: l.sharded_max_seqlen_padded,
+            rank_max_seqlen: l.rank_max_seqlen,
+            loss_tokens: l.loss_tokens,
+            _reserved: 0,
+            micro_batch_tokens: l.micro_batch_tokens,
+            global_tokens: l.global_tokens,
+        });
+    }
+    Ok(())
+}
