@@ -209,7 +209,7 @@ pub fn independent_check(cfg: &Config, lengths: &[u32], plan: &Plan<'_>) -> Resu
 }
 
 /// Every policy of the core.
-pub const POLICIES: [Policy; 4] = Policy::ALL;
+pub const POLICIES: [Policy; Policy::ALL.len()] = Policy::ALL;
 
 /// Quickcheck case count: `QUICKCHECK_TESTS` or 10,000.
 pub fn cases() -> u64 {

@@ -219,4 +219,3 @@ fn every_plan_over_budget_is_flagged() {
         .tests(cases() / 10)
         .quickcheck(prop as fn(Case, u64, usize) -> TestResult);
 }
-

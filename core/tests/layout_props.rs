@@ -413,6 +413,7 @@ fn prop(case: Case) {
 }
 
 #[test]
+#[cfg_attr(miri, ignore = "3,000 random plans: hours under miri")]
 fn layout_properties_hold_on_random_plans() {
     QuickCheck::new()
         .tests(3000)
@@ -422,6 +423,7 @@ fn layout_properties_hold_on_random_plans() {
 
 /// Chunk-level balance on its own, over many more lengths than the plans above reach.
 #[test]
+#[cfg_attr(miri, ignore = "64,000 chunkings: too slow under miri")]
 fn zigzag_balance_over_all_small_lengths() {
     for padding in [ShardPadding::None, ShardPadding::Zigzag] {
         for cp in 1..=16u32 {

@@ -1,0 +1,236 @@
+//! Determinism across platforms and compilers: fixed batches, every policy, and a hash of the
+//! plan compared with committed golden values. Any change of a scheduling decision (a new
+//! compiler, another architecture, a refactor) fails here loudly.
+//!
+//! The hash is FNV-1a 64 over, in order, every placement's `dp_rank`, `micro_batch` and
+//! `cp_rank` (as `u32`), then every DP rank's micro-batch count, each written as 4
+//! little-endian bytes, so the value does not depend on the platform's endianness or layout.
+//! The input batches are hashed the same way and pinned too, so a change in the sampler is
+//! told apart from a change in the scheduler.
+//!
+//! A policy missing from the table fails with the line to add. After an intended change of
+//! decisions, update the values from the failure messages and say why in the commit.
+#![allow(clippy::unwrap_used)] // test helpers: a failure is a test failure
+
+mod common;
+
+use core::ffi::c_void;
+
+use common::independent_check;
+use skrull::{
+    skrull_config, skrull_micro_batch, skrull_placement, skrull_plan_buffers, skrull_plan_sizes,
+    skrull_schedule, skrull_sizes, skrull_status, skrull_summary,
+};
+use skrull_cli::OwnedBuffers;
+use skrull_cli::plan_cmd::{DEFAULT_BATCH, DEFAULT_CONTEXT, DEFAULT_SEED, default_lengths};
+use skrull_cli::sample::Table1Cdf;
+use skrull_core::{Config, ModelShape, Policy};
+
+/// FNV-1a 64 over a sequence of `u32`, each as 4 little-endian bytes.
+fn fnv1a(words: impl IntoIterator<Item = u32>) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for w in words {
+        for b in w.to_le_bytes() {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+    h
+}
+
+/// The plan hash: placements `(dp_rank, micro_batch, cp_rank as u32)`, then the counts.
+fn plan_hash(placements: &[(u32, u32, i32)], per_dp: &[u32]) -> u64 {
+    fnv1a(
+        placements
+            .iter()
+            .flat_map(|&(d, m, c)| [d, m, c as u32])
+            .chain(per_dp.iter().copied()),
+    )
+}
+
+#[test]
+fn fnv1a_matches_the_reference_vectors() {
+    // FNV-1a 64 of the empty input and of "a" (0x61) padded to one little-endian u32 word
+    // [0x61, 0, 0, 0]; the first is the offset basis by definition.
+    assert_eq!(fnv1a([]), 0xcbf2_9ce4_8422_2325);
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in [0x61u8, 0, 0, 0] {
+        h = (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
+    }
+    assert_eq!(fnv1a([0x61]), h);
+    // Byte order is fixed: 0x01020304 hashes as 04 03 02 01.
+    assert_ne!(fnv1a([0x0102_0304]), fnv1a([0x0403_0201]));
+}
+
+/// The fixed inputs: name, configuration, lengths.
+fn batches() -> Vec<(&'static str, Config, Vec<u32>)> {
+    let paper = Config::new(4, 8, 26 * 1024, ModelShape::QWEN2_5_0_5B);
+    // The default `skrull plan` batch: 256 LMsys-like sequences, seed 20250526.
+    let lmsys = default_lengths(paper.cp, paper.bucket);
+    // A ChatQA2-like batch (Table 1), same seed and clip.
+    let clip = DEFAULT_CONTEXT.min(paper.cp * paper.bucket);
+    let chatqa2 = Table1Cdf::by_name("chatqa2")
+        .unwrap()
+        .batch(DEFAULT_SEED, DEFAULT_BATCH, clip);
+    // A small hand-made batch (docs/c_api.md's C example): DP 2, CP 4, BucketSize 24.
+    let small = vec![1, 2, 2, 3, 4, 6, 9, 14, 30, 5];
+    vec![
+        ("lmsys-256", paper, lmsys),
+        ("chatqa2-256", paper, chatqa2),
+        (
+            "paper-small",
+            Config::new(2, 4, 24, ModelShape::QWEN2_5_0_5B),
+            small,
+        ),
+    ]
+}
+
+/// Golden hashes of the input batches (a mismatch here means the sampler changed).
+const GOLDEN_INPUTS: &[(&str, u64)] = &[
+    ("lmsys-256", 0x3c86fc9334f93f61),
+    ("chatqa2-256", 0xf2c4c8de97d89a31),
+    ("paper-small", 0x6e458c127af98a19),
+];
+
+/// Golden plan hashes, keyed by (batch, policy name).
+///
+/// `deepspeed` gives one sequence per micro-batch in sample order, so its plan (and hash) is
+/// the same for every batch of 256 on DP 4.
+const GOLDEN: &[(&str, &str, u64)] = &[
+    ("lmsys-256", "skrull", 0xed29ad309f2ced27),
+    ("lmsys-256", "deepspeed", 0xbb9cc45d4c68d565),
+    ("lmsys-256", "packed", 0x31785fd630821745),
+    ("lmsys-256", "roundrobin", 0x811f64e5fddc38d3),
+    ("chatqa2-256", "skrull", 0x762a301f924ef004),
+    ("chatqa2-256", "deepspeed", 0xbb9cc45d4c68d565),
+    ("chatqa2-256", "packed", 0xe7a14e3f544c4737),
+    ("chatqa2-256", "roundrobin", 0x884d9849be77383b),
+    ("paper-small", "skrull", 0x64de0c5d9db85fc3),
+    ("paper-small", "deepspeed", 0x3f4886560e0902b4),
+    ("paper-small", "packed", 0x4fb1aac95ec0f35c),
+    ("paper-small", "roundrobin", 0x134e6c67315f7b93),
+    // `balanced` (issue 8), pinned from its implementation as of 2026-12-03 07:59 UTC.
+    ("lmsys-256", "balanced", 0xcc8043ca29a777b0),
+    ("chatqa2-256", "balanced", 0x5131a1691265ae16),
+    ("paper-small", "balanced", 0x4c55d7c1cb0b1433),
+];
+
+/// Plans through the Rust API (checked independently) and, when the policy has a C ABI
+/// constant, through the C ABI; returns the Rust hash and a problem if the two differ.
+fn hash_of(cfg: &Config, lengths: &[u32]) -> (u64, Option<String>) {
+    let mut bufs = OwnedBuffers::for_batch(lengths.len(), cfg);
+    let plan = bufs.schedule(cfg, lengths).unwrap();
+    assert_eq!(independent_check(cfg, lengths, &plan), Ok(()));
+    let placements: Vec<(u32, u32, i32)> = plan
+        .placements()
+        .iter()
+        .map(|p| (p.dp_rank, p.micro_batch, p.cp_rank))
+        .collect();
+    let rust = plan_hash(&placements, plan.micro_batches_per_dp());
+    let pname = cfg.policy.name();
+    if skrull_config::from_core(cfg).to_core() != Ok(*cfg) {
+        return (
+            rust,
+            Some(format!(
+                "policy {pname} has no C ABI constant (skrull_config::from_core)"
+            )),
+        );
+    }
+    let c = c_hash(cfg, lengths);
+    let problem =
+        (c != rust).then(|| format!("{pname}: C ABI plan hash {c:#018x} != Rust {rust:#018x}"));
+    (rust, problem)
+}
+
+/// The same hash over `skrull_schedule()`'s output.
+fn c_hash(cfg: &Config, lengths: &[u32]) -> u64 {
+    let n = lengths.len();
+    let c = skrull_config::from_core(cfg);
+    let mut s = skrull_sizes::default();
+    // SAFETY: `s` is a live, aligned skrull_sizes.
+    assert_eq!(
+        unsafe { skrull_plan_sizes(n, cfg.dp, cfg.cp, &mut s) },
+        skrull_status::Ok
+    );
+    let mut placements = vec![skrull_placement::default(); s.placements];
+    let mut micro_batches = vec![skrull_micro_batch::default(); s.micro_batches];
+    let mut members = vec![0u32; s.members];
+    let mut rank_tokens = vec![0u32; s.rank_tokens];
+    let mut per_dp = vec![0u32; s.micro_batches_per_dp];
+    let mut summary = skrull_summary::default();
+    let mut ws = vec![0u8; s.workspace_bytes];
+    let out = skrull_plan_buffers {
+        struct_size: size_of::<skrull_plan_buffers>() as u32,
+        _reserved: 0,
+        placements: placements.as_mut_ptr(),
+        placements_len: placements.len(),
+        micro_batches: micro_batches.as_mut_ptr(),
+        micro_batches_len: micro_batches.len(),
+        members: members.as_mut_ptr(),
+        members_len: members.len(),
+        rank_tokens: rank_tokens.as_mut_ptr(),
+        rank_tokens_len: rank_tokens.len(),
+        micro_batches_per_dp: per_dp.as_mut_ptr(),
+        micro_batches_per_dp_len: per_dp.len(),
+        summary: &mut summary,
+    };
+    // SAFETY: every pointer is valid for the length it is given, nothing overlaps.
+    let st = unsafe {
+        skrull_schedule(
+            &c,
+            lengths.as_ptr(),
+            n,
+            ws.as_mut_ptr().cast::<c_void>(),
+            ws.len(),
+            &out,
+        )
+    };
+    assert_eq!(st, skrull_status::Ok);
+    let p: Vec<(u32, u32, i32)> = placements
+        .iter()
+        .map(|p| (p.dp_rank, p.micro_batch, p.cp_rank))
+        .collect();
+    plan_hash(&p, &per_dp)
+}
+
+#[test]
+#[cfg_attr(miri, ignore)]
+fn input_batches_match_their_golden_hashes() {
+    let mut problems = Vec::new();
+    for (name, _, lengths) in batches() {
+        let got = fnv1a(lengths.iter().copied());
+        match GOLDEN_INPUTS.iter().find(|g| g.0 == name) {
+            Some(&(_, want)) if want == got => {}
+            Some(&(_, want)) => problems.push(format!(
+                "input batch {name}: hash {got:#018x}, golden {want:#018x} (the sampler changed)"
+            )),
+            None => problems.push(format!("missing input: (\"{name}\", {got:#018x}),")),
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+#[test]
+#[cfg_attr(miri, ignore)]
+fn every_policy_matches_its_golden_plan_hash() {
+    let mut problems = Vec::new();
+    for (name, cfg, lengths) in batches() {
+        for policy in Policy::ALL {
+            let (got, problem) = hash_of(&cfg.with_policy(policy), &lengths);
+            problems.extend(problem.map(|p| format!("{name} / {p}")));
+            let pname = policy.name();
+            match GOLDEN.iter().find(|g| g.0 == name && g.1 == pname) {
+                Some(&(_, _, want)) if want == got => {}
+                Some(&(_, _, want)) => problems.push(format!(
+                    "{name} / {pname}: plan hash {got:#018x}, golden {want:#018x}: a \
+                     scheduling decision changed"
+                )),
+                None => problems.push(format!(
+                    "{name} / {pname} has no golden value; add this line to GOLDEN: \
+                     (\"{name}\", \"{pname}\", {got:#018x}),"
+                )),
+            }
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
