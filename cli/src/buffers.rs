@@ -49,7 +49,7 @@ impl OwnedBuffers {
     /// Plans `lengths` under `cfg`, growing the buffers first if they are too small.
     ///
     /// # Errors
-    /// Whatever [`schedule`] returns.
+    /// Whatever [`schedule()`] returns.
     pub fn schedule(&mut self, cfg: &Config, lengths: &[u32]) -> Result<Plan<'_>, Error> {
         // Validate first so an absurd configuration cannot make us allocate absurdly.
         cfg.validate()?;
@@ -62,7 +62,7 @@ impl OwnedBuffers {
     /// Plans `lengths` into the buffers as they are (no allocation).
     ///
     /// # Errors
-    /// Whatever [`schedule`] returns, including [`Error::BufferTooSmall`].
+    /// Whatever [`schedule()`] returns, including [`Error::BufferTooSmall`].
     pub fn schedule_no_grow(&mut self, cfg: &Config, lengths: &[u32]) -> Result<Plan<'_>, Error> {
         let mut ws = Workspace {
             keys: &mut self.keys,

@@ -398,7 +398,7 @@ pub struct DacpOutcome {
 /// `order` is scratch of at least `lengths.len()` elements. On error `out` is unspecified.
 ///
 /// # Errors
-/// The configuration and length errors of [`schedule`](crate::schedule), an
+/// The configuration and length errors of [`schedule`](crate::schedule()), an
 /// [`Error::BufferTooSmall`], or [`Error::DacpFailed`] when the micro-batch cannot fit.
 pub fn place(
     cfg: &Config,
