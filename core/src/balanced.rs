@@ -777,6 +777,25 @@ fn run_grouping(
     let mb_of = |x: &[MicroBatch], s: u32| x.get(s as usize).map_or(0, |x| x.dp_rank as usize);
     let mut off = [0u32; MAX_BINS + 1];
     let counted = m <= MAX_BINS;
+    let k_all = sub.len().min(gather.len());
+    if !counted {
+        // Too many micro-batches for the offsets on the stack: sort the positions in `sub`
+        // by (micro-batch, position descending) instead, which gives every micro-batch the
+        // same members in the same order as the counting sort, in O(n log n) (a scan of
+        // `sub` per micro-batch would be O(m·n)).
+        for (p, slot) in gather[..k_all].iter_mut().enumerate() {
+            *slot = p as u32;
+        }
+        let pos_mb = |p: u32| {
+            sub.get(p as usize)
+                .map_or(usize::MAX, |&s| mb_of(sc.per_seq, s))
+        };
+        gather[..k_all].sort_unstable_by_key(|&p| (pos_mb(p), core::cmp::Reverse(p)));
+        for slot in gather[..k_all].iter_mut() {
+            *slot = sub.get(*slot as usize).copied().unwrap_or(0);
+        }
+    }
+    let mut next = 0usize;
     if counted {
         for &s in sub {
             if let Some(o) = off.get_mut(mb_of(sc.per_seq, s) + 1) {
@@ -800,16 +819,12 @@ fn run_grouping(
         let (first, k) = if counted {
             (off[j] as usize, (off[j + 1] - off[j]) as usize)
         } else {
-            let mut k = 0usize;
-            for &s in sub.iter().rev() {
-                if mb_of(sc.per_seq, s) == j
-                    && let Some(slot) = gather.get_mut(k)
-                {
-                    *slot = s;
-                    k += 1;
-                }
+            // The sorted run of micro-batch `j`.
+            let first = next;
+            while next < k_all && gather.get(next).is_some_and(|&s| mb_of(sc.per_seq, s) == j) {
+                next += 1;
             }
-            (0, k)
+            (first, next - first)
         };
         if k == 0 {
             continue;
