@@ -1165,9 +1165,9 @@ pub(crate) fn schedule<'b>(
 mod tests {
     use super::*;
     use crate::config::{ModelShape, Policy, Victim};
-    use crate::plan::{self, PlanSizes};
-    use crate::schedule;
-    use crate::workspace::WorkspaceSizes;
+    use crate::plan::{self};
+    use crate::test_support::OwnedPlan;
+
     use std::vec;
     use std::vec::Vec;
 
@@ -1175,58 +1175,9 @@ mod tests {
     /// (placements, micro-batches per DP rank).
     fn run(cfg: &Config, lengths: &[u32]) -> Result<(Vec<Placement>, Vec<u32>), Error> {
         let cfg = cfg.with_policy(Policy::Balanced);
-        let n = lengths.len();
-        let (ps, wsz) = (
-            PlanSizes::for_batch(n, &cfg),
-            WorkspaceSizes::for_batch(n, &cfg),
-        );
         // Garbage in every buffer: the policy must not depend on their contents.
-        let mut placements = vec![
-            Placement {
-                dp_rank: 7,
-                micro_batch: 9,
-                cp_rank: 3
-            };
-            ps.placements
-        ];
-        let mut mbs = vec![
-            MicroBatch {
-                dp_rank: 1,
-                index: 2,
-                first: 3,
-                count: 4
-            };
-            ps.micro_batches
-        ];
-        let mut members = vec![5u32; ps.members];
-        let mut rank_tokens = vec![6u32; ps.rank_tokens];
-        let mut per_dp = vec![8u32; ps.micro_batches_per_dp];
-        let (mut keys, mut seqs, mut scratch) = (
-            vec![1u64; wsz.keys],
-            vec![2u32; wsz.seqs],
-            vec![3u32; wsz.scratch],
-        );
-        let (mut loads, mut heap, mut start) = (
-            vec![4u128; wsz.dp_loads],
-            vec![5u32; wsz.dp_heap],
-            vec![6u32; wsz.dp_start],
-        );
-        let mut ws = Workspace {
-            keys: &mut keys,
-            seqs: &mut seqs,
-            scratch: &mut scratch,
-            dp_loads: &mut loads,
-            dp_heap: &mut heap,
-            dp_start: &mut start,
-        };
-        let out = PlanBuffers {
-            placements: &mut placements,
-            micro_batches: &mut mbs,
-            members: &mut members,
-            rank_tokens: &mut rank_tokens,
-            micro_batches_per_dp: &mut per_dp,
-        };
-        let plan = schedule(&cfg, lengths, &mut ws, out)?;
+        let mut bufs = OwnedPlan::filled(lengths.len(), &cfg, 1);
+        let plan = bufs.schedule(&cfg, lengths)?;
         assert_eq!(plan::check(&cfg, lengths, &plan), Ok(()), "{lengths:?}");
         Ok((
             plan.placements().to_vec(),
@@ -1385,35 +1336,8 @@ mod tests {
         let time = |policy: Policy, lengths: &[u32]| {
             let c = cfg.with_policy(policy);
             let n = lengths.len();
-            let ps = PlanSizes::for_batch(n, &c);
-            let wsz = WorkspaceSizes::for_batch(n, &c);
-            let mut pl = vec![Placement::default(); ps.placements];
-            let mut mbs = vec![MicroBatch::default(); ps.micro_batches];
-            let mut mem = vec![0u32; ps.members];
-            let mut rt = vec![0u32; ps.rank_tokens];
-            let mut pd = vec![0u32; ps.micro_batches_per_dp];
-            let (mut k, mut s, mut sc) = (vec![0u64; n], vec![0u32; n], vec![0u32; n]);
-            let (mut l, mut h, mut st) = (
-                vec![0u128; wsz.dp_loads],
-                vec![0u32; wsz.dp_heap],
-                vec![0u32; wsz.dp_start],
-            );
-            let mut ws = Workspace {
-                keys: &mut k,
-                seqs: &mut s,
-                scratch: &mut sc,
-                dp_loads: &mut l,
-                dp_heap: &mut h,
-                dp_start: &mut st,
-            };
-            let out = PlanBuffers {
-                placements: &mut pl,
-                micro_batches: &mut mbs,
-                members: &mut mem,
-                rank_tokens: &mut rt,
-                micro_batches_per_dp: &mut pd,
-            };
-            let plan = schedule(&c, lengths, &mut ws, out).unwrap();
+            let mut bufs = OwnedPlan::new(n, &c);
+            let plan = bufs.schedule(&c, lengths).unwrap();
             let es = EvalSizes::for_batch(n, &c);
             let mut a = vec![MicroBatchTime::default(); es.micro_batches];
             let mut b = vec![RankSlot::default(); es.ranks];

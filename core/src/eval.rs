@@ -630,9 +630,8 @@ pub fn lower_bound_with(tm: &TimeModel, cfg: &Config, lengths: &[u32]) -> LowerB
 mod tests {
     use super::*;
     use crate::config::{ModelShape, Policy};
-    use crate::plan::{MicroBatch, PlanBuffers, PlanSizes};
-    use crate::schedule;
-    use crate::workspace::{Workspace, WorkspaceSizes};
+    use crate::test_support::OwnedPlan;
+
     use std::vec;
     use std::vec::Vec;
 
@@ -664,41 +663,8 @@ mod tests {
     }
 
     fn plan_placements(cfg: &Config, lengths: &[u32]) -> Vec<Placement> {
-        let n = lengths.len();
-        let (ps, ws) = (
-            PlanSizes::for_batch(n, cfg),
-            WorkspaceSizes::for_batch(n, cfg),
-        );
-        let mut placements = vec![Placement::default(); ps.placements];
-        let mut micro_batches = vec![MicroBatch::default(); ps.micro_batches];
-        let mut members = vec![0u32; ps.members];
-        let mut rank_tokens = vec![0u32; ps.rank_tokens];
-        let mut per_dp = vec![0u32; ps.micro_batches_per_dp];
-        let (mut keys, mut seqs, mut scratch, mut loads, mut heap, mut start) = (
-            vec![0u64; ws.keys],
-            vec![0u32; ws.seqs],
-            vec![0u32; ws.scratch],
-            vec![0u128; ws.dp_loads],
-            vec![0u32; ws.dp_heap],
-            vec![0u32; ws.dp_start],
-        );
-        let mut work = Workspace {
-            keys: &mut keys,
-            seqs: &mut seqs,
-            scratch: &mut scratch,
-            dp_loads: &mut loads,
-            dp_heap: &mut heap,
-            dp_start: &mut start,
-        };
-        let out = PlanBuffers {
-            placements: &mut placements,
-            micro_batches: &mut micro_batches,
-            members: &mut members,
-            rank_tokens: &mut rank_tokens,
-            micro_batches_per_dp: &mut per_dp,
-        };
-        let plan = schedule(cfg, lengths, &mut work, out).unwrap();
-        plan.placements().to_vec()
+        let mut bufs = OwnedPlan::new(lengths.len(), cfg);
+        bufs.schedule(cfg, lengths).unwrap().placements().to_vec()
     }
 
     fn cfg() -> Config {

@@ -701,60 +701,18 @@ pub fn fill(
 mod tests {
     use super::*;
     use crate::config::{ModelShape, Policy};
-    use crate::plan::{MicroBatch, Placement, PlanBuffers, PlanSizes};
-    use crate::workspace::{Workspace, WorkspaceSizes};
-    use crate::{Error, schedule};
+    use crate::test_support::OwnedPlan;
+
+    use crate::Error;
     use std::vec;
     use std::vec::Vec;
 
-    /// Owned plan storage for tests.
-    struct Store {
-        placements: Vec<Placement>,
-        micro_batches: Vec<MicroBatch>,
-        members: Vec<u32>,
-        rank_tokens: Vec<u32>,
-        per_dp: Vec<u32>,
+    fn plan_of<'a>(cfg: &Config, lengths: &[u32], st: &'a mut OwnedPlan) -> Plan<'a> {
+        st.schedule(cfg, lengths).unwrap()
     }
 
-    fn plan_of<'a>(cfg: &Config, lengths: &[u32], st: &'a mut Store) -> Plan<'a> {
-        let ws = WorkspaceSizes::for_batch(lengths.len(), cfg);
-        let (mut keys, mut seqs, mut scratch) = (
-            vec![0u64; ws.keys],
-            vec![0u32; ws.seqs],
-            vec![0u32; ws.scratch],
-        );
-        let (mut loads, mut heap, mut start) = (
-            vec![0u128; ws.dp_loads],
-            vec![0u32; ws.dp_heap],
-            vec![0u32; ws.dp_start],
-        );
-        let mut work = Workspace {
-            keys: &mut keys,
-            seqs: &mut seqs,
-            scratch: &mut scratch,
-            dp_loads: &mut loads,
-            dp_heap: &mut heap,
-            dp_start: &mut start,
-        };
-        let out = PlanBuffers {
-            placements: &mut st.placements,
-            micro_batches: &mut st.micro_batches,
-            members: &mut st.members,
-            rank_tokens: &mut st.rank_tokens,
-            micro_batches_per_dp: &mut st.per_dp,
-        };
-        schedule(cfg, lengths, &mut work, out).unwrap()
-    }
-
-    fn store(n: usize, cfg: &Config) -> Store {
-        let ps = PlanSizes::for_batch(n, cfg);
-        Store {
-            placements: vec![Placement::default(); ps.placements],
-            micro_batches: vec![MicroBatch::default(); ps.micro_batches],
-            members: vec![0; ps.members],
-            rank_tokens: vec![0; ps.rank_tokens],
-            per_dp: vec![0; ps.micro_batches_per_dp],
-        }
+    fn store(n: usize, cfg: &Config) -> OwnedPlan {
+        OwnedPlan::new(n, cfg)
     }
 
     /// One GPU's layout in owned vectors, trimmed to the written counts.

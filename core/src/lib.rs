@@ -46,6 +46,8 @@
 
 #[cfg(test)]
 extern crate std;
+#[cfg(test)]
+mod test_support;
 
 pub mod balanced;
 pub mod baselines;

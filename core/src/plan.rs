@@ -612,9 +612,8 @@ pub fn check(cfg: &Config, lengths: &[u32], plan: &Plan<'_>) -> Result<(), Check
 mod tests {
     use super::*;
     use crate::config::{ModelShape, Policy};
-    use crate::schedule;
-    use crate::workspace::{Workspace, WorkspaceSizes};
-    use std::vec;
+    use crate::test_support::OwnedPlan;
+
     use std::vec::Vec;
 
     /// A plan's slices in owned vectors, trimmed to the plan's entries.
@@ -642,40 +641,8 @@ mod tests {
     }
 
     fn scheduled(cfg: &Config, lengths: &[u32]) -> Owned {
-        let n = lengths.len();
-        let ws = WorkspaceSizes::for_batch(n, cfg);
-        let ps = PlanSizes::for_batch(n, cfg);
-        let (mut keys, mut seqs, mut scratch) = (
-            vec![0u64; ws.keys],
-            vec![0u32; ws.seqs],
-            vec![0u32; ws.scratch],
-        );
-        let (mut loads, mut heap, mut start) = (
-            vec![0u128; ws.dp_loads],
-            vec![0u32; ws.dp_heap],
-            vec![0u32; ws.dp_start],
-        );
-        let mut work = Workspace {
-            keys: &mut keys,
-            seqs: &mut seqs,
-            scratch: &mut scratch,
-            dp_loads: &mut loads,
-            dp_heap: &mut heap,
-            dp_start: &mut start,
-        };
-        let mut placements = vec![Placement::default(); ps.placements];
-        let mut micro_batches = vec![MicroBatch::default(); ps.micro_batches];
-        let mut members = vec![0u32; ps.members];
-        let mut rank_tokens = vec![0u32; ps.rank_tokens];
-        let mut per_dp = vec![0u32; ps.micro_batches_per_dp];
-        let out = PlanBuffers {
-            placements: &mut placements,
-            micro_batches: &mut micro_batches,
-            members: &mut members,
-            rank_tokens: &mut rank_tokens,
-            micro_batches_per_dp: &mut per_dp,
-        };
-        let plan = schedule(cfg, lengths, &mut work, out).unwrap();
+        let mut bufs = OwnedPlan::new(lengths.len(), cfg);
+        let plan = bufs.schedule(cfg, lengths).unwrap();
         Owned {
             placements: plan.placements().to_vec(),
             micro_batches: plan.micro_batches().to_vec(),
