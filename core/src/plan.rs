@@ -173,8 +173,9 @@ impl<'a> Plan<'a> {
     /// The sequences of micro-batch `mb`, in the order the policy placed them.
     pub fn members_of(&self, mb: &MicroBatch) -> &'a [u32] {
         let first = mb.first as usize;
-        self.members
-            .get(first..first + mb.count as usize)
+        first
+            .checked_add(mb.count as usize)
+            .and_then(|end| self.members.get(first..end))
             .unwrap_or(&[])
     }
     /// Tokens per CP rank of the `g`-th micro-batch (global index into [`Plan::micro_batches`]).
@@ -235,14 +236,6 @@ impl<'a> Plan<'a> {
             micro_batches_per_dp: parts.micro_batches_per_dp,
             summary: Summary::default(),
         };
-        // The counts must tile the members before `check` adds them up in `u32`.
-        let mut listed = 0u64;
-        for (g, mb) in parts.micro_batches.iter().enumerate() {
-            listed += u64::from(mb.count);
-            if listed > parts.members.len() as u64 {
-                return Err(CheckError::MicroBatchTable { g });
-            }
-        }
         check(cfg, lengths, &plan)?;
         // `check` bounded the table by the sequence count (at most MAX_SEQS).
         let count = |k: usize| u32::try_from(k).map_err(|_| CheckError::Shape);
@@ -760,6 +753,22 @@ mod tests {
         let mut longer = LENGTHS;
         longer[1] = 60; // a different batch of the same size: over budget or recount differs
         assert!(Plan::from_parts(&cfg, &longer, good.parts()).is_err());
+    }
+
+    /// Regression (found by the corruption test below): a micro-batch count near `u32::MAX`
+    /// overflowed the checker's running offset (a panic in debug builds, a wrap in release).
+    /// It must be reported as a bad table, by `check` itself.
+    #[test]
+    fn a_huge_micro_batch_count_is_an_error_not_an_overflow() {
+        let cfg = Config::new(2, 2, 24, ModelShape::QWEN2_5_0_5B);
+        let mut o = scheduled(&cfg, &LENGTHS);
+        for count in [u32::MAX, u32::MAX - 1, u32::MAX / 2 + 1] {
+            o.micro_batches[0].count = count;
+            assert!(
+                Plan::from_parts(&cfg, &LENGTHS, o.parts()).is_err(),
+                "{count}"
+            );
+        }
     }
 
     /// Arbitrary corruption of every field never panics, and whatever is accepted passes the
