@@ -29,16 +29,32 @@ pub fn schedule<'b>(
     let n = lengths.len();
     PlanSizes::for_batch(n, cfg).check(&out)?;
     WorkspaceSizes::for_batch(n, cfg).check(ws)?;
-    if cfg.policy == Policy::Balanced {
-        return balanced::schedule(cfg, lengths, ws, out, total);
-    }
-    let mut w = PlanWriter::new(out, cfg, total);
+    // `balanced` lends the plan buffers to itself as scratch before writing, so it takes
+    // them whole; every other policy writes through a `PlanWriter`.
     match cfg.policy {
-        // Balanced returned above (it lends the plan buffers to itself as scratch first).
-        Policy::Skrull | Policy::Balanced => gds::run(cfg, lengths, ws, &mut w, Rule::Dacp)?,
-        Policy::RoundRobin => gds::run(cfg, lengths, ws, &mut w, Rule::WorstFit)?,
-        Policy::DeepSpeed => baselines::deepspeed(cfg, lengths, &mut w)?,
-        Policy::Packed => baselines::packed(cfg, lengths, &mut w)?,
+        Policy::Balanced => balanced::schedule(cfg, lengths, ws, out, total),
+        Policy::Skrull => written(cfg, n, total, out, |w| {
+            gds::run(cfg, lengths, ws, w, Rule::Dacp)
+        }),
+        Policy::RoundRobin => written(cfg, n, total, out, |w| {
+            gds::run(cfg, lengths, ws, w, Rule::WorstFit)
+        }),
+        Policy::DeepSpeed => written(cfg, n, total, out, |w| {
+            baselines::deepspeed(cfg, lengths, w)
+        }),
+        Policy::Packed => written(cfg, n, total, out, |w| baselines::packed(cfg, lengths, w)),
     }
+}
+
+/// Runs `policy` on a fresh [`PlanWriter`] over `out` and returns the finished plan.
+fn written<'b>(
+    cfg: &Config,
+    n: usize,
+    total: u64,
+    out: PlanBuffers<'b>,
+    policy: impl FnOnce(&mut PlanWriter<'b>) -> Result<(), Error>,
+) -> Result<Plan<'b>, Error> {
+    let mut w = PlanWriter::new(out, cfg, total);
+    policy(&mut w)?;
     Ok(w.finish(n))
 }
