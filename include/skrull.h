@@ -98,6 +98,16 @@
 #define SKRULL_CONFIG_SIZE_V1 60
 
 /**
+ * The largest `skrull_config.pad_multiple`.
+ */
+#define SKRULL_MAX_PAD_MULTIPLE 65536
+
+/**
+ * `skrull_layout.micro_batch_global` of an empty lockstep micro-batch.
+ */
+#define SKRULL_NO_MICRO_BATCH UINT32_MAX
+
+/**
  * The C ABI version this header describes.
  *
  * A single integer, independent of the crate's semver, increased by one whenever a change
@@ -186,7 +196,9 @@ enum skrull_status
      */
     SKRULL_STATUS_LENGTH_OUT_OF_RANGE = 16,
     /**
-     * A sequence cannot fit even sharded over the CP group (`ceil(len / cp) > bucket`).
+     * A sequence cannot fit even sharded over the CP group: its per-GPU share, `ceil(P / cp)`
+     * for its padded length `P` (`P = len` without padding; see `docs/layout.md`), exceeds
+     * `bucket_tokens`.
      */
     SKRULL_STATUS_SEQUENCE_TOO_LONG = 17,
     /**
@@ -197,6 +209,10 @@ enum skrull_status
      * DACP could not place one micro-batch within the budget (`skrull_dacp_place` only).
      */
     SKRULL_STATUS_DACP_FAILED = 19,
+    /**
+     * `pad_multiple` is above 65536.
+     */
+    SKRULL_STATUS_INVALID_PAD_MULTIPLE = 20,
     /**
      * The plan buffers given to a layout function do not hold a valid plan that
      * `skrull_schedule()` made from this configuration and these lengths (wrong counts,
@@ -263,7 +279,7 @@ typedef struct skrull_model_shape {
 } skrull_model_shape;
 
 /**
- * Everything `skrull_schedule()` needs besides the lengths (version 1: 60 bytes).
+ * Everything `skrull_schedule()` needs besides the lengths (version 1: 60 bytes; now 72).
  *
  * Initialise it with `skrull_config_default()` or `skrull_config_preset()`, then change
  * fields. `struct_size` must be `sizeof(skrull_config)` as the caller compiled it: new fields
@@ -313,6 +329,22 @@ typedef struct skrull_config {
      * The model shape FLOPs are counted for.
      */
     struct skrull_model_shape model;
+    /**
+     * Pad multiple `M`, 0..=65536 (0 and 1: none). A sharded sequence is padded to a
+     * multiple of `lcm(2 cp, M)` with `SKRULL_SHARD_PADDING_ZIGZAG` (of `M` at `cp = 1` or
+     * without zigzag), e.g. `M = 2 cp tp` for Megatron with sequence parallelism; the budget
+     * charges the padding. See `docs/layout.md`.
+     */
+    uint32_t pad_multiple;
+    /**
+     * 1: pad local (whole) sequences to a multiple of `pad_multiple` too; 0: do not.
+     */
+    uint32_t pad_local;
+    /**
+     * 1: lockstep micro-batches (every DP rank reports the largest micro-batch count; a
+     * rank's extra micro-batches are empty); 0: each rank runs its own count.
+     */
+    uint32_t lockstep;
 } skrull_config;
 
 /**
@@ -417,6 +449,40 @@ typedef struct skrull_summary {
 } skrull_summary;
 
 /**
+ * Details of a failed call (frozen layout, 32 bytes).
+ *
+ * A caller that wants them points `skrull_plan_buffers.error` at one of these; the call
+ * writes it only when it fails (never on success) and leaves every other output untouched.
+ * The fields a status fills are listed in `docs/c_api.md` ("Error details"); the others are
+ * `index = -1`, `field = value = limit = 0`.
+ */
+typedef struct skrull_error_info {
+    /**
+     * The status the call returned.
+     */
+    uint32_t status;
+    /**
+     * For `SKRULL_STATUS_INVALID_MODEL`: the shape field, 1 `hidden`, 2 `kv_hidden`, 3 `ffn`,
+     * 4 `layers`, 5 `vocab`; otherwise 0.
+     */
+    uint32_t field;
+    /**
+     * The sequence (input index), DP rank or CP rank the status is about; -1 when none.
+     */
+    int64_t index;
+    /**
+     * The offending value: the out-of-range number, the sequence's length, the batch size,
+     * the micro-batches needed, the micro-batch asked for, or the overflowing value.
+     */
+    uint64_t value;
+    /**
+     * The bound it broke: the largest accepted value, the BucketSize the sequence needs, the
+     * configured micro-batch limit, or the micro-batches the DP rank runs.
+     */
+    uint64_t limit;
+} skrull_error_info;
+
+/**
  * The output buffers `skrull_schedule()` fills, each a pointer and its capacity in elements.
  *
  * Size them with `skrull_plan_sizes()`. Nothing is written unless the call returns
@@ -480,6 +546,13 @@ typedef struct skrull_plan_buffers {
      * Receives the summary (required).
      */
     struct skrull_summary *summary;
+    /**
+     * Receives the details of a failure (optional, NULL: none). Written only when the call
+     * fails, by `skrull_schedule()` and by the layout functions that read this plan. It must
+     * not overlap any other argument. Added after version 1: a caller whose `struct_size`
+     * ends before it gets no details.
+     */
+    struct skrull_error_info *error;
 } skrull_plan_buffers;
 
 /**
@@ -559,7 +632,9 @@ typedef struct skrull_layout {
      */
     uint32_t cp_rank;
     /**
-     * The micro-batch's position `g` in the plan's micro-batch table.
+     * The micro-batch's position `g` in the plan's micro-batch table, or
+     * `SKRULL_NO_MICRO_BATCH` for an empty lockstep micro-batch (one the table does not
+     * list; its layout is empty: no span, every `cu_seqlens` array `{0}`, no token).
      */
     uint32_t micro_batch_global;
     /**
@@ -701,6 +776,26 @@ typedef struct skrull_layout_buffers {
      * Receives the counts, maxima and loss weights (required).
      */
     struct skrull_layout *layout;
+    /**
+     * Gather index of every token in the buffer (`int64`, NULL with length 0: skip; same
+     * count as `positions`): the token's offset in the DP rank's sequences concatenated in
+     * plan order, -1 for padding. See `docs/layout.md`. Added after version 1.
+     */
+    int64_t *gather_index;
+    /**
+     * Capacity of `gather_index`, in elements.
+     */
+    size_t gather_index_len;
+    /**
+     * `cu_seqlens` of the local group over padded lengths, i.e. buffer offsets (NULL with
+     * length 0: skip; same count as `local_cu_seqlens`); equal to `local_cu_seqlens` unless
+     * `pad_local` pads local sequences. Added after version 1.
+     */
+    int32_t *local_cu_seqlens_padded;
+    /**
+     * Capacity of `local_cu_seqlens_padded`, in elements.
+     */
+    size_t local_cu_seqlens_padded_len;
 } skrull_layout_buffers;
 
 /**

@@ -972,6 +972,7 @@ fn run_c(name: &str, spec: &CSpec) -> skrull_status {
         micro_batches_per_dp: maybe_misalign(per_dp.ptr(), spec, P::PerDp),
         micro_batches_per_dp_len: cap(sz.micro_batches_per_dp, P::PerDp),
         summary: maybe_misalign(summary.ptr(), spec, P::Summary),
+        error: std::ptr::null_mut(),
     };
     let lengths_ptr = maybe_misalign(lengths.ptr(), spec, P::Lengths);
     let ws_ptr = maybe_misalign(workspace.ptr(), spec, P::Workspace);
@@ -1176,9 +1177,11 @@ fn c_cases() -> Vec<(&'static str, CSpec, skrull_status)> {
     );
     // struct_size of the output buffers, and the reserved field.
     let ob = size_of::<skrull_plan_buffers>() as u32;
+    let ob_v1 = skrull::plan::PLAN_BUFFERS_SIZE_V1 as u32;
     for (name, size, want) in [
         ("out struct_size 0", 0, S::BadStructSize),
-        ("out struct_size v1 - 1", ob - 1, S::BadStructSize),
+        ("out struct_size v1 - 1", ob_v1 - 1, S::BadStructSize),
+        ("out struct_size v1 (no error details)", ob_v1, S::Ok),
         (
             "out struct_size 4097",
             SKRULL_MAX_STRUCT_SIZE + 1,
@@ -1557,6 +1560,9 @@ fn c_config_initialisers_matrix() {
             vocab: FILL,
             swiglu: FILL,
         },
+        pad_multiple: FILL,
+        pad_local: FILL,
+        lockstep: FILL,
     };
     // (name, preset or None for skrull_config_default, NULL out, status)
     let cases: [(&str, Option<u32>, bool, skrull_status); 8] = [

@@ -97,6 +97,7 @@ impl COut {
             micro_batches_per_dp: self.per_dp.as_mut_ptr(),
             micro_batches_per_dp_len: self.per_dp.len(),
             summary: &mut self.summary,
+            error: std::ptr::null_mut(),
         };
         // SAFETY: every pointer is valid for the length it is given, nothing overlaps.
         unsafe {

@@ -40,6 +40,9 @@ impl Arbitrary for Case {
                 skrull_core::ShardPadding::Zigzag,
             ],
         );
+        cfg.pad_multiple = pick(g, &[1u32, 1, 1, 2, 4, 8, 16, 12]);
+        cfg.pad_local = bool::arbitrary(g);
+        cfg.lockstep = bool::arbitrary(g);
         // The longest length whose shard fits the budget. Zigzag padding charges at least 2
         // tokens per rank, so a budget of 1 takes no sequence at all: fall back to no padding.
         let fits = |cfg: &Config| {
@@ -51,6 +54,7 @@ impl Arbitrary for Case {
         let mut max_len = fits(&cfg);
         if max_len == 0 {
             cfg.shard_padding = skrull_core::ShardPadding::None;
+            cfg.pad_multiple = 1;
             max_len = fits(&cfg);
         }
         let n = usize::arbitrary(g) % 120;
@@ -140,7 +144,7 @@ pub fn independent_check(cfg: &Config, lengths: &[u32], plan: &Plan<'_>) -> Resu
             }
         } else if p.cp_rank >= 0 && (p.cp_rank as u32) < cp {
             *gpu.entry((p.dp_rank, p.micro_batch, p.cp_rank as u32))
-                .or_default() += len;
+                .or_default() += u64::from(cfg.local_tokens(lengths[i]));
         } else {
             return Err(format!("seq {i}: cp rank {} out of range", p.cp_rank));
         }
@@ -155,11 +159,17 @@ pub fn independent_check(cfg: &Config, lengths: &[u32], plan: &Plan<'_>) -> Resu
             return Err(format!("dp {d} mb {m}: {t} tokens > C x N"));
         }
     }
-    // Micro-batch indices of each DP rank are 0..count, and count matches the plan.
+    // Micro-batch indices of each DP rank are 0..count, and count matches the plan (with
+    // lockstep: every rank declares the most any rank uses).
+    let most = (0..dp)
+        .map(|d| used_mbs.get(&d).map_or(0, HashSet::len) as u32)
+        .max()
+        .unwrap_or(0);
     for d in 0..dp {
         let used = used_mbs.get(&d).map_or(0, HashSet::len) as u32;
         let declared = plan.micro_batches_per_dp()[d as usize];
-        if used != declared {
+        let expected = if cfg.lockstep { most } else { used };
+        if declared != expected {
             return Err(format!(
                 "dp {d}: {used} micro-batches used, {declared} declared"
             ));

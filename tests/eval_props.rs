@@ -48,7 +48,7 @@ fn random_plan(cfg: &Config, lengths: &[u32], seed: u64) -> Vec<Placement> {
     let mut mbs: BTreeMap<u32, Vec<Vec<u64>>> = BTreeMap::new();
     let mut out = vec![Placement::default(); lengths.len()];
     for s in order {
-        let len = u64::from(lengths[s]);
+        let len = u64::from(cfg.local_tokens(lengths[s]));
         let share = u64::from(cfg.shard_tokens(lengths[s]));
         let d = rng.below(dp) as u32;
         let list = mbs.entry(d).or_default();

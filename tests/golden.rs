@@ -173,6 +173,7 @@ fn c_hash(cfg: &Config, lengths: &[u32]) -> u64 {
         micro_batches_per_dp: per_dp.as_mut_ptr(),
         micro_batches_per_dp_len: per_dp.len(),
         summary: &mut summary,
+        error: std::ptr::null_mut(),
     };
     // SAFETY: every pointer is valid for the length it is given, nothing overlaps.
     let st = unsafe {

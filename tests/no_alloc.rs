@@ -152,6 +152,8 @@ fn layout_fill_and_evaluate_do_not_allocate() {
                             sharded_cu_seqlens_padded: &mut padded,
                             rank_cu_seqlens: &mut rank,
                             positions: &mut positions,
+                            local_cu_seqlens_padded: &mut [],
+                            gather_index: &mut [],
                         },
                     )
                 });

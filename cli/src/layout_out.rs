@@ -17,6 +17,8 @@ pub struct GpuLayout {
     pub spans: Vec<Span>,
     /// `cu_seqlens` of the local group.
     pub local_cu_seqlens: Vec<i32>,
+    /// Buffer offsets of the local sequences (`cu_seqlens` over padded lengths).
+    pub local_cu_seqlens_padded: Vec<i32>,
     /// Global `cu_seqlens` of the sharded group (real lengths).
     pub sharded_cu_seqlens: Vec<i32>,
     /// Global `cu_seqlens` of the sharded group (padded lengths).
@@ -60,6 +62,7 @@ pub fn compute(
     let mut g = GpuLayout {
         spans: vec![Span::default(); s.spans as usize],
         local_cu_seqlens: vec![0; s.local_cu_seqlens as usize],
+        local_cu_seqlens_padded: vec![0; s.local_cu_seqlens as usize],
         sharded_cu_seqlens: vec![0; s.sharded_cu_seqlens as usize],
         sharded_cu_seqlens_padded: vec![0; s.sharded_cu_seqlens as usize],
         rank_cu_seqlens: vec![0; s.sharded_cu_seqlens as usize],
@@ -69,10 +72,12 @@ pub fn compute(
     let out = LayoutBuffers {
         spans: &mut g.spans,
         local_cu_seqlens: &mut g.local_cu_seqlens,
+        local_cu_seqlens_padded: &mut g.local_cu_seqlens_padded,
         sharded_cu_seqlens: &mut g.sharded_cu_seqlens,
         sharded_cu_seqlens_padded: &mut g.sharded_cu_seqlens_padded,
         rank_cu_seqlens: &mut g.rank_cu_seqlens,
         positions: &mut g.positions,
+        gather_index: &mut [],
     };
     g.layout = layout::fill(cfg, lengths, plan, gpu, out).map_err(|e| e.to_string())?;
     Ok(g)
@@ -158,6 +163,8 @@ pub fn layout_json(cfg: &Config, g: &GpuLayout) -> String {
     }
     out.push_str("],\n \"local\": {\"cu_seqlens\": ");
     push_list(&mut out, &g.local_cu_seqlens);
+    out.push_str(", \"cu_seqlens_padded\": ");
+    push_list(&mut out, &g.local_cu_seqlens_padded);
     let _ = write!(
         out,
         ", \"max_seqlen\": {}}},\n \"sharded\": {{\"cu_seqlens\": ",
@@ -236,8 +243,8 @@ pub fn layout_table(cfg: &Config, g: &GpuLayout) -> String {
     }
     let _ = writeln!(
         out,
-        "local:   cu_seqlens {:?} max_seqlen {}",
-        g.local_cu_seqlens, l.local_max_seqlen
+        "local:   cu_seqlens {:?} max_seqlen {} | cu_seqlens_padded {:?}",
+        g.local_cu_seqlens, l.local_max_seqlen, g.local_cu_seqlens_padded
     );
     let _ = writeln!(
         out,

@@ -46,8 +46,8 @@ use core::cell::Cell;
 
 use heapless::Vec as HVec;
 
-use crate::budget::shard_tokens;
-use crate::config::{Config, MAX_CP, ShardPadding};
+use crate::budget::Budget;
+use crate::config::{Config, MAX_CP};
 use crate::cost::{ATTN_POINTS, AttentionTable, CostModel, Overlap, TimeModel};
 use crate::error::Error;
 use crate::gds;
@@ -73,9 +73,7 @@ const SH: u32 = u32::MAX;
 #[derive(Debug, Clone)]
 pub struct IntModel {
     cp: u32,
-    /// `log2 cp` when `cp` is a power of two.
-    cp_shift: Option<u32>,
-    padding: ShardPadding,
+    budget: Budget,
     gemm_fp: u64,
     stream_ps: u64,
     comm_lat_ps: u64,
@@ -197,8 +195,7 @@ impl IntModel {
         let curve = Curve::new(cost, &tm);
         IntModel {
             cp,
-            cp_shift: cp.is_power_of_two().then(|| cp.trailing_zeros()),
-            padding: cfg.shard_padding,
+            budget: cfg.budget(),
             gemm_fp: to_fp(tm.gemm_compute(1)),
             stream_ps: to_ps(tm.weight_stream()),
             comm_lat_ps: to_ps(lat),
@@ -224,14 +221,13 @@ impl IntModel {
     /// Tokens one GPU holds of a sharded sequence.
     #[inline]
     pub fn share(&self, len: u32) -> u32 {
-        match (self.cp_shift, self.padding) {
-            // Power-of-two CP groups (the common case): shifts instead of a division.
-            (Some(k), ShardPadding::None) => ((u64::from(len) + (1u64 << k) - 1) >> k) as u32,
-            (Some(k), ShardPadding::Zigzag) => {
-                (((u64::from(len) + (2u64 << k) - 1) >> (k + 1)) << 1) as u32
-            }
-            _ => shard_tokens(len, self.cp, self.padding),
-        }
+        self.budget.share(len)
+    }
+
+    /// Tokens a local sequence occupies on its GPU.
+    #[inline]
+    pub fn local(&self, len: u32) -> u32 {
+        self.budget.local(len)
     }
 
     /// GEMM time of `tokens` on one GPU (roofline), ps.
@@ -409,6 +405,7 @@ impl Ranks {
     }
 
     fn local(&mut self, im: &IntModel, r: usize, len: u32, aw: u64) {
+        let len = im.local(len);
         if let (Some(b), Some(a), Some(g), Some(t)) = (
             self.rb.get_mut(r),
             self.attn.get_mut(r),
@@ -423,6 +420,7 @@ impl Ranks {
     }
 
     fn unlocal(&mut self, im: &IntModel, r: usize, len: u32, aw: u64) {
+        let len = im.local(len);
         if let (Some(b), Some(a), Some(g), Some(t)) = (
             self.rb.get_mut(r),
             self.attn.get_mut(r),
@@ -508,7 +506,8 @@ fn attempt(
         let seq = mb.members[i];
         let len = len_of(seq);
         let aw = aw_of(seq);
-        let glen = im.gemm_linear(u64::from(len));
+        let charge = im.local(len);
+        let glen = im.gemm_linear(u64::from(charge));
         // Rollbacks are bounded: each turns one local member sharded for good.
         let mut guard = 0usize;
         loop {
@@ -518,7 +517,7 @@ fn attempt(
             }
             let extra = if im.all_attention { st.sh_attn } else { 0 };
             let mut pick: Option<(u64, usize)> = None;
-            let need = i64::from(len);
+            let need = i64::from(charge);
             let ranks = st.rb.iter().zip(st.attn.iter().zip(&st.gl)).enumerate();
             for (r, (&rb, (&attn, &gl))) in ranks {
                 if rb < need {
@@ -587,7 +586,7 @@ fn place(
     let forced = mb
         .members
         .iter()
-        .take_while(|&&seq| len_of(seq) > cfg.bucket)
+        .take_while(|&&seq| im.local(len_of(seq)) > cfg.bucket)
         .count();
     let mut k0 = 0;
     while k0 < k {
@@ -1164,7 +1163,7 @@ pub(crate) fn schedule<'b>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{ModelShape, Policy, Victim};
+    use crate::config::{ModelShape, Policy, ShardPadding, Victim};
     use crate::plan::{self};
     use crate::test_support::OwnedPlan;
 

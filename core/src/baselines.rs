@@ -9,6 +9,7 @@
 //! "Consecutive shares" split `n` sequences into `dp` runs whose sizes differ by at most one,
 //! the longer runs first (`n = 10, dp = 4` gives 3, 3, 2, 2).
 
+use crate::budget::Budget;
 use crate::config::Config;
 use crate::error::Error;
 use crate::plan::{PlanWriter, SHARDED};
@@ -55,13 +56,14 @@ pub(crate) fn deepspeed(
 /// Next-fit packing of sharded sequences in sample order.
 pub(crate) fn packed(cfg: &Config, lengths: &[u32], w: &mut PlanWriter<'_>) -> Result<(), Error> {
     let dp = cfg.dp as usize;
+    let budget = cfg.budget();
     for d in 0..dp {
         let share = consecutive_share(lengths.len(), dp, d);
         // First pass counts micro-batches so the limit is checked before anything is written.
-        let count = next_fit(cfg, &lengths[share.clone()], |_, _| {});
+        let count = next_fit(&budget, &lengths[share.clone()], |_, _| {});
         check_limit(cfg, d, count)?;
         let first = share.start;
-        next_fit(cfg, &lengths[share], |k, new_mb| {
+        next_fit(&budget, &lengths[share], |k, new_mb| {
             if let Some(j) = new_mb {
                 w.open(d as u32, j);
             }
@@ -75,12 +77,12 @@ pub(crate) fn packed(cfg: &Config, lengths: &[u32], w: &mut PlanWriter<'_>) -> R
 /// Walks `lens` with next-fit packing under the per-GPU budget; calls `visit(k, Some(j))` when
 /// sequence `k` opens micro-batch `j`, `visit(k, None)` when it joins the open one. Returns
 /// the number of micro-batches.
-fn next_fit(cfg: &Config, lens: &[u32], mut visit: impl FnMut(usize, Option<u32>)) -> u32 {
+fn next_fit(budget: &Budget, lens: &[u32], mut visit: impl FnMut(usize, Option<u32>)) -> u32 {
     let mut count = 0u32;
     let mut used = 0u64;
     for (k, &len) in lens.iter().enumerate() {
-        let share = u64::from(cfg.shard_tokens(len));
-        if count == 0 || used + share > u64::from(cfg.bucket) {
+        let share = u64::from(budget.share(len));
+        if count == 0 || used + share > u64::from(budget.bucket()) {
             visit(k, Some(count));
             count += 1;
             used = share;

@@ -1,61 +1,187 @@
-//! The token budget: what a sequence costs one GPU, and the up-front checks every policy
-//! shares.
+//! The token budget: what each placement costs one GPU, the padding rules behind it, and the
+//! up-front length checks every policy shares.
+//!
+//! # The padding rule
+//!
+//! With `N` CP ranks, pad multiple `M` ([`Config::pad_multiple`]) and shard padding `p`:
+//!
+//! - the **shard unit** is `u = lcm(2N, M)` when `N > 1` and the sequence is padded at all
+//!   ([`ShardPadding::Zigzag`], or `M > 1`), else `u = M` (at `N = 1` nothing is exchanged, so
+//!   zigzag asks for no padding of its own). So a pad multiple above 1 always pads shards to
+//!   whole zigzag chunks: with `M > 1` the two shard paddings coincide;
+//! - a **sharded** sequence of `S` tokens is padded at its end to `P = u·ceil(S / u)` tokens
+//!   and every GPU of the CP group is charged `ceil(P / N)` ([`Budget::share`]): exactly
+//!   `P / N` with zigzag (`2N` divides `P`), `ceil(S / N)` with no padding at all;
+//! - a **local** sequence costs its rank `S` tokens, or `M·ceil(S / M)` with
+//!   [`Config::pad_local`] ([`Budget::local`]).
+//!
+//! A batch is accepted only when every sequence fits sharded (`share(S) <= C`); the
+//! baselines shard everything, so this is what makes every policy able to plan it.
 
 use crate::config::{Config, MAX_SEQ_LEN, MAX_SEQS, ShardPadding};
 use crate::error::Error;
 
-/// Tokens one CP rank holds of a sequence of `len` tokens sharded over `cp` ranks:
-/// `ceil(len / cp)` unpadded, `2 * ceil(len / 2cp)` with zigzag padding (never above
-/// `len + 1`, so it fits `u32` for every accepted length).
-#[inline]
-pub fn shard_tokens(len: u32, cp: u32, padding: ShardPadding) -> u32 {
-    let cp = cp.max(1);
-    match padding {
-        ShardPadding::None => len.div_ceil(cp),
-        ShardPadding::Zigzag => 2 * len.div_ceil(2 * cp),
-    }
+/// What each placement of a sequence costs one GPU, for one configuration (see the
+/// [module documentation](self)). Cheap to build; policies build it once per call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Budget {
+    bucket: u32,
+    cp: u32,
+    shard_unit: u32,
+    local_unit: u32,
+    /// `log2 cp` when `cp` is a power of two.
+    cp_shift: Option<u32>,
+    /// `shard_unit - 1` when `shard_unit` is a power of two.
+    unit_mask: Option<u64>,
+    /// The longest sequence whose share fits the bucket.
+    max_len: u64,
 }
 
-/// Checks a batch against the configuration and returns its total token count.
-///
-/// # Errors
-/// [`Error::TooManySequences`], [`Error::EmptySequence`], [`Error::LengthOutOfRange`] or
-/// [`Error::SequenceTooLong`] (the first offending sequence in input order).
-pub fn check_lengths(cfg: &Config, lengths: &[u32]) -> Result<u64, Error> {
-    if lengths.len() > MAX_SEQS {
-        return Err(Error::TooManySequences {
-            count: lengths.len(),
-            max: MAX_SEQS,
-        });
+/// Greatest common divisor (`gcd(x, 0) = x`).
+const fn gcd(mut a: u64, mut b: u64) -> u64 {
+    while b != 0 {
+        (a, b) = (b, a % b);
     }
-    // `shard_tokens(len) > bucket` exactly when `len` exceeds the longest length that fits:
-    // `ceil(len / N) > C` iff `len > N·C`; `2·ceil(len / 2N) > C` iff
-    // `ceil(len / 2N) > floor(C / 2)` iff `len > 2N·floor(C / 2)`. No division per sequence.
-    let cp = u64::from(cfg.cp.max(1));
-    let fits = match cfg.shard_padding {
-        ShardPadding::None => cp * u64::from(cfg.bucket),
-        ShardPadding::Zigzag => 2 * cp * u64::from(cfg.bucket / 2),
-    };
-    let mut total = 0u64;
-    for (index, &len) in lengths.iter().enumerate() {
-        if len == 0 {
-            return Err(Error::EmptySequence { index });
+    a
+}
+
+impl Budget {
+    /// The budget of `cfg` (its values need not be validated: zeros are treated as 1).
+    pub fn new(cfg: &Config) -> Budget {
+        Self::with(
+            cfg.bucket,
+            cfg.cp,
+            cfg.shard_padding,
+            cfg.pad_multiple,
+            cfg.pad_local,
+        )
+    }
+
+    /// The budget of a bucket, CP size and padding options, as [`Budget::new`] reads them
+    /// from a [`Config`].
+    pub fn with(
+        bucket: u32,
+        cp: u32,
+        padding: ShardPadding,
+        pad_multiple: u32,
+        pad_local: bool,
+    ) -> Budget {
+        let cp = cp.max(1);
+        let m = u64::from(pad_multiple.max(1));
+        let unit = if cp > 1 && (padding == ShardPadding::Zigzag || m > 1) {
+            let two_n = 2 * u64::from(cp);
+            two_n / gcd(two_n, m) * m
+        } else {
+            m
+        };
+        // unit <= lcm(512, 65536) = 65536 for every valid configuration; clamp for the rest.
+        let shard_unit = u32::try_from(unit).unwrap_or(u32::MAX);
+        let unit = u64::from(shard_unit);
+        // share(S) <= C  iff  P <= N·C  iff  S <= u·floor(N·C / u).
+        let max_len = (u64::from(cp) * u64::from(bucket) / unit) * unit;
+        Budget {
+            bucket,
+            cp,
+            shard_unit,
+            local_unit: if pad_local { pad_multiple.max(1) } else { 1 },
+            cp_shift: cp.is_power_of_two().then(|| cp.trailing_zeros()),
+            unit_mask: unit.is_power_of_two().then(|| unit - 1),
+            max_len,
         }
-        if len > MAX_SEQ_LEN {
-            return Err(Error::LengthOutOfRange { index, len });
+    }
+
+    /// BucketSize C: the most tokens one GPU may hold in one micro-batch.
+    #[inline]
+    pub fn bucket(&self) -> u32 {
+        self.bucket
+    }
+
+    /// The CP size N the shares are computed for.
+    #[inline]
+    pub fn cp(&self) -> u32 {
+        self.cp
+    }
+
+    /// The shard unit `u`: a sharded sequence's padded length is a multiple of it.
+    #[inline]
+    pub fn shard_unit(&self) -> u32 {
+        self.shard_unit
+    }
+
+    /// Padded length `P` of a sequence of `len` tokens when it is sharded.
+    #[inline]
+    pub fn padded(&self, len: u32) -> u64 {
+        let s = u64::from(len);
+        match self.unit_mask {
+            Some(mask) => (s + mask) & !mask,
+            None => s.div_ceil(u64::from(self.shard_unit)) * u64::from(self.shard_unit),
         }
-        if u64::from(len) > fits {
-            let shard = cfg.shard_tokens(len);
-            return Err(Error::SequenceTooLong {
-                index,
-                len,
-                needed_bucket: shard,
+    }
+
+    /// Tokens each GPU of the CP group holds of a sharded sequence of `len` tokens,
+    /// `ceil(P / N)`, padding included (below `2^32` for every accepted length).
+    #[inline]
+    pub fn share(&self, len: u32) -> u32 {
+        let p = self.padded(len);
+        let share = match self.cp_shift {
+            Some(k) => (p + (1u64 << k) - 1) >> k,
+            None => p.div_ceil(u64::from(self.cp)),
+        };
+        share as u32
+    }
+
+    /// Tokens a local sequence of `len` tokens costs the rank that holds it, padding
+    /// included.
+    #[inline]
+    pub fn local(&self, len: u32) -> u32 {
+        if self.local_unit == 1 {
+            len
+        } else {
+            let u = self.local_unit;
+            // len < 2^31 and u <= 2^16: no overflow.
+            len.div_ceil(u) * u
+        }
+    }
+
+    /// Whether a sequence of `len` tokens fits the bucket sharded.
+    #[inline]
+    pub fn fits_sharded(&self, len: u32) -> bool {
+        u64::from(len) <= self.max_len
+    }
+
+    /// Checks a batch against the configuration's limits and this budget, and returns its
+    /// total token count.
+    ///
+    /// # Errors
+    /// [`Error::TooManySequences`], [`Error::EmptySequence`], [`Error::LengthOutOfRange`] or
+    /// [`Error::SequenceTooLong`] (the first offending sequence in input order).
+    pub fn check_lengths(&self, lengths: &[u32]) -> Result<u64, Error> {
+        if lengths.len() > MAX_SEQS {
+            return Err(Error::TooManySequences {
+                count: lengths.len(),
+                max: MAX_SEQS,
             });
         }
-        // At most 2^16 sequences of < 2^31 tokens: < 2^47, no overflow.
-        total += u64::from(len);
+        let mut total = 0u64;
+        for (index, &len) in lengths.iter().enumerate() {
+            if len == 0 {
+                return Err(Error::EmptySequence { index });
+            }
+            if len > MAX_SEQ_LEN {
+                return Err(Error::LengthOutOfRange { index, len });
+            }
+            if !self.fits_sharded(len) {
+                return Err(Error::SequenceTooLong {
+                    index,
+                    len,
+                    needed_bucket: self.share(len),
+                });
+            }
+            // At most 2^16 sequences of < 2^31 tokens: < 2^47, no overflow.
+            total += u64::from(len);
+        }
+        Ok(total)
     }
-    Ok(total)
 }
 
 #[cfg(test)]
@@ -63,32 +189,79 @@ mod tests {
     use super::*;
     use crate::config::ModelShape;
 
+    fn budget(cp: u32, bucket: u32, padding: ShardPadding, m: u32, local: bool) -> Budget {
+        let mut cfg = Config::new(1, cp, bucket, ModelShape::QWEN2_5_0_5B);
+        cfg.shard_padding = padding;
+        cfg.pad_multiple = m;
+        cfg.pad_local = local;
+        cfg.budget()
+    }
+
     #[test]
-    fn shard_is_ceiling() {
-        let none = ShardPadding::None;
-        assert_eq!(shard_tokens(30, 4, none), 8);
-        assert_eq!(shard_tokens(32, 4, none), 8);
-        assert_eq!(shard_tokens(1, 8, none), 1);
-        assert_eq!(shard_tokens(MAX_SEQ_LEN, 1, none), MAX_SEQ_LEN);
+    fn share_is_ceiling_without_padding() {
+        let b = |cp| budget(cp, 1, ShardPadding::None, 1, false);
+        assert_eq!(b(4).share(30), 8);
+        assert_eq!(b(4).share(32), 8);
+        assert_eq!(b(8).share(1), 1);
+        assert_eq!(b(3).share(10), 4);
+        assert_eq!(b(1).share(MAX_SEQ_LEN), MAX_SEQ_LEN);
     }
 
     #[test]
     fn zigzag_padding_rounds_to_pairs_of_chunks() {
-        let z = ShardPadding::Zigzag;
+        let b = |cp| budget(cp, 1, ShardPadding::Zigzag, 1, false);
         // N = 4, S = 10: 2N = 8 chunks of ceil(10/8) = 2 tokens, 2 chunks per GPU.
-        assert_eq!(shard_tokens(10, 4, z), 4);
-        assert_eq!(shard_tokens(16, 4, z), 4);
-        assert_eq!(shard_tokens(17, 4, z), 6);
-        assert_eq!(shard_tokens(1, 8, z), 2);
-        assert_eq!(shard_tokens(MAX_SEQ_LEN, 1, z), MAX_SEQ_LEN + 1);
+        assert_eq!(b(4).share(10), 4);
+        assert_eq!(b(4).padded(10), 16);
+        assert_eq!(b(4).share(16), 4);
+        assert_eq!(b(4).share(17), 6);
+        assert_eq!(b(8).share(1), 2);
+        assert_eq!(b(3).share(7), 4);
+        assert_eq!(b(256).share(MAX_SEQ_LEN), 2 * MAX_SEQ_LEN.div_ceil(512));
+    }
+
+    /// Regression (C contract): at CP 1 a sequence is never exchanged, so zigzag padding adds
+    /// nothing; CP 1, C 5, zigzag used to refuse a 5-token sequence (it charged 6).
+    #[test]
+    fn zigzag_at_cp_1_pads_nothing() {
+        let b = budget(1, 5, ShardPadding::Zigzag, 1, false);
+        assert_eq!(b.share(5), 5);
+        assert_eq!(b.padded(5), 5);
+        assert_eq!(b.check_lengths(&[5]), Ok(5));
+        assert_eq!(b.share(MAX_SEQ_LEN), MAX_SEQ_LEN);
+    }
+
+    #[test]
+    fn pad_multiple_pads_shards_to_the_lcm_with_2n() {
+        // Megatron with sequence parallelism: M = 2·cp·tp = 16 at CP 4, TP 2: unit 16.
+        let b = budget(4, 100, ShardPadding::Zigzag, 16, false);
+        assert_eq!(b.shard_unit(), 16);
+        assert_eq!(b.padded(17), 32);
+        assert_eq!(b.share(17), 8);
+        // lcm(2·3, 4) = 12 at CP 3.
+        let b = budget(3, 100, ShardPadding::Zigzag, 4, false);
+        assert_eq!(b.shard_unit(), 12);
+        assert_eq!(b.padded(13), 24);
+        assert_eq!(b.share(13), 8);
+        // A pad multiple pads whole zigzag chunks with either shard padding; at CP 1 the unit
+        // is M itself.
+        let b = budget(4, 100, ShardPadding::None, 6, false);
+        assert_eq!((b.shard_unit(), b.padded(7), b.share(7)), (24, 24, 6));
+        let b = budget(1, 100, ShardPadding::Zigzag, 16, false);
+        assert_eq!((b.shard_unit(), b.share(17)), (16, 32));
+        // Local sequences are padded only when asked.
+        assert_eq!(b.local(17), 17);
+        let b = budget(4, 100, ShardPadding::Zigzag, 16, true);
+        assert_eq!(b.local(17), 32);
+        assert_eq!(b.local(32), 32);
     }
 
     #[test]
     fn first_offender_is_reported() {
-        let cfg = Config::new(1, 4, 10, ModelShape::QWEN2_5_0_5B);
-        assert_eq!(check_lengths(&cfg, &[5, 40, 3]), Ok(48));
+        let b = budget(4, 10, ShardPadding::None, 1, false);
+        assert_eq!(b.check_lengths(&[5, 40, 3]), Ok(48));
         assert_eq!(
-            check_lengths(&cfg, &[5, 41, 0]),
+            b.check_lengths(&[5, 41, 0]),
             Err(Error::SequenceTooLong {
                 index: 1,
                 len: 41,
@@ -96,60 +269,59 @@ mod tests {
             })
         );
         assert_eq!(
-            check_lengths(&cfg, &[5, 0, 41]),
+            b.check_lengths(&[5, 0, 41]),
             Err(Error::EmptySequence { index: 1 })
         );
         assert_eq!(
-            check_lengths(&cfg, &[u32::MAX]),
+            b.check_lengths(&[u32::MAX]),
             Err(Error::LengthOutOfRange {
                 index: 0,
                 len: u32::MAX
             })
         );
-        assert_eq!(check_lengths(&cfg, &[]), Ok(0));
+        assert_eq!(b.check_lengths(&[]), Ok(0));
     }
-}
-
-#[cfg(test)]
-mod threshold_tests {
-    use super::*;
-    use crate::config::ModelShape;
 
     /// The division-free check rejects exactly the lengths whose share exceeds the bucket.
     #[test]
     fn threshold_equals_the_share_test() {
         for padding in [ShardPadding::None, ShardPadding::Zigzag] {
             // Fewer cases under miri, which runs this about 1,000x slower.
-            let (max_cp, max_bucket) = if cfg!(miri) { (3, 6) } else { (9, 40) };
-            for cp in 1..=max_cp {
-                for bucket in 1..=max_bucket {
-                    let mut cfg = Config::new(1, cp, bucket, ModelShape::QWEN2_5_0_5B);
-                    cfg.shard_padding = padding;
-                    for len in 1..=(2 * cp * bucket + 3) {
-                        let shard = shard_tokens(len, cp, padding);
-                        let want = if shard > bucket {
-                            Err(Error::SequenceTooLong {
-                                index: 0,
-                                len,
-                                needed_bucket: shard,
-                            })
-                        } else {
-                            Ok(u64::from(len))
-                        };
-                        assert_eq!(
-                            check_lengths(&cfg, &[len]),
-                            want,
-                            "{padding:?} {cp} {bucket}"
-                        );
+            let (max_cp, max_bucket, ms): (u32, u32, &[u32]) = if cfg!(miri) {
+                (3, 6, &[1, 4])
+            } else {
+                (9, 40, &[1, 2, 3, 8, 12])
+            };
+            for &m in ms {
+                for cp in 1..=max_cp {
+                    for bucket in 1..=max_bucket {
+                        let b = budget(cp, bucket, padding, m, false);
+                        for len in 1..=(2 * cp * bucket + 3) {
+                            let share = b.share(len);
+                            let p = b.padded(len);
+                            assert!(
+                                p >= u64::from(len) && p.is_multiple_of(u64::from(b.shard_unit()))
+                            );
+                            assert_eq!(u64::from(share), p.div_ceil(u64::from(cp)));
+                            let want = if share > bucket {
+                                Err(Error::SequenceTooLong {
+                                    index: 0,
+                                    len,
+                                    needed_bucket: share,
+                                })
+                            } else {
+                                Ok(u64::from(len))
+                            };
+                            assert_eq!(b.check_lengths(&[len]), want, "{padding:?} {cp} {bucket}");
+                        }
                     }
                 }
             }
         }
-        let mut cfg = Config::new(1, 256, MAX_SEQ_LEN, ModelShape::QWEN2_5_0_5B);
-        cfg.shard_padding = ShardPadding::Zigzag;
-        assert_eq!(
-            check_lengths(&cfg, &[MAX_SEQ_LEN]),
-            Ok(u64::from(MAX_SEQ_LEN))
-        );
+        let b = budget(256, MAX_SEQ_LEN, ShardPadding::Zigzag, 1, false);
+        assert_eq!(b.check_lengths(&[MAX_SEQ_LEN]), Ok(u64::from(MAX_SEQ_LEN)));
+        let b = budget(256, MAX_SEQ_LEN, ShardPadding::Zigzag, 65_536, true);
+        assert!(b.share(MAX_SEQ_LEN) <= MAX_SEQ_LEN / 256 + 65_536);
+        assert_eq!(b.local(MAX_SEQ_LEN), 1u32 << 31);
     }
 }

@@ -13,6 +13,8 @@ pub const MAX_BUCKET: u32 = i32::MAX as u32;
 pub const MAX_SEQ_LEN: u32 = i32::MAX as u32;
 /// Most sequences in one global batch.
 pub const MAX_SEQS: usize = 65_536;
+/// Largest [`Config::pad_multiple`].
+pub const MAX_PAD_MULTIPLE: u32 = 65_536;
 
 /// Largest `ModelShape::hidden` (and `kv_hidden`).
 pub const MAX_HIDDEN: u32 = 1 << 16;
@@ -234,6 +236,18 @@ pub struct Config {
     pub flops: FlopsFormula,
     /// How sharded sequences are cut (and so what they cost each GPU).
     pub shard_padding: ShardPadding,
+    /// Pad multiple `M` (1: none): a sharded sequence is padded to a multiple of
+    /// `lcm(2N, M)` (of `M` when `N = 1`), whatever [`Config::shard_padding`] says, and
+    /// with [`Config::pad_local`] a local one to a multiple of `M`. Megatron with sequence
+    /// parallelism wants `M = 2·cp·tp`; FP8 recipes `lcm(2·cp·tp, 16)`. See
+    /// [`Budget`](crate::budget::Budget) for the exact rule; the budget charges the padding.
+    pub pad_multiple: u32,
+    /// Whether local (whole) sequences are padded to a multiple of [`Config::pad_multiple`] too.
+    pub pad_local: bool,
+    /// Lockstep micro-batches: every DP rank reports the same micro-batch count (the largest
+    /// any rank needs); a rank's extra micro-batches are empty. Trainers whose micro-batch loop
+    /// count is global (Megatron, verl) need this.
+    pub lockstep: bool,
 }
 
 impl Config {
@@ -250,6 +264,9 @@ impl Config {
             model,
             flops: FlopsFormula::default(),
             shard_padding: ShardPadding::default(),
+            pad_multiple: 1,
+            pad_local: false,
+            lockstep: false,
         }
     }
 
@@ -265,17 +282,32 @@ impl Config {
         self
     }
 
-    /// Tokens one GPU holds of a sequence of `len` tokens sharded over this CP group.
+    /// The token budget of this configuration: what each placement costs a GPU.
+    #[inline]
+    pub fn budget(&self) -> crate::budget::Budget {
+        crate::budget::Budget::new(self)
+    }
+
+    /// Tokens each GPU holds of a sequence of `len` tokens sharded over the CP group
+    /// ([`Budget::share`](crate::budget::Budget::share); builds the budget on every call, so
+    /// hot loops should hold a [`Config::budget`] instead).
     #[inline]
     pub fn shard_tokens(&self, len: u32) -> u32 {
-        crate::budget::shard_tokens(len, self.cp, self.shard_padding)
+        self.budget().share(len)
+    }
+
+    /// Tokens a local sequence of `len` tokens costs its rank
+    /// ([`Budget::local`](crate::budget::Budget::local)).
+    #[inline]
+    pub fn local_tokens(&self, len: u32) -> u32 {
+        self.budget().local(len)
     }
 
     /// Checks the layout, the budget and the model shape.
     ///
     /// # Errors
-    /// [`Error::InvalidDp`], [`Error::InvalidCp`], [`Error::InvalidBucket`] or
-    /// [`Error::InvalidModel`].
+    /// [`Error::InvalidDp`], [`Error::InvalidCp`], [`Error::InvalidBucket`],
+    /// [`Error::InvalidPadMultiple`] or [`Error::InvalidModel`].
     pub fn validate(&self) -> Result<(), Error> {
         if self.dp == 0 || self.dp > MAX_DP {
             return Err(Error::InvalidDp { dp: self.dp });
@@ -286,6 +318,11 @@ impl Config {
         if self.bucket == 0 || self.bucket > MAX_BUCKET {
             return Err(Error::InvalidBucket {
                 bucket: self.bucket,
+            });
+        }
+        if self.pad_multiple == 0 || self.pad_multiple > MAX_PAD_MULTIPLE {
+            return Err(Error::InvalidPadMultiple {
+                pad_multiple: self.pad_multiple,
             });
         }
         self.model.validate()

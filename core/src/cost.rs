@@ -37,7 +37,7 @@
 
 use core::fmt;
 
-use crate::budget::shard_tokens;
+use crate::budget::Budget;
 use crate::config::{Config, FlopsFormula, ModelShape, ShardPadding};
 use crate::flops::FlopsModel;
 
@@ -416,7 +416,7 @@ pub struct TimeModel {
     /// The coefficients.
     pub cost: CostModel,
     cp: u32,
-    padding: ShardPadding,
+    budget: Budget,
     layers: f64,
     gemm_flops_per_token: f64,
     gemm_rate: f64,
@@ -441,14 +441,19 @@ impl TimeModel {
     /// Binds `cost` to `cfg`'s model shape, CP size and shard padding (the FLOPs formula in
     /// `cfg` only steers decisions; time always uses Megatron's hardware count).
     pub fn new(cost: &CostModel, cfg: &Config) -> TimeModel {
-        Self::for_shape(cost, &cfg.model, cfg.cp, cfg.shard_padding)
+        Self::with_budget(cost, &cfg.model, cfg.budget())
     }
 
-    /// Binds `cost` to a model shape and CP layout.
+    /// Binds `cost` to a model shape and CP layout (no pad multiple).
     pub fn for_shape(cost: &CostModel, shape: &ModelShape, cp: u32, padding: ShardPadding) -> Self {
+        Self::with_budget(cost, shape, Budget::with(u32::MAX, cp, padding, 1, false))
+    }
+
+    /// Binds `cost` to a model shape and the CP size and padding rules of `budget`.
+    pub fn with_budget(cost: &CostModel, shape: &ModelShape, budget: Budget) -> Self {
+        let cp = budget.cp();
         let megatron = FlopsModel::new(shape, FlopsFormula::Megatron);
         let layers = f64::from(shape.layers);
-        let cp = cp.max(1);
         let comm_bandwidth = if cp <= cost.gpus_per_node {
             cost.intra_node_bandwidth
         } else {
@@ -457,7 +462,7 @@ impl TimeModel {
         TimeModel {
             cost: *cost,
             cp,
-            padding,
+            budget,
             layers,
             gemm_flops_per_token: megatron.linear as f64,
             gemm_rate: cost.peak_flops * cost.gemm_efficiency,
@@ -478,7 +483,12 @@ impl TimeModel {
 
     /// Tokens one GPU holds of a sequence sharded over the CP group.
     pub fn shard_tokens(&self, len: u32) -> u32 {
-        shard_tokens(len, self.cp, self.padding)
+        self.budget.share(len)
+    }
+
+    /// Tokens a local sequence occupies on its GPU (padding included).
+    pub fn local_tokens(&self, len: u32) -> u32 {
+        self.budget.local(len)
     }
 
     /// GEMM time of `tokens` tokens on one GPU in one micro-batch (roofline; 0 for 0 tokens).
@@ -567,7 +577,7 @@ impl TimeModel {
     /// Time of a micro-batch that holds only this sequence, whole on one GPU.
     pub fn alone_whole(&self, len: u32) -> f64 {
         self.rank(&RankLoad {
-            local_tokens: u64::from(len),
+            local_tokens: u64::from(self.local_tokens(len)),
             local_attention: self.attention_whole(len),
             ..RankLoad::default()
         })

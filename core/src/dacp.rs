@@ -8,6 +8,7 @@
 
 use heapless::Vec as HVec;
 
+use crate::budget::Budget;
 use crate::config::{Config, MAX_CP, Victim};
 use crate::error::Error;
 use crate::flops::FlopsModel;
@@ -233,6 +234,7 @@ fn victim<S: Slots>(slots: &S, placed: usize, rank: usize, rule: Victim) -> Opti
 pub(crate) fn run<S: Slots>(
     slots: &mut S,
     cfg: &Config,
+    budget: &Budget,
     flops: &FlopsModel,
     rule: Rule,
 ) -> Result<u32, Error> {
@@ -244,9 +246,9 @@ pub(crate) fn run<S: Slots>(
         u128::from(flops.linear) * t + u128::from(flops.quadratic) * t * t <= u128::from(u64::MAX)
     };
     if fits_u64 {
-        run_with::<S, u64>(slots, cfg, flops, rule)
+        run_with::<S, u64>(slots, cfg, budget, flops, rule)
     } else {
-        run_with::<S, u128>(slots, cfg, flops, rule)
+        run_with::<S, u128>(slots, cfg, budget, flops, rule)
     }
 }
 
@@ -254,6 +256,7 @@ pub(crate) fn run<S: Slots>(
 fn run_with<S: Slots, L: Load>(
     slots: &mut S,
     cfg: &Config,
+    budget: &Budget,
     flops: &FlopsModel,
     rule: Rule,
 ) -> Result<u32, Error> {
@@ -263,7 +266,7 @@ fn run_with<S: Slots, L: Load>(
         rb: HVec::new(),
         load: HVec::new(),
     };
-    st.reset(cp, cfg.bucket);
+    st.reset(cp, budget.bucket());
     let zero = L::default();
     let mut rollbacks = 0u32;
     let mut i = 0usize;
@@ -273,11 +276,12 @@ fn run_with<S: Slots, L: Load>(
     // there are at most 2 x count passes.
     while i < count {
         let len = slots.len_at(i);
-        let need = i64::from(len);
+        let charge = budget.local(len);
+        let need = i64::from(charge);
         if rule == Rule::Dacp {
             let t = st.argmin_load();
             if st.rb(t) >= need {
-                st.place_local(t, len, L::of(flops, len));
+                st.place_local(t, charge, L::of(flops, len));
                 slots.set(i, t as i32);
                 i += 1;
                 continue;
@@ -286,16 +290,16 @@ fn run_with<S: Slots, L: Load>(
         let t = st.argmax_rb();
         if st.rb(t) >= need {
             if rule == Rule::Dacp {
-                st.place_local(t, len, L::of(flops, len));
+                st.place_local(t, charge, L::of(flops, len));
             } else {
-                st.place_local(t, len, zero);
+                st.place_local(t, charge, zero);
             }
             slots.set(i, t as i32);
             i += 1;
             continue;
         }
         let t = st.argmin_rb();
-        let share = cfg.shard_tokens(len);
+        let share = budget.share(len);
         if st.rb(t) >= i64::from(share) {
             st.place_sharded(
                 share,
@@ -319,37 +323,37 @@ fn run_with<S: Slots, L: Load>(
             Rule::Dacp => (L::of(flops, vlen), L::shard(flops, vlen, cp)),
             Rule::WorstFit => (zero, zero),
         };
-        st.unplace_local(t, vlen, whole);
-        st.place_sharded(cfg.shard_tokens(vlen), part);
+        st.unplace_local(t, budget.local(vlen), whole);
+        st.place_sharded(budget.share(vlen), part);
         slots.set(v, SHARDED);
         rollbacks += 1;
     }
-    recount(slots, cfg)?;
+    recount(slots, budget)?;
     Ok(rollbacks)
 }
 
 /// The authoritative check: recomputes every rank's tokens from the decisions alone (its
 /// local sequences plus every sharded sequence's share).
-fn recount<S: Slots>(slots: &S, cfg: &Config) -> Result<(), Error> {
+fn recount<S: Slots>(slots: &S, budget: &Budget) -> Result<(), Error> {
     let mut tokens: HVec<u64, { MAX_CP as usize }> = HVec::new();
-    for _ in 0..cfg.cp.min(MAX_CP) {
+    for _ in 0..budget.cp().min(MAX_CP) {
         let _ = tokens.push(0);
     }
     let mut shared = 0u64;
     for k in 0..slots.count() {
         let len = slots.len_at(k);
         match slots.get(k) {
-            SHARDED => shared += u64::from(cfg.shard_tokens(len)),
+            SHARDED => shared += u64::from(budget.share(len)),
             r => {
                 if let Some(t) = tokens.get_mut(r as usize) {
-                    *t += u64::from(len);
+                    *t += u64::from(budget.local(len));
                 }
             }
         }
     }
     match tokens
         .iter()
-        .position(|&t| t + shared > u64::from(cfg.bucket))
+        .position(|&t| t + shared > u64::from(budget.bucket()))
     {
         Some(r) => Err(Error::DacpFailed { cp_rank: r as u32 }),
         None => Ok(()),
@@ -408,7 +412,8 @@ pub fn place(
 ) -> Result<DacpOutcome, Error> {
     use crate::error::Buffer;
     cfg.validate()?;
-    crate::budget::check_lengths(cfg, lengths)?;
+    let budget = cfg.budget();
+    budget.check_lengths(lengths)?;
     let n = lengths.len();
     if order.len() < n {
         return Err(Error::BufferTooSmall {
@@ -450,7 +455,7 @@ pub fn place(
         lengths,
         out: &mut out[..n],
     };
-    let rollbacks = run(&mut slots, cfg, &flops, Rule::Dacp)?;
+    let rollbacks = run(&mut slots, cfg, &budget, &flops, Rule::Dacp)?;
     let sharded = slots.out.iter().filter(|&&r| r == SHARDED).count() as u32;
     Ok(DacpOutcome { sharded, rollbacks })
 }
@@ -576,10 +581,11 @@ mod tests {
                     lengths: &lengths,
                     out: &mut out,
                 };
+                let budget = cfg.budget();
                 let r = if wide {
-                    run_with::<_, u128>(&mut slots, &cfg, &flops, Rule::Dacp)
+                    run_with::<_, u128>(&mut slots, &cfg, &budget, &flops, Rule::Dacp)
                 } else {
-                    run_with::<_, u64>(&mut slots, &cfg, &flops, Rule::Dacp)
+                    run_with::<_, u64>(&mut slots, &cfg, &budget, &flops, Rule::Dacp)
                 };
                 (r, out)
             };

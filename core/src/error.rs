@@ -56,6 +56,12 @@ pub enum Error {
         /// The value given.
         bucket: u32,
     },
+    /// The pad multiple is 0 or larger than
+    /// [`MAX_PAD_MULTIPLE`](crate::config::MAX_PAD_MULTIPLE).
+    InvalidPadMultiple {
+        /// The value given.
+        pad_multiple: u32,
+    },
     /// A model-shape field is 0 or above its documented limit.
     InvalidModel {
         /// The offending field.
@@ -82,13 +88,14 @@ pub enum Error {
         /// Its length.
         len: u32,
     },
-    /// A sequence cannot fit even sharded: `ceil(len / cp) > bucket`.
+    /// A sequence cannot fit even sharded: its per-GPU share
+    /// ([`Budget::share`](crate::budget::Budget::share)) exceeds the BucketSize.
     SequenceTooLong {
         /// Its index in the input.
         index: usize,
         /// Its length.
         len: u32,
-        /// The smallest BucketSize that would hold its shard, `ceil(len / cp)`.
+        /// The smallest BucketSize that would hold its shard: its per-GPU share.
         needed_bucket: u32,
     },
     /// A caller buffer is shorter than this batch needs.
@@ -126,6 +133,11 @@ impl fmt::Display for Error {
             Error::InvalidBucket { bucket } => {
                 write!(f, "BucketSize {bucket} is out of range 1..={MAX_BUCKET}")
             }
+            Error::InvalidPadMultiple { pad_multiple } => write!(
+                f,
+                "pad multiple {pad_multiple} is out of range 1..={}",
+                crate::config::MAX_PAD_MULTIPLE
+            ),
             Error::InvalidModel { field, value } => {
                 write!(f, "model shape field {field:?} = {value} is out of range")
             }

@@ -479,12 +479,17 @@ pub fn evaluate_placements<'b>(
             report.sharded_tokens += u64::from(len);
         } else {
             let slot = &mut ranks[g * cp + p.cp_rank as usize];
-            slot.local_tokens += u64::from(len);
+            slot.local_tokens += u64::from(tm.local_tokens(len));
             slot.local_attention += tm.attention_whole(len);
         }
     }
 
-    // Pass 3: rank, micro-batch and DP-rank times.
+    // Pass 3: rank, micro-batch and DP-rank times. With lockstep a DP rank also runs empty
+    // micro-batches up to the longest rank's count, each costing the fixed launch cost.
+    let longest = (0..dp)
+        .map(|d| offsets[d + 1] - offsets[d])
+        .max()
+        .unwrap_or(0);
     let mut slowest = (0.0f64, 0usize);
     for d in 0..dp {
         let mut clock = 0.0f64;
@@ -537,6 +542,10 @@ pub fn evaluate_placements<'b>(
             report.comm += mb.comm;
             report.exposed_comm += mb.exposed_comm;
             report.peak_tokens = report.peak_tokens.max(mb.peak_tokens);
+        }
+        if cfg.lockstep {
+            let empty = longest - (offsets[d + 1] - offsets[d]);
+            clock += f64::from(empty) * tm.fixed();
         }
         dp_times[d] = clock;
         report.micro_batches += used;

@@ -471,6 +471,7 @@ pub(crate) fn run(
     let n = lengths.len();
     let dp = cfg.dp as usize;
     let flops = FlopsModel::new(&cfg.model, cfg.flops);
+    let budget = cfg.budget();
     sort_ascending_radix(lengths, ws.keys, ws.seqs, ws.scratch);
     bin_pack(cfg, &flops, ws, n, w.placements_mut());
     let cap = u64::from(cfg.bucket) * u64::from(cfg.cp);
@@ -492,7 +493,7 @@ pub(crate) fn run(
                         lengths,
                         placements: w.placements_mut(),
                     };
-                    match dacp::run(&mut slots, cfg, &flops, rule) {
+                    match dacp::run(&mut slots, cfg, &budget, &flops, rule) {
                         Ok(r) => rollbacks += r,
                         Err(_) => {
                             ok = false;

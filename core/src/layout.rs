@@ -1,15 +1,15 @@
 //! Per-GPU execution layout: which tokens one GPU holds in one micro-batch, in the order it
-//! packs them, and the FlashAttention varlen metadata, position ids and loss weights that go
-//! with them.
+//! packs them, and the FlashAttention varlen metadata, position ids, gather index and loss
+//! weights that go with them.
 //!
 //! A [`Plan`] says where each sequence runs; this module turns it into what one GPU — DP rank
 //! `d`, micro-batch `m`, CP rank `r` (a [`Gpu`]) — feeds its kernels. [`fill`] writes into
 //! caller buffers (sizes: [`LayoutSizes`]) and returns a [`Layout`] of counts; it never
-//! allocates and runs in `O(sequences of the micro-batch + tokens written as position ids)`.
+//! allocates and runs in `O(sequences of the DP rank + tokens written)`.
 //!
 //! # The GPU buffer
 //!
-//! The GPU packs its tokens (no padding between sequences) in two groups:
+//! The GPU packs its tokens (no gap between sequences) in two groups:
 //!
 //! ```text
 //! offset 0                      local_tokens                              tokens
@@ -18,8 +18,10 @@
 //! ```
 //!
 //! 1. **Local group**: every sequence the plan keeps whole on rank `r`, in plan order, one
-//!    [`Span`] each. It needs no CP communication: run it with a plain varlen attention call
-//!    (`flash_attn_varlen_func`) with `local_cu_seqlens` and [`Layout::local_max_seqlen`].
+//!    [`Span`] each (padded to a multiple of `M` with [`Config::pad_local`]). It needs no CP
+//!    communication: run it with a plain varlen attention call (`flash_attn_varlen_func`) with
+//!    `local_cu_seqlens` (real lengths), `local_cu_seqlens_padded` (buffer offsets) and
+//!    [`Layout::local_max_seqlen`].
 //! 2. **Sharded group**: for every sequence the plan shards over the CP group, in plan order,
 //!    rank `r`'s two zigzag chunks, front then back: always exactly two [`Span`]s per sharded
 //!    sequence (a chunk may be empty when `S < 2N`). Run it with the CP attention kernel
@@ -29,39 +31,46 @@
 //!
 //! # Zigzag sharding
 //!
-//! A sharded sequence of `S` tokens is cut into `2N` consecutive chunks `0..2N` (N = CP size);
-//! rank `r` holds chunk `r` (its *front* chunk) and chunk `2N-1-r` (its *back* chunk), so every
-//! rank pairs an early, cheap part of the causal triangle with a late, expensive one.
+//! A sharded sequence of `S` tokens is first padded at its end to `P` tokens
+//! ([`Budget::padded`]: `P = S` without padding, a multiple of `lcm(2N, M)` with
+//! [`ShardPadding::Zigzag`](crate::config::ShardPadding::Zigzag) or a pad multiple `M > 1`; see
+//! [`crate::budget`]). The `P` positions are cut into `2N`
+//! consecutive chunks `0..2N` (N = CP size); rank `r` holds chunk `r` (its *front* chunk) and
+//! chunk `2N-1-r` (its *back* chunk), so every rank pairs an early, cheap part of the causal
+//! triangle with a late, expensive one. With `q = P / 2N` and `R = P % 2N`, front chunk `k < N`
+//! has `q + [k < R]` positions and back chunk `2N-1-r` has `q + [r < R - N]`; the chunks tile
+//! `[0, P)` in chunk order. So:
 //!
-//! * [`ShardPadding::Zigzag`] (TransformerEngine THD, Megatron, ring-flash-attn): the sequence
-//!   is padded at its end to `P = 2N * c` tokens with `c = ceil(S / 2N)`; chunk `k` covers
-//!   positions `[k*c, (k+1)*c)`. Every rank carries exactly `2c` tokens of the sequence
-//!   (= `shard_tokens(S)`, what the budget charged). The `P - S < 2N` padding tokens sit at
-//!   positions `S..P`, i.e. in the last chunks, which are the back chunks of ranks `0, 1, ...`:
-//!   the padding on rank `r` is `pad(2N-1-r) + pad(r)` where `pad(k) = c - clamp(S - k*c, 0, c)`
-//!   (a front chunk holds padding only when `c = 1` and `S < N`). Causal work counted over the
-//!   padded positions is exactly equal on every rank.
-//! * [`ShardPadding::None`] (uneven chunks, no padding): with `q = S / 2N` and `R = S % 2N`,
-//!   rank `r` holds `T_r = floor(S/N) + [r < S % N]` tokens, its front chunk
-//!   `q + [r < R]` and its back chunk `q + [r < R - N]`. So chunk sizes differ by at most one,
-//!   every rank holds `floor(S/N)` or `ceil(S/N)` tokens (never more than the `ceil(S/N)` the
-//!   budget charged; the scheduler's charge exceeds the real share by `ceil(S/N) - T_r`, see
-//!   [`Layout::charged_tokens`]), and the front chunk of a rank is never shorter than its back
-//!   chunk. The chunks still tile `[0, S)` in chunk order. This form suits kernels that take
-//!   explicit chunk boundaries or position ids (all-gather CP); TransformerEngine's THD kernel
-//!   needs the padded form, whose halves are equal.
+//! * when padded (TransformerEngine THD, Megatron, ring-flash-attn) `2N` divides `P`:
+//!   every chunk holds `c = P / 2N` positions and every rank exactly `P / N` tokens (what the
+//!   budget charged). The `P - S` padding tokens sit at positions `S..P`, in the last chunks,
+//!   which are the back chunks of ranks `0, 1, ...` (a front chunk holds padding only when
+//!   `c` is small against `P - S`). Causal work counted over padded positions is equal on
+//!   every rank;
+//! * without padding (`P = S`, uneven chunks) every rank holds `floor(S/N)` or `ceil(S/N)`
+//!   tokens (never more than the `ceil(S/N)` the budget charged; see
+//!   [`Layout::charged_tokens`]) and a rank's front chunk is never shorter than its back
+//!   chunk. This form suits kernels that take explicit chunk boundaries or position ids
+//!   (all-gather CP); TransformerEngine's THD kernel needs the padded form.
 //!
 //! In both forms the spread of causal attention work over the ranks (work of a token at
 //! position `p` = `p + 1` keys) is at most the work of the heaviest single chunk (padded
-//! positions counted for `Zigzag`); `tests/layout_props.rs` checks it.
+//! positions counted); `tests/layout_props.rs` checks it.
 //!
-//! # Position ids and loss weights
+//! # Position ids, gather index and loss weights
 //!
 //! The token at buffer offset `span.offset + i` (for `i < span.len + span.pad`) has position
 //! `span.start + i` inside its own sequence: spans *are* the position-id ranges, and
 //! `positions` holds the same as a full array. Padding tokens continue the count (`S..P`), so a
-//! RoPE table needs `P` rows for a padded sequence (at most `2N - 1` more than `S`). A span's
-//! first `len` tokens are real, the `pad` after them are padding (mask them out of the loss).
+//! RoPE table needs `P` rows for a padded sequence. A span's first `len` tokens are real, the
+//! `pad` after them are padding (mask them out of the loss).
+//!
+//! The **gather index** maps every buffer token to its source: the DP rank's sequences
+//! concatenated in plan order (micro-batch 0's members in plan order, then micro-batch 1's,
+//! ...; see [`dp_sequences`]) form one token stream, and `gather_index[i]` is the offset in
+//! that stream of the token at buffer offset `i`, or `-1` for a padding token. A trainer fills
+//! its buffer with one gather (`torch.index_select` after clamping, then masking), as
+//! Megatron does with TransformerEngine's `thd_get_partitioned_indices`.
 //!
 //! [`Layout::loss_tokens`] counts the real tokens this GPU contributes; summed over every GPU
 //! (all DP ranks, micro-batches and CP ranks) it equals [`Layout::global_tokens`], the tokens
@@ -69,15 +78,26 @@
 //! gradients over DP x CP (multiply by DP if the gradient all-reduce averages over DP) gives
 //! the same optimizer step as unscheduled training. A trainer that masks prompt tokens or
 //! shifts labels should count its own label tokens over the same spans.
+//!
+//! # Empty micro-batches
+//!
+//! With [`Config::lockstep`] a DP rank may run micro-batches past the ones the plan's table
+//! lists; their layout is valid and empty (no span, every `cu_seqlens` array `[0]`, no token)
+//! and its [`Layout::micro_batch_global`] is [`NO_MICRO_BATCH`].
 
 use core::fmt;
 
-use crate::config::{Config, ShardPadding};
+use crate::budget::Budget;
+use crate::config::Config;
 use crate::error::Error;
-use crate::plan::{Plan, SHARDED};
+use crate::plan::{MicroBatch, Plan, SHARDED};
 
 /// [`Span::chunk`] of a local (whole) sequence.
 pub const LOCAL_CHUNK: i32 = -1;
+
+/// [`Layout::micro_batch_global`] of an empty (lockstep) micro-batch, which the plan's table
+/// does not list.
+pub const NO_MICRO_BATCH: u32 = u32::MAX;
 
 /// Which GPU a layout is for.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Hash)]
@@ -115,7 +135,7 @@ pub struct Span {
     pub start: u32,
     /// Real tokens (positions `start..start + len`).
     pub len: u32,
-    /// Padding tokens after the real ones (0 unless [`ShardPadding::Zigzag`]).
+    /// Padding tokens after the real ones.
     pub pad: u32,
 }
 
@@ -124,12 +144,14 @@ pub struct Span {
 pub struct LayoutSizes {
     /// [`LayoutBuffers::spans`]: local sequences + 2 x sharded sequences.
     pub spans: u32,
-    /// [`LayoutBuffers::local_cu_seqlens`]: local sequences + 1.
+    /// Each of [`LayoutBuffers::local_cu_seqlens`] and
+    /// [`LayoutBuffers::local_cu_seqlens_padded`]: local sequences + 1.
     pub local_cu_seqlens: u32,
     /// Each of [`LayoutBuffers::sharded_cu_seqlens`], [`LayoutBuffers::sharded_cu_seqlens_padded`]
     /// and [`LayoutBuffers::rank_cu_seqlens`]: sharded sequences + 1.
     pub sharded_cu_seqlens: u32,
-    /// [`LayoutBuffers::positions`]: tokens in the GPU buffer, padding included.
+    /// Each of [`LayoutBuffers::positions`] and [`LayoutBuffers::gather_index`]: tokens in the
+    /// GPU buffer, padding included.
     pub positions: u32,
 }
 
@@ -161,24 +183,21 @@ impl LayoutSizes {
         measure(cfg, lengths, plan, gpu).map(|(sizes, _)| sizes)
     }
 
-    /// Checks that `out` is at least this large (an empty `positions` slice is accepted: it
-    /// asks [`fill`] to skip the full position-id array).
+    /// Checks that `out` is at least this large (an empty `local_cu_seqlens_padded`,
+    /// `positions` or `gather_index` slice is accepted: it asks [`fill`] to skip that array).
     ///
     /// # Errors
     /// [`LayoutError::BufferTooSmall`] naming the first short buffer.
     pub fn check(&self, out: &LayoutBuffers<'_>) -> Result<(), LayoutError> {
-        let s = self.sharded_cu_seqlens;
-        let positions = if out.positions.is_empty() {
-            0
-        } else {
-            self.positions
-        };
+        let (l, s) = (self.local_cu_seqlens, self.sharded_cu_seqlens);
+        let optional = |len: usize, needed: u32| if len == 0 { 0 } else { needed };
         let pairs = [
             (LayoutBuffer::Spans, self.spans, out.spans.len()),
+            (LayoutBuffer::LocalCuSeqlens, l, out.local_cu_seqlens.len()),
             (
-                LayoutBuffer::LocalCuSeqlens,
-                self.local_cu_seqlens,
-                out.local_cu_seqlens.len(),
+                LayoutBuffer::LocalCuSeqlensPadded,
+                optional(out.local_cu_seqlens_padded.len(), l),
+                out.local_cu_seqlens_padded.len(),
             ),
             (
                 LayoutBuffer::ShardedCuSeqlens,
@@ -191,7 +210,16 @@ impl LayoutSizes {
                 out.sharded_cu_seqlens_padded.len(),
             ),
             (LayoutBuffer::RankCuSeqlens, s, out.rank_cu_seqlens.len()),
-            (LayoutBuffer::Positions, positions, out.positions.len()),
+            (
+                LayoutBuffer::Positions,
+                optional(out.positions.len(), self.positions),
+                out.positions.len(),
+            ),
+            (
+                LayoutBuffer::GatherIndex,
+                optional(out.gather_index.len(), self.positions),
+                out.gather_index.len(),
+            ),
         ];
         for (buffer, needed, got) in pairs {
             if got < needed as usize {
@@ -212,19 +240,26 @@ impl LayoutSizes {
 pub struct LayoutBuffers<'a> {
     /// The spans, local group first, then two per sharded sequence (front chunk, back chunk).
     pub spans: &'a mut [Span],
-    /// `cu_seqlens` of the local group: `0, S_a, S_a + S_b, ...` (int32, starts at 0).
+    /// `cu_seqlens` of the local group over real lengths: `0, S_a, S_a + S_b, ...` (int32).
     pub local_cu_seqlens: &'a mut [i32],
+    /// `cu_seqlens` of the local group over padded lengths: the buffer offsets of the local
+    /// sequences; equal to `local_cu_seqlens` unless [`Config::pad_local`] pads them (empty:
+    /// skip).
+    pub local_cu_seqlens_padded: &'a mut [i32],
     /// Global `cu_seqlens` of the sharded group over real lengths: `0, S_x, S_x + S_y, ...`.
     pub sharded_cu_seqlens: &'a mut [i32],
     /// Global `cu_seqlens` of the sharded group over padded lengths `P` (TE's
-    /// `cu_seqlens_padded`); equal to `sharded_cu_seqlens` with [`ShardPadding::None`].
+    /// `cu_seqlens_padded`); equal to `sharded_cu_seqlens` when nothing is padded.
     pub sharded_cu_seqlens_padded: &'a mut [i32],
     /// This rank's `cu_seqlens` of the sharded group: where each sequence's two chunks sit in
     /// the sharded group of this GPU's buffer (padding included; `sharded_cu_seqlens_padded / N`
-    /// with [`ShardPadding::Zigzag`]).
+    /// with [`ShardPadding::Zigzag`](crate::config::ShardPadding::Zigzag)).
     pub rank_cu_seqlens: &'a mut [i32],
     /// Position id of every token in the buffer (empty: skip; the spans carry the same).
     pub positions: &'a mut [i32],
+    /// Source offset of every token in the DP rank's token stream, `-1` for padding (empty:
+    /// skip). See the [module documentation](self).
+    pub gather_index: &'a mut [i64],
 }
 
 /// What [`fill`] wrote, with the counts, maxima and loss weights of one GPU's layout.
@@ -236,7 +271,8 @@ pub struct Layout {
     pub micro_batch: u32,
     /// The CP rank.
     pub cp_rank: u32,
-    /// The micro-batch's global index (into [`Plan::micro_batches`] and [`Plan::rank_tokens`]).
+    /// The micro-batch's global index (into [`Plan::micro_batches`] and [`Plan::rank_tokens`]),
+    /// or [`NO_MICRO_BATCH`] for an empty lockstep micro-batch.
     pub micro_batch_global: u32,
     /// Sequences held whole on this GPU.
     pub local_seqs: u32,
@@ -244,20 +280,20 @@ pub struct Layout {
     pub sharded_seqs: u32,
     /// Spans written: `local_seqs + 2 * sharded_seqs`.
     pub spans: u32,
-    /// Tokens of the local group (buffer offsets `0..local_tokens`).
+    /// Tokens of the local group, padding included (buffer offsets `0..local_tokens`).
     pub local_tokens: u32,
     /// Tokens of the sharded group, padding included (offsets `local_tokens..tokens`).
     pub sharded_tokens: u32,
     /// Tokens in the GPU buffer, padding included.
     pub tokens: u32,
-    /// Padding tokens among them (0 unless [`ShardPadding::Zigzag`]).
+    /// Padding tokens among them.
     pub pad_tokens: u32,
-    /// Tokens the budget charged this GPU: local lengths plus `shard_tokens(S)` per sharded
-    /// sequence (equals [`Plan::rank_tokens`] for a plan of `cfg`). Equal to `tokens` with
-    /// [`ShardPadding::Zigzag`]; with [`ShardPadding::None`] it exceeds `tokens` by
-    /// `ceil(S/N) - T_r` summed over the sharded sequences.
+    /// Tokens the budget charged this GPU: [`Budget::local`] per local sequence plus
+    /// [`Budget::share`] per sharded one (equals [`Plan::rank_tokens`] for a plan of `cfg`).
+    /// Equal to `tokens` when every sharded share is exact (zigzag padding); otherwise it
+    /// exceeds `tokens` by `ceil(P/N) - T_r` summed over the sharded sequences.
     pub charged_tokens: u32,
-    /// `max_seqlen` of the local group (0 when it is empty).
+    /// `max_seqlen` of the local group, real tokens (0 when it is empty).
     pub local_max_seqlen: i32,
     /// Longest sharded sequence, real tokens (0 when there is none).
     pub sharded_max_seqlen: i32,
@@ -281,6 +317,8 @@ pub enum LayoutBuffer {
     Spans,
     /// [`LayoutBuffers::local_cu_seqlens`].
     LocalCuSeqlens,
+    /// [`LayoutBuffers::local_cu_seqlens_padded`].
+    LocalCuSeqlensPadded,
     /// [`LayoutBuffers::sharded_cu_seqlens`].
     ShardedCuSeqlens,
     /// [`LayoutBuffers::sharded_cu_seqlens_padded`].
@@ -289,6 +327,8 @@ pub enum LayoutBuffer {
     RankCuSeqlens,
     /// [`LayoutBuffers::positions`] (also: the buffer's token count).
     Positions,
+    /// [`LayoutBuffers::gather_index`].
+    GatherIndex,
 }
 
 /// Why [`fill`] or [`LayoutSizes::for_gpu`] refused.
@@ -369,44 +409,25 @@ impl fmt::Display for LayoutError {
 
 impl core::error::Error for LayoutError {}
 
-/// Padded length of a sequence of `len` tokens sharded over `cp` ranks: `len` with
-/// [`ShardPadding::None`], `2cp * ceil(len / 2cp)` with [`ShardPadding::Zigzag`].
-pub fn padded_len(len: u32, cp: u32, padding: ShardPadding) -> u64 {
-    let two_n = 2 * u64::from(cp.max(1));
-    match padding {
-        ShardPadding::None => u64::from(len),
-        ShardPadding::Zigzag => u64::from(len).div_ceil(two_n) * two_n,
-    }
-}
-
-/// Zigzag chunk `chunk` (`0..2cp`) of a sequence of `len` tokens sharded over `cp` ranks (see
-/// the [module documentation](self)). Exact for every `len <= MAX_SEQ_LEN`; an out-of-range
-/// chunk is empty.
-pub fn zigzag_chunk(len: u32, cp: u32, padding: ShardPadding, chunk: u32) -> Chunk {
-    let n = u64::from(cp.max(1));
-    let (s, k) = (u64::from(len), u64::from(chunk));
+/// Zigzag chunk `chunk` (`0..2N`) of a sequence of `len` tokens sharded under `budget` (see
+/// the [module documentation](self)). Exact for every accepted length; an out-of-range chunk
+/// is empty.
+pub fn zigzag_chunk(budget: &Budget, len: u32, chunk: u32) -> Chunk {
+    let n = u64::from(budget.cp());
+    let (s, p, k) = (u64::from(len), budget.padded(len), u64::from(chunk));
     if k >= 2 * n {
         return Chunk::default();
     }
-    let (start, real, width) = match padding {
-        ShardPadding::Zigzag => {
-            let c = s.div_ceil(2 * n);
-            let start = k * c;
-            (start, s.saturating_sub(start).min(c), c)
-        }
-        ShardPadding::None => {
-            let (q, rem) = (s / (2 * n), s % (2 * n));
-            let extra_back = rem.saturating_sub(n);
-            let (start, real) = if k < n {
-                (k * q + k.min(rem), q + u64::from(k < rem))
-            } else {
-                let r = 2 * n - 1 - k;
-                let real = q + u64::from(r < extra_back);
-                ((s - r * q - r.min(extra_back)).saturating_sub(real), real)
-            };
-            (start, real, real)
-        }
+    let (q, rem) = (p / (2 * n), p % (2 * n));
+    let extra_back = rem.saturating_sub(n);
+    let (start, width) = if k < n {
+        (k * q + k.min(rem), q + u64::from(k < rem))
+    } else {
+        let r = 2 * n - 1 - k;
+        let width = q + u64::from(r < extra_back);
+        ((p - r * q - r.min(extra_back)).saturating_sub(width), width)
     };
+    let real = s.saturating_sub(start).min(width);
     let c32 = |x: u64| u32::try_from(x).unwrap_or(u32::MAX);
     Chunk {
         start: c32(start),
@@ -416,25 +437,47 @@ pub fn zigzag_chunk(len: u32, cp: u32, padding: ShardPadding, chunk: u32) -> Chu
 }
 
 /// The two zigzag chunks rank `cp_rank` holds of a sequence of `len` tokens: chunk `cp_rank`
-/// (front) and chunk `2cp - 1 - cp_rank` (back). Empty for `cp_rank >= cp`.
-pub fn zigzag_chunks(len: u32, cp: u32, padding: ShardPadding, cp_rank: u32) -> [Chunk; 2] {
-    let n = cp.max(1);
+/// (front) and chunk `2N - 1 - cp_rank` (back). Empty for `cp_rank >= N`.
+pub fn zigzag_chunks(budget: &Budget, len: u32, cp_rank: u32) -> [Chunk; 2] {
+    let n = budget.cp();
     if cp_rank >= n {
         return [Chunk::default(); 2];
     }
     [
-        zigzag_chunk(len, n, padding, cp_rank),
-        zigzag_chunk(len, n, padding, 2 * n - 1 - cp_rank),
+        zigzag_chunk(budget, len, cp_rank),
+        zigzag_chunk(budget, len, 2 * n - 1 - cp_rank),
     ]
+}
+
+/// The DP rank's sequences in plan order (micro-batch by micro-batch, members in plan order):
+/// the order of the token stream the gather index points into. Empty for a DP rank without
+/// sequences or out of range.
+pub fn dp_sequences<'a>(plan: &Plan<'a>, dp_rank: u32) -> &'a [u32] {
+    let Some(first) = plan.find(dp_rank, 0) else {
+        return &[];
+    };
+    let mbs = plan.micro_batches();
+    let tail = mbs.get(first..).unwrap_or(&[]);
+    let listed = tail.iter().take_while(|m| m.dp_rank == dp_rank).count();
+    let (Some(a), Some(b)) = (tail.first(), tail.get(listed.saturating_sub(1))) else {
+        return &[];
+    };
+    let start = a.first as usize;
+    let end = (b.first as usize).saturating_add(b.count as usize);
+    plan.members().get(start..end).unwrap_or(&[])
 }
 
 /// Totals of one GPU's layout, from the counting pass.
 #[derive(Default)]
 struct Totals {
-    g: usize,
+    /// The micro-batch's global index, `None` for an empty lockstep micro-batch.
+    g: Option<usize>,
+    /// Tokens of the DP rank's stream before this micro-batch.
+    stream_base: u64,
     local_seqs: u64,
     sharded_seqs: u64,
     local_tokens: u64,
+    local_real: u64,
     sharded_tokens: u64,
     pad_tokens: u64,
     charged: u64,
@@ -455,6 +498,26 @@ fn to_u32(value: u64) -> u32 {
     u32::try_from(value).unwrap_or(u32::MAX)
 }
 
+/// The members of micro-batch `g` of the plan with their placements and lengths, in plan
+/// order; `PlanMismatch` as soon as one is missing or belongs elsewhere.
+fn members<'p>(
+    plan: &Plan<'p>,
+    lengths: &'p [u32],
+    mb: &MicroBatch,
+) -> impl Iterator<Item = Result<(u32, i32, u32), LayoutError>> + 'p {
+    let (dp_rank, index) = (mb.dp_rank, mb.index);
+    let placements = plan.placements();
+    plan.members_of(mb).iter().map(move |&seq| {
+        let s = seq as usize;
+        match (placements.get(s), lengths.get(s)) {
+            (Some(p), Some(&len)) if p.dp_rank == dp_rank && p.micro_batch == index => {
+                Ok((seq, p.cp_rank, len))
+            }
+            _ => Err(LayoutError::PlanMismatch),
+        }
+    })
+}
+
 /// Checks the request and counts: the sizes and totals of one GPU's layout.
 fn measure(
     cfg: &Config,
@@ -471,61 +534,81 @@ fn measure(
         .get(gpu.dp_rank as usize)
         .copied()
         .unwrap_or(0);
-    let g = plan.find(gpu.dp_rank, gpu.micro_batch);
-    let (Some(g), true) = (g, gpu.cp_rank < cfg.cp) else {
+    if gpu.micro_batch >= micro_batches || gpu.cp_rank >= cfg.cp {
         return Err(LayoutError::NoSuchGpu {
             gpu,
             dp: cfg.dp,
             micro_batches,
             cp: cfg.cp,
         });
+    }
+    let budget = cfg.budget();
+    let mut t = Totals {
+        g: plan.find(gpu.dp_rank, gpu.micro_batch),
+        ..Totals::default()
+    };
+    let Some(g) = t.g else {
+        // An empty lockstep micro-batch: listed in the counts, absent from the table.
+        let empty = LayoutSizes {
+            spans: 0,
+            local_cu_seqlens: 1,
+            sharded_cu_seqlens: 1,
+            positions: 0,
+        };
+        return Ok((empty, t));
     };
     let mb = plan
         .micro_batches()
         .get(g)
         .ok_or(LayoutError::PlanMismatch)?;
-    let mut t = Totals {
-        g,
-        ..Totals::default()
-    };
-    for &seq in plan.members_of(mb) {
-        let s = seq as usize;
-        let (Some(p), Some(&len)) = (plan.placements().get(s), lengths.get(s)) else {
-            return Err(LayoutError::PlanMismatch);
-        };
-        if p.dp_rank != gpu.dp_rank || p.micro_batch != gpu.micro_batch {
-            return Err(LayoutError::PlanMismatch);
-        }
+    // The DP rank's stream holds its earlier micro-batches' members first.
+    let first_of_rank = plan.find(gpu.dp_rank, 0).unwrap_or(g);
+    let earlier = plan.micro_batches().get(first_of_rank..g).unwrap_or(&[]);
+    if let (Some(a), Some(b)) = (earlier.first(), earlier.last()) {
+        let end = (b.first as usize).saturating_add(b.count as usize);
+        let before = plan.members().get(a.first as usize..end).unwrap_or(&[]);
+        t.stream_base = before
+            .iter()
+            .map(|&s| u64::from(lengths.get(s as usize).copied().unwrap_or(0)))
+            .sum();
+    }
+    for member in members(plan, lengths, mb) {
+        let (_, cp_rank, len) = member?;
         let len64 = u64::from(len);
         t.mb_tokens += len64;
-        if p.cp_rank == SHARDED {
-            let [front, back] = zigzag_chunks(len, cfg.cp, cfg.shard_padding, gpu.cp_rank);
-            let padded = padded_len(len, cfg.cp, cfg.shard_padding);
+        if cp_rank == SHARDED {
+            let [front, back] = zigzag_chunks(&budget, len, gpu.cp_rank);
+            let padded = budget.padded(len);
             let pad = u64::from(front.pad) + u64::from(back.pad);
             let share = u64::from(front.len) + u64::from(back.len) + pad;
             t.sharded_seqs += 1;
             t.sharded_tokens += share;
             t.pad_tokens += pad;
-            t.charged += u64::from(cfg.shard_tokens(len));
+            t.charged += u64::from(budget.share(len));
             t.real_sum += len64;
             t.padded_sum += padded;
             t.sharded_max = t.sharded_max.max(len64);
             t.sharded_max_padded = t.sharded_max_padded.max(padded);
             t.rank_max = t.rank_max.max(share);
-        } else if u32::try_from(p.cp_rank) == Ok(gpu.cp_rank) {
+        } else if u32::try_from(cp_rank) == Ok(gpu.cp_rank) {
+            let held = u64::from(budget.local(len));
             t.local_seqs += 1;
-            t.local_tokens += len64;
-            t.charged += len64;
+            t.local_tokens += held;
+            t.local_real += len64;
+            t.pad_tokens += held - len64;
+            t.charged += held;
             t.local_max = t.local_max.max(len64);
         }
     }
-    // Every value written to an int32 array is bounded by one of these sums.
-    to_i32(LayoutBuffer::LocalCuSeqlens, t.local_tokens)?;
+    // Every value written to an int32 array is bounded by one of these sums; the gather
+    // index by the stream's length, below 2^47.
+    to_i32(LayoutBuffer::LocalCuSeqlensPadded, t.local_tokens)?;
     to_i32(LayoutBuffer::ShardedCuSeqlens, t.real_sum)?;
     to_i32(LayoutBuffer::ShardedCuSeqlensPadded, t.padded_sum)?;
     to_i32(LayoutBuffer::RankCuSeqlens, t.sharded_tokens)?;
     let tokens = t.local_tokens + t.sharded_tokens;
     to_i32(LayoutBuffer::Positions, tokens)?;
+    to_i32(LayoutBuffer::Positions, t.sharded_max_padded)?;
     let sizes = LayoutSizes {
         spans: to_u32(t.local_seqs + 2 * t.sharded_seqs),
         local_cu_seqlens: to_u32(t.local_seqs + 1),
@@ -535,10 +618,49 @@ fn measure(
     Ok((sizes, t))
 }
 
-/// Writes `first, first + 1, ...` into `out` (all values fit `i32`: checked by `measure`).
-fn write_positions(out: &mut [i32], first: u32) {
-    for (p, v) in out.iter_mut().zip(first..) {
-        *p = v as i32;
+/// Where [`fill`] writes, with its running counts.
+struct Writer<'o> {
+    spans: &'o mut [Span],
+    positions: &'o mut [i32],
+    gather: &'o mut [i64],
+    n_spans: usize,
+    offset: u32,
+}
+
+impl Writer<'_> {
+    /// Writes one span of sequence `seq`, whose first token is token `base` of the DP rank's
+    /// stream, with its position ids and gather index.
+    fn push(&mut self, span: Span, base: u64) {
+        if let Some(slot) = self.spans.get_mut(self.n_spans) {
+            *slot = span;
+        }
+        self.n_spans += 1;
+        let at = span.offset as usize;
+        let (real, count) = (span.len as usize, (span.len + span.pad) as usize);
+        // All values fit: positions are below P <= i32::MAX (checked by `measure`).
+        if let Some(dst) = self.positions.get_mut(at..at + count) {
+            for (p, v) in dst.iter_mut().zip(span.start..) {
+                *p = v as i32;
+            }
+        }
+        if let Some(dst) = self.gather.get_mut(at..at + count) {
+            let first = base + u64::from(span.start);
+            for (i, g) in dst.iter_mut().enumerate() {
+                *g = if i < real {
+                    (first + i as u64) as i64
+                } else {
+                    -1
+                };
+            }
+        }
+        self.offset += span.len + span.pad;
+    }
+}
+
+/// Writes `value` at `cu[k]` when the slot exists.
+fn set(cu: &mut [i32], k: usize, value: i32) {
+    if let Some(slot) = cu.get_mut(k) {
+        *slot = value;
     }
 }
 
@@ -547,8 +669,9 @@ fn write_positions(out: &mut [i32], first: u32) {
 ///
 /// Writes, in the order the GPU packs its tokens, the spans of its local sequences and of its
 /// zigzag chunks of every sharded sequence, the varlen `cu_seqlens` of both groups and (unless
-/// `out.positions` is empty) every token's position id. See the [module documentation](self)
-/// for the exact layout. Nothing is written when an error is returned.
+/// the slice is empty) every token's position id and gather index. See the
+/// [module documentation](self) for the exact layout. Nothing is written when an error is
+/// returned.
 ///
 /// # Errors
 /// [`LayoutError::Config`], [`LayoutError::PlanMismatch`], [`LayoutError::NoSuchGpu`],
@@ -566,111 +689,85 @@ pub fn fill(
     let LayoutBuffers {
         spans,
         local_cu_seqlens,
+        local_cu_seqlens_padded,
         sharded_cu_seqlens,
         sharded_cu_seqlens_padded,
         rank_cu_seqlens,
         positions,
+        gather_index,
     } = out;
-    let mb = plan
-        .micro_batches()
-        .get(t.g)
-        .ok_or(LayoutError::PlanMismatch)?;
-    let members = plan.members_of(mb);
-    let with_positions = !positions.is_empty();
-    let (mut n_spans, mut n_local, mut n_sharded) = (0usize, 0usize, 0usize);
-    let mut offset = 0u32;
-    let mut push = |span: Span, spans: &mut [Span], positions: &mut [i32]| {
-        if let Some(slot) = spans.get_mut(n_spans) {
-            *slot = span;
-        }
-        n_spans += 1;
-        let count = span.len + span.pad;
-        if with_positions {
-            let range = span.offset as usize..span.offset as usize + count as usize;
-            if let Some(dst) = positions.get_mut(range) {
-                write_positions(dst, span.start);
-            }
-        }
-    };
-    // Local group: whole sequences on this rank, in plan order.
-    if let Some(first) = local_cu_seqlens.first_mut() {
-        *first = 0;
-    }
-    for &seq in members {
-        let (Some(p), Some(&len)) = (
-            plan.placements().get(seq as usize),
-            lengths.get(seq as usize),
-        ) else {
-            continue;
-        };
-        if p.cp_rank == SHARDED || u32::try_from(p.cp_rank) != Ok(gpu.cp_rank) {
-            continue;
-        }
-        let span = Span {
-            seq,
-            chunk: LOCAL_CHUNK,
-            offset,
-            start: 0,
-            len,
-            pad: 0,
-        };
-        push(span, spans, positions);
-        offset += len;
-        n_local += 1;
-        if let Some(cu) = local_cu_seqlens.get_mut(n_local) {
-            *cu = offset as i32;
-        }
-    }
-    // Sharded group: this rank's front and back chunk of every sharded sequence.
     for cu in [
+        &mut *local_cu_seqlens,
+        &mut *local_cu_seqlens_padded,
         &mut *sharded_cu_seqlens,
         &mut *sharded_cu_seqlens_padded,
         &mut *rank_cu_seqlens,
     ] {
-        if let Some(first) = cu.first_mut() {
-            *first = 0;
-        }
+        set(cu, 0, 0);
     }
-    let group_start = offset;
-    let (mut real_sum, mut padded_sum) = (0u64, 0u64);
-    let n = cfg.cp;
-    for &seq in members {
-        let (Some(p), Some(&len)) = (
-            plan.placements().get(seq as usize),
-            lengths.get(seq as usize),
-        ) else {
-            continue;
-        };
-        if p.cp_rank != SHARDED {
-            continue;
-        }
-        let chunks = zigzag_chunks(len, n, cfg.shard_padding, gpu.cp_rank);
-        let indices = [gpu.cp_rank, 2 * n - 1 - gpu.cp_rank];
-        for (c, k) in chunks.into_iter().zip(indices) {
-            let span = Span {
-                seq,
-                chunk: k as i32,
-                offset,
-                start: c.start,
-                len: c.len,
-                pad: c.pad,
-            };
-            push(span, spans, positions);
-            offset += c.len + c.pad;
-        }
-        n_sharded += 1;
-        real_sum += u64::from(len);
-        padded_sum += padded_len(len, n, cfg.shard_padding);
-        // All three sums were bounded by i32::MAX in `measure`.
-        let entries = [
-            (&mut *sharded_cu_seqlens, real_sum as i32),
-            (&mut *sharded_cu_seqlens_padded, padded_sum as i32),
-            (&mut *rank_cu_seqlens, (offset - group_start) as i32),
-        ];
-        for (cu, v) in entries {
-            if let Some(slot) = cu.get_mut(n_sharded) {
-                *slot = v;
+    let mut w = Writer {
+        spans,
+        positions,
+        gather: gather_index,
+        n_spans: 0,
+        offset: 0,
+    };
+    let budget = cfg.budget();
+    let mb = t.g.and_then(|g| plan.micro_batches().get(g));
+    if let Some(mb) = mb {
+        // Local group: whole sequences on this rank, in plan order.
+        let (mut n_local, mut real) = (0usize, 0u32);
+        let mut base = t.stream_base;
+        for member in members(plan, lengths, mb) {
+            let (seq, cp_rank, len) = member?;
+            if cp_rank != SHARDED && u32::try_from(cp_rank) == Ok(gpu.cp_rank) {
+                let span = Span {
+                    seq,
+                    chunk: LOCAL_CHUNK,
+                    offset: w.offset,
+                    start: 0,
+                    len,
+                    pad: budget.local(len) - len,
+                };
+                w.push(span, base);
+                n_local += 1;
+                real += len;
+                // Both sums were bounded by i32::MAX in `measure`.
+                set(local_cu_seqlens, n_local, real as i32);
+                set(local_cu_seqlens_padded, n_local, w.offset as i32);
             }
+            base += u64::from(len);
+        }
+        // Sharded group: this rank's front and back chunk of every sharded sequence.
+        let group_start = w.offset;
+        let (mut n_sharded, mut real_sum, mut padded_sum) = (0usize, 0u64, 0u64);
+        let n = cfg.cp;
+        let mut base = t.stream_base;
+        for member in members(plan, lengths, mb) {
+            let (seq, cp_rank, len) = member?;
+            if cp_rank == SHARDED {
+                let chunks = zigzag_chunks(&budget, len, gpu.cp_rank);
+                let indices = [gpu.cp_rank, 2 * n - 1 - gpu.cp_rank];
+                for (c, k) in chunks.into_iter().zip(indices) {
+                    let span = Span {
+                        seq,
+                        chunk: k as i32,
+                        offset: w.offset,
+                        start: c.start,
+                        len: c.len,
+                        pad: c.pad,
+                    };
+                    w.push(span, base);
+                }
+                n_sharded += 1;
+                real_sum += u64::from(len);
+                padded_sum += budget.padded(len);
+                // All three sums were bounded by i32::MAX in `measure`.
+                set(sharded_cu_seqlens, n_sharded, real_sum as i32);
+                set(sharded_cu_seqlens_padded, n_sharded, padded_sum as i32);
+                set(rank_cu_seqlens, n_sharded, (w.offset - group_start) as i32);
+            }
+            base += u64::from(len);
         }
     }
     let tokens = to_u32(t.local_tokens + t.sharded_tokens);
@@ -678,7 +775,7 @@ pub fn fill(
         dp_rank: gpu.dp_rank,
         micro_batch: gpu.micro_batch,
         cp_rank: gpu.cp_rank,
-        micro_batch_global: to_u32(t.g as u64),
+        micro_batch_global: t.g.map_or(NO_MICRO_BATCH, |g| to_u32(g as u64)),
         local_seqs: to_u32(t.local_seqs),
         sharded_seqs: to_u32(t.sharded_seqs),
         spans: sizes.spans,
@@ -700,6 +797,7 @@ pub fn fill(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::ShardPadding;
     use crate::config::{ModelShape, Policy};
     use crate::test_support::OwnedPlan;
 
@@ -721,37 +819,45 @@ mod tests {
         layout: Layout,
         spans: Vec<Span>,
         local_cu: Vec<i32>,
+        local_cu_padded: Vec<i32>,
         sharded_cu: Vec<i32>,
         sharded_cu_padded: Vec<i32>,
         rank_cu: Vec<i32>,
         positions: Vec<i32>,
+        gather: Vec<i64>,
     }
 
     fn layout_of(cfg: &Config, lengths: &[u32], plan: &Plan<'_>, gpu: Gpu) -> Owned {
         let s = LayoutSizes::for_gpu(cfg, lengths, plan, gpu).unwrap();
         let mut spans = vec![Span::default(); s.spans as usize];
         let mut local_cu = vec![-7; s.local_cu_seqlens as usize];
+        let mut local_cu_padded = vec![-7; s.local_cu_seqlens as usize];
         let mut sharded_cu = vec![-7; s.sharded_cu_seqlens as usize];
         let mut sharded_cu_padded = vec![-7; s.sharded_cu_seqlens as usize];
         let mut rank_cu = vec![-7; s.sharded_cu_seqlens as usize];
         let mut positions = vec![-7; s.positions as usize];
+        let mut gather = vec![-7; s.positions as usize];
         let out = LayoutBuffers {
             spans: &mut spans,
             local_cu_seqlens: &mut local_cu,
+            local_cu_seqlens_padded: &mut local_cu_padded,
             sharded_cu_seqlens: &mut sharded_cu,
             sharded_cu_seqlens_padded: &mut sharded_cu_padded,
             rank_cu_seqlens: &mut rank_cu,
             positions: &mut positions,
+            gather_index: &mut gather,
         };
         let layout = fill(cfg, lengths, plan, gpu, out).unwrap();
         Owned {
             layout,
             spans,
             local_cu,
+            local_cu_padded,
             sharded_cu,
             sharded_cu_padded,
             rank_cu,
             positions,
+            gather,
         }
     }
 
@@ -866,27 +972,30 @@ mod tests {
     fn chunk_formulas_tile_and_bound() {
         for padding in [ShardPadding::None, ShardPadding::Zigzag] {
             for n in 1..=9u32 {
+                let mut cfg = Config::new(1, n, 1, ModelShape::QWEN2_5_0_5B);
+                cfg.shard_padding = padding;
+                let budget = cfg.budget();
                 for s in 1..=200u32 {
                     let mut next = 0;
                     let mut sizes = Vec::new();
                     for k in 0..2 * n {
-                        let c = zigzag_chunk(s, n, padding, k);
+                        let c = zigzag_chunk(&budget, s, k);
                         assert_eq!(c.start, next, "{padding:?} n {n} s {s} k {k}");
                         next += c.len + c.pad;
                         sizes.push(c.len + c.pad);
                         assert!(c.pad == 0 || c.start + c.len == s.max(c.start));
                     }
-                    assert_eq!(u64::from(next), padded_len(s, n, padding));
+                    assert_eq!(u64::from(next), budget.padded(s));
                     let (lo, hi) = (sizes.iter().min().unwrap(), sizes.iter().max().unwrap());
                     assert!(hi - lo <= 1);
                     for r in 0..n {
-                        let [f, b] = zigzag_chunks(s, n, padding, r);
+                        let [f, b] = zigzag_chunks(&budget, s, r);
                         let share = f.len + f.pad + b.len + b.pad;
                         match padding {
-                            ShardPadding::Zigzag => assert_eq!(share, cfg_share(s, n, padding)),
-                            ShardPadding::None => {
+                            ShardPadding::Zigzag if n > 1 => assert_eq!(share, budget.share(s)),
+                            _ => {
                                 assert_eq!(share, s / n + u32::from(r < s % n));
-                                assert!(share <= cfg_share(s, n, padding));
+                                assert!(share <= budget.share(s));
                                 assert!(f.len >= b.len && f.len - b.len <= 1);
                             }
                         }
@@ -894,10 +1003,6 @@ mod tests {
                 }
             }
         }
-    }
-
-    fn cfg_share(s: u32, n: u32, padding: ShardPadding) -> u32 {
-        crate::budget::shard_tokens(s, n, padding)
     }
 
     #[test]
@@ -1013,13 +1118,16 @@ mod tests {
         let mut spans = vec![Span::default(); 1];
         let (mut a, mut b, mut c, mut e) = (vec![-7; 8], vec![-7; 8], vec![-7; 8], vec![-7; 8]);
         let mut p = vec![-7; 8];
+        let mut lp = vec![-7; 8];
         let out = LayoutBuffers {
             spans: &mut spans,
             local_cu_seqlens: &mut a,
+            local_cu_seqlens_padded: &mut lp,
             sharded_cu_seqlens: &mut b,
             sharded_cu_seqlens_padded: &mut c,
             rank_cu_seqlens: &mut e,
             positions: &mut p,
+            gather_index: &mut [],
         };
         let err = fill(&cfg, &lengths, &plan, gpu(d, 0, 0), out).unwrap_err();
         assert_eq!(
@@ -1037,10 +1145,12 @@ mod tests {
         let out = LayoutBuffers {
             spans: &mut spans,
             local_cu_seqlens: &mut a,
+            local_cu_seqlens_padded: &mut lp,
             sharded_cu_seqlens: &mut b,
             sharded_cu_seqlens_padded: &mut c,
             rank_cu_seqlens: &mut e,
             positions: &mut [],
+            gather_index: &mut [],
         };
         let l = fill(&cfg, &lengths, &plan, gpu(d, 0, 0), out).unwrap();
         assert_eq!(l.tokens, 3);
@@ -1104,5 +1214,159 @@ mod tests {
                 assert!(s.sharded_cu_seqlens <= max.sharded_cu_seqlens);
             }
         }
+    }
+
+    /// Every token of a DP rank's stream is gathered exactly once over the CP ranks of its
+    /// micro-batch, at the position its span says, and padding is marked -1.
+    fn assert_gather_covers_stream(cfg: &Config, lengths: &[u32], plan: &Plan<'_>) {
+        for d in 0..cfg.dp {
+            let seqs = dp_sequences(plan, d);
+            let stream: u64 = seqs.iter().map(|&s| u64::from(lengths[s as usize])).sum();
+            // (sequence, position) of every stream offset.
+            let mut owner = Vec::new();
+            for &s in seqs {
+                owner.extend((0..lengths[s as usize]).map(|p| (s, p)));
+            }
+            assert_eq!(owner.len() as u64, stream);
+            let mut seen = vec![0u32; owner.len()];
+            for m in 0..plan.micro_batches_per_dp()[d as usize] {
+                for r in 0..cfg.cp {
+                    let o = layout_of(cfg, lengths, plan, gpu(d, m, r));
+                    assert_eq!(o.gather.len(), o.positions.len());
+                    for sp in &o.spans {
+                        for i in 0..(sp.len + sp.pad) as usize {
+                            let at = sp.offset as usize + i;
+                            let g = o.gather[at];
+                            if i < sp.len as usize {
+                                assert_eq!(owner[g as usize], (sp.seq, sp.start + i as u32));
+                                assert_eq!(o.positions[at], (sp.start + i as u32) as i32);
+                                seen[g as usize] += 1;
+                            } else {
+                                assert_eq!(g, -1, "padding is marked");
+                            }
+                        }
+                    }
+                }
+            }
+            assert!(seen.iter().all(|&c| c == 1), "DP {d}: {seen:?}");
+        }
+    }
+
+    #[test]
+    fn gather_index_covers_every_dp_stream_once() {
+        let lengths = [200, 3, 60, 7, 1, 90, 33, 12, 5, 250, 8, 2, 41];
+        for policy in Policy::ALL {
+            for padding in [ShardPadding::None, ShardPadding::Zigzag] {
+                for (m, local) in [(1, false), (16, false), (12, true)] {
+                    let mut cfg = Config::new(3, 4, 96, ModelShape::QWEN2_5_0_5B);
+                    cfg.policy = policy;
+                    cfg.shard_padding = padding;
+                    cfg.pad_multiple = m;
+                    cfg.pad_local = local;
+                    let mut st = store(lengths.len(), &cfg);
+                    let plan = plan_of(&cfg, &lengths, &mut st);
+                    assert_gather_covers_stream(&cfg, &lengths, &plan);
+                }
+            }
+        }
+    }
+
+    /// Pad multiple 4 at CP 2: a sharded 13-token sequence is padded to 16 (4 chunks of 4),
+    /// a local 3-token one to 4 with `pad_local`; 13 cannot stay local (16 > C = 12).
+    #[test]
+    fn pad_multiple_pads_shards_and_locals() {
+        let mut cfg = Config::new(1, 2, 12, ModelShape::QWEN2_5_0_5B);
+        cfg.shard_padding = ShardPadding::Zigzag;
+        cfg.pad_multiple = 4;
+        cfg.pad_local = true;
+        let lengths = [13, 3];
+        let mut st = store(2, &cfg);
+        let plan = plan_of(&cfg, &lengths, &mut st);
+        let p = plan.placements();
+        assert!(p[0].is_sharded(), "13 tokens cannot be local under C = 12");
+        assert!(!p[1].is_sharded());
+        let r = p[1].cp_rank as u32;
+        let o = layout_of(&cfg, &lengths, &plan, gpu(0, 0, r));
+        assert_eq!(o.spans[0], span(1, LOCAL_CHUNK, 0, 0, 3, 1));
+        assert_eq!(
+            (o.local_cu.clone(), o.local_cu_padded.clone()),
+            (vec![0, 3], vec![0, 4])
+        );
+        // The sharded 13 tokens: chunks of 4 over positions 0..16; rank r holds r and 3 - r.
+        let front = zigzag_chunk(&cfg.budget(), 13, r);
+        let back = zigzag_chunk(&cfg.budget(), 13, 3 - r);
+        assert_eq!(
+            front,
+            Chunk {
+                start: 4 * r,
+                len: 4,
+                pad: 0
+            }
+        );
+        assert_eq!(back.start, 12 - 4 * r);
+        assert_eq!(
+            o.spans[1],
+            span(0, r as i32, 4, front.start, front.len, front.pad)
+        );
+        assert_eq!(
+            o.spans[2],
+            span(0, (3 - r) as i32, 8, back.start, back.len, back.pad)
+        );
+        assert_eq!(
+            (o.sharded_cu.clone(), o.sharded_cu_padded.clone()),
+            (vec![0, 13], vec![0, 16])
+        );
+        assert_eq!(o.rank_cu, vec![0, 8]);
+        let l = o.layout;
+        assert_eq!(
+            (l.tokens, l.charged_tokens, plan.rank_tokens(0)[r as usize]),
+            (12, 12, 12)
+        );
+        assert_eq!(l.pad_tokens, 1 + front.pad + back.pad);
+        assert_eq!(l.local_max_seqlen, 3);
+    }
+
+    /// Lockstep: the DP rank with fewer micro-batches reports the longest rank's count, and
+    /// its extra micro-batch has a valid, empty layout.
+    #[test]
+    fn lockstep_extra_micro_batches_are_empty() {
+        let mut cfg = Config::new(2, 2, 8, ModelShape::QWEN2_5_0_5B).with_policy(Policy::Packed);
+        let lengths = [16, 16, 2, 2];
+        let mut st = store(4, &cfg);
+        let counts = plan_of(&cfg, &lengths, &mut st)
+            .micro_batches_per_dp()
+            .to_vec();
+        assert_eq!(counts, vec![2, 1]);
+        cfg.lockstep = true;
+        let mut st = store(4, &cfg);
+        let plan = plan_of(&cfg, &lengths, &mut st);
+        assert_eq!(plan.micro_batches_per_dp(), &[2, 2]);
+        assert_eq!(
+            plan.micro_batches().len(),
+            3,
+            "the table lists the non-empty ones"
+        );
+        assert_eq!(crate::plan::check(&cfg, &lengths, &plan), Ok(()));
+        for r in 0..2 {
+            let o = layout_of(&cfg, &lengths, &plan, gpu(1, 1, r));
+            assert_eq!(o.layout.micro_batch_global, NO_MICRO_BATCH);
+            assert_eq!(
+                (o.layout.tokens, o.layout.spans, o.layout.loss_tokens),
+                (0, 0, 0)
+            );
+            assert!(o.spans.is_empty() && o.positions.is_empty() && o.gather.is_empty());
+            assert_eq!(
+                (o.local_cu, o.sharded_cu, o.rank_cu),
+                (vec![0], vec![0], vec![0])
+            );
+        }
+        assert!(matches!(
+            LayoutSizes::for_gpu(&cfg, &lengths, &plan, gpu(1, 2, 0)),
+            Err(LayoutError::NoSuchGpu {
+                micro_batches: 2,
+                ..
+            })
+        ));
+        assert_gather_covers_stream(&cfg, &lengths, &plan);
     }
 }

@@ -1,7 +1,8 @@
 //! The one plan type every policy writes, the buffers it lives in, and an independent checker
 //! that validates a plan from its placements alone.
 
-use crate::config::{Config, MAX_CP, MAX_SEQS, ShardPadding};
+use crate::budget::Budget;
+use crate::config::{Config, MAX_CP, MAX_SEQS};
 use crate::error::{Buffer, Error};
 
 /// `Placement::cp_rank` of a sequence sharded over the whole CP group.
@@ -255,7 +256,8 @@ pub(crate) struct PlanWriter<'b> {
     out: PlanBuffers<'b>,
     dp: u32,
     cp: u32,
-    padding: ShardPadding,
+    budget: Budget,
+    lockstep: bool,
     n_mbs: usize,
     n_members: usize,
     summary: Summary,
@@ -268,12 +270,12 @@ impl<'b> PlanWriter<'b> {
             total_tokens,
             ..Summary::default()
         };
-        let (dp, cp, padding) = (cfg.dp, cfg.cp, cfg.shard_padding);
         PlanWriter {
             out,
-            dp,
-            cp,
-            padding,
+            dp: cfg.dp,
+            cp: cfg.cp,
+            budget: cfg.budget(),
+            lockstep: cfg.lockstep,
             n_mbs: 0,
             n_members: 0,
             summary,
@@ -334,13 +336,13 @@ impl<'b> PlanWriter<'b> {
         };
         if cp_rank == SHARDED {
             self.summary.sharded += 1;
-            let share = crate::budget::shard_tokens(len, self.cp, self.padding);
+            let share = self.budget.share(len);
             for t in tokens.iter_mut() {
                 *t = t.saturating_add(share);
                 self.summary.peak_rank_tokens = self.summary.peak_rank_tokens.max(*t);
             }
         } else if let Some(t) = tokens.get_mut(cp_rank as usize) {
-            *t = t.saturating_add(len);
+            *t = t.saturating_add(self.budget.local(len));
             self.summary.peak_rank_tokens = self.summary.peak_rank_tokens.max(*t);
         }
     }
@@ -389,9 +391,9 @@ impl<'b> PlanWriter<'b> {
             };
             if cp_rank == SHARDED {
                 sharded += 1;
-                shared += u64::from(crate::budget::shard_tokens(len, self.cp, self.padding));
+                shared += u64::from(self.budget.share(len));
             } else if let Some(t) = tokens.get_mut(cp_rank as usize) {
-                *t = t.saturating_add(len);
+                *t = t.saturating_add(self.budget.local(len));
             }
         }
         self.n_members += k;
@@ -417,10 +419,17 @@ impl<'b> PlanWriter<'b> {
         self.summary.rollbacks += rollbacks;
     }
 
-    /// Ends the plan and returns the read-only view.
+    /// Ends the plan and returns the read-only view. With lockstep, every DP rank's count is
+    /// raised to the largest (the extra micro-batches are empty and not in the table).
     pub(crate) fn finish(self, n: usize) -> Plan<'b> {
         let cp = self.cp as usize;
         let dp = self.dp as usize;
+        if self.lockstep
+            && let Some(counts) = self.out.micro_batches_per_dp.get_mut(..dp)
+        {
+            let most = counts.iter().copied().max().unwrap_or(0);
+            counts.fill(most);
+        }
         let PlanBuffers {
             placements,
             micro_batches,
@@ -523,28 +532,37 @@ pub fn check(cfg: &Config, lengths: &[u32], plan: &Plan<'_>) -> Result<(), Check
             return Err(CheckError::OverMicroBatchLimit { dp_rank });
         }
     }
-    // The table must list, in order, micro-batches (d, 0..count_d) for d = 0..dp, and the
-    // members must tile 0..n in order.
-    let mut expect_dp = 0usize;
-    let mut expect_index = 0u32;
+    // The table must list, in order, micro-batches (d, 0..listed_d) for the DP ranks d that
+    // hold sequences, with listed_d = count_d (with lockstep: <= count_d, the rest empty), and
+    // the members must tile 0..n in order.
+    let budget = cfg.budget();
+    let per_dp = plan.micro_batches_per_dp;
+    // Whether DP rank `d` may end after `listed` micro-batches of the table.
+    let complete = |d: u32, listed: u32| {
+        per_dp
+            .get(d as usize)
+            .is_some_and(|&c| listed == c || (cfg.lockstep && listed <= c))
+    };
+    let mut prev: Option<(u32, u32)> = None;
+    let mut longest = 0u32;
     let mut next_first = 0u32;
     let mut listed = 0usize;
     for (g, mb) in plan.micro_batches.iter().enumerate() {
-        while plan
-            .micro_batches_per_dp
-            .get(expect_dp)
-            .is_some_and(|&c| expect_index == c)
-        {
-            expect_dp += 1;
-            expect_index = 0;
-        }
-        if mb.dp_rank as usize != expect_dp
-            || mb.index != expect_index
-            || mb.first != next_first
-            || mb.count == 0
-        {
+        let follows = match prev {
+            None => mb.index == 0,
+            Some((d, i)) => {
+                (mb.dp_rank == d && mb.index == i.saturating_add(1))
+                    || (mb.dp_rank > d && mb.index == 0 && complete(d, i.saturating_add(1)))
+            }
+        };
+        let in_range = per_dp
+            .get(mb.dp_rank as usize)
+            .is_some_and(|&c| mb.index < c);
+        if !follows || !in_range || mb.first != next_first || mb.count == 0 {
             return Err(CheckError::MicroBatchTable { g });
         }
+        prev = Some((mb.dp_rank, mb.index));
+        longest = longest.max(mb.index + 1);
         let mut tokens = [0u64; MAX_CP as usize];
         for &seq in plan.members_of(mb) {
             let s = seq as usize;
@@ -555,15 +573,14 @@ pub fn check(cfg: &Config, lengths: &[u32], plan: &Plan<'_>) -> Result<(), Check
                 return Err(CheckError::Membership { seq: s });
             }
             if p.cp_rank == SHARDED {
-                let share = u64::from(cfg.shard_tokens(len));
+                let share = u64::from(budget.share(len));
                 tokens.iter_mut().take(cp).for_each(|t| *t += share);
             } else if let Some(t) = tokens.get_mut(p.cp_rank as usize) {
-                *t += u64::from(len);
+                *t += u64::from(budget.local(len));
             }
         }
         listed = listed.saturating_add(mb.count as usize);
         next_first = next_first.saturating_add(mb.count);
-        expect_index += 1;
         for (cp_rank, &t) in tokens.iter().take(cp).enumerate() {
             if plan.rank_tokens(g).get(cp_rank).map(|&x| u64::from(x)) != Some(t) {
                 return Err(CheckError::TokenMismatch { g, cp_rank });
@@ -577,12 +594,21 @@ pub fn check(cfg: &Config, lengths: &[u32], plan: &Plan<'_>) -> Result<(), Check
             }
         }
     }
-    let total_mbs: u64 = plan
-        .micro_batches_per_dp
-        .iter()
-        .map(|&c| u64::from(c))
-        .sum();
-    if listed != n || total_mbs != plan.micro_batches.len() as u64 {
+    if let Some((d, i)) = prev
+        && !complete(d, i.saturating_add(1))
+    {
+        return Err(CheckError::MicroBatchTable {
+            g: plan.micro_batches.len(),
+        });
+    }
+    let counts_agree = if cfg.lockstep {
+        // Every rank reports the longest rank's count; only trailing micro-batches are empty.
+        per_dp.iter().all(|&c| c == longest)
+    } else {
+        let total: u64 = per_dp.iter().map(|&c| u64::from(c)).sum();
+        total == plan.micro_batches.len() as u64
+    };
+    if listed != n || !counts_agree {
         return Err(CheckError::Shape);
     }
     // Every listing matched its sequence's placement and there are n listings; a bitset over

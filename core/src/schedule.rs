@@ -1,6 +1,5 @@
 //! The entry point: validate once, then run the configured policy into the caller's buffers.
 
-use crate::budget::check_lengths;
 use crate::config::{Config, Policy};
 use crate::dacp::Rule;
 use crate::error::Error;
@@ -25,7 +24,7 @@ pub fn schedule<'b>(
     out: PlanBuffers<'b>,
 ) -> Result<Plan<'b>, Error> {
     cfg.validate()?;
-    let total = check_lengths(cfg, lengths)?;
+    let total = cfg.budget().check_lengths(lengths)?;
     let n = lengths.len();
     PlanSizes::for_batch(n, cfg).check(&out)?;
     WorkspaceSizes::for_batch(n, cfg).check(ws)?;

@@ -7,8 +7,7 @@
 
 use quickcheck::{Arbitrary, Gen, QuickCheck};
 use skrull_core::layout::{
-    self, Gpu, LOCAL_CHUNK, Layout, LayoutBuffers, LayoutError, LayoutSizes, Span, padded_len,
-    zigzag_chunk,
+    self, Gpu, LOCAL_CHUNK, Layout, LayoutBuffers, LayoutError, LayoutSizes, Span, zigzag_chunk,
 };
 use skrull_core::{
     Config, MicroBatch, ModelShape, Placement, Plan, PlanBuffers, PlanSizes, Policy, ShardPadding,
@@ -23,6 +22,9 @@ struct Case {
     slack: u32,
     policy: Policy,
     padding: ShardPadding,
+    pad_multiple: u32,
+    pad_local: bool,
+    lockstep: bool,
     lengths: Vec<u32>,
 }
 
@@ -31,6 +33,9 @@ impl Case {
         let mut cfg = Config::new(self.dp, self.cp, 1, ModelShape::QWEN2_5_0_5B);
         cfg.policy = self.policy;
         cfg.shard_padding = self.padding;
+        cfg.pad_multiple = self.pad_multiple;
+        cfg.pad_local = self.pad_local;
+        cfg.lockstep = self.lockstep;
         let need = self
             .lengths
             .iter()
@@ -59,6 +64,9 @@ impl Arbitrary for Case {
             padding: *g
                 .choose(&[ShardPadding::None, ShardPadding::Zigzag])
                 .unwrap_or(&ShardPadding::None),
+            pad_multiple: *g.choose(&[1u32, 1, 1, 2, 4, 8, 6]).unwrap_or(&1),
+            pad_local: bool::arbitrary(g),
+            lockstep: bool::arbitrary(g),
             lengths,
         }
     }
@@ -118,10 +126,12 @@ struct Owned {
     l: Layout,
     spans: Vec<Span>,
     local_cu: Vec<i32>,
+    local_cu_padded: Vec<i32>,
     sharded_cu: Vec<i32>,
     sharded_cu_padded: Vec<i32>,
     rank_cu: Vec<i32>,
     positions: Vec<i32>,
+    gather: Vec<i64>,
 }
 
 /// Fills one GPU's layout into buffers of `max` sizes (allocated once per batch, as a C caller
@@ -133,6 +143,8 @@ fn layout_of(cfg: &Config, lengths: &[u32], plan: &Plan<'_>, gpu: Gpu, max: Layo
     let mut sharded_cu_padded = vec![-1; max.sharded_cu_seqlens as usize];
     let mut rank_cu = vec![-1; max.sharded_cu_seqlens as usize];
     let mut positions = vec![-1; max.positions as usize];
+    let mut local_cu_padded = vec![-1; max.local_cu_seqlens as usize];
+    let mut gather = vec![-2; max.positions as usize];
     let out = LayoutBuffers {
         spans: &mut spans,
         local_cu_seqlens: &mut local_cu,
@@ -140,11 +152,15 @@ fn layout_of(cfg: &Config, lengths: &[u32], plan: &Plan<'_>, gpu: Gpu, max: Layo
         sharded_cu_seqlens_padded: &mut sharded_cu_padded,
         rank_cu_seqlens: &mut rank_cu,
         positions: &mut positions,
+        local_cu_seqlens_padded: &mut local_cu_padded,
+        gather_index: &mut gather,
     };
     let l = layout::fill(cfg, lengths, plan, gpu, out).expect("layout of an existing GPU");
     let exact = LayoutSizes::for_gpu(cfg, lengths, plan, gpu).expect("sizes");
     spans.truncate(exact.spans as usize);
     local_cu.truncate(exact.local_cu_seqlens as usize);
+    local_cu_padded.truncate(exact.local_cu_seqlens as usize);
+    gather.truncate(exact.positions as usize);
     sharded_cu.truncate(exact.sharded_cu_seqlens as usize);
     sharded_cu_padded.truncate(exact.sharded_cu_seqlens as usize);
     rank_cu.truncate(exact.sharded_cu_seqlens as usize);
@@ -153,10 +169,12 @@ fn layout_of(cfg: &Config, lengths: &[u32], plan: &Plan<'_>, gpu: Gpu, max: Layo
         l,
         spans,
         local_cu,
+        local_cu_padded,
         sharded_cu,
         sharded_cu_padded,
         rank_cu,
         positions,
+        gather,
     }
 }
 
@@ -183,7 +201,10 @@ fn check_gpu(cfg: &Config, lengths: &[u32], plan: &Plan<'_>, o: &Owned) {
         assert_eq!(i < n_local, s.chunk == LOCAL_CHUNK);
         let len = lengths[s.seq as usize];
         if s.chunk == LOCAL_CHUNK {
-            assert_eq!((s.start, s.len, s.pad), (0, len, 0));
+            assert_eq!(
+                (s.start, s.len, s.pad),
+                (0, len, cfg.local_tokens(len) - len)
+            );
         } else {
             let k = (i - n_local) % 2;
             let want = if k == 0 {
@@ -193,7 +214,7 @@ fn check_gpu(cfg: &Config, lengths: &[u32], plan: &Plan<'_>, o: &Owned) {
             };
             assert_eq!(s.chunk as u32, want);
             assert_eq!(o.spans[n_local + (i - n_local) / 2 * 2].seq, s.seq);
-            if cfg.shard_padding == ShardPadding::None {
+            if cfg.shard_padding == ShardPadding::None && cfg.pad_multiple == 1 {
                 assert_eq!(s.pad, 0);
             }
         }
@@ -207,18 +228,29 @@ fn check_gpu(cfg: &Config, lengths: &[u32], plan: &Plan<'_>, o: &Owned) {
     );
     assert_eq!(l.loss_tokens, l.tokens - l.pad_tokens);
     // cu_seqlens: monotone, from 0, ending at the group's (and so the buffer's) token count.
-    for cu in [&o.local_cu, &o.sharded_cu, &o.sharded_cu_padded, &o.rank_cu] {
+    for cu in [
+        &o.local_cu,
+        &o.local_cu_padded,
+        &o.sharded_cu,
+        &o.sharded_cu_padded,
+        &o.rank_cu,
+    ] {
         assert!(monotone_from_zero(cu), "{cu:?}");
     }
     assert_eq!(o.local_cu.len(), n_local + 1);
-    assert_eq!(*o.local_cu.last().unwrap() as u32, l.local_tokens);
+    assert_eq!(*o.local_cu_padded.last().unwrap() as u32, l.local_tokens);
     assert_eq!(*o.rank_cu.last().unwrap() as u32, l.sharded_tokens);
     assert_eq!(
-        *o.local_cu.last().unwrap() + *o.rank_cu.last().unwrap(),
+        *o.local_cu_padded.last().unwrap() + *o.rank_cu.last().unwrap(),
         l.tokens as i32
     );
     for (i, s) in o.spans[..n_local].iter().enumerate() {
         assert_eq!((o.local_cu[i + 1] - o.local_cu[i]) as u32, s.len);
+        assert_eq!(
+            (o.local_cu_padded[i + 1] - o.local_cu_padded[i]) as u32,
+            s.len + s.pad
+        );
+        assert_eq!(o.local_cu_padded[i] as u32, s.offset);
     }
     let mut local_max = 0;
     for s in &o.spans[..n_local] {
@@ -234,7 +266,7 @@ fn check_gpu(cfg: &Config, lengths: &[u32], plan: &Plan<'_>, o: &Owned) {
         assert_eq!((o.sharded_cu[k + 1] - o.sharded_cu[k]) as u32, seq_len);
         assert_eq!(
             (o.sharded_cu_padded[k + 1] - o.sharded_cu_padded[k]) as u64,
-            padded_len(seq_len, cfg.cp, cfg.shard_padding)
+            cfg.budget().padded(seq_len)
         );
         if cfg.shard_padding == ShardPadding::Zigzag {
             // TE's per-rank offsets: the padded global offsets divided by N.
@@ -242,11 +274,30 @@ fn check_gpu(cfg: &Config, lengths: &[u32], plan: &Plan<'_>, o: &Owned) {
         }
     }
     assert_eq!(l.rank_max_seqlen, rank_max);
-    // Position ids match the spans.
+    // Position ids match the spans; the gather index points every real token at its place
+    // in the DP rank's stream (its sequences in plan order) and marks padding.
     assert_eq!(o.positions.len() as u32, l.tokens);
+    let stream = layout::dp_sequences(plan, l.dp_rank);
+    let base = |seq: u32| -> i64 {
+        let at = stream
+            .iter()
+            .position(|&q| q == seq)
+            .expect("in the stream");
+        stream[..at]
+            .iter()
+            .map(|&q| i64::from(lengths[q as usize]))
+            .sum()
+    };
     for s in &o.spans {
         for i in 0..s.len + s.pad {
-            assert_eq!(o.positions[(s.offset + i) as usize], (s.start + i) as i32);
+            let at = (s.offset + i) as usize;
+            assert_eq!(o.positions[at], (s.start + i) as i32);
+            let want = if i < s.len {
+                base(s.seq) + i64::from(s.start + i)
+            } else {
+                -1
+            };
+            assert_eq!(o.gather[at], want);
         }
     }
     // Tokens match the plan's budget accounting.
@@ -254,22 +305,22 @@ fn check_gpu(cfg: &Config, lengths: &[u32], plan: &Plan<'_>, o: &Owned) {
     let charged = plan.rank_tokens(g)[l.cp_rank as usize];
     assert_eq!(l.charged_tokens, charged);
     assert!(l.tokens <= cfg.bucket);
-    match cfg.shard_padding {
-        ShardPadding::Zigzag => assert_eq!(l.tokens, charged, "padded: exactly the charge"),
-        ShardPadding::None => {
-            // Each sharded sequence costs floor or ceil(S/N) here; the charge is ceil(S/N).
-            let slack: u32 = o.spans[n_local..]
-                .chunks(2)
-                .map(|p| {
-                    let s = lengths[p[0].seq as usize];
-                    let share = p[0].len + p[1].len;
-                    assert!(share == s / cfg.cp || share == s.div_ceil(cfg.cp));
-                    s.div_ceil(cfg.cp) - share
-                })
-                .sum();
-            assert_eq!(l.tokens + slack, charged);
-        }
-    }
+    // Each sharded sequence of padded length P takes floor or ceil(P/N) here (exactly P/N
+    // with zigzag padding); the charge is ceil(P/N).
+    let budget = cfg.budget();
+    let slack: u32 = o.spans[n_local..]
+        .chunks(2)
+        .map(|p| {
+            let padded = budget.padded(lengths[p[0].seq as usize]) as u32;
+            let width = p[0].len + p[0].pad + p[1].len + p[1].pad;
+            assert!(width == padded / cfg.cp || width == padded.div_ceil(cfg.cp));
+            if cfg.shard_padding == ShardPadding::Zigzag && cfg.cp > 1 {
+                assert_eq!(width, padded / cfg.cp, "zigzag: equal shares");
+            }
+            padded.div_ceil(cfg.cp) - width
+        })
+        .sum();
+    assert_eq!(l.tokens + slack, charged);
 }
 
 fn prop(case: Case) {
@@ -342,6 +393,29 @@ fn prop(case: Case) {
         loss_sum, global,
         "loss weights sum to the global token count"
     );
+    // Lockstep: micro-batches past a DP rank's listed ones are valid and empty.
+    for (d, &count) in plan.micro_batches_per_dp().iter().enumerate() {
+        for m in 0..count {
+            if plan.find(d as u32, m).is_some() {
+                continue;
+            }
+            assert!(
+                cfg.lockstep,
+                "only lockstep declares unlisted micro-batches"
+            );
+            for r in 0..cp {
+                let gpu = Gpu {
+                    dp_rank: d as u32,
+                    micro_batch: m,
+                    cp_rank: r,
+                };
+                let o = layout_of(&cfg, lengths, &plan, gpu, max);
+                assert_eq!(o.l.micro_batch_global, layout::NO_MICRO_BATCH);
+                assert_eq!((o.l.tokens, o.l.spans, o.l.loss_tokens), (0, 0, 0));
+                assert_eq!((o.local_cu, o.rank_cu), (vec![0], vec![0]));
+            }
+        }
+    }
     for (d, &count) in plan.micro_batches_per_dp().iter().enumerate() {
         let bad = Gpu {
             dp_rank: d as u32,
@@ -361,7 +435,7 @@ fn prop(case: Case) {
             continue;
         }
         assert_eq!(local_seen[q], 0);
-        let padded = padded_len(len, cp, cfg.shard_padding);
+        let padded = cfg.budget().padded(len);
         let mut next = 0u64;
         let (mut real, mut pad) = (0u64, 0u64);
         let mut heaviest = 0u64;
@@ -372,7 +446,7 @@ fn prop(case: Case) {
             assert_eq!(r as usize, owner, "chunk {k} on rank {owner}");
             assert_eq!(u64::from(s.start), next, "no gap, no overlap");
             assert_eq!(s, {
-                let c = zigzag_chunk(len, cp, cfg.shard_padding, k as u32);
+                let c = zigzag_chunk(&cfg.budget(), len, k as u32);
                 Span {
                     start: c.start,
                     len: c.len,
@@ -427,11 +501,12 @@ fn layout_properties_hold_on_random_plans() {
 fn zigzag_balance_over_all_small_lengths() {
     for padding in [ShardPadding::None, ShardPadding::Zigzag] {
         for cp in 1..=16u32 {
+            let budget = skrull_core::budget::Budget::with(1, cp, padding, 1, false);
             for len in 1..=2000u32 {
                 let mut work = vec![0u64; cp as usize];
                 let mut heaviest = 0;
                 for k in 0..2 * cp {
-                    let c = zigzag_chunk(len, cp, padding, k);
+                    let c = zigzag_chunk(&budget, len, k);
                     let owner = if k < cp { k } else { 2 * cp - 1 - k };
                     let w = causal_work(u64::from(c.start), u64::from(c.len));
                     work[owner as usize] += w;

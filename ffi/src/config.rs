@@ -6,6 +6,7 @@ use core::mem::size_of;
 use skrull_core::{Config, FlopsFormula, ModelShape, Policy, ShardPadding, Victim};
 
 use crate::boundary::guard;
+use crate::error::Failure;
 use crate::status::skrull_status;
 
 /// Policy: the Skrull paper's GDS + DACP (the default, 0).
@@ -67,7 +68,7 @@ pub struct skrull_model_shape {
 
 const _: () = assert!(size_of::<skrull_model_shape>() == 24);
 
-/// Everything `skrull_schedule()` needs besides the lengths (version 1: 60 bytes).
+/// Everything `skrull_schedule()` needs besides the lengths (version 1: 60 bytes; now 72).
 ///
 /// Initialise it with `skrull_config_default()` or `skrull_config_preset()`, then change
 /// fields. `struct_size` must be `sizeof(skrull_config)` as the caller compiled it: new fields
@@ -98,12 +99,25 @@ pub struct skrull_config {
     pub max_micro_batches: u32,
     /// The model shape FLOPs are counted for.
     pub model: skrull_model_shape,
+    /// Pad multiple `M`, 0..=65536 (0 and 1: none). A sharded sequence is padded to a
+    /// multiple of `lcm(2 cp, M)` (of `M` at `cp = 1`) whatever `shard_padding` says, e.g.
+    /// `M = 2 cp tp` for Megatron with sequence parallelism; the budget charges the padding.
+    /// See `docs/layout.md`.
+    pub pad_multiple: u32,
+    /// 1: pad local (whole) sequences to a multiple of `pad_multiple` too; 0: do not.
+    pub pad_local: u32,
+    /// 1: lockstep micro-batches (every DP rank reports the largest micro-batch count; a
+    /// rank's extra micro-batches are empty); 0: each rank runs its own count.
+    pub lockstep: u32,
 }
 
 /// `sizeof(skrull_config)` of ABI version 1, the smallest accepted `struct_size`.
 pub const SKRULL_CONFIG_SIZE_V1: u32 = 60;
 
-const _: () = assert!(size_of::<skrull_config>() == SKRULL_CONFIG_SIZE_V1 as usize);
+/// The largest `skrull_config.pad_multiple`.
+pub const SKRULL_MAX_PAD_MULTIPLE: u32 = 65_536;
+
+const _: () = assert!(size_of::<skrull_config>() == SKRULL_CONFIG_SIZE_V1 as usize + 12);
 
 impl skrull_model_shape {
     /// The C form of a core model shape.
@@ -123,7 +137,7 @@ impl skrull_config {
     /// The C form of a core configuration.
     pub fn from_core(cfg: &Config) -> Self {
         skrull_config {
-            struct_size: SKRULL_CONFIG_SIZE_V1,
+            struct_size: size_of::<skrull_config>() as u32,
             dp: cfg.dp,
             cp: cfg.cp,
             bucket_tokens: cfg.bucket,
@@ -148,6 +162,9 @@ impl skrull_config {
             },
             max_micro_batches: cfg.max_micro_batches,
             model: skrull_model_shape::from_core(&cfg.model),
+            pad_multiple: cfg.pad_multiple,
+            pad_local: u32::from(cfg.pad_local),
+            lockstep: u32::from(cfg.lockstep),
         }
     }
 
@@ -191,11 +208,12 @@ impl skrull_config {
             SKRULL_SHARD_PADDING_ZIGZAG => ShardPadding::Zigzag,
             _ => return Err(bad),
         };
-        let swiglu = match self.model.swiglu {
-            0 => false,
-            1 => true,
-            _ => return Err(bad),
+        let flag = |v: u32| match v {
+            0 => Ok(false),
+            1 => Ok(true),
+            _ => Err(bad),
         };
+        let swiglu = flag(self.model.swiglu)?;
         let m = &self.model;
         let model = ModelShape {
             hidden: m.hidden,
@@ -211,6 +229,9 @@ impl skrull_config {
         cfg.flops = flops;
         cfg.shard_padding = shard_padding;
         cfg.max_micro_batches = self.max_micro_batches;
+        cfg.pad_multiple = self.pad_multiple.max(1);
+        cfg.pad_local = flag(self.pad_local)?;
+        cfg.lockstep = flag(self.lockstep)?;
         Ok(cfg)
     }
 }
@@ -270,7 +291,7 @@ pub(crate) unsafe fn read_sized<T: Copy>(
 ///
 /// # Safety
 /// As [`read_sized`].
-pub(crate) unsafe fn read_config(ptr: *const skrull_config) -> Result<Config, skrull_status> {
+pub(crate) unsafe fn read_config(ptr: *const skrull_config) -> Result<Config, Failure> {
     let default =
         skrull_config::preset(SKRULL_PRESET_QWEN2_5_0_5B).ok_or(skrull_status::Internal)?;
     // SAFETY: forwarded caller contract.
@@ -387,12 +408,12 @@ mod tests {
     fn struct_size_rules() {
         let c = default_cfg();
         // SAFETY: `c` is a live, aligned skrull_config.
-        assert!(unsafe { read_config(&c) }.is_ok());
+        assert!(unsafe { read_config(&c) }.map_err(|f| f.status).is_ok());
         for bad in [0, 4, SKRULL_CONFIG_SIZE_V1 - 1, SKRULL_MAX_STRUCT_SIZE + 1] {
             let mut c = default_cfg();
             c.struct_size = bad;
             // SAFETY: as above; the size is rejected before any byte past 4 is read.
-            let r = unsafe { read_config(&c) };
+            let r = unsafe { read_config(&c) }.map_err(|f| f.status);
             assert_eq!(r, Err(skrull_status::BadStructSize));
         }
         // A newer, larger struct: accepted when its tail is zero, rejected otherwise.
@@ -409,14 +430,15 @@ mod tests {
         n.base.struct_size = size_of::<Newer>() as u32;
         let p = (&raw const n).cast::<skrull_config>();
         // SAFETY: `p` points to `struct_size` readable bytes.
-        assert!(unsafe { read_config(p) }.is_ok());
+        assert!(unsafe { read_config(p) }.map_err(|f| f.status).is_ok());
         n.extra = 1;
         let p = (&raw const n).cast::<skrull_config>();
         // SAFETY: as above.
-        assert_eq!(unsafe { read_config(p) }, Err(skrull_status::BadStructSize));
+        let r = unsafe { read_config(p) };
+        assert_eq!(r.map_err(|f| f.status), Err(skrull_status::BadStructSize));
         // SAFETY: NULL is allowed.
         let null = unsafe { read_config(core::ptr::null()) };
-        assert_eq!(null, Err(skrull_status::NullArg));
+        assert_eq!(null.map_err(|f| f.status), Err(skrull_status::NullArg));
     }
 
     #[test]
@@ -424,11 +446,13 @@ mod tests {
         let mut c = default_cfg();
         c.dp = 0;
         // SAFETY: live, aligned struct.
-        assert_eq!(unsafe { read_config(&c) }, Err(skrull_status::InvalidDp));
+        let r = unsafe { read_config(&c) };
+        assert_eq!(r.map_err(|f| f.status), Err(skrull_status::InvalidDp));
         c = default_cfg();
         c.model.kv_hidden = c.model.hidden + 1;
         // SAFETY: as above.
-        assert_eq!(unsafe { read_config(&c) }, Err(skrull_status::InvalidModel));
+        let r = unsafe { read_config(&c) };
+        assert_eq!(r.map_err(|f| f.status), Err(skrull_status::InvalidModel));
     }
 
     #[test]

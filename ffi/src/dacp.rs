@@ -4,6 +4,7 @@ use core::ffi::c_void;
 
 use crate::boundary::{Span, any_overlap, check_out, guard, lengths};
 use crate::config::{read_config, skrull_config};
+use crate::error::Failure;
 use crate::status::skrull_status;
 use crate::workspace::{Carver, Layout};
 
@@ -65,7 +66,7 @@ pub unsafe extern "C" fn skrull_dacp_place(
                 summary,
             )
         };
-        r.err().unwrap_or(skrull_status::Ok)
+        r.err().map_or(skrull_status::Ok, |f| f.status)
     })
 }
 
@@ -83,23 +84,23 @@ unsafe fn place(
     cp_ranks: *mut i32,
     cp_ranks_len: usize,
     summary: *mut skrull_dacp_summary,
-) -> Result<(), skrull_status> {
+) -> Result<(), Failure> {
     // SAFETY: forwarded caller contract for `config`.
     let cfg = unsafe { read_config(config) }?;
     let layout = Layout::new(n, cfg.dp, cfg.cp).ok_or(skrull_status::TooManySequences)?;
     // SAFETY: forwarded caller contract for `lengths`.
     let lengths = unsafe { lengths(lengths_ptr, n) }?;
     if workspace.is_null() {
-        return Err(skrull_status::NullArg);
+        return Err(skrull_status::NullArg.into());
     }
     if workspace_size < layout.bytes() {
-        return Err(skrull_status::WorkspaceTooSmall);
+        return Err(skrull_status::WorkspaceTooSmall.into());
     }
     if summary.is_null() {
-        return Err(skrull_status::NullArg);
+        return Err(skrull_status::NullArg.into());
     }
     if !summary.is_aligned() {
-        return Err(skrull_status::InvalidArg);
+        return Err(skrull_status::InvalidArg.into());
     }
     let spans = [
         check_out(cp_ranks, cp_ranks_len, n)?,
@@ -109,7 +110,7 @@ unsafe fn place(
         Span::of(lengths.as_ptr(), n).ok_or(skrull_status::InvalidArg)?,
     ];
     if any_overlap(&spans) {
-        return Err(skrull_status::InvalidArg);
+        return Err(skrull_status::InvalidArg.into());
     }
     // SAFETY: non-null (checked), `workspace_size` writable bytes for the call (caller
     // contract), disjoint from the outputs (checked).

@@ -17,11 +17,15 @@ use skrull_core::{Config, MicroBatch, Placement, Plan, PlanParts};
 
 use crate::boundary::{Span, any_overlap, check_out, guard, lengths};
 use crate::config::{read_config, read_sized, skrull_config};
+use crate::error::{Failure, finish, target};
 use crate::plan::{
     PLAN_BUFFERS_SIZE_V1, skrull_micro_batch, skrull_placement, skrull_plan_buffers, skrull_summary,
 };
 use crate::status::skrull_status;
 use crate::workspace::Carver;
+
+/// `skrull_layout.micro_batch_global` of an empty lockstep micro-batch.
+pub const SKRULL_NO_MICRO_BATCH: u32 = u32::MAX;
 
 /// Which GPU a layout is for: DP rank, micro-batch on that DP rank, CP rank (frozen layout,
 /// 12 bytes).
@@ -100,7 +104,9 @@ pub struct skrull_layout {
     pub micro_batch: u32,
     /// The CP rank.
     pub cp_rank: u32,
-    /// The micro-batch's position `g` in the plan's micro-batch table.
+    /// The micro-batch's position `g` in the plan's micro-batch table, or
+    /// `SKRULL_NO_MICRO_BATCH` for an empty lockstep micro-batch (one the table does not
+    /// list; its layout is empty: no span, every `cu_seqlens` array `{0}`, no token).
     pub micro_batch_global: u32,
     /// Sequences held whole on this GPU (the local group).
     pub local_seqs: u32,
@@ -181,20 +187,33 @@ pub struct skrull_layout_buffers {
     pub positions_len: usize,
     /// Receives the counts, maxima and loss weights (required).
     pub layout: *mut skrull_layout,
+    /// Gather index of every token in the buffer (`int64`, NULL with length 0: skip; same
+    /// count as `positions`): the token's offset in the DP rank's sequences concatenated in
+    /// plan order, -1 for padding. See `docs/layout.md`. Added after version 1.
+    pub gather_index: *mut i64,
+    /// Capacity of `gather_index`, in elements.
+    pub gather_index_len: usize,
+    /// `cu_seqlens` of the local group over padded lengths, i.e. buffer offsets (NULL with
+    /// length 0: skip; same count as `local_cu_seqlens`); equal to `local_cu_seqlens` unless
+    /// `pad_local` pads local sequences. Added after version 1.
+    pub local_cu_seqlens_padded: *mut i32,
+    /// Capacity of `local_cu_seqlens_padded`, in elements.
+    pub local_cu_seqlens_padded_len: usize,
 }
 
-/// `sizeof(skrull_layout_buffers)` of ABI version 1 on this platform (112 bytes on 64-bit).
-pub const LAYOUT_BUFFERS_SIZE_V1: usize = size_of::<skrull_layout_buffers>();
+/// `sizeof(skrull_layout_buffers)` of ABI version 1, the smallest accepted `struct_size`, on
+/// this platform (112 bytes on 64-bit): everything before `gather_index`.
+pub const LAYOUT_BUFFERS_SIZE_V1: usize = 8 + 13 * size_of::<usize>();
 
 const _: () = assert!(
-    LAYOUT_BUFFERS_SIZE_V1 == 8 + 13 * size_of::<usize>(),
+    size_of::<skrull_layout_buffers>() == LAYOUT_BUFFERS_SIZE_V1 + 4 * size_of::<usize>(),
     "skrull_layout_buffers must have no implicit padding"
 );
 
 impl skrull_layout_buffers {
     /// All NULL and zero, with `struct_size` set: the base the reader fills in.
     pub const EMPTY: skrull_layout_buffers = skrull_layout_buffers {
-        struct_size: LAYOUT_BUFFERS_SIZE_V1 as u32,
+        struct_size: size_of::<skrull_layout_buffers>() as u32,
         _reserved: 0,
         spans: core::ptr::null_mut(),
         spans_len: 0,
@@ -209,6 +228,10 @@ impl skrull_layout_buffers {
         positions: core::ptr::null_mut(),
         positions_len: 0,
         layout: core::ptr::null_mut(),
+        gather_index: core::ptr::null_mut(),
+        gather_index_len: 0,
+        local_cu_seqlens_padded: core::ptr::null_mut(),
+        local_cu_seqlens_padded_len: 0,
     };
 }
 
@@ -341,11 +364,12 @@ unsafe fn read_plan<'a>(
     let mut carver =
         unsafe { Carver::new(workspace.cast::<u8>(), workspace_size, workspace_end(n)) }?;
     let staged_p: &'a mut [Placement] = carver.take(n)?;
+    let budget = cfg.budget();
     for ((s, c), &len) in staged_p.iter_mut().zip(placements).zip(lengths) {
         let expect = if c.cp_rank == SHARDED {
-            cfg.shard_tokens(len)
+            budget.share(len)
         } else {
-            len
+            budget.local(len)
         };
         if c.tokens_per_gpu != expect {
             return Err(skrull_status::PlanInvalid);
@@ -402,13 +426,13 @@ unsafe fn read_plan<'a>(
 unsafe fn read_head(
     config: *const skrull_config,
     plan: *const skrull_plan_buffers,
-) -> Result<(Config, skrull_plan_buffers), skrull_status> {
+) -> Result<(Config, skrull_plan_buffers), Failure> {
     // SAFETY: forwarded caller contract for `config`.
     let cfg = unsafe { read_config(config) }?;
     // SAFETY: forwarded caller contract for `plan`.
     let bufs = unsafe { read_sized(plan, PLAN_BUFFERS_SIZE_V1, skrull_plan_buffers::EMPTY) }?;
     if bufs._reserved != 0 {
-        return Err(skrull_status::InvalidArg);
+        return Err(skrull_status::InvalidArg.into());
     }
     Ok((cfg, bufs))
 }
@@ -482,7 +506,7 @@ pub unsafe extern "C" fn skrull_layout_sizes_max(
         // SAFETY: forwarded caller contract for `config`.
         let cfg = match unsafe { read_config(config) } {
             Ok(c) => c,
-            Err(s) => return s,
+            Err(f) => return f.status,
         };
         if n > MAX_SEQS {
             return skrull_status::TooManySequences;
@@ -544,7 +568,9 @@ pub unsafe extern "C" fn skrull_layout_sizes(
                 out,
             )
         };
-        r.err().unwrap_or(skrull_status::Ok)
+        let inputs = [Span::of(config, 1), Span::of(lengths, n), Span::of(out, 1)];
+        // SAFETY: forwarded caller contract for `plan`; the target is checked in `target`.
+        unsafe { finish(r, target(plan, &inputs)) }
     })
 }
 
@@ -562,7 +588,7 @@ unsafe fn sizes(
     workspace: *mut c_void,
     workspace_size: usize,
     out: *mut skrull_layout_capacity,
-) -> Result<(), skrull_status> {
+) -> Result<(), Failure> {
     // SAFETY: forwarded caller contract.
     let (cfg, bufs) = unsafe { read_head(config, plan) }?;
     // SAFETY: forwarded caller contract.
@@ -571,16 +597,16 @@ unsafe fn sizes(
     let p = unsafe { read_plan(&cfg, lengths, &bufs, workspace, workspace_size) }?;
     let s = LayoutSizes::for_gpu(&cfg, lengths, &p.plan, core_gpu(gpu))?;
     if out.is_null() {
-        return Err(skrull_status::NullArg);
+        return Err(skrull_status::NullArg.into());
     }
     if !out.is_aligned() {
-        return Err(skrull_status::InvalidArg);
+        return Err(skrull_status::InvalidArg.into());
     }
     let out_span = Span::of(out.cast_const(), 1).ok_or(skrull_status::InvalidArg)?;
     let ws = Span::of(workspace.cast_const().cast::<u8>(), workspace_size)
         .ok_or(skrull_status::InvalidArg)?;
     if p.inputs.iter().chain([&ws]).any(|i| i.overlaps(out_span)) {
-        return Err(skrull_status::InvalidArg);
+        return Err(skrull_status::InvalidArg.into());
     }
     // SAFETY: non-null and aligned (checked), writable (caller contract), overlaps nothing
     // the call reads (checked).
@@ -633,7 +659,9 @@ pub unsafe extern "C" fn skrull_layout_fill(
                 out,
             )
         };
-        r.err().unwrap_or(skrull_status::Ok)
+        let inputs = [Span::of(config, 1), Span::of(lengths, n), Span::of(out, 1)];
+        // SAFETY: forwarded caller contract for `plan`; the target is checked in `target`.
+        unsafe { finish(r, target(plan, &inputs)) }
     })
 }
 
@@ -665,13 +693,13 @@ unsafe fn fill(
     workspace: *mut c_void,
     workspace_size: usize,
     out: *const skrull_layout_buffers,
-) -> Result<(), skrull_status> {
+) -> Result<(), Failure> {
     // SAFETY: forwarded caller contract.
     let (cfg, bufs) = unsafe { read_head(config, plan) }?;
     // SAFETY: forwarded caller contract for `out`.
     let o = unsafe { read_sized(out, LAYOUT_BUFFERS_SIZE_V1, skrull_layout_buffers::EMPTY) }?;
     if o._reserved != 0 {
-        return Err(skrull_status::InvalidArg);
+        return Err(skrull_status::InvalidArg.into());
     }
     // SAFETY: forwarded caller contract.
     let lengths = unsafe { read_lengths(lengths_ptr, n) }?;
@@ -680,12 +708,26 @@ unsafe fn fill(
     let g = core_gpu(gpu);
     let s = LayoutSizes::for_gpu(&cfg, lengths, &p.plan, g)?;
     if o.layout.is_null() {
-        return Err(skrull_status::NullArg);
+        return Err(skrull_status::NullArg.into());
     }
     if !o.layout.is_aligned() {
-        return Err(skrull_status::InvalidArg);
+        return Err(skrull_status::InvalidArg.into());
     }
-    let skip_positions = o.positions.is_null() && o.positions_len == 0;
+    let skip = |null: bool, len: usize| null && len == 0;
+    let skip_positions = skip(o.positions.is_null(), o.positions_len);
+    let nlocal_padded = if skip(
+        o.local_cu_seqlens_padded.is_null(),
+        o.local_cu_seqlens_padded_len,
+    ) {
+        0
+    } else {
+        s.local_cu_seqlens as usize
+    };
+    let ngather = if skip(o.gather_index.is_null(), o.gather_index_len) {
+        0
+    } else {
+        s.positions as usize
+    };
     let (nspans, nlocal, nsharded) = (
         s.spans as usize,
         s.local_cu_seqlens as usize,
@@ -707,6 +749,12 @@ unsafe fn fill(
         )?,
         check_out(o.rank_cu_seqlens, o.rank_cu_seqlens_len, nsharded)?,
         check_out(o.positions, o.positions_len, npos)?,
+        check_out(o.gather_index, o.gather_index_len, ngather)?,
+        check_out(
+            o.local_cu_seqlens_padded,
+            o.local_cu_seqlens_padded_len,
+            nlocal_padded,
+        )?,
         Span::of(o.layout.cast_const(), 1).ok_or(skrull_status::InvalidArg)?,
         Span::of(workspace.cast_const().cast::<u8>(), workspace_size)
             .ok_or(skrull_status::InvalidArg)?,
@@ -716,7 +764,7 @@ unsafe fn fill(
         .iter()
         .any(|a| p.inputs.iter().any(|b| a.overlaps(*b)));
     if any_overlap(&outputs) || crosses {
-        return Err(skrull_status::InvalidArg);
+        return Err(skrull_status::InvalidArg.into());
     }
     let staged: &mut [layout::Span] = p.carver.take(nspans)?;
     // SAFETY: each pointer passed `check_out` for exactly these counts, is writable for them
@@ -725,10 +773,12 @@ unsafe fn fill(
         LayoutBuffers {
             spans: &mut *staged,
             local_cu_seqlens: output(o.local_cu_seqlens, nlocal),
+            local_cu_seqlens_padded: output(o.local_cu_seqlens_padded, nlocal_padded),
             sharded_cu_seqlens: output(o.sharded_cu_seqlens, nsharded),
             sharded_cu_seqlens_padded: output(o.sharded_cu_seqlens_padded, nsharded),
             rank_cu_seqlens: output(o.rank_cu_seqlens, nsharded),
             positions: output(o.positions, npos),
+            gather_index: output(o.gather_index, ngather),
         }
     };
     // Every check `fill` makes already passed above (and it writes nothing on error).

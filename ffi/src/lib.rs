@@ -32,6 +32,7 @@
 pub mod boundary;
 pub mod config;
 pub mod dacp;
+pub mod error;
 pub mod layout;
 pub mod plan;
 pub mod schedule;
@@ -41,16 +42,19 @@ pub mod workspace;
 
 pub use boundary::skrull_panic_selftest;
 pub use config::{
-    SKRULL_CONFIG_SIZE_V1, SKRULL_FLOPS_MEGATRON, SKRULL_FLOPS_PAPER, SKRULL_MAX_STRUCT_SIZE,
-    SKRULL_POLICY_DEEPSPEED, SKRULL_POLICY_PACKED, SKRULL_POLICY_ROUNDROBIN, SKRULL_POLICY_SKRULL,
-    SKRULL_PRESET_QWEN2_5_0_5B, SKRULL_PRESET_QWEN2_5_7B, SKRULL_SHARD_PADDING_NONE,
-    SKRULL_SHARD_PADDING_ZIGZAG, SKRULL_VICTIM_LONGEST, SKRULL_VICTIM_SHORTEST, skrull_config,
-    skrull_config_default, skrull_config_preset, skrull_model_shape,
+    SKRULL_CONFIG_SIZE_V1, SKRULL_FLOPS_MEGATRON, SKRULL_FLOPS_PAPER, SKRULL_MAX_PAD_MULTIPLE,
+    SKRULL_MAX_STRUCT_SIZE, SKRULL_POLICY_DEEPSPEED, SKRULL_POLICY_PACKED,
+    SKRULL_POLICY_ROUNDROBIN, SKRULL_POLICY_SKRULL, SKRULL_PRESET_QWEN2_5_0_5B,
+    SKRULL_PRESET_QWEN2_5_7B, SKRULL_SHARD_PADDING_NONE, SKRULL_SHARD_PADDING_ZIGZAG,
+    SKRULL_VICTIM_LONGEST, SKRULL_VICTIM_SHORTEST, skrull_config, skrull_config_default,
+    skrull_config_preset, skrull_model_shape,
 };
 pub use dacp::{skrull_dacp_place, skrull_dacp_summary};
+pub use error::skrull_error_info;
 pub use layout::{
-    skrull_gpu, skrull_layout, skrull_layout_buffers, skrull_layout_capacity, skrull_layout_fill,
-    skrull_layout_sizes, skrull_layout_sizes_max, skrull_span,
+    SKRULL_NO_MICRO_BATCH, skrull_gpu, skrull_layout, skrull_layout_buffers,
+    skrull_layout_capacity, skrull_layout_fill, skrull_layout_sizes, skrull_layout_sizes_max,
+    skrull_span,
 };
 pub use plan::{
     SKRULL_SHARDED, skrull_micro_batch, skrull_placement, skrull_plan_buffers, skrull_sizes,

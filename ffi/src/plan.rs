@@ -3,6 +3,8 @@
 
 use core::mem::size_of;
 
+use crate::error::skrull_error_info;
+
 /// `skrull_placement.cp_rank` of a sequence sharded over the whole CP group.
 pub const SKRULL_SHARDED: i32 = -1;
 
@@ -107,20 +109,26 @@ pub struct skrull_plan_buffers {
     pub micro_batches_per_dp_len: usize,
     /// Receives the summary (required).
     pub summary: *mut skrull_summary,
+    /// Receives the details of a failure (optional, NULL: none). Written only when the call
+    /// fails, by `skrull_schedule()` and by the layout functions that read this plan. It must
+    /// not overlap any other argument. Added after version 1: a caller whose `struct_size`
+    /// ends before it gets no details.
+    pub error: *mut skrull_error_info,
 }
 
-/// `sizeof(skrull_plan_buffers)` of ABI version 1 on this platform (96 bytes on 64-bit).
-pub const PLAN_BUFFERS_SIZE_V1: usize = size_of::<skrull_plan_buffers>();
+/// `sizeof(skrull_plan_buffers)` of ABI version 1, the smallest accepted `struct_size`, on
+/// this platform (96 bytes on 64-bit): everything before `error`.
+pub const PLAN_BUFFERS_SIZE_V1: usize = 8 + 11 * size_of::<usize>();
 
 const _: () = assert!(
-    PLAN_BUFFERS_SIZE_V1 == 8 + 11 * size_of::<usize>(),
+    size_of::<skrull_plan_buffers>() == PLAN_BUFFERS_SIZE_V1 + size_of::<usize>(),
     "skrull_plan_buffers must have no implicit padding"
 );
 
 impl skrull_plan_buffers {
     /// All NULL and zero, with `struct_size` set: the base the reader fills in.
     pub const EMPTY: skrull_plan_buffers = skrull_plan_buffers {
-        struct_size: PLAN_BUFFERS_SIZE_V1 as u32,
+        struct_size: size_of::<skrull_plan_buffers>() as u32,
         _reserved: 0,
         placements: core::ptr::null_mut(),
         placements_len: 0,
@@ -133,6 +141,7 @@ impl skrull_plan_buffers {
         micro_batches_per_dp: core::ptr::null_mut(),
         micro_batches_per_dp_len: 0,
         summary: core::ptr::null_mut(),
+        error: core::ptr::null_mut(),
     };
 }
 

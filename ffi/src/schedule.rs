@@ -8,6 +8,7 @@ use skrull_core::{Config, Plan, PlanBuffers, Workspace};
 
 use crate::boundary::{Span, any_overlap, check_out, guard, lengths};
 use crate::config::{read_config, read_sized, skrull_config};
+use crate::error::{Failure, finish, info_span, target};
 use crate::plan::{
     PLAN_BUFFERS_SIZE_V1, skrull_micro_batch, skrull_placement, skrull_plan_buffers, skrull_summary,
 };
@@ -61,10 +62,10 @@ pub unsafe extern "C" fn skrull_schedule(
 ) -> skrull_status {
     guard(|| {
         // SAFETY: forwarded caller contract.
-        match unsafe { schedule(config, lengths, n, workspace, workspace_size, out) } {
-            Ok(()) => skrull_status::Ok,
-            Err(s) => s,
-        }
+        let r = unsafe { schedule(config, lengths, n, workspace, workspace_size, out) };
+        let inputs = [Span::of(config, 1), Span::of(lengths, n)];
+        // SAFETY: forwarded caller contract for `out`; the target is checked in `target`.
+        unsafe { finish(r, target(out, &inputs)) }
     })
 }
 
@@ -79,29 +80,29 @@ unsafe fn schedule(
     workspace: *mut c_void,
     workspace_size: usize,
     out: *const skrull_plan_buffers,
-) -> Result<(), skrull_status> {
+) -> Result<(), Failure> {
     // SAFETY: forwarded caller contract for `config`.
     let cfg = unsafe { read_config(config) }?;
     // SAFETY: forwarded caller contract for `out`.
     let bufs = unsafe { read_sized(out, PLAN_BUFFERS_SIZE_V1, skrull_plan_buffers::EMPTY) }?;
     if bufs._reserved != 0 {
-        return Err(skrull_status::InvalidArg);
+        return Err(skrull_status::InvalidArg.into());
     }
     let layout = Layout::new(n, cfg.dp, cfg.cp).ok_or(skrull_status::TooManySequences)?;
     // SAFETY: forwarded caller contract for `lengths`.
     let lengths = unsafe { lengths(lengths_ptr, n) }?;
     if workspace.is_null() {
-        return Err(skrull_status::NullArg);
+        return Err(skrull_status::NullArg.into());
     }
     if workspace_size < layout.bytes() {
-        return Err(skrull_status::WorkspaceTooSmall);
+        return Err(skrull_status::WorkspaceTooSmall.into());
     }
     let (dp, cp) = (cfg.dp as usize, cfg.cp as usize);
     if bufs.summary.is_null() {
-        return Err(skrull_status::NullArg);
+        return Err(skrull_status::NullArg.into());
     }
     if !bufs.summary.is_aligned() {
-        return Err(skrull_status::InvalidArg);
+        return Err(skrull_status::InvalidArg.into());
     }
     let spans = [
         check_out(bufs.placements, bufs.placements_len, n)?,
@@ -115,7 +116,12 @@ unsafe fn schedule(
         Span::of(lengths.as_ptr(), n).ok_or(skrull_status::InvalidArg)?,
     ];
     if any_overlap(&spans) {
-        return Err(skrull_status::InvalidArg);
+        return Err(skrull_status::InvalidArg.into());
+    }
+    if let Some(e) = info_span(bufs.error)?
+        && spans.iter().any(|s| s.overlaps(e))
+    {
+        return Err(Failure::silent(skrull_status::InvalidArg));
     }
     // SAFETY: `workspace` is non-null (checked) and, by the caller contract, `workspace_size`
     // writable bytes that nothing else touches during the call; it overlaps no output
@@ -152,15 +158,16 @@ unsafe fn schedule(
 /// micro-batches and members, `micro_batches * cp` rank-token entries, `dp` counts, one
 /// summary), aligned, and disjoint from `plan`'s storage.
 unsafe fn copy_out(cfg: &Config, lengths: &[u32], plan: &Plan<'_>, bufs: &skrull_plan_buffers) {
+    let budget = cfg.budget();
     // SAFETY: every write below is in bounds (the capacities were checked against `n`,
     // `n * cp` and `dp`, which bound the plan's slices), aligned and writable (function
     // contract).
     unsafe {
         for (i, (p, &len)) in plan.placements().iter().zip(lengths).enumerate() {
             let tokens_per_gpu = if p.cp_rank == SHARDED {
-                cfg.shard_tokens(len)
+                budget.share(len)
             } else {
-                len
+                budget.local(len)
             };
             bufs.placements.add(i).write(skrull_placement {
                 dp_rank: p.dp_rank,

@@ -55,12 +55,16 @@ pub enum skrull_status {
     EmptySequence = 15,
     /// A sequence is longer than 2^31 - 1 tokens.
     LengthOutOfRange = 16,
-    /// A sequence cannot fit even sharded over the CP group (`ceil(len / cp) > bucket`).
+    /// A sequence cannot fit even sharded over the CP group: its per-GPU share, `ceil(P / cp)`
+    /// for its padded length `P` (`P = len` without padding; see `docs/layout.md`), exceeds
+    /// `bucket_tokens`.
     SequenceTooLong = 17,
     /// A DP rank needs more micro-batches than `max_micro_batches` allows.
     MicroBatchLimit = 18,
     /// DACP could not place one micro-batch within the budget (`skrull_dacp_place` only).
     DacpFailed = 19,
+    /// `pad_multiple` is above 65536.
+    InvalidPadMultiple = 20,
     /// The plan buffers given to a layout function do not hold a valid plan that
     /// `skrull_schedule()` made from this configuration and these lengths (wrong counts,
     /// corrupted entries, or another batch).
@@ -79,7 +83,7 @@ pub enum skrull_status {
 }
 
 /// Every status, in numeric order (private: an array constant would leak into the header).
-const ALL: [skrull_status; 22] = [
+const ALL: [skrull_status; 23] = [
     skrull_status::Ok,
     skrull_status::NullArg,
     skrull_status::BadStructSize,
@@ -97,6 +101,7 @@ const ALL: [skrull_status; 22] = [
     skrull_status::SequenceTooLong,
     skrull_status::MicroBatchLimit,
     skrull_status::DacpFailed,
+    skrull_status::InvalidPadMultiple,
     skrull_status::PlanInvalid,
     skrull_status::NoSuchGpu,
     skrull_status::LayoutOverflow,
@@ -143,12 +148,13 @@ impl skrull_status {
             skrull_status::EmptySequence => c"a sequence has zero tokens",
             skrull_status::LengthOutOfRange => c"a sequence is longer than 2147483647 tokens",
             skrull_status::SequenceTooLong => {
-                c"a sequence cannot fit even sharded: ceil(len / cp) > bucket_tokens"
+                c"a sequence cannot fit even sharded: its padded share ceil(P / cp) > bucket_tokens"
             }
             skrull_status::MicroBatchLimit => {
                 c"a DP rank needs more micro-batches than max_micro_batches allows"
             }
             skrull_status::DacpFailed => c"DACP could not fit the micro-batch within the budget",
+            skrull_status::InvalidPadMultiple => c"pad_multiple is out of range 0..=65536",
             skrull_status::PlanInvalid => {
                 c"the plan buffers do not hold a valid plan of this configuration and batch"
             }
@@ -184,6 +190,7 @@ impl From<Error> for skrull_status {
             Error::BufferTooSmall { .. } => skrull_status::OutputTooSmall,
             Error::MicroBatchLimit { .. } => skrull_status::MicroBatchLimit,
             Error::DacpFailed { .. } => skrull_status::DacpFailed,
+            Error::InvalidPadMultiple { .. } => skrull_status::InvalidPadMultiple,
             // `Error` is non-exhaustive: a variant added to the core without a status here
             // still maps to a defined code.
             _ => skrull_status::Internal,
@@ -233,7 +240,7 @@ mod tests {
 
     #[test]
     fn numbers_are_stable() {
-        let expect: [(skrull_status, u32); 22] = [
+        let expect: [(skrull_status, u32); 23] = [
             (skrull_status::Ok, 0),
             (skrull_status::NullArg, 1),
             (skrull_status::BadStructSize, 2),
@@ -251,6 +258,7 @@ mod tests {
             (skrull_status::SequenceTooLong, 17),
             (skrull_status::MicroBatchLimit, 18),
             (skrull_status::DacpFailed, 19),
+            (skrull_status::InvalidPadMultiple, 20),
             (skrull_status::PlanInvalid, 30),
             (skrull_status::NoSuchGpu, 31),
             (skrull_status::LayoutOverflow, 32),
@@ -327,6 +335,10 @@ mod tests {
                 skrull_status::MicroBatchLimit,
             ),
             (Error::DacpFailed { cp_rank: 0 }, skrull_status::DacpFailed),
+            (
+                Error::InvalidPadMultiple { pad_multiple: 0 },
+                skrull_status::InvalidPadMultiple,
+            ),
         ];
         for (e, s) in cases {
             assert_eq!(skrull_status::from(e), s, "{e:?}");

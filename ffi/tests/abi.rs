@@ -74,6 +74,7 @@ impl Outs {
             micro_batches_per_dp: self.per_dp.as_mut_ptr(),
             micro_batches_per_dp_len: self.per_dp.len(),
             summary: &mut self.summary,
+            error: std::ptr::null_mut(),
             ..skrull_plan_buffers::EMPTY
         }
     }

@@ -69,6 +69,7 @@ impl Sched {
             micro_batches_per_dp: self.per_dp.as_mut_ptr(),
             micro_batches_per_dp_len: self.per_dp.len(),
             summary: &mut self.summary,
+            error: std::ptr::null_mut(),
             ..skrull_plan_buffers::EMPTY
         }
     }
@@ -155,6 +156,10 @@ impl Outs {
             positions: self.positions.as_mut_ptr(),
             positions_len: self.positions.len(),
             layout: &mut self.layout,
+            gather_index: std::ptr::null_mut(),
+            gather_index_len: 0,
+            local_cu_seqlens_padded: std::ptr::null_mut(),
+            local_cu_seqlens_padded_len: 0,
             ..skrull_layout_buffers::EMPTY
         }
     }
@@ -272,6 +277,8 @@ fn core_layout(s: &Sched, gpu: skrull_gpu) -> (layout::Layout, Vec<Span>, [Vec<i
         sharded_cu_seqlens_padded: c,
         rank_cu_seqlens: d,
         positions: e,
+        local_cu_seqlens_padded: &mut [],
+        gather_index: &mut [],
     };
     let l = layout::fill(&cfg, &s.lengths, &plan, g, out).unwrap();
     (l, spans, arrays)

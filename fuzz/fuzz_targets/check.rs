@@ -23,7 +23,7 @@ pub struct CPlan<'a> {
 
 /// Checks a C plan from scratch: every sequence placed exactly once, DP and CP ranks in
 /// range, micro-batch indices dense per DP rank, no GPU above BucketSize, `tokens_per_gpu`
-/// equal to the length (local) or the shard (sharded), the micro-batch table sorted by
+/// equal to the local charge (local) or the shard (sharded), the micro-batch table sorted by
 /// (DP rank, index) and listing every sequence once under its own micro-batch, recorded loads
 /// equal to the recount, the summary equal to the recount and the micro-batch limit held.
 /// Returns a description of the first problem.
@@ -55,10 +55,28 @@ pub fn check_c_plan(cfg: &Config, lengths: &[u32], p: &CPlan<'_>) -> Result<(), 
     if mbs > n || mbs > p.micro_batches.len() || mbs * cp > p.rank_tokens.len() {
         return Err(format!("{mbs} micro-batches for {n} sequences"));
     }
-    let declared: u64 = per_dp.iter().map(|&m| u64::from(m)).sum();
-    if declared != mbs as u64 {
+    // Micro-batches each DP rank's sequences use: with lockstep every rank declares the
+    // most any rank uses (its extra ones empty and unlisted), otherwise its own count.
+    let mut used = vec![0u32; dp];
+    for pl in &p.placements[..n] {
+        if let Some(u) = used.get_mut(pl.dp_rank as usize) {
+            *u = (*u).max(pl.micro_batch.saturating_add(1));
+        }
+    }
+    let most = used.iter().copied().max().unwrap_or(0);
+    for (d, (&u, &declared)) in used.iter().zip(per_dp).enumerate() {
+        let want = if cfg.lockstep { most } else { u };
+        if declared != want {
+            return Err(format!(
+                "dp {d}: declares {declared} micro-batches, uses {u} (lockstep {})",
+                cfg.lockstep
+            ));
+        }
+    }
+    let listed: u64 = used.iter().map(|&m| u64::from(m)).sum();
+    if listed != mbs as u64 {
         return Err(format!(
-            "micro_batches_per_dp sums to {declared}, summary says {mbs}"
+            "the placements use {listed} micro-batches, summary says {mbs}"
         ));
     }
     if cfg.max_micro_batches != 0 && per_dp.iter().any(|&m| m > cfg.max_micro_batches) {
@@ -91,15 +109,16 @@ pub fn check_c_plan(cfg: &Config, lengths: &[u32], p: &CPlan<'_>) -> Result<(), 
                 *load.entry((pl.dp_rank, pl.micro_batch, r)).or_default() += u64::from(share);
             }
         } else if pl.cp_rank >= 0 && (pl.cp_rank as usize) < cp {
-            if pl.tokens_per_gpu != len {
+            let held = cfg.local_tokens(len);
+            if pl.tokens_per_gpu != held {
                 return Err(format!(
-                    "seq {i}: tokens_per_gpu {} != length {len}",
+                    "seq {i}: tokens_per_gpu {} != local charge {held}",
                     pl.tokens_per_gpu
                 ));
             }
             *load
                 .entry((pl.dp_rank, pl.micro_batch, pl.cp_rank as u32))
-                .or_default() += u64::from(len);
+                .or_default() += u64::from(held);
         } else {
             return Err(format!("seq {i}: cp rank {} out of range", pl.cp_rank));
         }
@@ -124,7 +143,7 @@ pub fn check_c_plan(cfg: &Config, lengths: &[u32], p: &CPlan<'_>) -> Result<(), 
     let mut seen = vec![false; n];
     let mut g = 0usize;
     let mut offset = 0usize;
-    for (d, &count) in per_dp.iter().enumerate() {
+    for (d, &count) in used.iter().enumerate() {
         for index in 0..count {
             let mb = p.micro_batches[g];
             if (mb.dp_rank as usize, mb.index) != (d, index) {
@@ -201,7 +220,7 @@ pub fn check_rust_plan(
             tokens_per_gpu: if p.cp_rank == -1 {
                 cfg.shard_tokens(len)
             } else {
-                len
+                cfg.local_tokens(len)
             },
         })
         .collect();

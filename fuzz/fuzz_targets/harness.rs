@@ -365,6 +365,7 @@ pub fn c_abi(data: &[u8]) -> skrull_status {
         micro_batches_per_dp: per_dp.ptr(),
         micro_batches_per_dp_len: dp,
         summary: summary.ptr(),
+        error: std::ptr::null_mut(),
     };
     match perturb {
         Perturb::WorkspaceShort(_) => {
@@ -607,7 +608,7 @@ pub fn rust_api(data: &[u8]) {
     };
     let pre = cfg
         .validate()
-        .and_then(|()| skrull_core::budget::check_lengths(&cfg, lengths).map(|_| ()));
+        .and_then(|()| cfg.budget().check_lengths(lengths).map(|_| ()));
     let r = skrull_core::schedule(&cfg, lengths, &mut work, out);
     match (&r, pre, short) {
         (Err(e), Err(p), _) => assert_eq!(*e, p, "the first error must be reported"),

@@ -20,13 +20,18 @@ _Static_assert(sizeof(skrull_summary) == 32, "skrull_summary is 32 bytes");
 _Static_assert(offsetof(skrull_summary, sequences) == 8, "");
 _Static_assert(offsetof(skrull_summary, _reserved) == 28, "");
 _Static_assert(sizeof(skrull_model_shape) == 24, "skrull_model_shape is 24 bytes");
-_Static_assert(sizeof(skrull_config) == SKRULL_CONFIG_SIZE_V1, "skrull_config v1 is 60 bytes");
+_Static_assert(SKRULL_CONFIG_SIZE_V1 == 60, "skrull_config v1 is 60 bytes");
+_Static_assert(sizeof(skrull_config) == 72, "skrull_config grew by pad_multiple, pad_local, lockstep");
+_Static_assert(offsetof(skrull_config, pad_multiple) == SKRULL_CONFIG_SIZE_V1, "appended");
+_Static_assert(sizeof(skrull_error_info) == 32, "skrull_error_info is 32 bytes");
+_Static_assert(offsetof(skrull_error_info, index) == 8, "");
 _Static_assert(offsetof(skrull_config, struct_size) == 0, "struct_size comes first");
 _Static_assert(offsetof(skrull_config, model) == 36, "");
 _Static_assert(sizeof(skrull_dacp_summary) == 8, "");
 _Static_assert(sizeof(skrull_sizes) == 6 * sizeof(size_t), "");
 _Static_assert(offsetof(skrull_plan_buffers, struct_size) == 0, "struct_size comes first");
-_Static_assert(sizeof(skrull_plan_buffers) == 8 + 11 * sizeof(void *), "no implicit padding");
+_Static_assert(sizeof(skrull_plan_buffers) == 8 + 12 * sizeof(void *), "no implicit padding");
+_Static_assert(offsetof(skrull_plan_buffers, error) == 8 + 11 * sizeof(void *), "v1 ends before error");
 _Static_assert(sizeof(skrull_status) == 4, "skrull_status is a uint32_t");
 _Static_assert(SKRULL_SHARDED == -1, "");
 _Static_assert(SKRULL_ABI_VERSION >= 1, "");
@@ -56,6 +61,7 @@ static void statuses(void) {
     CHECK(SKRULL_STATUS_SEQUENCE_TOO_LONG == 17);
     CHECK(SKRULL_STATUS_MICRO_BATCH_LIMIT == 18);
     CHECK(SKRULL_STATUS_DACP_FAILED == 19);
+    CHECK(SKRULL_STATUS_INVALID_PAD_MULTIPLE == 20);
     CHECK(SKRULL_STATUS_INTERNAL == 254);
     CHECK(SKRULL_STATUS_PANIC == 255);
     /* Every number has a static string; known ones are distinct, unknown ones say so. */
@@ -77,7 +83,7 @@ static void statuses(void) {
             }
         }
     }
-    CHECK(known == 22);
+    CHECK(known == 23);
     /* The panic guard turns a Rust panic into a status. */
     CHECK_STATUS(skrull_panic_selftest(), SKRULL_STATUS_PANIC);
     CHECK_STATUS(skrull_panic_selftest(), SKRULL_STATUS_PANIC);

@@ -80,7 +80,7 @@ static void schedule_errors(void) {
     CASE(SKRULL_STATUS_NULL_ARG, OK10, 10, c.bufs.micro_batches_per_dp = NULL);
     /* struct_size. */
     CASE(SKRULL_STATUS_BAD_STRUCT_SIZE, OK10, 10, c.cfg.struct_size = 0);
-    CASE(SKRULL_STATUS_BAD_STRUCT_SIZE, OK10, 10, c.cfg.struct_size = sizeof c.cfg - 4);
+    CASE(SKRULL_STATUS_BAD_STRUCT_SIZE, OK10, 10, c.cfg.struct_size = SKRULL_CONFIG_SIZE_V1 - 4);
     CASE(SKRULL_STATUS_BAD_STRUCT_SIZE, OK10, 10, c.cfg.struct_size = 1u << 20);
     CASE(SKRULL_STATUS_BAD_STRUCT_SIZE, OK10, 10, c.bufs.struct_size = 8);
     /* Option integers from C are validated, never trusted. */
@@ -112,6 +112,9 @@ static void schedule_errors(void) {
     CASE(SKRULL_STATUS_INVALID_CP, OK10, 10, c.cfg.cp = 257);
     CASE(SKRULL_STATUS_INVALID_BUCKET, OK10, 10, c.cfg.bucket_tokens = 0);
     CASE(SKRULL_STATUS_INVALID_BUCKET, OK10, 10, c.cfg.bucket_tokens = 0x80000000u);
+    CASE(SKRULL_STATUS_INVALID_PAD_MULTIPLE, OK10, 10, c.cfg.pad_multiple = SKRULL_MAX_PAD_MULTIPLE + 1);
+    CASE(SKRULL_STATUS_INVALID_ENUM, OK10, 10, c.cfg.pad_local = 2);
+    CASE(SKRULL_STATUS_INVALID_ENUM, OK10, 10, c.cfg.lockstep = 2);
     CASE(SKRULL_STATUS_INVALID_MODEL, OK10, 10, c.cfg.model.hidden = 0);
     CASE(SKRULL_STATUS_INVALID_MODEL, OK10, 10, c.cfg.model.kv_hidden = 100000);
     CASE(SKRULL_STATUS_INVALID_MODEL, OK10, 10, c.cfg.model.layers = 5000);
