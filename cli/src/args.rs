@@ -14,7 +14,7 @@ pub struct Flags {
 }
 
 /// Flags that take no value.
-const SWITCHES: [&str; 2] = ["--help", "--no-rollback"];
+const SWITCHES: [&str; 4] = ["--help", "--no-rollback", "--pad-local", "--lockstep"];
 
 impl Flags {
     /// Parses `args` (without the program and subcommand names).
@@ -165,7 +165,8 @@ pub fn model_name(shape: &ModelShape) -> String {
 pub const DEFAULT_POLICY: Policy = Policy::Balanced;
 
 /// Builds a [`Config`] from `--dp --cp --bucket --model --policy --victim --flops
-/// --max-micro-batches`, with the paper's defaults (4, 8, 26K, qwen2.5-0.5b, skrull).
+/// --shard-padding --max-micro-batches --pad-multiple --pad-local --lockstep`, with the
+/// paper's defaults (4, 8, 26K, qwen2.5-0.5b) and `default_policy`.
 ///
 /// # Errors
 /// A message naming the bad flag and value, or the configuration error.
@@ -195,6 +196,9 @@ pub fn config_from(flags: &Flags, default_policy: Policy) -> Result<Config, Stri
             .ok_or_else(|| format!("--shard-padding: '{p}' is not none|zigzag"))?;
     }
     cfg.max_micro_batches = flags.tokens("--max-micro-batches", 0)?;
+    cfg.pad_multiple = flags.tokens("--pad-multiple", 1)?;
+    cfg.pad_local = flags.has("--pad-local");
+    cfg.lockstep = flags.has("--lockstep");
     cfg.validate().map_err(|e| e.to_string())?;
     Ok(cfg)
 }

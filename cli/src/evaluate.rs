@@ -108,6 +108,12 @@ fn parse_config(c: &Value) -> Result<Config, String> {
     if let Some(m) = c.get("max_micro_batches").and_then(Value::as_u64) {
         cfg.max_micro_batches = u32::try_from(m).unwrap_or(0);
     }
+    if let Some(m) = c.get("pad_multiple").and_then(Value::as_u64) {
+        cfg.pad_multiple =
+            u32::try_from(m).map_err(|_| format!("{ctx}: pad_multiple {m} is out of range"))?;
+    }
+    cfg.pad_local = c.get("pad_local").and_then(Value::as_bool).unwrap_or(false);
+    cfg.lockstep = c.get("lockstep").and_then(Value::as_bool).unwrap_or(false);
     Ok(cfg)
 }
 

@@ -10,7 +10,8 @@ use crate::args::model_name;
 pub fn config_json(cfg: &Config) -> String {
     format!(
         "{{\"dp\": {}, \"cp\": {}, \"bucket_tokens\": {}, \"policy\": \"{}\", \"victim\": \"{}\", \
-         \"model\": \"{}\", \"flops\": \"{}\", \"max_micro_batches\": {}, \"shard_padding\": \"{}\"}}",
+         \"model\": \"{}\", \"flops\": \"{}\", \"max_micro_batches\": {}, \"shard_padding\": \"{}\", \
+         \"pad_multiple\": {}, \"pad_local\": {}, \"lockstep\": {}}}",
         cfg.dp,
         cfg.cp,
         cfg.bucket,
@@ -22,7 +23,10 @@ pub fn config_json(cfg: &Config) -> String {
             FlopsFormula::Megatron => "megatron",
         },
         cfg.max_micro_batches,
-        cfg.shard_padding.name()
+        cfg.shard_padding.name(),
+        cfg.pad_multiple,
+        cfg.pad_local,
+        cfg.lockstep
     )
 }
 
@@ -57,20 +61,24 @@ pub fn plan_json(cfg: &Config, lengths: &[u32], plan: &Plan<'_>) -> String {
     out.push_str("],\n \"micro_batches_per_dp\": ");
     push_list(&mut out, plan.micro_batches_per_dp().iter());
     out.push_str(",\n \"rank_tokens\": [");
-    let mut g = 0usize;
+    let empty = vec![0u32; cfg.cp as usize];
     for (d, &count) in plan.micro_batches_per_dp().iter().enumerate() {
         if d > 0 {
             out.push_str(",\n   ");
         }
         out.push('[');
-        for j in 0..count as usize {
+        for j in 0..count {
             if j > 0 {
                 out.push_str(", ");
             }
-            push_list(&mut out, plan.rank_tokens(g + j).iter());
+            // An empty lockstep micro-batch holds no token.
+            let tokens = match plan.find(d as u32, j) {
+                Some(g) => plan.rank_tokens(g),
+                None => &empty[..],
+            };
+            push_list(&mut out, tokens.iter());
         }
         out.push(']');
-        g += count as usize;
     }
     out.push_str("]}\n");
     out

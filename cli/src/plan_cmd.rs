@@ -26,6 +26,7 @@ pub const USAGE: &str = "\
 skrull plan [--lengths FILE|-] [--dp 4] [--cp 8] [--bucket 26K] [--model qwen2.5-0.5b]
             [--policy balanced|skrull|deepspeed|packed|roundrobin] [--victim shortest|longest]
             [--flops paper|megatron] [--shard-padding none|zigzag]
+            [--pad-multiple M] [--pad-local] [--lockstep]
             [--max-micro-batches M] [--format table|json] [--layout DP,MB,CP]
 
 Plans one global batch. Without --lengths it plans the built-in default: 256 LMsys-like
@@ -34,7 +35,11 @@ sequences (seed 20250526), DP 4, CP 8, BucketSize 26K, Qwen2.5-0.5B.
 --layout DP,MB,CP prints instead the execution layout of one GPU (DP rank, micro-batch, CP
 rank): its token spans (local sequences whole, then its zigzag chunks of each sharded
 sequence), the FlashAttention varlen cu_seqlens and max_seqlen of both groups, position-id
-ranges and loss weights (see docs/layout.md).";
+ranges and loss weights (see docs/layout.md).
+
+--pad-multiple M pads every sharded sequence to a multiple of lcm(2*CP, M) (Megatron with
+sequence parallelism: M = 2*CP*TP), --pad-local pads local sequences to a multiple of M too,
+and --lockstep gives every DP rank the same micro-batch count (the extra ones empty).";
 
 /// Runs `skrull plan`; returns the text to print.
 ///

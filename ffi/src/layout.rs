@@ -17,7 +17,7 @@ use skrull_core::{Config, MicroBatch, Placement, Plan, PlanParts};
 
 use crate::boundary::{Span, any_overlap, check_out, guard, lengths};
 use crate::config::{read_config, read_sized, skrull_config};
-use crate::error::{Failure, finish, target};
+use crate::error::{Failure, finish, info_span, target};
 use crate::plan::{
     PLAN_BUFFERS_SIZE_V1, skrull_micro_batch, skrull_placement, skrull_plan_buffers, skrull_summary,
 };
@@ -419,6 +419,23 @@ unsafe fn read_plan<'a>(
     })
 }
 
+/// Checks that the plan's `error` target (if any) overlaps none of `regions`.
+///
+/// # Errors
+/// A silent `InvalidArg` (the details are not written) when it does, or when it is
+/// misaligned.
+fn check_error_target<'s>(
+    bufs: &skrull_plan_buffers,
+    mut regions: impl Iterator<Item = &'s Span>,
+) -> Result<(), Failure> {
+    match info_span(bufs.error)? {
+        Some(e) if regions.any(|r| r.overlaps(e)) => {
+            Err(Failure::silent(skrull_status::InvalidArg))
+        }
+        _ => Ok(()),
+    }
+}
+
 /// Reads the configuration and the plan buffers struct every layout function takes.
 ///
 /// # Safety
@@ -608,6 +625,7 @@ unsafe fn sizes(
     if p.inputs.iter().chain([&ws]).any(|i| i.overlaps(out_span)) {
         return Err(skrull_status::InvalidArg.into());
     }
+    check_error_target(&bufs, p.inputs.iter().chain([&ws, &out_span]))?;
     // SAFETY: non-null and aligned (checked), writable (caller contract), overlaps nothing
     // the call reads (checked).
     unsafe { out.write(c_sizes(s, n)) };
@@ -766,6 +784,7 @@ unsafe fn fill(
     if any_overlap(&outputs) || crosses {
         return Err(skrull_status::InvalidArg.into());
     }
+    check_error_target(&bufs, outputs.iter().chain(&p.inputs))?;
     let staged: &mut [layout::Span] = p.carver.take(nspans)?;
     // SAFETY: each pointer passed `check_out` for exactly these counts, is writable for them
     // (caller contract) and overlaps no other output, input or the workspace (checked).

@@ -542,3 +542,142 @@ fn status_strings_and_versions() {
     // SAFETY: no preconditions.
     assert_eq!(unsafe { skrull_abi_version() }, SKRULL_ABI_VERSION);
 }
+
+/// Calls `skrull_schedule` with an error-details target; returns the status and the details
+/// (the guard value when nothing was written).
+fn schedule_with_details(
+    cfg: &skrull_config,
+    lengths: &[u32],
+) -> (skrull_status, skrull_error_info) {
+    const GUARD: skrull_error_info = skrull_error_info {
+        status: 0xDEAD_BEEF,
+        field: 0xDEAD_BEEF,
+        index: -7,
+        value: 7,
+        limit: 7,
+    };
+    let mut o = Outs::new(lengths.len(), cfg.dp.clamp(1, 8), cfg.cp.clamp(1, 8));
+    let mut info = GUARD;
+    let mut b = o.buffers();
+    b.error = &mut info;
+    // SAFETY: every pointer comes from a live Vec or local with its true length.
+    let st = unsafe {
+        skrull_schedule(
+            cfg,
+            lengths.as_ptr(),
+            lengths.len(),
+            o.workspace.as_mut_ptr().cast::<c_void>(),
+            o.workspace.len(),
+            &b,
+        )
+    };
+    if st == skrull_status::Ok {
+        assert_eq!(info, GUARD, "details are written only on failure");
+    } else {
+        assert!(o.untouched());
+        assert_eq!(info.status, st as u32);
+    }
+    (st, info)
+}
+
+/// The details a Python or C caller needs to name the problem: which sequence, which
+/// value, which bound.
+#[test]
+fn error_details_name_the_sequence_the_value_and_the_bound() {
+    let base = config(2, 4, 24);
+    let (st, e) = schedule_with_details(&base, &[5, 97, 3]);
+    assert_eq!(st, skrull_status::SequenceTooLong);
+    assert_eq!(
+        (e.index, e.value, e.limit),
+        (1, 97, 25),
+        "ceil(97 / 4) = 25 > 24"
+    );
+    let (st, e) = schedule_with_details(&base, &[5, 0, 3]);
+    assert_eq!((st, e.index), (skrull_status::EmptySequence, 1));
+    let (st, e) = schedule_with_details(&base, &[5, u32::MAX]);
+    assert_eq!(st, skrull_status::LengthOutOfRange);
+    assert_eq!(
+        (e.index, e.value, e.limit),
+        (1, u64::from(u32::MAX), i32::MAX as u64)
+    );
+    let mut c = base;
+    c.dp = 0;
+    let (st, e) = schedule_with_details(&c, &[5]);
+    assert_eq!(
+        (st, e.index, e.value, e.limit),
+        (skrull_status::InvalidDp, -1, 0, 65_536)
+    );
+    let mut c = base;
+    c.model.ffn = 0;
+    let (st, e) = schedule_with_details(&c, &[5]);
+    assert_eq!((st, e.field, e.value), (skrull_status::InvalidModel, 3, 0));
+    let mut c = base;
+    c.pad_multiple = 70_000;
+    let (st, e) = schedule_with_details(&c, &[5]);
+    assert_eq!(
+        (st, e.value, e.limit),
+        (skrull_status::InvalidPadMultiple, 70_000, 65_536)
+    );
+    let mut c = base;
+    c.max_micro_batches = 1;
+    c.policy = SKRULL_POLICY_DEEPSPEED;
+    let (st, e) = schedule_with_details(&c, &[5, 6, 7, 8]);
+    assert_eq!(st, skrull_status::MicroBatchLimit);
+    assert_eq!(
+        (e.index, e.value, e.limit),
+        (0, 2, 1),
+        "DP 0 needs 2, the limit is 1"
+    );
+    let (st, _) = schedule_with_details(&base, &[5, 6, 7]);
+    assert_eq!(st, skrull_status::Ok);
+    // A status without details still reports itself.
+    let mut c = base;
+    c.policy = 99;
+    let (st, e) = schedule_with_details(&c, &[5]);
+    assert_eq!(
+        (st, e.index, e.value, e.limit),
+        (skrull_status::InvalidEnum, -1, 0, 0)
+    );
+}
+
+/// A details target that overlaps another argument is never written: the call fails with
+/// `INVALID_ARG` and the overlapped memory is left alone.
+#[test]
+fn error_details_that_overlap_an_argument_are_not_written() {
+    let cfg = config(2, 4, 24);
+    let mut o = Outs::new(4, 2, 4);
+    // The details struct would overlap the first two placements.
+    let mut b = o.buffers();
+    b.error = o.placements.as_mut_ptr().cast::<skrull_error_info>();
+    let lengths = [5u32, 6, 7, 8];
+    // SAFETY: live buffers; the overlap is what is tested.
+    let st = unsafe {
+        skrull_schedule(
+            &cfg,
+            lengths.as_ptr(),
+            4,
+            o.workspace.as_mut_ptr().cast::<c_void>(),
+            o.workspace.len(),
+            &b,
+        )
+    };
+    assert_eq!(st, skrull_status::InvalidArg);
+    assert!(o.untouched());
+    // Overlapping the lengths: a failing batch still writes nothing there.
+    let mut lengths = [0u32; 16];
+    let mut b = o.buffers();
+    b.error = lengths.as_mut_ptr().cast::<skrull_error_info>();
+    // SAFETY: as above.
+    let st = unsafe {
+        skrull_schedule(
+            &cfg,
+            lengths.as_ptr(),
+            16,
+            o.workspace.as_mut_ptr().cast::<c_void>(),
+            o.workspace.len(),
+            &b,
+        )
+    };
+    assert_ne!(st, skrull_status::Ok);
+    assert_eq!(lengths, [0u32; 16]);
+}

@@ -118,6 +118,8 @@ struct Outs {
     sharded_cu_padded: Vec<i32>,
     rank_cu: Vec<i32>,
     positions: Vec<i32>,
+    local_cu_padded: Vec<i32>,
+    gather: Vec<i64>,
     layout: skrull_layout,
     workspace: Vec<u8>,
 }
@@ -131,6 +133,8 @@ impl Outs {
             sharded_cu_padded: vec![-7; m.sharded_cu_seqlens],
             rank_cu: vec![-7; m.sharded_cu_seqlens],
             positions: vec![-7; m.positions],
+            local_cu_padded: vec![-7; m.local_cu_seqlens],
+            gather: vec![-7; m.positions],
             layout: skrull_layout {
                 dp_rank: 0xDEAD_BEEF,
                 _reserved: 0xDEAD_BEEF,
@@ -156,10 +160,10 @@ impl Outs {
             positions: self.positions.as_mut_ptr(),
             positions_len: self.positions.len(),
             layout: &mut self.layout,
-            gather_index: std::ptr::null_mut(),
-            gather_index_len: 0,
-            local_cu_seqlens_padded: std::ptr::null_mut(),
-            local_cu_seqlens_padded_len: 0,
+            gather_index: self.gather.as_mut_ptr(),
+            gather_index_len: self.gather.len(),
+            local_cu_seqlens_padded: self.local_cu_padded.as_mut_ptr(),
+            local_cu_seqlens_padded_len: self.local_cu_padded.len(),
             ..skrull_layout_buffers::EMPTY
         }
     }
@@ -225,7 +229,7 @@ fn batch(seed: u64, n: usize, max: u32) -> Vec<u32> {
 }
 
 /// The core's layout of one GPU of the same plan, rebuilt from the C arrays.
-fn core_layout(s: &Sched, gpu: skrull_gpu) -> (layout::Layout, Vec<Span>, [Vec<i32>; 5]) {
+fn core_layout(s: &Sched, gpu: skrull_gpu) -> (layout::Layout, Vec<Span>, [Vec<i32>; 6], Vec<i64>) {
     let cfg = s.cfg.to_core().unwrap();
     let n = s.lengths.len();
     let mbs = s.summary.micro_batches as usize;
@@ -268,8 +272,10 @@ fn core_layout(s: &Sched, gpu: skrull_gpu) -> (layout::Layout, Vec<Span>, [Vec<i
         vec![0; z.sharded_cu_seqlens as usize],
         vec![0; z.sharded_cu_seqlens as usize],
         vec![0; z.positions as usize],
+        vec![0; z.local_cu_seqlens as usize],
     ];
-    let [a, b, c, d, e] = &mut arrays;
+    let mut gather = vec![0i64; z.positions as usize];
+    let [a, b, c, d, e, f] = &mut arrays;
     let out = LayoutBuffers {
         spans: &mut spans,
         local_cu_seqlens: a,
@@ -277,11 +283,11 @@ fn core_layout(s: &Sched, gpu: skrull_gpu) -> (layout::Layout, Vec<Span>, [Vec<i
         sharded_cu_seqlens_padded: c,
         rank_cu_seqlens: d,
         positions: e,
-        local_cu_seqlens_padded: &mut [],
-        gather_index: &mut [],
+        local_cu_seqlens_padded: f,
+        gather_index: &mut gather,
     };
     let l = layout::fill(&cfg, &s.lengths, &plan, g, out).unwrap();
-    (l, spans, arrays)
+    (l, spans, arrays, gather)
 }
 
 fn c_span(s: &Span) -> skrull_span {
@@ -306,9 +312,12 @@ fn every_gpu_equals_the_core_layout() {
     ];
     let mut gpus = 0;
     for (k, &(dp, cp, bucket, n)) in cases.iter().enumerate() {
-        for policy in 0..4 {
-            for padding in 0..2 {
-                let cfg = config(dp, cp, bucket, policy, padding);
+        for (policy, (padding, options)) in (0..5).flat_map(|p| {
+            (0..2).flat_map(move |z| [(z, (0, 0, 0)), (z, (8, 1, 1))].map(|o| (p, o)))
+        }) {
+            {
+                let mut cfg = config(dp, cp, bucket, policy, padding);
+                (cfg.pad_multiple, cfg.pad_local, cfg.lockstep) = options;
                 let lengths = batch(k as u64 * 8 + u64::from(policy), n, cp * bucket / 2);
                 let mut s = Sched::new(cfg, &lengths);
                 let max = s.max_sizes();
@@ -319,7 +328,7 @@ fn every_gpu_equals_the_core_layout() {
                 let mut o = Outs::new(max);
                 let mut loss = 0u64;
                 for gpu in s.gpus() {
-                    let (l, spans, [lc, sc, scp, rc, pos]) = core_layout(&s, gpu);
+                    let (l, spans, [lc, sc, scp, rc, pos, lcp], gather) = core_layout(&s, gpu);
                     assert_eq!(o.fill(&mut s, gpu), skrull_status::Ok);
                     let c = &o.layout;
                     assert_eq!(
@@ -368,6 +377,9 @@ fn every_gpu_equals_the_core_layout() {
                     assert_eq!(&o.sharded_cu_padded[..scp.len()], &scp[..]);
                     assert_eq!(&o.rank_cu[..rc.len()], &rc[..]);
                     assert_eq!(&o.positions[..pos.len()], &pos[..]);
+                    assert_eq!(&o.local_cu_padded[..lcp.len()], &lcp[..]);
+                    assert_eq!(&o.gather[..gather.len()], &gather[..]);
+                    assert!(o.gather[gather.len()..].iter().all(|&x| x == -7));
                     // Entries past the layout are untouched.
                     assert!(o.spans[spans.len()..].iter().all(|x| *x == GUARD_SPAN));
                     assert!(o.positions[pos.len()..].iter().all(|&x| x == -7));

@@ -113,6 +113,9 @@ compare "default batch, max 64 micro-batches" "" --max-micro-batches 64
 compare "readme batch, DP 2 x CP 4, 24" "$tmp/readme.txt" --dp 2 --cp 4 --bucket 24
 compare "several micro-batches, DP 2 x CP 2, 24" "$tmp/several.txt" --dp 2 --cp 2 --bucket 24
 compare "fewer sequences than DP ranks, at budget" "$tmp/at_budget.txt" --dp 5 --cp 8 --bucket 100
+compare "default batch, pad multiple 16, local padding, lockstep" "" --pad-multiple 16 --pad-local --lockstep --shard-padding zigzag
+compare "default batch, DP 2 x CP 16, pad multiple 64, lockstep" "" --dp 2 --cp 16 --bucket 13312 --pad-multiple 64 --lockstep
+compare "fewer sequences than DP ranks, lockstep" "$tmp/at_budget.txt" --dp 5 --cp 8 --bucket 100 --lockstep
 
 echo "compare_cli: $pass same, $fail different"
 [ "$fail" -eq 0 ]

@@ -117,7 +117,14 @@ int main(int argc, char **argv) {
                  (strcmp(k, "--policy") == 0 && lookup(POLICIES, 5, v, &cfg.policy)) ||
                  (strcmp(k, "--victim") == 0 && lookup(VICTIMS, 2, v, &cfg.victim)) ||
                  (strcmp(k, "--flops") == 0 && lookup(FLOPS, 2, v, &cfg.flops)) ||
-                 (strcmp(k, "--shard-padding") == 0 && lookup(PADDINGS, 2, v, &cfg.shard_padding));
+                 (strcmp(k, "--shard-padding") == 0 && lookup(PADDINGS, 2, v, &cfg.shard_padding)) ||
+                 (strcmp(k, "--pad-multiple") == 0 && parse_u32(v, &cfg.pad_multiple));
+        if (strcmp(k, "--pad-local") == 0 || strcmp(k, "--lockstep") == 0) {
+            /* switches: no value */
+            *(strcmp(k, "--pad-local") == 0 ? &cfg.pad_local : &cfg.lockstep) = 1;
+            i -= 1;
+            continue;
+        }
         if (!ok) {
             fprintf(stderr, "plan_json: bad option %s %s\n", k, v);
             return 2;
@@ -164,10 +171,12 @@ int main(int argc, char **argv) {
 
     printf("{\"config\": {\"dp\": %" PRIu32 ", \"cp\": %" PRIu32 ", \"bucket_tokens\": %" PRIu32
            ", \"policy\": \"%s\", \"victim\": \"%s\", \"model\": \"%s\", \"flops\": \"%s\", "
-           "\"max_micro_batches\": %" PRIu32 ", \"shard_padding\": \"%s\"},\n",
+           "\"max_micro_batches\": %" PRIu32 ", \"shard_padding\": \"%s\", \"pad_multiple\": %" PRIu32
+           ", \"pad_local\": %s, \"lockstep\": %s},\n",
            cfg.dp, cfg.cp, cfg.bucket_tokens, POLICIES[cfg.policy], VICTIMS[cfg.victim],
            MODELS[model], FLOPS[cfg.flops], cfg.max_micro_batches,
-           PADDINGS[cfg.shard_padding]);
+           PADDINGS[cfg.shard_padding], cfg.pad_multiple < 1 ? 1 : cfg.pad_multiple,
+           cfg.pad_local ? "true" : "false", cfg.lockstep ? "true" : "false");
     printf(" \"summary\": {\"sequences\": %" PRIu32 ", \"total_tokens\": %" PRIu64
            ", \"micro_batches\": %" PRIu32 ", \"sharded\": %" PRIu32 ", \"rollbacks\": %" PRIu32
            ", \"peak_rank_tokens\": %" PRIu32 "},\n",
@@ -186,11 +195,22 @@ int main(int argc, char **argv) {
     size_t g = 0;
     for (uint32_t d = 0; d < cfg.dp; d++) {
         printf(d ? ",\n   [" : "[");
-        for (uint32_t j = 0; j < out.micro_batches_per_dp[d]; j++, g++) {
+        for (uint32_t j = 0; j < out.micro_batches_per_dp[d]; j++) {
             if (j) {
                 printf(", ");
             }
-            print_u32_list(out.rank_tokens + g * cfg.cp, cfg.cp);
+            const skrull_micro_batch *mb = &out.micro_batches[g];
+            if (g < summary.micro_batches && mb->dp_rank == d && mb->index == j) {
+                print_u32_list(out.rank_tokens + g * cfg.cp, cfg.cp);
+                g++;
+            } else {
+                /* an empty lockstep micro-batch: no token on any GPU */
+                printf("[");
+                for (uint32_t r = 0; r < cfg.cp; r++) {
+                    printf(r ? ", 0" : "0");
+                }
+                printf("]");
+            }
         }
         putchar(']');
     }

@@ -17,7 +17,7 @@ LIB=${CARGO_TARGET_DIR:-target}/release/libskrull.a
 WARN="-Wall -Wextra -Wpedantic -Werror"
 CFLAGS="-std=c11 $WARN -O2 -g -Iinclude -Itests/c"
 LIBS="$LIB -lpthread -ldl -lm"
-TESTS="abi plan errors threads snippet layout"
+TESTS="abi plan errors threads snippet layout trainer"
 passed=0
 failed=0
 mkdir -p "$BUILD"
