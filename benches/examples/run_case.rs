@@ -1,5 +1,5 @@
 //! Runs one benchmark input many times, for profilers (callgrind, perf):
-//! `run_case {lmsys256|chatqa256|lmsys4096|lmsys65536|dacp64} [iterations]`.
+//! `[POLICY=name] run_case {lmsys256|chatqa256|lmsys4096|lmsys65536|dacp64} [iterations]`.
 
 use std::hint::black_box;
 
@@ -22,7 +22,12 @@ fn main() {
             std::process::exit(2);
         }
     };
-    let cfg = config(dp, Policy::Skrull);
+    // POLICY=name picks the policy (default skrull).
+    let policy = std::env::var("POLICY")
+        .ok()
+        .and_then(|p| Policy::from_name(&p))
+        .unwrap_or(Policy::Skrull);
+    let cfg = config(dp, policy);
     if case == "dacp64" {
         let (mut order, mut out) = (vec![0u32; 64], vec![0i32; 64]);
         let rounds: usize = std::env::var("TIME")
