@@ -3,7 +3,7 @@
 
 use skrull_cli::plan_cmd::{DEFAULT_CONTEXT, DEFAULT_SEED};
 use skrull_cli::sample::Table1Cdf;
-use skrull_core::eval::{EvalBuffers, EvalSizes, MicroBatchTime, RankSlot};
+use skrull_core::model::eval::{EvalBuffers, EvalSizes, MicroBatchTime, RankSlot};
 use skrull_core::{Config, ModelShape, Policy};
 
 /// BucketSize of every benchmark: 26K tokens, as in the paper and `skrull plan`.

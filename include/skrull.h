@@ -103,6 +103,37 @@
 #define SKRULL_MAX_PAD_MULTIPLE 65536
 
 /**
+ * GPU preset: H100 SXM5 (the default, 0).
+ */
+#define SKRULL_GPU_H100 0
+
+/**
+ * GPU preset: H200 (H100 compute and interconnect, 4.8 TB/s HBM).
+ */
+#define SKRULL_GPU_H200 1
+
+/**
+ * Overlap: the CP communication hides behind the local attention of each rank (the paper's
+ * model, the default, 0).
+ */
+#define SKRULL_OVERLAP_LOCAL_ATTENTION 0
+
+/**
+ * Overlap: it hides behind the local and the sharded attention.
+ */
+#define SKRULL_OVERLAP_ALL_ATTENTION 1
+
+/**
+ * Points of the attention-throughput table.
+ */
+#define SKRULL_ATTENTION_POINTS 6
+
+/**
+ * `sizeof(skrull_cost_model)` of version 1, the smallest accepted `struct_size`.
+ */
+#define SKRULL_COST_MODEL_SIZE_V1 264
+
+/**
  * `skrull_layout.micro_batch_global` of an empty lockstep micro-batch.
  */
 #define SKRULL_NO_MICRO_BATCH UINT32_MAX
@@ -214,6 +245,16 @@ enum skrull_status
      */
     SKRULL_STATUS_INVALID_PAD_MULTIPLE = 20,
     /**
+     * A `skrull_cost_model` value is out of range (not finite, a rate not above 0, a cost
+     * below 0, an efficiency above 1, a zero tile or node size, a table not increasing).
+     */
+    SKRULL_STATUS_INVALID_COST_MODEL = 21,
+    /**
+     * The policy does not apply an option set away from its default: `balanced` plans on
+     * estimated time, so it refuses `flops = SKRULL_FLOPS_MEGATRON`.
+     */
+    SKRULL_STATUS_UNSUPPORTED_OPTION = 22,
+    /**
      * The plan buffers given to a layout function do not hold a valid plan that
      * `skrull_schedule()` made from this configuration and these lengths (wrong counts,
      * corrupted entries, or another batch).
@@ -279,7 +320,109 @@ typedef struct skrull_model_shape {
 } skrull_model_shape;
 
 /**
- * Everything `skrull_schedule()` needs besides the lengths (version 1: 60 bytes; now 72).
+ * Every coefficient of the time model (`docs/cost_model.md`), `struct_size` first: fill it
+ * with `skrull_cost_model_preset()`, change fields, and point `skrull_config.cost_model` at
+ * it. Version 1 is 264 bytes. Values are checked when a call reads them
+ * (`SKRULL_STATUS_INVALID_COST_MODEL`, with the field's position in the error details).
+ */
+typedef struct skrull_cost_model {
+    /**
+     * `sizeof(skrull_cost_model)`.
+     */
+    uint32_t struct_size;
+    /**
+     * Query tile the attention kernel pads to, tokens (> 0).
+     */
+    uint32_t attention_tile;
+    /**
+     * Dense BF16 peak of one GPU, FLOP/s (> 0).
+     */
+    double peak_flops;
+    /**
+     * Fraction of the peak the GEMMs reach when compute-bound, in (0, 1].
+     */
+    double gemm_efficiency;
+    /**
+     * HBM bandwidth, bytes/s (> 0).
+     */
+    double hbm_bandwidth;
+    /**
+     * Bytes per weight (>= 0).
+     */
+    double weight_bytes;
+    /**
+     * Times the weights stream from HBM per micro-batch (>= 0).
+     */
+    double weight_passes;
+    /**
+     * Attention query lengths of the throughput table, tokens, strictly increasing.
+     */
+    uint32_t attention_seqlen[SKRULL_ATTENTION_POINTS];
+    /**
+     * Forward attention throughput at each length, FLOP/s (> 0).
+     */
+    double attention_fwd_flops[SKRULL_ATTENTION_POINTS];
+    /**
+     * Backward attention throughput at each length, FLOP/s (> 0).
+     */
+    double attention_bwd_flops[SKRULL_ATTENTION_POINTS];
+    /**
+     * Backward attention FLOPs per forward FLOP (>= 0).
+     */
+    double attention_bwd_ratio;
+    /**
+     * Bytes per K or V element (>= 0).
+     */
+    double kv_element_bytes;
+    /**
+     * K/V ring passes per layer (>= 0).
+     */
+    double comm_passes;
+    /**
+     * One ring step inside a node, seconds (>= 0).
+     */
+    double ring_step_latency_s;
+    /**
+     * One ring step across nodes, seconds (>= 0).
+     */
+    double inter_node_ring_step_latency_s;
+    /**
+     * Per-GPU receive bandwidth inside a node, bytes/s (> 0).
+     */
+    double intra_node_bandwidth;
+    /**
+     * Per-GPU receive bandwidth across nodes, bytes/s (> 0).
+     */
+    double inter_node_bandwidth;
+    /**
+     * GPUs per node (> 0): GPU `d * cp + r` sits in node `(d * cp + r) / gpus_per_node`.
+     */
+    uint32_t gpus_per_node;
+    /**
+     * `SKRULL_OVERLAP_*`.
+     */
+    uint32_t overlap;
+    /**
+     * Kernels launched per layer per micro-batch, forward + backward (>= 0).
+     */
+    double kernels_per_layer;
+    /**
+     * Launch cost of one kernel, seconds (>= 0).
+     */
+    double kernel_launch_s;
+    /**
+     * Other fixed cost per micro-batch, seconds (>= 0).
+     */
+    double micro_batch_extra_s;
+    /**
+     * Fixed cost per iteration, seconds (>= 0).
+     */
+    double iteration_fixed_s;
+} skrull_cost_model;
+
+/**
+ * Everything `skrull_schedule()` needs besides the lengths (version 1: 60 bytes; now 80 on
+ * 64-bit targets).
  *
  * Initialise it with `skrull_config_default()` or `skrull_config_preset()`, then change
  * fields. `struct_size` must be `sizeof(skrull_config)` as the caller compiled it: new fields
@@ -331,9 +474,9 @@ typedef struct skrull_config {
     struct skrull_model_shape model;
     /**
      * Pad multiple `M`, 0..=65536 (0 and 1: none). A sharded sequence is padded to a
-     * multiple of `lcm(2 cp, M)` with `SKRULL_SHARD_PADDING_ZIGZAG` (of `M` at `cp = 1` or
-     * without zigzag), e.g. `M = 2 cp tp` for Megatron with sequence parallelism; the budget
-     * charges the padding. See `docs/layout.md`.
+     * multiple of `lcm(2 cp, M)` (of `M` at `cp = 1`) whatever `shard_padding` says, e.g.
+     * `M = 2 cp tp` for Megatron with sequence parallelism; the budget charges the padding.
+     * See `docs/layout.md`.
      */
     uint32_t pad_multiple;
     /**
@@ -345,6 +488,12 @@ typedef struct skrull_config {
      * rank's extra micro-batches are empty); 0: each rank runs its own count.
      */
     uint32_t lockstep;
+    /**
+     * The cost model `balanced` plans with (hardware, kernels, topology: GPUs per node and
+     * intra/inter-node ring latency and bandwidth), read during the call; NULL: the H100
+     * preset for `model`. See `skrull_cost_model_preset()`.
+     */
+    const struct skrull_cost_model *cost_model;
 } skrull_config;
 
 /**
@@ -463,7 +612,9 @@ typedef struct skrull_error_info {
     uint32_t status;
     /**
      * For `SKRULL_STATUS_INVALID_MODEL`: the shape field, 1 `hidden`, 2 `kv_hidden`, 3 `ffn`,
-     * 4 `layers`, 5 `vocab`; otherwise 0.
+     * 4 `layers`, 5 `vocab`; for `SKRULL_STATUS_INVALID_COST_MODEL`: the field's position in
+     * `skrull_cost_model` after `struct_size` (1 `attention_tile`, 2 `peak_flops`, ...);
+     * for `SKRULL_STATUS_UNSUPPORTED_OPTION`: 1 `flops`; otherwise 0.
      */
     uint32_t field;
     /**
@@ -902,6 +1053,24 @@ skrull_status skrull_config_default(struct skrull_config *out);
 skrull_status skrull_config_preset(uint32_t preset, struct skrull_config *out);
 
 /**
+ * Fills `*out` with a GPU preset (`SKRULL_GPU_*`) for a model shape (the shape picks the
+ * attention table: head dim 64 for the Qwen2.5-0.5B shape, 128 otherwise; NULL: the
+ * Qwen2.5-0.5B shape) and `struct_size = sizeof(skrull_cost_model)`. Every value and its
+ * source is in `docs/cost_model.md`.
+ *
+ * Returns `SKRULL_STATUS_NULL_ARG` for a NULL `out`, `SKRULL_STATUS_INVALID_ENUM` for an
+ * unknown GPU (or a `shape->swiglu` other than 0 or 1), `SKRULL_STATUS_INVALID_ARG` for a
+ * misaligned pointer; on error nothing is written.
+ *
+ * # Safety
+ * Unless NULL, `shape` points to a readable `skrull_model_shape` and `out` is valid for
+ * writing one `skrull_cost_model`. Safe to call from any thread.
+ */
+skrull_status skrull_cost_model_preset(uint32_t gpu,
+                                       const struct skrull_model_shape *shape,
+                                       struct skrull_cost_model *out);
+
+/**
  * Runs DACP (the paper's distribution-aware context parallelism) on ONE micro-batch: for each
  * of its `n` sequences decides whether it stays whole on one CP rank or is sharded over the
  * CP group, keeping every GPU within `bucket_tokens`.
@@ -1119,8 +1288,8 @@ const char *skrull_version(void);
  *
  * The same size is enough for `skrull_dacp_place()` with `n` sequences. Returns 0 when `n`,
  * `dp` or `cp` is out of range (see `skrull_plan_sizes()` for the status that says which).
- * The size grows linearly: about `(48 + 4 cp) n + 28 dp` bytes (20 KiB for 256 sequences
- * on DP 4 x CP 8).
+ * The size grows linearly: about `(80 + 4 cp) n + 28 dp` bytes (28 KiB for 256 sequences
+ * on DP 4 x CP 8); it fits every policy (`balanced` keeps per-sequence costs in it).
  *
  * # Safety
  * None: any values are accepted. Safe to call from any thread.

@@ -509,7 +509,8 @@ fn rust_cases() -> Vec<RCase> {
     ];
     // Every buffer one element short, named exactly, for every policy.
     let n = EXAMPLE.len();
-    let needed = [n, n, n, n * 4, 2, n, n, n, 2, 2, 3];
+    // The last two (costs, marks) only `balanced` needs.
+    let needed = [n, n, n, n * 4, 2, n, n, n, 2, 2, 3, 2 * n, 4 * n];
     let which = [
         Buffer::Placements,
         Buffer::MicroBatches,
@@ -518,7 +519,8 @@ fn rust_cases() -> Vec<RCase> {
         Buffer::MicroBatchesPerDp,
     ];
     for policy in Policy::ALL {
-        for k in 0..11 {
+        let rows = if policy == Policy::Balanced { 13 } else { 11 };
+        for k in 0..rows {
             let buffer = which.get(k).copied().unwrap_or(Buffer::Workspace);
             v.push(RCase {
                 name: "one buffer one short",
@@ -568,6 +570,8 @@ fn run_rust(c: &RCase) {
         ws.dp_loads,
         ws.dp_heap,
         ws.dp_start,
+        ws.costs,
+        ws.marks,
     ];
     if let Some(k) = c.short {
         s[k] -= 1;
@@ -583,6 +587,8 @@ fn run_rust(c: &RCase) {
     let mut loads = Guarded::new(s[8], u128::MAX);
     let mut heap = Guarded::new(s[9], FILL);
     let mut start = Guarded::new(s[10], FILL);
+    let mut costs = Guarded::new(s[11], u64::MAX);
+    let mut marks = Guarded::new(s[12], FILL);
     let mut work = Workspace {
         keys: keys.body_mut(),
         seqs: seqs.body_mut(),
@@ -590,6 +596,8 @@ fn run_rust(c: &RCase) {
         dp_loads: loads.body_mut(),
         dp_heap: heap.body_mut(),
         dp_start: start.body_mut(),
+        costs: costs.body_mut(),
+        marks: marks.body_mut(),
     };
     let out = PlanBuffers {
         placements: placements.body_mut(),
@@ -600,7 +608,18 @@ fn run_rust(c: &RCase) {
     };
     let got = skrull_core::schedule(&c.cfg, &c.lengths, &mut work, out);
     let name = format!("rust {} ({:?}, short {:?})", c.name, c.cfg.policy, c.short);
-    match (&got, &c.want) {
+    // `balanced` plans on time, not FLOPs: it refuses another FLOPs formula up front.
+    let refused = Err(Error::Unsupported {
+        policy: Policy::Balanced,
+        option: "flops",
+    });
+    let want = match &c.want {
+        Ok(()) if c.cfg.policy == Policy::Balanced && c.cfg.flops != FlopsFormula::Paper => {
+            &refused
+        }
+        w => w,
+    };
+    match (&got, want) {
         (Ok(plan), Ok(())) => {
             assert_eq!(
                 independent_check(&c.cfg, &c.lengths, plan),
@@ -627,6 +646,8 @@ fn run_rust(c: &RCase) {
     loads.guards_intact("dp_loads", &name);
     heap.guards_intact("dp_heap", &name);
     start.guards_intact("dp_start", &name);
+    costs.guards_intact("costs", &name);
+    marks.guards_intact("marks", &name);
 }
 
 #[test]
@@ -827,7 +848,8 @@ fn rust_dacp_matrix() {
         let n = lengths.len();
         let mut order = Guarded::new(n - order_short, FILL);
         let mut out = Guarded::new(n - out_short, 7i32);
-        let got = skrull_core::dacp::place(&cfg, &lengths, order.body_mut(), out.body_mut());
+        let got =
+            skrull_core::policy::dacp::place(&cfg, &lengths, order.body_mut(), out.body_mut());
         match (&got, &want) {
             (Ok(o), Ok(())) => {
                 let sharded = out.body().iter().filter(|&&r| r == -1).count() as u32;
@@ -1445,7 +1467,16 @@ fn c_schedule_matrix() {
                 s.cfg.policy = policy;
             }
             let got = run_c(name, &s);
-            if got != *want {
+            // `balanced` plans on time, not FLOPs: it refuses another FLOPs formula.
+            let refuses = s.cfg.policy == skrull::SKRULL_POLICY_BALANCED
+                && s.cfg.flops != skrull::SKRULL_FLOPS_PAPER
+                && *want == skrull_status::Ok;
+            let want = if refuses {
+                skrull_status::UnsupportedOption
+            } else {
+                *want
+            };
+            if got != want {
                 failures.push(format!(
                     "{name} (policy {policy}): got {got:?}, want {want:?}"
                 ));
@@ -1563,6 +1594,7 @@ fn c_config_initialisers_matrix() {
         pad_multiple: FILL,
         pad_local: FILL,
         lockstep: FILL,
+        cost_model: 0x5A5A_5A5A as *const skrull::skrull_cost_model,
     };
     // (name, preset or None for skrull_config_default, NULL out, status)
     let cases: [(&str, Option<u32>, bool, skrull_status); 8] = [
@@ -1613,7 +1645,8 @@ fn c_config_initialisers_matrix() {
         assert_eq!(st, want, "{name}");
         if st == skrull_status::Ok {
             let c = out.body()[0];
-            assert_eq!(c.struct_size, SKRULL_CONFIG_SIZE_V1, "{name}");
+            assert_eq!(c.struct_size as usize, size_of::<skrull_config>(), "{name}");
+            assert!(c.struct_size > SKRULL_CONFIG_SIZE_V1, "{name}");
             assert!(
                 c.to_core().is_ok_and(|cfg| cfg.validate().is_ok()),
                 "{name}"

@@ -164,7 +164,7 @@ impl COut {
 /// The case's configuration under `policy`, as the C struct (asserting the translation
 /// round-trips, so a policy the C ABI cannot name fails here).
 fn c_config(case: &Case, policy: skrull_core::Policy) -> (Config, skrull_config) {
-    let cfg = case.cfg.with_policy(policy);
+    let cfg = common::with_policy(&case.cfg, policy);
     let c = skrull_config::from_core(&cfg);
     assert_eq!(
         c.to_core(),

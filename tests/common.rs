@@ -218,6 +218,16 @@ pub fn independent_check(cfg: &Config, lengths: &[u32], plan: &Plan<'_>) -> Resu
     Ok(())
 }
 
+/// `cfg` under `policy`, with the options that policy refuses reset to their defaults
+/// (`balanced` plans on time and takes no FLOPs formula).
+pub fn with_policy(cfg: &Config, policy: Policy) -> Config {
+    let mut c = cfg.with_policy(policy);
+    if policy == Policy::Balanced {
+        c.flops = skrull_core::FlopsFormula::default();
+    }
+    c
+}
+
 /// Every policy of the core.
 pub const POLICIES: [Policy; Policy::ALL.len()] = Policy::ALL;
 

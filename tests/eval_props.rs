@@ -12,7 +12,8 @@ use quickcheck::{QuickCheck, TestResult};
 use skrull_cli::OwnedBuffers;
 use skrull_cli::evaluate::OwnedEval;
 use skrull_cli::sample::Rng;
-use skrull_core::cost::{CostModel, Overlap};
+use skrull_core::model::CostModel;
+use skrull_core::model::cost::Overlap;
 use skrull_core::plan::SHARDED;
 use skrull_core::{Config, Placement};
 
@@ -95,7 +96,7 @@ fn check(cfg: &Config, lengths: &[u32], placements: &[Placement], who: &str) -> 
     let mut ev = OwnedEval::default();
     for cost in costs(cfg) {
         let e = ev
-            .evaluate(&cost, cfg, lengths, placements)
+            .evaluate(&cfg.with_cost(cost), lengths, placements)
             .map_err(|e| format!("{who}: {e}"))?;
         let r = e.report;
         if !r.within_budget() {
@@ -125,7 +126,7 @@ fn evaluated_time_is_never_below_the_lower_bound_for_any_policy() {
             return TestResult::discard();
         }
         for policy in POLICIES {
-            let cfg = case.cfg.with_policy(policy);
+            let cfg = common::with_policy(&case.cfg, policy);
             let mut bufs = OwnedBuffers::for_batch(case.lengths.len(), &cfg);
             let plan = match bufs.schedule(&cfg, &case.lengths) {
                 Ok(p) => p,
@@ -172,10 +173,10 @@ fn a_longer_sequence_never_makes_a_plan_cheaper() {
         let mut ev = OwnedEval::default();
         for cost in costs(&case.cfg) {
             let a = ev
-                .evaluate(&cost, &case.cfg, &case.lengths, &placements)
+                .evaluate(&case.cfg.with_cost(cost), &case.lengths, &placements)
                 .map(|e| e.report.iteration_time);
             let b = ev
-                .evaluate(&cost, &case.cfg, &longer, &placements)
+                .evaluate(&case.cfg.with_cost(cost), &longer, &placements)
                 .map(|e| e.report.iteration_time);
             match (a, b) {
                 (Ok(a), Ok(b)) if b >= a => {}
@@ -207,8 +208,7 @@ fn every_plan_over_budget_is_flagged() {
         placements[s] = p;
         placements.push(p);
         let mut ev = OwnedEval::default();
-        let cost = CostModel::h100(&case.cfg.model);
-        match ev.evaluate(&cost, &case.cfg, &lengths, &placements) {
+        match ev.evaluate(&case.cfg, &lengths, &placements) {
             Ok(e) if !e.report.within_budget() && e.report.first_over_budget.is_some() => {
                 TestResult::passed()
             }

@@ -7,10 +7,9 @@ use std::cell::Cell;
 
 use skrull_cli::OwnedBuffers;
 use skrull_cli::sample::TABLE1;
-use skrull_core::cost::CostModel;
-use skrull_core::eval::{self, EvalBuffers, EvalSizes, MicroBatchTime, RankSlot};
-use skrull_core::layout::{self, Gpu, LayoutBuffers, LayoutSizes, Span};
-use skrull_core::{Config, ModelShape, Policy, ShardPadding, dacp};
+use skrull_core::model::eval::{self, EvalBuffers, EvalSizes, MicroBatchTime, RankSlot};
+use skrull_core::plan::layout::{self, Gpu, LayoutBuffers, LayoutSizes, Span};
+use skrull_core::{Config, ModelShape, Policy, ShardPadding, policy::dacp};
 
 /// Counts allocations per thread, so the test harness's own threads do not disturb it.
 struct Counting;
@@ -164,7 +163,6 @@ fn layout_fill_and_evaluate_do_not_allocate() {
         }
         assert_eq!(filled, cfg.dp * cfg.cp);
         // The evaluator on the same plan.
-        let cost = CostModel::h100(&cfg.model);
         let es = EvalSizes::for_batch(lengths.len(), &cfg);
         let mut mbs = vec![MicroBatchTime::default(); es.micro_batches];
         let mut ranks = vec![RankSlot::default(); es.ranks];
@@ -172,7 +170,6 @@ fn layout_fill_and_evaluate_do_not_allocate() {
         let mut dp_offsets = vec![0u32; es.dp_offsets];
         let (n, r) = allocations_during(|| {
             eval::evaluate(
-                &cost,
                 &cfg,
                 &lengths,
                 &plan,

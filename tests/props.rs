@@ -9,7 +9,7 @@ use skrull_cli::OwnedBuffers;
 use skrull_core::{Placement, Policy, plan};
 
 fn plan_of(case: &Case, policy: Policy) -> Result<(Vec<Placement>, Vec<u32>), String> {
-    let cfg = case.cfg.with_policy(policy);
+    let cfg = common::with_policy(&case.cfg, policy);
     let mut bufs = OwnedBuffers::for_batch(case.lengths.len(), &cfg);
     let plan = bufs
         .schedule(&cfg, &case.lengths)

@@ -6,8 +6,8 @@ use std::hint::black_box;
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use skrull_benches::{OwnedEval, chatqa2, config, lmsys};
 use skrull_cli::OwnedBuffers;
-use skrull_core::cost::CostModel;
-use skrull_core::{Config, ModelShape, Policy, dacp, eval};
+use skrull_core::model::eval;
+use skrull_core::{Config, Policy, policy::dacp};
 
 /// Times one full `schedule` call (validation, every DP rank's plan) on fixed inputs.
 fn bench_schedule(c: &mut Criterion, group: &str, id: &str, cfg: Config, lengths: &[u32]) {
@@ -92,7 +92,6 @@ fn policies(c: &mut Criterion) {
 
 /// The evaluator on the Skrull plan of the 256- and 4,096-sequence batches.
 fn evaluator(c: &mut Criterion) {
-    let cost = CostModel::h100(&ModelShape::QWEN2_5_0_5B);
     for (n, dp) in [(256usize, 4u32), (4096, 64)] {
         let lengths = lmsys(n);
         let cfg = config(dp, Policy::Skrull);
@@ -109,7 +108,6 @@ fn evaluator(c: &mut Criterion) {
             .bench_function(format!("lmsys_{n}_dp{dp}"), |b| {
                 b.iter(|| {
                     let r = eval::evaluate_placements(
-                        &cost,
                         black_box(&cfg),
                         black_box(&lengths),
                         black_box(&placements),

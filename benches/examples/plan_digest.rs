@@ -10,7 +10,7 @@ use std::hash::{Hash, Hasher};
 
 use skrull_cli::OwnedBuffers;
 use skrull_cli::sample::{Rng, TABLE1};
-use skrull_core::{Config, FlopsFormula, ModelShape, Policy, ShardPadding, Victim, dacp};
+use skrull_core::{Config, FlopsFormula, ModelShape, Policy, ShardPadding, Victim, policy::dacp};
 
 /// A fixed list (not `Policy::ALL`, which grows), so the digest compares across versions.
 const POLICIES: [Policy; 4] = [

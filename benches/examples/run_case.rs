@@ -5,7 +5,7 @@ use std::hint::black_box;
 
 use skrull_benches::{chatqa2, config, lmsys};
 use skrull_cli::OwnedBuffers;
-use skrull_core::{Policy, dacp};
+use skrull_core::{Policy, policy::dacp};
 
 fn main() {
     let mut args = std::env::args().skip(1);

@@ -4,7 +4,8 @@
 use std::collections::BTreeMap;
 use std::io::Read;
 
-use skrull_core::{Config, FlopsFormula, ModelShape, Policy, ShardPadding, Victim};
+use skrull_core::model::cost::Overlap;
+use skrull_core::{Config, CostModel, FlopsFormula, ModelShape, Policy, ShardPadding, Victim};
 
 /// `--flag value` pairs and bare `--switch`es after the subcommand.
 #[derive(Debug, Default)]
@@ -164,22 +165,49 @@ pub fn model_name(shape: &ModelShape) -> String {
 /// (docs/balanced.md).
 pub const DEFAULT_POLICY: Policy = Policy::Balanced;
 
-/// Builds a [`Config`] from `--dp --cp --bucket --model --policy --victim --flops
-/// --shard-padding --max-micro-batches --pad-multiple --pad-local --lockstep`, with the
-/// paper's defaults (4, 8, 26K, qwen2.5-0.5b) and `default_policy`.
+/// Builds a [`Config`] from the flags over the paper's defaults (DP 4, CP 8, BucketSize 26K,
+/// Qwen2.5-0.5B) and `default_policy`: see [`config_over`].
 ///
 /// # Errors
 /// A message naming the bad flag and value, or the configuration error.
 pub fn config_from(flags: &Flags, default_policy: Policy) -> Result<Config, String> {
-    let dp = flags.tokens("--dp", 4)?;
-    let cp = flags.tokens("--cp", 8)?;
-    let bucket = flags.tokens("--bucket", 26 * 1024)?;
-    let model = parse_model(flags.get("--model").unwrap_or("qwen2.5-0.5b"))?;
-    let mut cfg = Config::new(dp, cp, bucket, model).with_policy(default_policy);
+    let base = Config::new(4, 8, 26 * 1024, ModelShape::QWEN2_5_0_5B).with_policy(default_policy);
+    config_over(flags, base)
+}
+
+/// The one place the CLI turns flags into a [`Config`]: `base` with every flag given applied
+/// on top (`--dp --cp --bucket --model --policy --victim --flops --shard-padding
+/// --max-micro-batches --pad-multiple --pad-local --lockstep`, and the cost model: `--gpu
+/// --cost-model --gpus-per-node --overlap`, see [`cost_over`]), then validated. `skrull plan`
+/// starts from the paper's defaults, `skrull evaluate` from the plan file's configuration,
+/// `skrull simulate` from each setup's.
+///
+/// # Errors
+/// A message naming the bad flag and value, or the configuration error.
+pub fn config_over(flags: &Flags, base: Config) -> Result<Config, String> {
+    let mut cfg = options_over(flags, base)?;
     if let Some(p) = flags.get("--policy") {
         cfg.policy =
             Policy::from_name(p).ok_or_else(|| format!("--policy: unknown policy '{p}'"))?;
     }
+    cfg.dp = flags.tokens("--dp", cfg.dp)?;
+    cfg.cp = flags.tokens("--cp", cfg.cp)?;
+    cfg.bucket = flags.tokens("--bucket", cfg.bucket)?;
+    if let Some(m) = flags.get("--model") {
+        cfg.model = parse_model(m)?;
+    }
+    cfg.cost = cost_over(flags, &cfg.model, cfg.cost)?;
+    cfg.validate().map_err(|e| e.to_string())?;
+    Ok(cfg)
+}
+
+/// `base` with the option flags applied (everything but the policy, the layout, the model
+/// and the cost model), not validated: what `skrull simulate` applies to every setup.
+///
+/// # Errors
+/// A message naming the bad flag and value.
+pub fn options_over(flags: &Flags, base: Config) -> Result<Config, String> {
+    let mut cfg = base;
     if let Some(v) = flags.get("--victim") {
         cfg.victim = Victim::from_name(v)
             .ok_or_else(|| format!("--victim: '{v}' is not shortest|longest"))?;
@@ -195,12 +223,62 @@ pub fn config_from(flags: &Flags, default_policy: Policy) -> Result<Config, Stri
         cfg.shard_padding = ShardPadding::from_name(p)
             .ok_or_else(|| format!("--shard-padding: '{p}' is not none|zigzag"))?;
     }
-    cfg.max_micro_batches = flags.tokens("--max-micro-batches", 0)?;
-    cfg.pad_multiple = flags.tokens("--pad-multiple", 1)?;
-    cfg.pad_local = flags.has("--pad-local");
-    cfg.lockstep = flags.has("--lockstep");
-    cfg.validate().map_err(|e| e.to_string())?;
+    cfg.max_micro_batches = flags.tokens("--max-micro-batches", cfg.max_micro_batches)?;
+    cfg.pad_multiple = flags.tokens("--pad-multiple", cfg.pad_multiple)?;
+    cfg.pad_local |= flags.has("--pad-local");
+    cfg.lockstep |= flags.has("--lockstep");
     Ok(cfg)
+}
+
+/// The cost model the flags ask for, for `shape`: `None` (keep `base`, or the H100 preset when
+/// that is `None` too) when no cost flag is given; else the `--gpu` preset (default `h100`),
+/// or `base` when only overrides are given, with `--cost-model FILE` on top and
+/// `--gpus-per-node` and `--overlap` on top of that.
+///
+/// # Errors
+/// A message naming the unknown GPU, the unreadable file or the bad field.
+pub fn cost_over(
+    flags: &Flags,
+    shape: &ModelShape,
+    base: Option<CostModel>,
+) -> Result<Option<CostModel>, String> {
+    let any = ["--gpu", "--cost-model", "--gpus-per-node", "--overlap"]
+        .iter()
+        .any(|f| flags.get(f).is_some());
+    if !any {
+        return Ok(base);
+    }
+    let mut cost = match flags.get("--gpu") {
+        Some(gpu) => CostModel::preset(gpu, shape)
+            .ok_or_else(|| format!("--gpu: unknown GPU '{gpu}' (h100, h200)"))?,
+        None => base.unwrap_or_else(|| CostModel::h100(shape)),
+    };
+    if let Some(path) = flags.get("--cost-model") {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?;
+        cost =
+            crate::calibrate::parse_cost_model(&text, &cost).map_err(|e| format!("{path}: {e}"))?;
+    }
+    if let Some(v) = flags.get("--gpus-per-node") {
+        cost.gpus_per_node = parse_tokens(v)
+            .filter(|&g| g > 0)
+            .ok_or_else(|| format!("--gpus-per-node: '{v}' is not a positive whole number"))?;
+    }
+    if let Some(o) = flags.get("--overlap") {
+        cost.overlap = Overlap::from_name(o)
+            .ok_or_else(|| format!("--overlap: '{o}' is not local-attention|all-attention"))?;
+    }
+    cost.validate().map_err(|e| e.to_string())?;
+    Ok(Some(cost))
+}
+
+/// A label for the cost model the flags chose: the GPU preset's name, with the model file on
+/// top when one is given.
+pub fn cost_label(flags: &Flags) -> String {
+    let gpu = flags.get("--gpu").unwrap_or("h100");
+    match flags.get("--cost-model") {
+        Some(f) => format!("{gpu} preset with {f} on top"),
+        None => format!("{gpu} preset"),
+    }
 }
 
 /// Parses whitespace-separated token counts (a `K` suffix is accepted; `#` starts a comment).

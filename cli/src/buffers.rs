@@ -15,6 +15,8 @@ pub struct OwnedBuffers {
     dp_loads: Vec<u128>,
     dp_heap: Vec<u32>,
     dp_start: Vec<u32>,
+    costs: Vec<u64>,
+    marks: Vec<u32>,
     placements: Vec<Placement>,
     micro_batches: Vec<MicroBatch>,
     members: Vec<u32>,
@@ -31,7 +33,8 @@ impl OwnedBuffers {
     }
 
     fn reserve(&mut self, n: usize, cfg: &Config) {
-        let ws = WorkspaceSizes::for_batch(n, cfg);
+        // Sized for every policy, so one set of buffers serves any of them.
+        let ws = WorkspaceSizes::for_any_policy(n, cfg);
         let ps = PlanSizes::for_batch(n, cfg);
         grow(&mut self.keys, ws.keys);
         grow(&mut self.seqs, ws.seqs);
@@ -39,6 +42,8 @@ impl OwnedBuffers {
         grow(&mut self.dp_loads, ws.dp_loads);
         grow(&mut self.dp_heap, ws.dp_heap);
         grow(&mut self.dp_start, ws.dp_start);
+        grow(&mut self.costs, ws.costs);
+        grow(&mut self.marks, ws.marks);
         grow(&mut self.placements, ps.placements);
         grow(&mut self.micro_batches, ps.micro_batches);
         grow(&mut self.members, ps.members);
@@ -71,6 +76,8 @@ impl OwnedBuffers {
             dp_loads: &mut self.dp_loads,
             dp_heap: &mut self.dp_heap,
             dp_start: &mut self.dp_start,
+            costs: &mut self.costs,
+            marks: &mut self.marks,
         };
         let out = PlanBuffers {
             placements: &mut self.placements,

@@ -6,10 +6,8 @@ use std::fmt::Write;
 
 use serde_json::Value;
 use skrull_core::ModelShape;
-use skrull_core::cost::{
-    ATTN_POINTS, AttentionTable, CollectiveFit, ComputeFit, CostModel, Overlap, fit_collective,
-    fit_compute,
-};
+use skrull_core::model::cost::{ATTN_POINTS, AttentionTable, CostModel, Overlap};
+use skrull_core::model::fit::{CollectiveFit, ComputeFit, fit_collective, fit_compute};
 
 use crate::args::{Flags, model_name, parse_model};
 
@@ -64,7 +62,7 @@ pub fn cost_model_json(cost: &CostModel, comment: &str) -> String {
     let a = &cost.attention;
     let mut s = String::from("{\n");
     let _ = writeln!(s, "  \"_comment\": {},", Value::from(comment));
-    let fields: [(&str, String); 19] = [
+    let fields: [(&str, String); 20] = [
         ("peak_flops", num(cost.peak_flops)),
         ("gemm_efficiency", num(cost.gemm_efficiency)),
         ("hbm_bandwidth", num(cost.hbm_bandwidth)),
@@ -84,6 +82,10 @@ pub fn cost_model_json(cost: &CostModel, comment: &str) -> String {
         ("kv_element_bytes", num(cost.kv_element_bytes)),
         ("comm_passes", num(cost.comm_passes)),
         ("ring_step_latency_s", num(cost.ring_step_latency_s)),
+        (
+            "inter_node_ring_step_latency_s",
+            num(cost.inter_node_ring_step_latency_s),
+        ),
         ("intra_node_bandwidth", num(cost.intra_node_bandwidth)),
         ("inter_node_bandwidth", num(cost.inter_node_bandwidth)),
         ("gpus_per_node", cost.gpus_per_node.to_string()),
@@ -174,6 +176,9 @@ pub fn parse_cost_model(text: &str, base: &CostModel) -> Result<CostModel, Strin
             "kv_element_bytes" => c.kv_element_bytes = as_f64(key, x)?,
             "comm_passes" => c.comm_passes = as_f64(key, x)?,
             "ring_step_latency_s" => c.ring_step_latency_s = as_f64(key, x)?,
+            "inter_node_ring_step_latency_s" => {
+                c.inter_node_ring_step_latency_s = as_f64(key, x)?;
+            }
             "intra_node_bandwidth" => c.intra_node_bandwidth = as_f64(key, x)?,
             "inter_node_bandwidth" => c.inter_node_bandwidth = as_f64(key, x)?,
             "gpus_per_node" => c.gpus_per_node = as_u32(key, x)?,
@@ -195,24 +200,13 @@ pub fn parse_cost_model(text: &str, base: &CostModel) -> Result<CostModel, Strin
     Ok(c)
 }
 
-/// The cost model the flags ask for: the `--gpu` preset (default `h100`) for `shape`, with
-/// `--cost-model FILE` on top and `--overlap` on top of that.
+/// The cost model the flags ask for, for `shape` (the H100 preset when no cost flag is
+/// given; see [`cost_over`](crate::args::cost_over)).
 ///
 /// # Errors
 /// A message naming the unknown GPU, the unreadable file or the bad field.
 pub fn cost_from_flags(flags: &Flags, shape: &ModelShape) -> Result<CostModel, String> {
-    let gpu = flags.get("--gpu").unwrap_or("h100");
-    let mut cost = CostModel::preset(gpu, shape)
-        .ok_or_else(|| format!("--gpu: unknown GPU '{gpu}' (h100, h200)"))?;
-    if let Some(path) = flags.get("--cost-model") {
-        let text = std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?;
-        cost = parse_cost_model(&text, &cost).map_err(|e| format!("{path}: {e}"))?;
-    }
-    if let Some(o) = flags.get("--overlap") {
-        cost.overlap = Overlap::from_name(o)
-            .ok_or_else(|| format!("--overlap: '{o}' is not local-attention|all-attention"))?;
-    }
-    Ok(cost)
+    Ok(crate::args::cost_over(flags, shape, None)?.unwrap_or_else(|| CostModel::h100(shape)))
 }
 
 /// Samples read from a calibration CSV.

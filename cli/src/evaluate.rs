@@ -4,14 +4,12 @@
 use std::fmt::Write;
 
 use serde_json::Value;
-use skrull_core::cost::CostModel;
-use skrull_core::eval::{
+use skrull_core::model::eval::{
     EvalError, EvalSizes, Evaluation, MicroBatchTime, RankSlot, Report, evaluate_placements,
 };
 use skrull_core::{Config, FlopsFormula, ModelShape, Placement, Policy, ShardPadding, Victim};
 
-use crate::args::{Flags, model_name, parse_model, parse_tokens, read_lengths};
-use crate::calibrate::cost_from_flags;
+use crate::args::{Flags, config_over, cost_label, model_name, parse_model, read_lengths};
 
 /// Heap-backed evaluation buffers: allocate once, evaluate many plans.
 #[derive(Debug, Default, Clone)]
@@ -29,13 +27,13 @@ fn grow<T: Default + Clone>(v: &mut Vec<T>, n: usize) {
 }
 
 impl OwnedEval {
-    /// Evaluates `placements` of `lengths` under `cfg` and `cost`, growing the buffers first.
+    /// Evaluates `placements` of `lengths` under `cfg` (and its cost model), growing the
+    /// buffers first.
     ///
     /// # Errors
     /// Whatever [`evaluate_placements`] returns.
     pub fn evaluate(
         &mut self,
-        cost: &CostModel,
         cfg: &Config,
         lengths: &[u32],
         placements: &[Placement],
@@ -48,13 +46,13 @@ impl OwnedEval {
             grow(&mut self.dp_times, s.dp_times);
             grow(&mut self.dp_offsets, s.dp_offsets);
         }
-        let out = skrull_core::eval::EvalBuffers {
+        let out = skrull_core::model::eval::EvalBuffers {
             micro_batches: &mut self.micro_batches,
             ranks: &mut self.ranks,
             dp_times: &mut self.dp_times,
             dp_offsets: &mut self.dp_offsets,
         };
-        evaluate_placements(cost, cfg, lengths, placements, out)
+        evaluate_placements(cfg, lengths, placements, out)
     }
 }
 
@@ -89,16 +87,16 @@ fn parse_config(c: &Value) -> Result<Config, String> {
         model,
     );
     if let Some(p) = c.get("policy").and_then(Value::as_str) {
-        cfg.policy = Policy::from_name(p).unwrap_or(cfg.policy);
+        cfg.policy = Policy::from_name(p).ok_or_else(|| format!("{ctx}: unknown policy '{p}'"))?;
     }
     if let Some(v) = c.get("victim").and_then(Value::as_str) {
-        cfg.victim = Victim::from_name(v).unwrap_or(cfg.victim);
+        cfg.victim = Victim::from_name(v).ok_or_else(|| format!("{ctx}: unknown victim '{v}'"))?;
     }
     if let Some(f) = c.get("flops").and_then(Value::as_str) {
-        cfg.flops = if f == "megatron" {
-            FlopsFormula::Megatron
-        } else {
-            FlopsFormula::Paper
+        cfg.flops = match f {
+            "paper" => FlopsFormula::Paper,
+            "megatron" => FlopsFormula::Megatron,
+            _ => return Err(format!("{ctx}: unknown flops formula '{f}'")),
         };
     }
     if let Some(p) = c.get("shard_padding").and_then(Value::as_str) {
@@ -178,7 +176,8 @@ pub fn parse_plan(text: &str) -> Result<PlanFile, String> {
 pub const USAGE: &str = "\
 skrull evaluate --plan PLAN.json [--lengths FILE|-] [--dp D] [--cp N] [--bucket C]
                 [--model M] [--shard-padding none|zigzag] [--gpu h100|h200]
-                [--cost-model FILE] [--overlap local-attention|all-attention]
+                [--cost-model FILE] [--gpus-per-node 8]
+                [--overlap local-attention|all-attention]
                 [--format table|json]
 
 Estimates the iteration time of a plan in the `skrull plan --format json` form (whoever
@@ -186,37 +185,6 @@ produced it): per DP rank and micro-batch, the CP communication it hides and exp
 GPUs over BucketSize, and the lower bound for the batch. The layout comes from the plan's
 config object; flags override it. Lengths come from --lengths or the plan's `len` fields
 (both: they must agree).";
-
-/// The configuration to evaluate under: the plan's, with layout flags on top.
-fn merged_config(flags: &Flags, plan: Option<Config>) -> Result<Config, String> {
-    let mut cfg = plan.unwrap_or_else(|| Config::new(4, 8, 26 * 1024, ModelShape::QWEN2_5_0_5B));
-    let tokens = |name: &str| -> Result<Option<u32>, String> {
-        match flags.get(name) {
-            None => Ok(None),
-            Some(v) => parse_tokens(v)
-                .map(Some)
-                .ok_or_else(|| format!("{name}: '{v}' is not a token count")),
-        }
-    };
-    if let Some(v) = tokens("--dp")? {
-        cfg.dp = v;
-    }
-    if let Some(v) = tokens("--cp")? {
-        cfg.cp = v;
-    }
-    if let Some(v) = tokens("--bucket")? {
-        cfg.bucket = v;
-    }
-    if let Some(m) = flags.get("--model") {
-        cfg.model = parse_model(m)?;
-    }
-    if let Some(p) = flags.get("--shard-padding") {
-        cfg.shard_padding = ShardPadding::from_name(p)
-            .ok_or_else(|| format!("--shard-padding: '{p}' is not none|zigzag"))?;
-    }
-    cfg.validate().map_err(|e| e.to_string())?;
-    Ok(cfg)
-}
 
 fn ms(s: f64) -> String {
     format!("{:.3}", s * 1e3)
@@ -371,7 +339,11 @@ pub fn run(flags: &Flags) -> Result<String, String> {
     let path = flags.get("--plan").ok_or("--plan PLAN.json is required")?;
     let text = std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?;
     let plan = parse_plan(&text).map_err(|e| format!("{path}: {e}"))?;
-    let cfg = merged_config(flags, plan.config)?;
+    // The plan's configuration (the paper's defaults when it records none), flags on top.
+    let base = plan
+        .config
+        .unwrap_or_else(|| Config::new(4, 8, 26 * 1024, ModelShape::QWEN2_5_0_5B));
+    let cfg = config_over(flags, base)?;
     let lengths = match (flags.get("--lengths"), &plan.lengths) {
         (Some(f), recorded) => {
             let l = read_lengths(f)?;
@@ -389,13 +361,12 @@ pub fn run(flags: &Flags) -> Result<String, String> {
             return Err("the plan has no `len` fields: give --lengths FILE".into());
         }
     };
-    let gpu = flags.get("--gpu").unwrap_or("h100").to_string();
-    let cost = cost_from_flags(flags, &cfg.model)?;
+    let gpu = cost_label(flags);
     let format = flags.get("--format").unwrap_or("table").to_string();
     flags.finish()?;
     let mut bufs = OwnedEval::default();
     let ev = bufs
-        .evaluate(&cost, &cfg, &lengths, &plan.placements)
+        .evaluate(&cfg, &lengths, &plan.placements)
         .map_err(|e| e.to_string())?;
     match format.as_str() {
         "table" => Ok(report_text(&cfg, &gpu, &lengths, &ev)),

@@ -3,7 +3,7 @@
 
 use std::fmt::Write;
 
-use skrull_core::layout::{self, Gpu, LOCAL_CHUNK, Layout, LayoutBuffers, LayoutSizes, Span};
+use skrull_core::plan::layout::{self, Gpu, LOCAL_CHUNK, Layout, LayoutBuffers, LayoutSizes, Span};
 use skrull_core::{Config, Plan};
 
 use crate::json::config_json;

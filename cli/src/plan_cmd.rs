@@ -27,6 +27,7 @@ skrull plan [--lengths FILE|-] [--dp 4] [--cp 8] [--bucket 26K] [--model qwen2.5
             [--policy balanced|skrull|deepspeed|packed|roundrobin] [--victim shortest|longest]
             [--flops paper|megatron] [--shard-padding none|zigzag]
             [--pad-multiple M] [--pad-local] [--lockstep]
+            [--gpu h100|h200] [--cost-model FILE] [--gpus-per-node 8]
             [--max-micro-batches M] [--format table|json] [--layout DP,MB,CP]
 
 Plans one global batch. Without --lengths it plans the built-in default: 256 LMsys-like
@@ -39,7 +40,10 @@ ranges and loss weights (see docs/layout.md).
 
 --pad-multiple M pads every sharded sequence to a multiple of lcm(2*CP, M) (Megatron with
 sequence parallelism: M = 2*CP*TP), --pad-local pads local sequences to a multiple of M too,
-and --lockstep gives every DP rank the same micro-batch count (the extra ones empty).";
+and --lockstep gives every DP rank the same micro-batch count (the extra ones empty).
+
+--gpu, --cost-model FILE (the format `skrull calibrate` prints) and --gpus-per-node choose the
+cost model the default policy (balanced) plans with: a calibrated model changes the plan.";
 
 /// Runs `skrull plan`; returns the text to print.
 ///

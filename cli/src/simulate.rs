@@ -9,11 +9,11 @@
 use std::fmt::Write;
 use std::time::Instant;
 
-use skrull_core::cost::{CostModel, TimeModel};
+use skrull_core::model::{CostModel, TimeModel};
 use skrull_core::{Config, ModelShape, Policy};
 
 use crate::OwnedBuffers;
-use crate::args::{Flags, model_name, parse_model};
+use crate::args::{Flags, model_name, options_over, parse_model};
 use crate::calibrate::cost_from_flags;
 use crate::evaluate::OwnedEval;
 use crate::sample::{Dataset, Rng};
@@ -59,8 +59,10 @@ impl Setup {
 const K: u32 = 1024;
 
 /// The paper's layouts: `0.5b` and `7b` (DP 4, CP 8, BatchSize 64, BucketSize 26K / 13K),
-/// `7b-cp16` (the 7B ChatQA2 run: DP 2, CP 16, BatchSize 40) and `case-study` (0.5B, DP 1).
-pub const SETUPS: [Setup; 4] = [
+/// `7b-cp16` (the 7B ChatQA2 run: DP 2, CP 16, BatchSize 40) and `case-study` (0.5B, DP 1);
+/// and two of ours with rings that cross 8-GPU nodes: `0.5b-cp16` and `7b-cp16-bs64` (DP 2,
+/// CP 16, BatchSize 64).
+pub const SETUPS: [Setup; 6] = [
     Setup {
         name: "0.5b",
         model: ModelShape::QWEN2_5_0_5B,
@@ -83,6 +85,22 @@ pub const SETUPS: [Setup; 4] = [
         dp: 2,
         cp: 16,
         batch_size: 40,
+        bucket: 13 * K,
+    },
+    Setup {
+        name: "0.5b-cp16",
+        model: ModelShape::QWEN2_5_0_5B,
+        dp: 2,
+        cp: 16,
+        batch_size: 64,
+        bucket: 26 * K,
+    },
+    Setup {
+        name: "7b-cp16-bs64",
+        model: ModelShape::QWEN2_5_7B,
+        dp: 2,
+        cp: 16,
+        batch_size: 64,
         bucket: 13 * K,
     },
     Setup {
@@ -318,7 +336,7 @@ pub fn run_cell(
     opts: &Options,
     panels: bool,
 ) -> Result<CellResult, String> {
-    let base = config_for(setup, &opts.template);
+    let base = config_for(setup, &opts.template).with_cost(*cost);
     base.validate().map_err(|e| e.to_string())?;
     let clip = opts.context.min(sharded_limit(&base)).max(1);
     let n = (setup.dp * setup.batch_size) as usize;
@@ -361,7 +379,7 @@ pub fn run_cell(
                 )
             })?;
             let ev = eval_bufs
-                .evaluate(cost, &cfg, lengths, plan.placements())
+                .evaluate(&cfg, lengths, plan.placements())
                 .map_err(|e| format!("evaluating {}: {e}", policy.name()))?;
             let r = ev.report;
             acc.time += r.iteration_time;
@@ -614,12 +632,14 @@ pub fn summary_table(cells: &[CellResult]) -> String {
 
 /// Usage text of `skrull simulate`.
 pub const USAGE: &str = "\
-skrull simulate [--setup 0.5b|7b|7b-cp16|case-study] [--dataset NAME]
+skrull simulate [--setup 0.5b|7b|7b-cp16|0.5b-cp16|7b-cp16-bs64|case-study] [--dataset NAME]
                 [--policy skrull,deepspeed,packed,sorted,roundrobin,balanced] [--iterations 20]
                 [--seed 20250526] [--context 128K] [--gpu h100|h200] [--cost-model FILE]
+                [--gpus-per-node 8]
                 [--overlap local-attention|all-attention] [--svg FILE]
                 [--dp D --cp N --bucket C --batch-size B --model M]
                 [--victim shortest|longest] [--flops paper|megatron] [--shard-padding none|zigzag]
+                [--pad-multiple M] [--pad-local] [--lockstep]
 
 Runs every policy on the same sampled global batches, evaluates each plan on the cost model
 (docs/cost_model.md) and prints mean iteration times, speedups over deepspeed, the gap to
@@ -627,8 +647,9 @@ the lower bound, peak tokens per GPU against BucketSize and the sharded share, w
 paper's reported speedups beside ours.
 
 Without --setup/--dataset: the six experiments of the paper (0.5B on wikipedia, lmsys,
-chatqa2; 7B on wikipedia, lmsys; 7B CP16 on chatqa2) and the case study (0.5B, chatqa2,
-DP 1). --setup alone runs it on the three Table 1 datasets; --dataset alone runs it on 0.5b
+chatqa2; 7B on wikipedia, lmsys; 7B CP16 on chatqa2), the case study (0.5B, chatqa2, DP 1)
+and DP 2 x CP 16 with 64-sequence batches on all three datasets for both models (rings that
+span two 8-GPU nodes). --setup alone runs it on the three Table 1 datasets; --dataset alone runs it on 0.5b
 and 7b. --dp/--cp/--bucket/--batch-size/--model override the chosen setup.
 Datasets: wikipedia, lmsys, chatqa2 (Table 1), chatqa2-hist, lmsys-real, lmsys-model,
 wikipedia-model, llama3-sft, longalpaca, chatqa2-model.
@@ -640,7 +661,10 @@ fn setup_by_name(name: &str) -> Result<Setup, String> {
         .iter()
         .copied()
         .find(|s| s.name == name)
-        .ok_or_else(|| format!("--setup: unknown setup '{name}' (0.5b, 7b, 7b-cp16, case-study)"))
+        .ok_or_else(|| {
+            let names: Vec<&str> = SETUPS.iter().map(|s| s.name).collect();
+            format!("--setup: unknown setup '{name}' ({})", names.join(", "))
+        })
 }
 
 fn dataset_by_name(name: &str) -> Result<Dataset, String> {
@@ -651,30 +675,15 @@ fn dataset_by_name(name: &str) -> Result<Dataset, String> {
 }
 
 /// The configuration flags other than `--policy` (which here takes a list): layout
-/// overrides (checked later, per cell), victim, FLOPs formula and shard padding.
+/// overrides (checked later, per cell) and every option flag ([`options_over`]).
 fn template_from(flags: &Flags) -> Result<Config, String> {
-    let mut cfg = Config::new(
+    let base = Config::new(
         flags.tokens("--dp", 1)?,
         flags.tokens("--cp", 1)?,
         flags.tokens("--bucket", 1)?,
         parse_model(flags.get("--model").unwrap_or("qwen2.5-0.5b"))?,
     );
-    if let Some(v) = flags.get("--victim") {
-        cfg.victim = skrull_core::Victim::from_name(v)
-            .ok_or_else(|| format!("--victim: '{v}' is not shortest|longest"))?;
-    }
-    if let Some(f) = flags.get("--flops") {
-        cfg.flops = match f {
-            "paper" => skrull_core::FlopsFormula::Paper,
-            "megatron" => skrull_core::FlopsFormula::Megatron,
-            _ => return Err(format!("--flops: '{f}' is not paper|megatron")),
-        };
-    }
-    if let Some(p) = flags.get("--shard-padding") {
-        cfg.shard_padding = skrull_core::ShardPadding::from_name(p)
-            .ok_or_else(|| format!("--shard-padding: '{p}' is not none|zigzag"))?;
-    }
-    Ok(cfg)
+    options_over(flags, base)
 }
 
 /// Runs `skrull simulate`; returns the text to print.
@@ -719,6 +728,12 @@ pub fn run(flags: &Flags) -> Result<String, String> {
                 .map(|c| Ok((setup_by_name(c.setup)?, dataset_by_name(c.dataset)?)))
                 .collect::<Result<_, String>>()?;
             v.push((setup_by_name("case-study")?, dataset_by_name("chatqa2")?));
+            // CP-16 rings span two 8-GPU nodes: every dataset on both models.
+            for setup in ["0.5b-cp16", "7b-cp16-bs64"] {
+                for dataset in ["wikipedia", "lmsys", "chatqa2"] {
+                    v.push((setup_by_name(setup)?, dataset_by_name(dataset)?));
+                }
+            }
             v
         }
         (Some(s), None) => {

@@ -4,8 +4,8 @@
 
 use std::fmt::Write;
 
-use skrull_core::cost::Overlap;
-use skrull_core::eval::{Evaluation, MicroBatchTime, RankSlot};
+use skrull_core::model::cost::Overlap;
+use skrull_core::model::eval::{Evaluation, MicroBatchTime, RankSlot};
 
 /// One plan to draw: the evaluator's per-micro-batch and per-rank results, copied.
 #[derive(Debug, Clone)]

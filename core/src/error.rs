@@ -62,6 +62,19 @@ pub enum Error {
         /// The value given.
         pad_multiple: u32,
     },
+    /// A cost-model coefficient is out of range (not finite, negative, a zero rate, ...).
+    InvalidCost {
+        /// The field's name, as in [`CostModel`](crate::model::CostModel).
+        field: &'static str,
+    },
+    /// The policy does not apply an option that is set away from its default (the FLOPs
+    /// formula of a policy that balances estimated time, not FLOPs).
+    Unsupported {
+        /// The policy.
+        policy: crate::config::Policy,
+        /// The option (`flops`).
+        option: &'static str,
+    },
     /// A model-shape field is 0 or above its documented limit.
     InvalidModel {
         /// The offending field.
@@ -89,7 +102,7 @@ pub enum Error {
         len: u32,
     },
     /// A sequence cannot fit even sharded: its per-GPU share
-    /// ([`Budget::share`](crate::budget::Budget::share)) exceeds the BucketSize.
+    /// ([`Budget::share`](crate::config::budget::Budget::share)) exceeds the BucketSize.
     SequenceTooLong {
         /// Its index in the input.
         index: usize,
@@ -117,7 +130,7 @@ pub enum Error {
         needed: u32,
     },
     /// DACP could not place a micro-batch within the budget (only reachable through
-    /// [`dacp::place`](crate::dacp::place) on a batch that GDS would have split).
+    /// [`dacp::place`](crate::policy::dacp::place) on a batch that GDS would have split).
     DacpFailed {
         /// The CP rank that ran out of budget with no local sequence left to shard.
         cp_rank: u32,
@@ -137,6 +150,14 @@ impl fmt::Display for Error {
                 f,
                 "pad multiple {pad_multiple} is out of range 1..={}",
                 crate::config::MAX_PAD_MULTIPLE
+            ),
+            Error::InvalidCost { field } => {
+                write!(f, "cost model field {field} is out of range")
+            }
+            Error::Unsupported { policy, option } => write!(
+                f,
+                "policy {} does not apply the {option} option: leave it at its default",
+                policy.name()
             ),
             Error::InvalidModel { field, value } => {
                 write!(f, "model shape field {field:?} = {value} is out of range")

@@ -1,16 +1,39 @@
 //! # skrull-core
 //!
 //! An allocation-free, `no_std` implementation of the Skrull data scheduler for long-context
-//! training (NeurIPS 2025, arXiv 2505.19609), plus the baselines it is measured against.
+//! training (NeurIPS 2025, arXiv 2505.19609), plus the baselines it is measured against and a
+//! cost-aware policy of our own.
 //!
 //! For every global batch a trainer hands skrull the token lengths of its sequences. skrull
 //! decides, in two levels:
 //!
-//! 1. **GDS** ([`gds`]): which data-parallel (DP) rank and which micro-batch runs each sequence;
-//! 2. **DACP** ([`dacp`]): inside each micro-batch, whether a sequence is *sharded* over the
-//!    whole context-parallel (CP) group or kept *local*, whole, on one CP rank,
+//! 1. **GDS** ([`policy::gds`]): which data-parallel (DP) rank and which micro-batch runs each
+//!    sequence;
+//! 2. **DACP** ([`policy::dacp`]): inside each micro-batch, whether a sequence is *sharded*
+//!    over the whole context-parallel (CP) group or kept *local*, whole, on one CP rank,
 //!
-//! so that FLOPs are balanced and no GPU holds more than `bucket` tokens in a micro-batch.
+//! so that work is balanced and no GPU holds more than `bucket` tokens in a micro-batch.
+//!
+//! # Layers
+//!
+//! Data flows one way; each folder is one layer and its module documentation says what lives
+//! there:
+//!
+//! ```text
+//! config (limits, options, Budget) ─▶ policy (dispatch, one module per policy) ─▶ plan (types,
+//!          │                                  │ built from                   writer, checker,
+//!          ▼                                  ▼                              layout, workspace)
+//! model (FLOPs, cost model, time model,   kernel (sort, LPT trees, groupings,        │
+//!        integer form, calibration,               CP-rank state machine)             ▼
+//!        evaluator) ◀────────────────────────────────────────────────────────── evaluation
+//! ```
+//!
+//! | policy | module |
+//! |---|---|
+//! | `skrull` (the paper) | [`policy::gds`] with [`policy::dacp`] |
+//! | `roundrobin` (the paper's Algorithm 4) | [`policy::gds`] with [`policy::dacp`]'s worst-fit rule |
+//! | `deepspeed`, `packed` (baselines) | [`policy::baselines`] |
+//! | `balanced` (cost-aware, the CLI default) | [`policy::balanced`] |
 //!
 //! Every decision uses integer arithmetic, so every rank computes the bit-identical plan from
 //! the same input. The crate never allocates: the caller lends the [`Workspace`] and the
@@ -31,8 +54,10 @@
 //! let (mut keys, mut seqs, mut scratch, mut loads, mut heap, mut start) = (
 //!     vec![0u64; ws.keys], vec![0u32; ws.seqs], vec![0u32; ws.scratch],
 //!     vec![0u128; ws.dp_loads], vec![0u32; ws.dp_heap], vec![0u32; ws.dp_start]);
+//! let (mut costs, mut marks) = (vec![0u64; ws.costs], vec![0u32; ws.marks]);
 //! let mut work = Workspace { keys: &mut keys, seqs: &mut seqs, scratch: &mut scratch,
-//!                            dp_loads: &mut loads, dp_heap: &mut heap, dp_start: &mut start };
+//!                            dp_loads: &mut loads, dp_heap: &mut heap, dp_start: &mut start,
+//!                            costs: &mut costs, marks: &mut marks };
 //! let out = PlanBuffers { placements: &mut placements, micro_batches: &mut micro_batches,
 //!                         members: &mut members, rank_tokens: &mut rank_tokens,
 //!                         micro_batches_per_dp: &mut per_dp };
@@ -49,24 +74,20 @@ extern crate std;
 #[cfg(test)]
 mod test_support;
 
-pub mod balanced;
-pub mod baselines;
-pub mod budget;
 pub mod config;
-pub mod cost;
-pub mod dacp;
 pub mod error;
-pub mod eval;
-pub mod flops;
-pub mod gds;
-pub mod layout;
+pub mod kernel;
+pub mod model;
 pub mod plan;
-pub mod schedule;
-pub mod workspace;
+pub mod policy;
 
+pub use config::budget::Budget;
 pub use config::{Config, FlopsFormula, ModelShape, Policy, ShardPadding, Victim};
 pub use error::Error;
-pub use layout::{Gpu, Layout, LayoutBuffers, LayoutError, LayoutSizes, Span};
-pub use plan::{MicroBatch, Placement, Plan, PlanBuffers, PlanParts, PlanSizes, Summary};
-pub use schedule::schedule;
-pub use workspace::{Workspace, WorkspaceSizes};
+pub use model::CostModel;
+pub use plan::layout::{Gpu, Layout, LayoutBuffers, LayoutError, LayoutSizes, Span};
+pub use plan::{
+    MicroBatch, Placement, Plan, PlanBuffers, PlanParts, PlanSizes, Summary, Workspace,
+    WorkspaceSizes,
+};
+pub use policy::schedule;

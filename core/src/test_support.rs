@@ -7,8 +7,8 @@ use std::vec::Vec;
 use crate::config::Config;
 use crate::error::Error;
 use crate::plan::{MicroBatch, Placement, Plan, PlanBuffers, PlanSizes};
-use crate::schedule;
-use crate::workspace::{Workspace, WorkspaceSizes};
+use crate::plan::{Workspace, WorkspaceSizes};
+use crate::policy::schedule;
 
 /// A workspace and plan buffers sized for one batch.
 pub(crate) struct OwnedPlan {
@@ -18,6 +18,8 @@ pub(crate) struct OwnedPlan {
     dp_loads: Vec<u128>,
     dp_heap: Vec<u32>,
     dp_start: Vec<u32>,
+    costs: Vec<u64>,
+    marks: Vec<u32>,
     placements: Vec<Placement>,
     micro_batches: Vec<MicroBatch>,
     members: Vec<u32>,
@@ -35,7 +37,7 @@ impl OwnedPlan {
     /// policy does not depend on their previous contents.
     pub(crate) fn filled(n: usize, cfg: &Config, g: u32) -> OwnedPlan {
         let (ws, ps) = (
-            WorkspaceSizes::for_batch(n, cfg),
+            WorkspaceSizes::for_any_policy(n, cfg),
             PlanSizes::for_batch(n, cfg),
         );
         let mb = MicroBatch {
@@ -56,6 +58,8 @@ impl OwnedPlan {
             dp_loads: vec![u128::from(g) * 4; ws.dp_loads],
             dp_heap: vec![g.wrapping_mul(5); ws.dp_heap],
             dp_start: vec![g.wrapping_mul(6); ws.dp_start],
+            costs: vec![u64::from(g) * 11; ws.costs],
+            marks: vec![g.wrapping_mul(13); ws.marks],
             placements: vec![pl; ps.placements],
             micro_batches: vec![mb; ps.micro_batches],
             members: vec![g.wrapping_mul(5); ps.members],
@@ -73,6 +77,8 @@ impl OwnedPlan {
             dp_loads: &mut self.dp_loads,
             dp_heap: &mut self.dp_heap,
             dp_start: &mut self.dp_start,
+            costs: &mut self.costs,
+            marks: &mut self.marks,
         };
         let out = PlanBuffers {
             placements: &mut self.placements,

@@ -1,4 +1,4 @@
-//! Properties of the per-GPU layout (`skrull_core::layout`) over random plans of every policy
+//! Properties of the per-GPU layout (`skrull_core::plan::layout`) over random plans of every policy
 //! and both shard paddings: spans tile every scheduled sequence exactly once, zigzag chunks
 //! balance causal work, `cu_seqlens` and position ids agree with the spans, per-GPU tokens
 //! match the plan's budget accounting, and loss weights sum to the global token count.
@@ -6,7 +6,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers: a failure is a test failure
 
 use quickcheck::{Arbitrary, Gen, QuickCheck};
-use skrull_core::layout::{
+use skrull_core::plan::layout::{
     self, Gpu, LOCAL_CHUNK, Layout, LayoutBuffers, LayoutError, LayoutSizes, Span, zigzag_chunk,
 };
 use skrull_core::{
@@ -92,7 +92,7 @@ struct Store {
 }
 
 fn plan_of<'a>(cfg: &Config, lengths: &[u32], st: &'a mut Store) -> Plan<'a> {
-    let ws = WorkspaceSizes::for_batch(lengths.len(), cfg);
+    let ws = WorkspaceSizes::for_any_policy(lengths.len(), cfg);
     let (mut keys, mut seqs, mut scratch) = (
         vec![0u64; ws.keys],
         vec![0u32; ws.seqs],
@@ -103,6 +103,7 @@ fn plan_of<'a>(cfg: &Config, lengths: &[u32], st: &'a mut Store) -> Plan<'a> {
         vec![0u32; ws.dp_heap],
         vec![0u32; ws.dp_start],
     );
+    let (mut costs, mut marks) = (vec![0u64; ws.costs], vec![0u32; ws.marks]);
     let mut work = Workspace {
         keys: &mut keys,
         seqs: &mut seqs,
@@ -110,6 +111,8 @@ fn plan_of<'a>(cfg: &Config, lengths: &[u32], st: &'a mut Store) -> Plan<'a> {
         dp_loads: &mut loads,
         dp_heap: &mut heap,
         dp_start: &mut start,
+        costs: &mut costs,
+        marks: &mut marks,
     };
     let out = PlanBuffers {
         placements: &mut st.placements,
@@ -501,7 +504,7 @@ fn layout_properties_hold_on_random_plans() {
 fn zigzag_balance_over_all_small_lengths() {
     for padding in [ShardPadding::None, ShardPadding::Zigzag] {
         for cp in 1..=16u32 {
-            let budget = skrull_core::budget::Budget::with(1, cp, padding, 1, false);
+            let budget = skrull_core::config::budget::Budget::with(1, cp, padding, 1, false);
             for len in 1..=2000u32 {
                 let mut work = vec![0u64; cp as usize];
                 let mut heaviest = 0;

@@ -6,6 +6,7 @@ use core::mem::size_of;
 use skrull_core::{Config, FlopsFormula, ModelShape, Policy, ShardPadding, Victim};
 
 use crate::boundary::guard;
+use crate::cost::{read_cost_model, skrull_cost_model};
 use crate::error::Failure;
 use crate::status::skrull_status;
 
@@ -68,7 +69,8 @@ pub struct skrull_model_shape {
 
 const _: () = assert!(size_of::<skrull_model_shape>() == 24);
 
-/// Everything `skrull_schedule()` needs besides the lengths (version 1: 60 bytes; now 72).
+/// Everything `skrull_schedule()` needs besides the lengths (version 1: 60 bytes; now 80 on
+/// 64-bit targets).
 ///
 /// Initialise it with `skrull_config_default()` or `skrull_config_preset()`, then change
 /// fields. `struct_size` must be `sizeof(skrull_config)` as the caller compiled it: new fields
@@ -109,7 +111,18 @@ pub struct skrull_config {
     /// 1: lockstep micro-batches (every DP rank reports the largest micro-batch count; a
     /// rank's extra micro-batches are empty); 0: each rank runs its own count.
     pub lockstep: u32,
+    /// The cost model `balanced` plans with (hardware, kernels, topology: GPUs per node and
+    /// intra/inter-node ring latency and bandwidth), read during the call; NULL: the H100
+    /// preset for `model`. See `skrull_cost_model_preset()`.
+    pub cost_model: *const skrull_cost_model,
 }
+
+// SAFETY: the only pointer, `cost_model`, is read (never written) during a call, and the
+// calling contract already forbids other threads to write to what a call reads; a
+// `skrull_config` is plain data otherwise, so sharing or sending one between threads is sound.
+unsafe impl Send for skrull_config {}
+// SAFETY: as for `Send`.
+unsafe impl Sync for skrull_config {}
 
 /// `sizeof(skrull_config)` of ABI version 1, the smallest accepted `struct_size`.
 pub const SKRULL_CONFIG_SIZE_V1: u32 = 60;
@@ -117,7 +130,8 @@ pub const SKRULL_CONFIG_SIZE_V1: u32 = 60;
 /// The largest `skrull_config.pad_multiple`.
 pub const SKRULL_MAX_PAD_MULTIPLE: u32 = 65_536;
 
-const _: () = assert!(size_of::<skrull_config>() == SKRULL_CONFIG_SIZE_V1 as usize + 12);
+const _: () =
+    assert!(size_of::<skrull_config>() == SKRULL_CONFIG_SIZE_V1 as usize + 12 + size_of::<usize>());
 
 impl skrull_model_shape {
     /// The C form of a core model shape.
@@ -165,6 +179,9 @@ impl skrull_config {
             pad_multiple: cfg.pad_multiple,
             pad_local: u32::from(cfg.pad_local),
             lockstep: u32::from(cfg.lockstep),
+            // A core configuration's cost model has no C storage to point at: the caller sets
+            // this pointer itself (NULL keeps the preset).
+            cost_model: core::ptr::null(),
         }
     }
 
@@ -296,7 +313,9 @@ pub(crate) unsafe fn read_config(ptr: *const skrull_config) -> Result<Config, Fa
         skrull_config::preset(SKRULL_PRESET_QWEN2_5_0_5B).ok_or(skrull_status::Internal)?;
     // SAFETY: forwarded caller contract.
     let c = unsafe { read_sized(ptr, SKRULL_CONFIG_SIZE_V1 as usize, default) }?;
-    let cfg = c.to_core()?;
+    let mut cfg = c.to_core()?;
+    // SAFETY: forwarded caller contract (the pointer, unless NULL, is a readable cost model).
+    cfg.cost = unsafe { read_cost_model(c.cost_model) }?;
     cfg.validate()?;
     Ok(cfg)
 }
@@ -421,7 +440,7 @@ mod tests {
         #[derive(Clone, Copy)]
         struct Newer {
             base: skrull_config,
-            extra: u32,
+            extra: u64,
         }
         let mut n = Newer {
             base: default_cfg(),

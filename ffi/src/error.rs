@@ -5,8 +5,8 @@ use core::mem::size_of;
 
 use skrull_core::Error;
 use skrull_core::error::ShapeField;
-use skrull_core::layout::LayoutError;
 use skrull_core::plan::CheckError;
+use skrull_core::plan::layout::LayoutError;
 
 use crate::boundary::Span;
 use crate::config::read_sized;
@@ -25,7 +25,9 @@ pub struct skrull_error_info {
     /// The status the call returned.
     pub status: u32,
     /// For `SKRULL_STATUS_INVALID_MODEL`: the shape field, 1 `hidden`, 2 `kv_hidden`, 3 `ffn`,
-    /// 4 `layers`, 5 `vocab`; otherwise 0.
+    /// 4 `layers`, 5 `vocab`; for `SKRULL_STATUS_INVALID_COST_MODEL`: the field's position in
+    /// `skrull_cost_model` after `struct_size` (1 `attention_tile`, 2 `peak_flops`, ...);
+    /// for `SKRULL_STATUS_UNSUPPORTED_OPTION`: 1 `flops`; otherwise 0.
     pub field: u32,
     /// The sequence (input index), DP rank or CP rank the status is about; -1 when none.
     pub index: i64,
@@ -98,6 +100,14 @@ impl skrull_error_info {
                 needed,
             } => with(dp_rank.into(), needed.into(), limit.into()),
             Error::DacpFailed { cp_rank } => with(cp_rank.into(), 0, 0),
+            Error::InvalidCost { field } => skrull_error_info {
+                field: crate::cost::field_number(field),
+                ..with(-1, 0, 0)
+            },
+            Error::Unsupported { .. } => skrull_error_info {
+                field: 1,
+                ..with(-1, 0, 0)
+            },
             _ => with(-1, 0, MAX_SEQS as u64),
         }
     }

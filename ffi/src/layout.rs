@@ -11,8 +11,8 @@ use core::ffi::c_void;
 use core::mem::{align_of, size_of};
 
 use skrull_core::config::MAX_SEQS;
-use skrull_core::layout::{self, Gpu, LayoutBuffers, LayoutSizes};
 use skrull_core::plan::SHARDED;
+use skrull_core::plan::layout::{self, Gpu, LayoutBuffers, LayoutSizes};
 use skrull_core::{Config, MicroBatch, Placement, Plan, PlanParts};
 
 use crate::boundary::{Span, any_overlap, check_out, guard, lengths};

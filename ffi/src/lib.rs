@@ -31,6 +31,7 @@
 
 pub mod boundary;
 pub mod config;
+pub mod cost;
 pub mod dacp;
 pub mod error;
 pub mod layout;
@@ -43,11 +44,16 @@ pub mod workspace;
 pub use boundary::skrull_panic_selftest;
 pub use config::{
     SKRULL_CONFIG_SIZE_V1, SKRULL_FLOPS_MEGATRON, SKRULL_FLOPS_PAPER, SKRULL_MAX_PAD_MULTIPLE,
-    SKRULL_MAX_STRUCT_SIZE, SKRULL_POLICY_DEEPSPEED, SKRULL_POLICY_PACKED,
+    SKRULL_MAX_STRUCT_SIZE, SKRULL_POLICY_BALANCED, SKRULL_POLICY_DEEPSPEED, SKRULL_POLICY_PACKED,
     SKRULL_POLICY_ROUNDROBIN, SKRULL_POLICY_SKRULL, SKRULL_PRESET_QWEN2_5_0_5B,
     SKRULL_PRESET_QWEN2_5_7B, SKRULL_SHARD_PADDING_NONE, SKRULL_SHARD_PADDING_ZIGZAG,
     SKRULL_VICTIM_LONGEST, SKRULL_VICTIM_SHORTEST, skrull_config, skrull_config_default,
     skrull_config_preset, skrull_model_shape,
+};
+pub use cost::{
+    SKRULL_ATTENTION_POINTS, SKRULL_COST_MODEL_SIZE_V1, SKRULL_GPU_H100, SKRULL_GPU_H200,
+    SKRULL_OVERLAP_ALL_ATTENTION, SKRULL_OVERLAP_LOCAL_ATTENTION, skrull_cost_model,
+    skrull_cost_model_preset,
 };
 pub use dacp::{skrull_dacp_place, skrull_dacp_summary};
 pub use error::skrull_error_info;

@@ -135,6 +135,8 @@ unsafe fn schedule(
         dp_loads: r.dp_loads,
         dp_heap: r.dp_heap,
         dp_start: r.dp_start,
+        costs: r.costs,
+        marks: r.marks,
     };
     let staged = PlanBuffers {
         placements: r.placements,

@@ -5,8 +5,8 @@ use core::ffi::{CStr, c_char};
 
 use skrull_core::Error;
 use skrull_core::error::Buffer;
-use skrull_core::layout::LayoutError;
 use skrull_core::plan::CheckError;
+use skrull_core::plan::layout::LayoutError;
 
 use crate::boundary::guard;
 
@@ -65,6 +65,12 @@ pub enum skrull_status {
     DacpFailed = 19,
     /// `pad_multiple` is above 65536.
     InvalidPadMultiple = 20,
+    /// A `skrull_cost_model` value is out of range (not finite, a rate not above 0, a cost
+    /// below 0, an efficiency above 1, a zero tile or node size, a table not increasing).
+    InvalidCostModel = 21,
+    /// The policy does not apply an option set away from its default: `balanced` plans on
+    /// estimated time, so it refuses `flops = SKRULL_FLOPS_MEGATRON`.
+    UnsupportedOption = 22,
     /// The plan buffers given to a layout function do not hold a valid plan that
     /// `skrull_schedule()` made from this configuration and these lengths (wrong counts,
     /// corrupted entries, or another batch).
@@ -83,7 +89,7 @@ pub enum skrull_status {
 }
 
 /// Every status, in numeric order (private: an array constant would leak into the header).
-const ALL: [skrull_status; 23] = [
+const ALL: [skrull_status; 25] = [
     skrull_status::Ok,
     skrull_status::NullArg,
     skrull_status::BadStructSize,
@@ -102,6 +108,8 @@ const ALL: [skrull_status; 23] = [
     skrull_status::MicroBatchLimit,
     skrull_status::DacpFailed,
     skrull_status::InvalidPadMultiple,
+    skrull_status::InvalidCostModel,
+    skrull_status::UnsupportedOption,
     skrull_status::PlanInvalid,
     skrull_status::NoSuchGpu,
     skrull_status::LayoutOverflow,
@@ -155,6 +163,10 @@ impl skrull_status {
             }
             skrull_status::DacpFailed => c"DACP could not fit the micro-batch within the budget",
             skrull_status::InvalidPadMultiple => c"pad_multiple is out of range 0..=65536",
+            skrull_status::InvalidCostModel => c"a cost model value is out of range",
+            skrull_status::UnsupportedOption => {
+                c"the policy does not apply an option that is set (balanced takes no FLOPs formula)"
+            }
             skrull_status::PlanInvalid => {
                 c"the plan buffers do not hold a valid plan of this configuration and batch"
             }
@@ -191,6 +203,8 @@ impl From<Error> for skrull_status {
             Error::MicroBatchLimit { .. } => skrull_status::MicroBatchLimit,
             Error::DacpFailed { .. } => skrull_status::DacpFailed,
             Error::InvalidPadMultiple { .. } => skrull_status::InvalidPadMultiple,
+            Error::InvalidCost { .. } => skrull_status::InvalidCostModel,
+            Error::Unsupported { .. } => skrull_status::UnsupportedOption,
             // `Error` is non-exhaustive: a variant added to the core without a status here
             // still maps to a defined code.
             _ => skrull_status::Internal,
@@ -240,7 +254,7 @@ mod tests {
 
     #[test]
     fn numbers_are_stable() {
-        let expect: [(skrull_status, u32); 23] = [
+        let expect: [(skrull_status, u32); 25] = [
             (skrull_status::Ok, 0),
             (skrull_status::NullArg, 1),
             (skrull_status::BadStructSize, 2),
@@ -259,6 +273,8 @@ mod tests {
             (skrull_status::MicroBatchLimit, 18),
             (skrull_status::DacpFailed, 19),
             (skrull_status::InvalidPadMultiple, 20),
+            (skrull_status::InvalidCostModel, 21),
+            (skrull_status::UnsupportedOption, 22),
             (skrull_status::PlanInvalid, 30),
             (skrull_status::NoSuchGpu, 31),
             (skrull_status::LayoutOverflow, 32),
@@ -347,7 +363,7 @@ mod tests {
 
     #[test]
     fn every_layout_error_has_its_own_status() {
-        use skrull_core::layout::{Gpu, LayoutBuffer, LayoutSizes};
+        use skrull_core::plan::layout::{Gpu, LayoutBuffer, LayoutSizes};
         let cases = [
             (
                 LayoutError::Config(Error::InvalidCp { cp: 0 }),

@@ -35,6 +35,7 @@ impl Layout {
         let mut c = Cursor(0);
         c.skip::<u128>(dp);
         c.skip::<u64>(n);
+        c.skip::<u64>(2 * n); // costs (balanced)
         c.skip::<Placement>(n);
         c.skip::<MicroBatch>(n);
         c.skip::<u32>(n); // members
@@ -44,6 +45,7 @@ impl Layout {
         c.skip::<u32>(n); // scratch
         c.skip::<u32>(dp); // dp_heap
         c.skip::<u32>(dp + 1); // dp_start
+        c.skip::<u32>(4 * n); // marks (balanced)
         Some(Layout {
             n,
             dp,
@@ -146,6 +148,8 @@ pub(crate) struct Regions<'a> {
     pub(crate) scratch: &'a mut [u32],
     pub(crate) dp_heap: &'a mut [u32],
     pub(crate) dp_start: &'a mut [u32],
+    pub(crate) costs: &'a mut [u64],
+    pub(crate) marks: &'a mut [u32],
 }
 
 impl Layout {
@@ -158,6 +162,7 @@ impl Layout {
         Ok(Regions {
             dp_loads: c.take(dp)?,
             keys: c.take(n)?,
+            costs: c.take(2 * n)?,
             placements: c.take(n)?,
             micro_batches: c.take(n)?,
             members: c.take(n)?,
@@ -167,6 +172,7 @@ impl Layout {
             scratch: c.take(n)?,
             dp_heap: c.take(dp)?,
             dp_start: c.take(dp + 1)?,
+            marks: c.take(4 * n)?,
         })
     }
 
@@ -181,8 +187,8 @@ impl Layout {
 ///
 /// The same size is enough for `skrull_dacp_place()` with `n` sequences. Returns 0 when `n`,
 /// `dp` or `cp` is out of range (see `skrull_plan_sizes()` for the status that says which).
-/// The size grows linearly: about `(48 + 4 cp) n + 28 dp` bytes (20 KiB for 256 sequences
-/// on DP 4 x CP 8).
+/// The size grows linearly: about `(80 + 4 cp) n + 28 dp` bytes (28 KiB for 256 sequences
+/// on DP 4 x CP 8); it fits every policy (`balanced` keeps per-sequence costs in it).
 ///
 /// # Safety
 /// None: any values are accepted. Safe to call from any thread.

@@ -143,7 +143,7 @@ fn assert_same_as_core(cfg: &skrull_config, lengths: &[u32], outs: &Outs) {
     let core = cfg.to_core().unwrap();
     let n = lengths.len();
     let ps = PlanSizes::for_batch(n, &core);
-    let wsz = WorkspaceSizes::for_batch(n, &core);
+    let wsz = WorkspaceSizes::for_any_policy(n, &core);
     let mut placements = vec![Placement::default(); ps.placements];
     let mut mbs = vec![MicroBatch::default(); ps.micro_batches];
     let mut members = vec![0u32; ps.members];
@@ -155,6 +155,7 @@ fn assert_same_as_core(cfg: &skrull_config, lengths: &[u32], outs: &Outs) {
         vec![0u32; wsz.dp_heap],
         vec![0u32; wsz.dp_start],
     );
+    let (mut costs, mut marks) = (vec![0u64; wsz.costs], vec![0u32; wsz.marks]);
     let mut ws = Workspace {
         keys: &mut keys,
         seqs: &mut seqs,
@@ -162,6 +163,8 @@ fn assert_same_as_core(cfg: &skrull_config, lengths: &[u32], outs: &Outs) {
         dp_loads: &mut loads,
         dp_heap: &mut heap,
         dp_start: &mut start,
+        costs: &mut costs,
+        marks: &mut marks,
     };
     let out = PlanBuffers {
         placements: &mut placements,

@@ -7,7 +7,7 @@ use core::ffi::c_void;
 use core::ptr::{null, null_mut};
 
 use skrull::*;
-use skrull_core::layout::{self, Gpu, LayoutBuffers, LayoutSizes, Span};
+use skrull_core::plan::layout::{self, Gpu, LayoutBuffers, LayoutSizes, Span};
 use skrull_core::{Plan, PlanParts};
 
 /// A plan as a C caller holds it after `skrull_schedule()`.

@@ -256,7 +256,7 @@ pub fn rust_plan(cfg: &Config, lengths: &[u32]) -> Result<RustPlan, Error> {
         });
     }
     let ps = PlanSizes::for_batch(n, cfg);
-    let ws = WorkspaceSizes::for_batch(n, cfg);
+    let ws = WorkspaceSizes::for_any_policy(n, cfg);
     let mut placements = vec![Placement::default(); ps.placements];
     let mut micro_batches = vec![MicroBatch::default(); ps.micro_batches];
     let mut members = vec![0u32; ps.members];
@@ -269,6 +269,7 @@ pub fn rust_plan(cfg: &Config, lengths: &[u32]) -> Result<RustPlan, Error> {
         vec![0; ws.dp_heap],
         vec![0; ws.dp_start],
     );
+    let (mut costs, mut marks) = (vec![0u64; ws.costs], vec![0u32; ws.marks]);
     let mut work = Workspace {
         keys: &mut keys,
         seqs: &mut seqs,
@@ -276,6 +277,8 @@ pub fn rust_plan(cfg: &Config, lengths: &[u32]) -> Result<RustPlan, Error> {
         dp_loads: &mut loads,
         dp_heap: &mut heap,
         dp_start: &mut start,
+        costs: &mut costs,
+        marks: &mut marks,
     };
     let out = PlanBuffers {
         placements: &mut placements,
@@ -555,7 +558,7 @@ pub fn rust_api(data: &[u8]) {
         ..cfg
     };
     let ps = PlanSizes::for_batch(n, &sized);
-    let wsz = WorkspaceSizes::for_batch(n, &sized);
+    let wsz = WorkspaceSizes::for_any_policy(n, &sized);
     let mut sizes = [
         ps.placements,
         ps.micro_batches,
@@ -591,6 +594,7 @@ pub fn rust_api(data: &[u8]) {
     let (mut seqs, mut scratch) = (vec![0u32; sizes[6]], vec![0u32; sizes[7]]);
     let mut loads = vec![0u128; sizes[8]];
     let (mut heap, mut start) = (vec![0u32; sizes[9]], vec![0u32; sizes[10]]);
+    let (mut costs, mut marks) = (vec![0u64; wsz.costs], vec![0u32; wsz.marks]);
     let mut work = Workspace {
         keys: &mut keys,
         seqs: &mut seqs,
@@ -598,6 +602,8 @@ pub fn rust_api(data: &[u8]) {
         dp_loads: &mut loads,
         dp_heap: &mut heap,
         dp_start: &mut start,
+        costs: &mut costs,
+        marks: &mut marks,
     };
     let out = PlanBuffers {
         placements: &mut placements,
@@ -655,7 +661,7 @@ fn dacp_both(cfg: &Config, lengths: &[u32]) {
     let n = lengths.len();
     let mut order = vec![0u32; n];
     let mut ranks = vec![7i32; n];
-    let r = skrull_core::dacp::place(cfg, lengths, &mut order, &mut ranks);
+    let r = skrull_core::policy::dacp::place(cfg, lengths, &mut order, &mut ranks);
     let c = skrull_config::from_core(cfg);
     let (dp, cp) = (cfg.dp.clamp(1, MAX_DP), cfg.cp.clamp(1, MAX_CP));
     // SAFETY: no preconditions.

@@ -21,8 +21,11 @@ _Static_assert(offsetof(skrull_summary, sequences) == 8, "");
 _Static_assert(offsetof(skrull_summary, _reserved) == 28, "");
 _Static_assert(sizeof(skrull_model_shape) == 24, "skrull_model_shape is 24 bytes");
 _Static_assert(SKRULL_CONFIG_SIZE_V1 == 60, "skrull_config v1 is 60 bytes");
-_Static_assert(sizeof(skrull_config) == 72, "skrull_config grew by pad_multiple, pad_local, lockstep");
+_Static_assert(sizeof(skrull_config) == 72 + sizeof(void *),
+               "skrull_config grew by pad_multiple, pad_local, lockstep, cost_model");
 _Static_assert(offsetof(skrull_config, pad_multiple) == SKRULL_CONFIG_SIZE_V1, "appended");
+_Static_assert(offsetof(skrull_config, cost_model) == 72, "appended");
+_Static_assert(sizeof(skrull_cost_model) == SKRULL_COST_MODEL_SIZE_V1, "cost model v1");
 _Static_assert(sizeof(skrull_error_info) == 32, "skrull_error_info is 32 bytes");
 _Static_assert(offsetof(skrull_error_info, index) == 8, "");
 _Static_assert(offsetof(skrull_config, struct_size) == 0, "struct_size comes first");
@@ -62,6 +65,8 @@ static void statuses(void) {
     CHECK(SKRULL_STATUS_MICRO_BATCH_LIMIT == 18);
     CHECK(SKRULL_STATUS_DACP_FAILED == 19);
     CHECK(SKRULL_STATUS_INVALID_PAD_MULTIPLE == 20);
+    CHECK(SKRULL_STATUS_INVALID_COST_MODEL == 21);
+    CHECK(SKRULL_STATUS_UNSUPPORTED_OPTION == 22);
     CHECK(SKRULL_STATUS_INTERNAL == 254);
     CHECK(SKRULL_STATUS_PANIC == 255);
     /* Every number has a static string; known ones are distinct, unknown ones say so. */
@@ -83,7 +88,7 @@ static void statuses(void) {
             }
         }
     }
-    CHECK(known == 23);
+    CHECK(known == 25);
     /* The panic guard turns a Rust panic into a status. */
     CHECK_STATUS(skrull_panic_selftest(), SKRULL_STATUS_PANIC);
     CHECK_STATUS(skrull_panic_selftest(), SKRULL_STATUS_PANIC);

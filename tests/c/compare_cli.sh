@@ -105,7 +105,8 @@ compare "default batch, skrull" "" --policy skrull
 compare "default batch, deepspeed" "" --policy deepspeed
 compare "default batch, packed" "" --policy packed
 compare "default batch, roundrobin" "" --policy roundrobin
-compare "default batch, victim longest, megatron flops" "" --victim longest --flops megatron
+compare "default batch, skrull, victim longest, megatron flops" "" --policy skrull --victim longest --flops megatron
+compare "default batch, balanced, victim longest" "" --victim longest
 compare "default batch, zigzag padding" "" --shard-padding zigzag
 compare "default batch, qwen2.5-7b, 13K" "" --model qwen2.5-7b --bucket 13312
 compare "default batch, DP 2 x CP 16, 13K" "" --dp 2 --cp 16 --bucket 13312

@@ -115,6 +115,19 @@ static void schedule_errors(void) {
     CASE(SKRULL_STATUS_INVALID_PAD_MULTIPLE, OK10, 10, c.cfg.pad_multiple = SKRULL_MAX_PAD_MULTIPLE + 1);
     CASE(SKRULL_STATUS_INVALID_ENUM, OK10, 10, c.cfg.pad_local = 2);
     CASE(SKRULL_STATUS_INVALID_ENUM, OK10, 10, c.cfg.lockstep = 2);
+    /* balanced plans on time: it refuses a FLOPs formula rather than ignore it. */
+    CASE(SKRULL_STATUS_UNSUPPORTED_OPTION, OK10, 10,
+         (c.cfg.policy = SKRULL_POLICY_BALANCED, c.cfg.flops = SKRULL_FLOPS_MEGATRON));
+    /* A cost model with a zero GEMM efficiency; and one with an unknown overlap. */
+    static skrull_cost_model bad_cost, bad_overlap;
+    if (skrull_cost_model_preset(SKRULL_GPU_H100, NULL, &bad_cost) != SKRULL_STATUS_OK) {
+        exit(2);
+    }
+    bad_overlap = bad_cost;
+    bad_cost.gemm_efficiency = 0.0;
+    bad_overlap.overlap = 7;
+    CASE(SKRULL_STATUS_INVALID_COST_MODEL, OK10, 10, c.cfg.cost_model = &bad_cost);
+    CASE(SKRULL_STATUS_INVALID_ENUM, OK10, 10, c.cfg.cost_model = &bad_overlap);
     CASE(SKRULL_STATUS_INVALID_MODEL, OK10, 10, c.cfg.model.hidden = 0);
     CASE(SKRULL_STATUS_INVALID_MODEL, OK10, 10, c.cfg.model.kv_hidden = 100000);
     CASE(SKRULL_STATUS_INVALID_MODEL, OK10, 10, c.cfg.model.layers = 5000);
@@ -142,7 +155,7 @@ static void schedule_errors(void) {
     /* A newer caller's larger struct is accepted when its tail is zero. */
     struct {
         skrull_config cfg;
-        uint32_t future_field;
+        uint64_t future_field; /* 8 bytes: no padding bytes in the tail */
     } newer;
     {
         call c;

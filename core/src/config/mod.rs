@@ -1,7 +1,10 @@
 //! Configuration: the parallel layout, the token budget, the policy and the model shape, with
 //! the limits every value is checked against.
 
+pub mod budget;
+
 use crate::error::{Error, ShapeField};
+use crate::model::cost::CostModel;
 
 /// Largest data-parallel size accepted.
 pub const MAX_DP: u32 = 65_536;
@@ -109,6 +112,13 @@ pub enum FlopsFormula {
 }
 
 /// Which scheduling policy writes the plan.
+///
+/// Every option of [`Config`] is honoured by every policy it concerns: the rollback
+/// [`Victim`] by the policies that roll back (`skrull`, `roundrobin`, `balanced`; the others
+/// never shard a local sequence), the [`FlopsFormula`] by the policies that balance FLOPs
+/// (`skrull`, and `roundrobin`'s DP bin-packing). `balanced` balances estimated time, so it
+/// rejects a FLOPs formula other than the default ([`Error::Unsupported`]) rather than
+/// ignore it. The module of each policy is listed in the crate documentation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum Policy {
@@ -123,9 +133,9 @@ pub enum Policy {
     /// The paper's case-study Algorithm 4 (memory-only worst fit with rollback, sample order)
     /// inside GDS.
     RoundRobin,
-    /// Cost-aware (issue 8): DP ranks, micro-batch grouping and local/sharded placement
-    /// chosen on the cost model's estimated time, evaluated over a small deterministic
-    /// candidate set (see [`balanced`](crate::balanced)).
+    /// Cost-aware: DP ranks, micro-batch grouping and local/sharded placement chosen on the
+    /// cost model's estimated time, evaluated over a small deterministic candidate set (see
+    /// [`balanced`](crate::policy::balanced)).
     Balanced,
 }
 
@@ -216,7 +226,7 @@ impl ShardPadding {
 }
 
 /// Everything a policy needs besides the lengths.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Config {
     /// Data-parallel size: model replicas, each running its micro-batches in turn.
     pub dp: u32,
@@ -240,7 +250,7 @@ pub struct Config {
     /// `lcm(2N, M)` (of `M` when `N = 1`), whatever [`Config::shard_padding`] says, and
     /// with [`Config::pad_local`] a local one to a multiple of `M`. Megatron with sequence
     /// parallelism wants `M = 2·cp·tp`; FP8 recipes `lcm(2·cp·tp, 16)`. See
-    /// [`Budget`](crate::budget::Budget) for the exact rule; the budget charges the padding.
+    /// [`Budget`](crate::config::budget::Budget) for the exact rule; the budget charges the padding.
     pub pad_multiple: u32,
     /// Whether local (whole) sequences are padded to a multiple of [`Config::pad_multiple`] too.
     pub pad_local: bool,
@@ -248,6 +258,10 @@ pub struct Config {
     /// any rank needs); a rank's extra micro-batches are empty. Trainers whose micro-batch loop
     /// count is global (Megatron, verl) need this.
     pub lockstep: bool,
+    /// The cost model that plans (`balanced`) and evaluates: hardware, kernels and topology
+    /// (GPUs per node, intra- and inter-node ring latency and bandwidth). `None`: the H100
+    /// preset for [`Config::model`] ([`Config::cost_model`]).
+    pub cost: Option<CostModel>,
 }
 
 impl Config {
@@ -267,7 +281,20 @@ impl Config {
             pad_multiple: 1,
             pad_local: false,
             lockstep: false,
+            cost: None,
         }
+    }
+
+    /// The cost model this configuration plans and evaluates with: [`Config::cost`], or the
+    /// H100 preset for the model shape.
+    pub fn cost_model(&self) -> CostModel {
+        self.cost.unwrap_or_else(|| CostModel::h100(&self.model))
+    }
+
+    /// The same configuration with another cost model.
+    pub fn with_cost(mut self, cost: CostModel) -> Config {
+        self.cost = Some(cost);
+        self
     }
 
     /// The same configuration with another policy.
@@ -284,12 +311,12 @@ impl Config {
 
     /// The token budget of this configuration: what each placement costs a GPU.
     #[inline]
-    pub fn budget(&self) -> crate::budget::Budget {
-        crate::budget::Budget::new(self)
+    pub fn budget(&self) -> crate::config::budget::Budget {
+        crate::config::budget::Budget::new(self)
     }
 
     /// Tokens each GPU holds of a sequence of `len` tokens sharded over the CP group
-    /// ([`Budget::share`](crate::budget::Budget::share); builds the budget on every call, so
+    /// ([`Budget::share`](crate::config::budget::Budget::share); builds the budget on every call, so
     /// hot loops should hold a [`Config::budget`] instead).
     #[inline]
     pub fn shard_tokens(&self, len: u32) -> u32 {
@@ -297,7 +324,7 @@ impl Config {
     }
 
     /// Tokens a local sequence of `len` tokens costs its rank
-    /// ([`Budget::local`](crate::budget::Budget::local)).
+    /// ([`Budget::local`](crate::config::budget::Budget::local)).
     #[inline]
     pub fn local_tokens(&self, len: u32) -> u32 {
         self.budget().local(len)
@@ -307,7 +334,8 @@ impl Config {
     ///
     /// # Errors
     /// [`Error::InvalidDp`], [`Error::InvalidCp`], [`Error::InvalidBucket`],
-    /// [`Error::InvalidPadMultiple`] or [`Error::InvalidModel`].
+    /// [`Error::InvalidPadMultiple`], [`Error::InvalidModel`], [`Error::InvalidCost`] or
+    /// [`Error::Unsupported`] (an option the policy does not apply, see [`Policy`]).
     pub fn validate(&self) -> Result<(), Error> {
         if self.dp == 0 || self.dp > MAX_DP {
             return Err(Error::InvalidDp { dp: self.dp });
@@ -325,7 +353,18 @@ impl Config {
                 pad_multiple: self.pad_multiple,
             });
         }
-        self.model.validate()
+        self.model.validate()?;
+        if let Some(cost) = &self.cost {
+            cost.validate()
+                .map_err(|e| Error::InvalidCost { field: e.field })?;
+        }
+        if self.policy == Policy::Balanced && self.flops != FlopsFormula::default() {
+            return Err(Error::Unsupported {
+                policy: self.policy,
+                option: "flops",
+            });
+        }
+        Ok(())
     }
 }
 

@@ -1,6 +1,6 @@
 //! Scratch memory the caller lends to a scheduling call (the core never allocates).
 
-use crate::config::Config;
+use crate::config::{Config, Policy};
 use crate::error::{Buffer, Error};
 
 /// How many elements each [`Workspace`] slice needs for a batch.
@@ -18,12 +18,18 @@ pub struct WorkspaceSizes {
     pub dp_heap: usize,
     /// `dp + 1`: offsets of each DP rank's sequences in `seqs`.
     pub dp_start: usize,
+    /// `balanced`: `2n` per-sequence costs; 0 for the other policies.
+    pub costs: usize,
+    /// `balanced`: `4n` per-sequence and per-member decision words; 0 for the others.
+    pub marks: usize,
 }
 
 impl WorkspaceSizes {
-    /// The sizes for a batch of `n` sequences under `cfg`.
+    /// The sizes for a batch of `n` sequences under `cfg` (its policy decides the last two
+    /// rows).
     pub fn for_batch(n: usize, cfg: &Config) -> WorkspaceSizes {
         let dp = cfg.dp as usize;
+        let balanced = cfg.policy == Policy::Balanced;
         WorkspaceSizes {
             keys: n,
             seqs: n,
@@ -31,13 +37,20 @@ impl WorkspaceSizes {
             dp_loads: dp,
             dp_heap: dp,
             dp_start: dp + 1,
+            costs: if balanced { 2 * n } else { 0 },
+            marks: if balanced { 4 * n } else { 0 },
         }
+    }
+
+    /// Sizes that fit every policy: what a caller that picks the policy later allocates.
+    pub fn for_any_policy(n: usize, cfg: &Config) -> WorkspaceSizes {
+        Self::for_batch(n, &cfg.with_policy(Policy::Balanced))
     }
 
     /// Bytes of one workspace of these sizes, counting each slice at its element size.
     pub fn bytes(&self) -> usize {
-        self.keys * 8
-            + (self.seqs + self.scratch + self.dp_heap + self.dp_start) * 4
+        (self.keys + self.costs) * 8
+            + (self.seqs + self.scratch + self.dp_heap + self.dp_start + self.marks) * 4
             + self.dp_loads * 16
     }
 
@@ -53,6 +66,8 @@ impl WorkspaceSizes {
             (self.dp_loads, ws.dp_loads.len()),
             (self.dp_heap, ws.dp_heap.len()),
             (self.dp_start, ws.dp_start.len()),
+            (self.costs, ws.costs.len()),
+            (self.marks, ws.marks.len()),
         ];
         for (needed, got) in pairs {
             if got < needed {
@@ -83,4 +98,9 @@ pub struct Workspace<'a> {
     pub dp_heap: &'a mut [u32],
     /// Offsets of each DP rank's sequences in `seqs`.
     pub dp_start: &'a mut [u32],
+    /// `balanced`: whole and shard attention time per sequence.
+    pub costs: &'a mut [u64],
+    /// `balanced`: per sequence its micro-batch and decision in the grouping being tried, per
+    /// member of the micro-batch being placed its working and best decision.
+    pub marks: &'a mut [u32],
 }

@@ -34,7 +34,7 @@
 //! A sharded sequence of `S` tokens is first padded at its end to `P` tokens
 //! ([`Budget::padded`]: `P = S` without padding, a multiple of `lcm(2N, M)` with
 //! [`ShardPadding::Zigzag`](crate::config::ShardPadding::Zigzag) or a pad multiple `M > 1`; see
-//! [`crate::budget`]). The `P` positions are cut into `2N`
+//! [`crate::config::budget`]). The `P` positions are cut into `2N`
 //! consecutive chunks `0..2N` (N = CP size); rank `r` holds chunk `r` (its *front* chunk) and
 //! chunk `2N-1-r` (its *back* chunk), so every rank pairs an early, cheap part of the causal
 //! triangle with a late, expensive one. With `q = P / 2N` and `R = P % 2N`, front chunk `k < N`
@@ -87,8 +87,8 @@
 
 use core::fmt;
 
-use crate::budget::Budget;
 use crate::config::Config;
+use crate::config::budget::Budget;
 use crate::error::Error;
 use crate::plan::{MicroBatch, Plan, SHARDED};
 

@@ -1,4 +1,4 @@
-//! The evaluator: the estimated iteration time of any plan under a [`CostModel`], per
+//! The evaluator: the estimated iteration time of any plan under a [`CostModel`](crate::CostModel), per
 //! micro-batch, per DP rank and per CP rank, with the communication it hides and exposes,
 //! the GPUs that break BucketSize, and a lower bound on every budget-respecting plan of the
 //! same batch.
@@ -33,8 +33,9 @@
 use core::fmt;
 
 use crate::config::{Config, MAX_SEQ_LEN, MAX_SEQS};
-use crate::cost::{CostModel, InvalidCost, RankLoad, TimeModel};
 use crate::error::Error;
+use crate::model::cost::InvalidCost;
+use crate::model::time::{RankLoad, Ring, TimeModel};
 use crate::plan::{Placement, Plan, SHARDED};
 
 /// One micro-batch's estimate.
@@ -338,9 +339,9 @@ impl fmt::Display for EvalError {
 
 impl core::error::Error for EvalError {}
 
-fn check_inputs(cost: &CostModel, cfg: &Config, lengths: &[u32]) -> Result<(), EvalError> {
+fn check_inputs(cfg: &Config, lengths: &[u32]) -> Result<(), EvalError> {
     cfg.validate().map_err(EvalError::Config)?;
-    cost.validate().map_err(EvalError::Cost)?;
+    cfg.cost_model().validate().map_err(EvalError::Cost)?;
     if lengths.len() > MAX_SEQS {
         return Err(EvalError::Shape {
             lengths: lengths.len(),
@@ -361,7 +362,6 @@ fn check_inputs(cost: &CostModel, cfg: &Config, lengths: &[u32]) -> Result<(), E
 /// [`EvalError::PlanLayout`] when the plan was made for other DP/CP sizes, else as
 /// [`evaluate_placements`].
 pub fn evaluate<'b>(
-    cost: &CostModel,
     cfg: &Config,
     lengths: &[u32],
     plan: &Plan<'_>,
@@ -370,11 +370,11 @@ pub fn evaluate<'b>(
     if plan.dp() != cfg.dp || plan.cp() != cfg.cp {
         return Err(EvalError::PlanLayout);
     }
-    evaluate_placements(cost, cfg, lengths, plan.placements(), out)
+    evaluate_placements(cfg, lengths, plan.placements(), out)
 }
 
 /// Evaluates the plan given by `placements` (one per sequence, in input order) of `lengths`
-/// under `cfg` and `cost`. Micro-batches of a DP rank run in index order; an index no
+/// under `cfg` and its cost model ([`Config::cost_model`]). Micro-batches of a DP rank run in index order; an index no
 /// sequence uses costs nothing. A GPU over BucketSize is counted in
 /// [`Report::over_budget`], not refused. Runs in `O(n + slots x cp)` without allocating.
 ///
@@ -382,13 +382,12 @@ pub fn evaluate<'b>(
 /// [`EvalError`] for an invalid configuration or cost model, mismatched or bad lengths, a
 /// placement out of range, or buffers smaller than [`EvalSizes::for_batch`] needs.
 pub fn evaluate_placements<'b>(
-    cost: &CostModel,
     cfg: &Config,
     lengths: &[u32],
     placements: &[Placement],
     out: EvalBuffers<'b>,
 ) -> Result<Evaluation<'b>, EvalError> {
-    check_inputs(cost, cfg, lengths)?;
+    check_inputs(cfg, lengths)?;
     if placements.len() != lengths.len() {
         return Err(EvalError::Shape {
             lengths: lengths.len(),
@@ -460,7 +459,7 @@ pub fn evaluate_placements<'b>(
     ranks.fill(RankSlot::default());
 
     // Pass 2: accumulate every sequence into its slot.
-    let tm = TimeModel::new(cost, cfg);
+    let tm = TimeModel::new(&cfg.cost_model(), cfg);
     let mut report = Report {
         bucket: cfg.bucket,
         ..Report::default()
@@ -502,7 +501,7 @@ pub fn evaluate_placements<'b>(
                 continue;
             }
             used += 1;
-            mb.comm = tm.comm(mb.sharded_len);
+            mb.comm = tm.comm(mb.sharded_len, tm.group_ring(d as u32));
             let mut best = (f64::NEG_INFINITY, 0usize);
             for (r, slot) in ranks[g * cp..(g + 1) * cp].iter_mut().enumerate() {
                 let load = RankLoad {
@@ -556,7 +555,7 @@ pub fn evaluate_placements<'b>(
         }
     }
     report.slowest_dp_rank = slowest.1 as u32;
-    report.iteration_time = slowest.0 + cost.iteration_fixed_s;
+    report.iteration_time = slowest.0 + tm.cost.iteration_fixed_s;
     report.hidden_fraction = if report.comm > 0.0 {
         1.0 - report.exposed_comm / report.comm
     } else {
@@ -573,21 +572,34 @@ pub fn evaluate_placements<'b>(
 }
 
 /// The lower bound on the iteration time of every budget-respecting plan of `lengths` under
-/// `cfg` and `cost` (see the [module docs](self)).
+/// `cfg` and its cost model (see the [module docs](self)).
 ///
 /// # Errors
 /// [`EvalError`] for an invalid configuration, cost model or length.
-pub fn lower_bound(
-    cost: &CostModel,
-    cfg: &Config,
-    lengths: &[u32],
-) -> Result<LowerBound, EvalError> {
-    check_inputs(cost, cfg, lengths)?;
-    Ok(lower_bound_with(&TimeModel::new(cost, cfg), cfg, lengths))
+pub fn lower_bound(cfg: &Config, lengths: &[u32]) -> Result<LowerBound, EvalError> {
+    check_inputs(cfg, lengths)?;
+    Ok(lower_bound_with(
+        &TimeModel::new(&cfg.cost_model(), cfg),
+        cfg,
+        lengths,
+    ))
+}
+
+/// The cheapest ring a sequence sharded over a whole CP group can ride: an in-node one when
+/// any DP rank's group fits a node.
+fn cheapest_group_ring(tm: &TimeModel, cfg: &Config) -> Ring {
+    // The pattern of node crossings repeats every `gpus_per_node` DP ranks at most.
+    let period = cfg.dp.min(tm.cost.gpus_per_node.max(1));
+    let crosses = (0..period).all(|d| tm.group_ring(d).crosses_nodes);
+    Ring {
+        size: cfg.cp,
+        crosses_nodes: crosses,
+    }
 }
 
 /// [`lower_bound`] with a prepared [`TimeModel`] and unchecked inputs.
 pub fn lower_bound_with(tm: &TimeModel, cfg: &Config, lengths: &[u32]) -> LowerBound {
+    let ring = cheapest_group_ring(tm, cfg);
     let n_cp = f64::from(cfg.cp.max(1));
     let n_dp = f64::from(cfg.dp.max(1));
     let bucket = cfg.bucket;
@@ -605,9 +617,9 @@ pub fn lower_bound_with(tm: &TimeModel, cfg: &Config, lengths: &[u32]) -> LowerB
         };
         work += tm.gemm_compute(u64::from(len)) + attn;
         let alone = if fits_whole {
-            tm.alone_whole(len).min(tm.alone_sharded(len))
+            tm.alone_whole(len).min(tm.alone_sharded(len, ring))
         } else {
-            tm.alone_sharded(len)
+            tm.alone_sharded(len, ring)
         };
         if alone > longest.0 {
             longest = (alone, s);
@@ -639,6 +651,7 @@ pub fn lower_bound_with(tm: &TimeModel, cfg: &Config, lengths: &[u32]) -> LowerB
 mod tests {
     use super::*;
     use crate::config::{ModelShape, Policy};
+    use crate::model::cost::CostModel;
     use crate::test_support::OwnedPlan;
 
     use std::vec;
@@ -686,11 +699,13 @@ mod tests {
             Config::new(1, 8, 26 * 1024, ModelShape::QWEN2_5_7B).with_policy(Policy::DeepSpeed);
         let lengths = [100u32, 5000, 70_000, 1, 2048, 33_333];
         let placements = plan_placements(&cfg, &lengths);
-        let cost = CostModel::h100(&cfg.model);
         let mut b = Bufs::new(lengths.len(), &cfg);
-        let ev = evaluate_placements(&cost, &cfg, &lengths, &placements, b.out()).unwrap();
-        let tm = TimeModel::new(&cost, &cfg);
-        let want: f64 = lengths.iter().map(|&s| tm.alone_sharded(s)).sum();
+        let ev = evaluate_placements(&cfg, &lengths, &placements, b.out()).unwrap();
+        let tm = TimeModel::new(&cfg.cost_model(), &cfg);
+        let want: f64 = lengths
+            .iter()
+            .map(|&s| tm.alone_sharded(s, tm.group_ring(0)))
+            .sum();
         assert!(
             (ev.report.iteration_time - want).abs() <= 1e-12 * want,
             "{} {want}",
@@ -704,9 +719,15 @@ mod tests {
         let cfg2 = Config { dp: 2, ..cfg };
         let placements = plan_placements(&cfg2, &lengths);
         let mut b = Bufs::new(lengths.len(), &cfg2);
-        let ev = evaluate_placements(&cost, &cfg2, &lengths, &placements, b.out()).unwrap();
-        let a: f64 = lengths[..3].iter().map(|&s| tm.alone_sharded(s)).sum();
-        let c: f64 = lengths[3..].iter().map(|&s| tm.alone_sharded(s)).sum();
+        let ev = evaluate_placements(&cfg2, &lengths, &placements, b.out()).unwrap();
+        let a: f64 = lengths[..3]
+            .iter()
+            .map(|&s| tm.alone_sharded(s, tm.group_ring(0)))
+            .sum();
+        let c: f64 = lengths[3..]
+            .iter()
+            .map(|&s| tm.alone_sharded(s, tm.group_ring(0)))
+            .sum();
         assert!((ev.dp_times[0] - a).abs() <= 1e-12 * a);
         assert!((ev.dp_times[1] - c).abs() <= 1e-12 * c);
         assert_eq!(ev.report.iteration_time, a.max(c));
@@ -727,8 +748,8 @@ mod tests {
         let cost = CostModel::h100(&cfg.model);
         let tm = TimeModel::new(&cost, &cfg);
         let mut b = Bufs::new(3, &cfg);
-        let ev = evaluate_placements(&cost, &cfg, &lengths, &placements, b.out()).unwrap();
-        let comm = tm.comm(8000);
+        let ev = evaluate_placements(&cfg, &lengths, &placements, b.out()).unwrap();
+        let comm = tm.comm(8000, tm.group_ring(0));
         let sh = tm.attention_shard(8000);
         let r0 = comm.max(tm.attention_whole(1000)) + tm.gemm(3000) + sh + tm.fixed();
         let r1 = comm + tm.gemm(2000) + sh + tm.fixed();
@@ -768,9 +789,8 @@ mod tests {
                 cp_rank: 1,
             },
         ];
-        let cost = CostModel::h100(&cfg.model);
         let mut b = Bufs::new(3, &cfg);
-        let ev = evaluate_placements(&cost, &cfg, &lengths, &placements, b.out()).unwrap();
+        let ev = evaluate_placements(&cfg, &lengths, &placements, b.out()).unwrap();
         assert!(!ev.report.within_budget());
         assert_eq!(ev.report.over_budget, 2);
         assert_eq!(
@@ -789,36 +809,35 @@ mod tests {
     #[test]
     fn bad_placements_are_refused() {
         let cfg = cfg();
-        let cost = CostModel::h100(&cfg.model);
         let mut b = Bufs::new(2, &cfg);
         let ok = Placement::default();
         let lens = [10u32, 20];
         let bad_dp = Placement { dp_rank: 2, ..ok };
         assert_eq!(
-            evaluate_placements(&cost, &cfg, &lens, &[ok, bad_dp], b.out()).unwrap_err(),
+            evaluate_placements(&cfg, &lens, &[ok, bad_dp], b.out()).unwrap_err(),
             EvalError::OutOfRange { seq: 1 }
         );
         let bad_cp = Placement { cp_rank: 4, ..ok };
-        assert!(evaluate_placements(&cost, &cfg, &lens, &[bad_cp, ok], b.out()).is_err());
+        assert!(evaluate_placements(&cfg, &lens, &[bad_cp, ok], b.out()).is_err());
         let sparse = Placement {
             micro_batch: 5,
             ..ok
         };
         assert_eq!(
-            evaluate_placements(&cost, &cfg, &lens, &[ok, sparse], b.out()).unwrap_err(),
+            evaluate_placements(&cfg, &lens, &[ok, sparse], b.out()).unwrap_err(),
             EvalError::OutOfRange { seq: 1 }
         );
         assert!(matches!(
-            evaluate_placements(&cost, &cfg, &[10], &[ok, ok], b.out()),
+            evaluate_placements(&cfg, &[10], &[ok, ok], b.out()),
             Err(EvalError::Shape { .. })
         ));
         assert_eq!(
-            evaluate_placements(&cost, &cfg, &[10, 0], &[ok, ok], b.out()).unwrap_err(),
+            evaluate_placements(&cfg, &[10, 0], &[ok, ok], b.out()).unwrap_err(),
             EvalError::Length { index: 1, len: 0 }
         );
         let mut small = Bufs::new(0, &cfg);
         assert!(matches!(
-            evaluate_placements(&cost, &cfg, &lens, &[ok, ok], small.out()),
+            evaluate_placements(&cfg, &lens, &[ok, ok], small.out()),
             Err(EvalError::BufferTooSmall {
                 buffer: EvalBuffer::MicroBatches,
                 ..
@@ -834,7 +853,7 @@ mod tests {
             ..ok
         };
         let mut b3 = Bufs::new(3, &cfg);
-        let ev = evaluate_placements(&cost, &cfg, &[1, 2, 3], &[ok, third, ok], b3.out()).unwrap();
+        let ev = evaluate_placements(&cfg, &[1, 2, 3], &[ok, third, ok], b3.out()).unwrap();
         assert_eq!(ev.micro_batches[1].time, 0.0);
         assert_eq!(ev.report.micro_batches, 2);
         let _ = gap;
@@ -853,14 +872,13 @@ mod tests {
             .collect();
         for model in [ModelShape::QWEN2_5_0_5B, ModelShape::QWEN2_5_7B] {
             let base = Config::new(4, 8, 26 * 1024, model);
-            let cost = CostModel::h100(&model);
-            let lb = lower_bound(&cost, &base, &lengths).unwrap();
+            let lb = lower_bound(&base, &lengths).unwrap();
             assert!(lb.value > 0.0 && lb.min_micro_batches >= 1);
             for policy in Policy::ALL {
                 let cfg = base.with_policy(policy);
                 let placements = plan_placements(&cfg, &lengths);
                 let mut b = Bufs::new(lengths.len(), &cfg);
-                let ev = evaluate_placements(&cost, &cfg, &lengths, &placements, b.out()).unwrap();
+                let ev = evaluate_placements(&cfg, &lengths, &placements, b.out()).unwrap();
                 assert!(ev.report.within_budget());
                 assert_eq!(ev.report.lower_bound, lb);
                 assert!(ev.report.iteration_time >= lb.value, "{policy:?}");
@@ -875,14 +893,15 @@ mod tests {
         let cost = CostModel::h100(&cfg.model);
         let tm = TimeModel::new(&cost, &cfg);
         for len in [1u32, 4096, 4097, 32768] {
-            let lb = lower_bound(&cost, &cfg, &[len]).unwrap();
+            let lb = lower_bound(&cfg, &[len]).unwrap();
             let best = if len <= 4096 {
-                tm.alone_whole(len).min(tm.alone_sharded(len))
+                tm.alone_whole(len)
+                    .min(tm.alone_sharded(len, tm.group_ring(0)))
             } else {
-                tm.alone_sharded(len)
+                tm.alone_sharded(len, tm.group_ring(0))
             };
             assert!(lb.value <= best && lb.value >= best * (1.0 - 1e-8), "{len}");
         }
-        assert_eq!(lower_bound(&cost, &cfg, &[]).unwrap().value, 0.0);
+        assert_eq!(lower_bound(&cfg, &[]).unwrap().value, 0.0);
     }
 }

@@ -1,11 +1,25 @@
-//! The entry point: validate once, then run the configured policy into the caller's buffers.
+//! The policy layer: [`schedule`], the entry point that validates once and dispatches to the
+//! configured policy, and one module per policy. Every policy reads the configuration and the
+//! lengths and writes the same plan type through the plan writer; nothing downstream knows
+//! which policy made a plan.
+//!
+//! | policy | module | what decides |
+//! |---|---|---|
+//! | `skrull` | [`gds`] + [`dacp`] | the paper: FLOPs-balanced DP ranks (LPT), strided micro-batches, DACP inside each |
+//! | `roundrobin` | [`gds`] + [`dacp`] | the paper's Algorithm 4 (memory-only worst fit) inside GDS |
+//! | `deepspeed` | [`baselines`] | consecutive shares, one sharded sequence per micro-batch |
+//! | `packed` | [`baselines`] | consecutive shares, next-fit packing, everything sharded |
+//! | `balanced` | [`balanced`] | estimated time of the cost model, over a small candidate set |
+
+pub mod balanced;
+pub mod baselines;
+pub mod dacp;
+pub mod gds;
 
 use crate::config::{Config, Policy};
-use crate::dacp::Rule;
 use crate::error::Error;
-use crate::plan::{Plan, PlanBuffers, PlanSizes, PlanWriter};
-use crate::workspace::{Workspace, WorkspaceSizes};
-use crate::{balanced, baselines, gds};
+use crate::plan::{Plan, PlanBuffers, PlanSizes, PlanWriter, Workspace, WorkspaceSizes};
+use dacp::Rule;
 
 /// Plans one global batch: every sequence's DP rank, micro-batch and placement.
 ///

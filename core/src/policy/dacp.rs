@@ -1,21 +1,21 @@
 //! DACP: inside one micro-batch, decide which sequences stay whole on one CP rank and which
-//! are sharded over the CP group, under the per-GPU budget C (SPEC section 4, with the three
-//! errata fixed: the rollback frees memory, the other ranks pay for the newly sharded
-//! sequence, and a final recount is authoritative).
+//! are sharded over the CP group, under the per-GPU budget C, with the paper's three errata
+//! fixed (the rollback frees memory, the other ranks pay for the newly sharded sequence, and a
+//! final recount is authoritative; `docs/algorithms.md`).
 //!
-//! The same machinery runs the paper's round-robin baseline (Algorithm 4), which differs only
-//! in the order sequences arrive and in how the target rank is chosen.
+//! The placement loop itself is the shared CP-rank state machine
+//! (`kernel::ranks`); this module supplies its rules: DACP's (least
+//! FLOPs load, then most room) and the paper's round-robin baseline, Algorithm 4 (most room;
+//! FLOPs ignored).
 
 use heapless::Vec as HVec;
 
-use crate::budget::Budget;
-use crate::config::{Config, MAX_CP, Victim};
+use crate::config::budget::Budget;
+use crate::config::{Config, MAX_CP};
 use crate::error::Error;
-use crate::flops::FlopsModel;
+use crate::kernel::ranks::{self, Ledger, Rooms, Slots, Stop, UNSET, argmax, argmin};
+use crate::model::flops::FlopsModel;
 use crate::plan::{Placement, SHARDED};
-
-/// Marker for a sequence DACP has not placed yet.
-const UNSET: i32 = i32::MIN;
 
 /// Micro-batches up to this size are sorted on the stack by [`place`] (2 KiB of keys).
 const SMALL_SORT: usize = 256;
@@ -29,19 +29,6 @@ pub(crate) enum Rule {
     WorstFit,
 }
 
-/// Where a placement routine reads lengths and writes decisions, by position `k` in the
-/// processing order.
-pub(crate) trait Slots {
-    /// Number of sequences.
-    fn count(&self) -> usize;
-    /// Length of the `k`-th sequence.
-    fn len_at(&self, k: usize) -> u32;
-    /// Decision for the `k`-th sequence so far.
-    fn get(&self, k: usize) -> i32;
-    /// Records the decision for the `k`-th sequence.
-    fn set(&mut self, k: usize, v: i32);
-}
-
 /// A micro-batch given as sequence indices; decisions go to `placements[seq].cp_rank`.
 pub(crate) struct MemberSlots<'a> {
     pub(crate) members: &'a [u32],
@@ -52,6 +39,9 @@ pub(crate) struct MemberSlots<'a> {
 impl Slots for MemberSlots<'_> {
     fn count(&self) -> usize {
         self.members.len()
+    }
+    fn seq_at(&self, k: usize) -> u32 {
+        self.members.get(k).copied().unwrap_or(0)
     }
     fn len_at(&self, k: usize) -> u32 {
         let seq = self.members.get(k).copied().unwrap_or(0) as usize;
@@ -106,127 +96,74 @@ impl Load for u128 {
     }
 }
 
-/// Per-CP-rank state: remaining budget `RB` (may dip below zero after a rollback charges the
-/// other ranks) and FLOPs load `L`, `cp` entries each (capacity [`MAX_CP`], never moved).
-struct CpState<L> {
-    rb: HVec<i64, { MAX_CP as usize }>,
+/// DACP's rule: the least-loaded rank (FLOPs) if it has room, else the roomiest if it has.
+struct FlopsLedger<'f, L> {
+    flops: &'f FlopsModel,
+    cp: u32,
     load: HVec<L, { MAX_CP as usize }>,
 }
 
-/// Lowest index of the least value (`best` starts at index 0, like a first-wins scan).
-#[inline(always)]
-fn argmin<T: Copy + PartialOrd>(xs: &[T]) -> usize {
-    let Some(&first) = xs.first() else { return 0 };
-    let (mut best, mut bv) = (0, first);
-    for (r, &x) in xs.iter().enumerate().skip(1) {
-        if x < bv {
-            best = r;
-            bv = x;
-        }
-    }
-    best
-}
-
-/// Lowest index of the greatest value.
-#[inline(always)]
-fn argmax(xs: &[i64]) -> usize {
-    let Some(&first) = xs.first() else { return 0 };
-    let (mut best, mut bv) = (0, first);
-    for (r, &x) in xs.iter().enumerate().skip(1) {
-        if x > bv {
-            best = r;
-            bv = x;
-        }
-    }
-    best
-}
-
-impl<L: Load> CpState<L> {
-    /// Fills an empty state (built in place by the caller, so it is never copied).
+impl<L: Load> Ledger for FlopsLedger<'_, L> {
     #[inline(always)]
-    fn reset(&mut self, cp: u32, bucket: u32) {
-        self.rb.clear();
+    fn reset(&mut self, cp: usize) {
         self.load.clear();
-        for _ in 0..cp.min(MAX_CP) {
-            // Capacity is MAX_CP and cp <= MAX_CP: the pushes cannot fail.
-            let _ = self.rb.push(i64::from(bucket));
+        for _ in 0..cp.min(MAX_CP as usize) {
+            // Capacity is MAX_CP: the push cannot fail.
             let _ = self.load.push(L::default());
         }
     }
 
-    /// Lowest-index rank with the least FLOPs load.
     #[inline(always)]
-    fn argmin_load(&self) -> usize {
-        argmin(&self.load)
-    }
-
-    /// Lowest-index rank with the most remaining budget.
-    #[inline(always)]
-    fn argmax_rb(&self) -> usize {
-        argmax(&self.rb)
-    }
-
-    /// Lowest-index rank with the least remaining budget.
-    #[inline(always)]
-    fn argmin_rb(&self) -> usize {
-        argmin(&self.rb)
+    fn pick(&self, _seq: u32, _len: u32, room: &[i64], need: i64) -> Option<usize> {
+        let t = argmin(&self.load);
+        if room.get(t).is_some_and(|&x| x >= need) {
+            return Some(t);
+        }
+        let t = argmax(room);
+        room.get(t).is_some_and(|&x| x >= need).then_some(t)
     }
 
     #[inline(always)]
-    fn rb(&self, r: usize) -> i64 {
-        self.rb.get(r).copied().unwrap_or(i64::MIN)
-    }
-
-    #[inline(always)]
-    fn place_local(&mut self, r: usize, len: u32, flops: L) {
-        if let (Some(b), Some(l)) = (self.rb.get_mut(r), self.load.get_mut(r)) {
-            *b -= i64::from(len);
-            *l += flops;
+    fn local(&mut self, r: usize, _seq: u32, len: u32) {
+        if let Some(l) = self.load.get_mut(r) {
+            *l += L::of(self.flops, len);
         }
     }
 
-    fn place_sharded(&mut self, share: u32, flops_share: L) {
-        for b in self.rb.iter_mut() {
-            *b -= i64::from(share);
+    fn unlocal(&mut self, r: usize, _seq: u32, len: u32) {
+        if let Some(l) = self.load.get_mut(r) {
+            *l -= L::of(self.flops, len);
         }
+    }
+
+    fn shard(&mut self, _seq: u32, len: u32) {
+        let part = L::shard(self.flops, len, self.cp);
         for l in self.load.iter_mut() {
-            *l += flops_share;
-        }
-    }
-
-    /// Turns a sequence that was local on `r` into a sharded one.
-    fn unplace_local(&mut self, r: usize, len: u32, flops: L) {
-        if let (Some(b), Some(l)) = (self.rb.get_mut(r), self.load.get_mut(r)) {
-            *b += i64::from(len);
-            *l -= flops;
+            *l += part;
         }
     }
 }
 
-/// Picks the rollback victim among the sequences placed so far (`0..placed`) that are local
-/// on `rank`: the shortest (ties: the first placed) or the longest (ties: the last placed).
-fn victim<S: Slots>(slots: &S, placed: usize, rank: usize, rule: Victim) -> Option<usize> {
-    let mut best: Option<(usize, u32)> = None;
-    for k in 0..placed {
-        if slots.get(k) != rank as i32 {
-            continue;
-        }
-        let len = slots.len_at(k);
-        let better = match (best, rule) {
-            (None, _) => true,
-            (Some((_, b)), Victim::Shortest) => len < b,
-            (Some((_, b)), Victim::Longest) => len >= b,
-        };
-        if better {
-            best = Some((k, len));
-        }
+/// Algorithm 4's rule: the roomiest rank if it has room (memory only, no loads).
+struct WorstFitLedger;
+
+impl Ledger for WorstFitLedger {
+    fn reset(&mut self, _cp: usize) {}
+
+    #[inline(always)]
+    fn pick(&self, _seq: u32, _len: u32, room: &[i64], need: i64) -> Option<usize> {
+        let t = argmax(room);
+        room.get(t).is_some_and(|&x| x >= need).then_some(t)
     }
-    best.map(|(k, _)| k)
+
+    fn local(&mut self, _r: usize, _seq: u32, _len: u32) {}
+    fn unlocal(&mut self, _r: usize, _seq: u32, _len: u32) {}
+    fn shard(&mut self, _seq: u32, _len: u32) {}
 }
 
 /// Places every sequence of `slots`, in order, by `rule`; returns the number of rollbacks.
 ///
-/// Every sequence must satisfy `ceil(len / cp) <= bucket` (checked up front by the caller).
+/// Every sequence must fit sharded (checked up front by the caller).
 ///
 /// # Errors
 /// [`Error::DacpFailed`] when a rollback finds no local sequence on the fullest rank, or when
@@ -238,126 +175,44 @@ pub(crate) fn run<S: Slots>(
     flops: &FlopsModel,
     rule: Rule,
 ) -> Result<u32, Error> {
-    // Every load is at most the micro-batch's whole FLOPs, at most `linear·T + quadratic·T²`
-    // for its `T` tokens (T < 2^47, so the bound fits u128). Algorithm 4 keeps no loads.
-    let fits_u64 = rule == Rule::WorstFit || {
-        let t: u64 = (0..slots.count()).map(|k| u64::from(slots.len_at(k))).sum();
-        let t = u128::from(t);
-        u128::from(flops.linear) * t + u128::from(flops.quadratic) * t * t <= u128::from(u64::MAX)
-    };
-    if fits_u64 {
-        run_with::<S, u64>(slots, cfg, budget, flops, rule)
-    } else {
-        run_with::<S, u128>(slots, cfg, budget, flops, rule)
-    }
-}
-
-/// [`run`] with loads of type `L`.
-fn run_with<S: Slots, L: Load>(
-    slots: &mut S,
-    cfg: &Config,
-    budget: &Budget,
-    flops: &FlopsModel,
-    rule: Rule,
-) -> Result<u32, Error> {
-    let cp = cfg.cp;
-    let count = slots.count();
-    let mut st = CpState::<L> {
-        rb: HVec::new(),
-        load: HVec::new(),
-    };
-    st.reset(cp, budget.bucket());
-    let zero = L::default();
-    let mut rollbacks = 0u32;
-    let mut i = 0usize;
-    // Every decision for 0..i is set before it is read (the victim search and the recount
-    // read only placed sequences), so no clearing pass is needed.
-    // Each pass either places sequence i or turns one local sequence sharded for good, so
-    // there are at most 2 x count passes.
-    while i < count {
-        let len = slots.len_at(i);
-        let charge = budget.local(len);
-        let need = i64::from(charge);
-        if rule == Rule::Dacp {
-            let t = st.argmin_load();
-            if st.rb(t) >= need {
-                st.place_local(t, charge, L::of(flops, len));
-                slots.set(i, t as i32);
-                i += 1;
-                continue;
-            }
+    let mut rooms = Rooms::new();
+    rooms.reset(cfg.cp, budget.bucket());
+    let cp = cfg.cp.min(MAX_CP) as usize;
+    let result = match rule {
+        Rule::WorstFit => {
+            let mut ledger = WorstFitLedger;
+            ranks::place(slots, 0, budget, cfg.victim, &mut rooms, &mut ledger)
         }
-        let t = st.argmax_rb();
-        if st.rb(t) >= need {
-            if rule == Rule::Dacp {
-                st.place_local(t, charge, L::of(flops, len));
+        Rule::Dacp => {
+            // Every load is at most the micro-batch's whole FLOPs, at most
+            // `linear·T + quadratic·T²` for its `T` tokens (T < 2^47, so the bound fits u128).
+            let t: u64 = (0..slots.count()).map(|k| u64::from(slots.len_at(k))).sum();
+            let t = u128::from(t);
+            let bound = u128::from(flops.linear) * t + u128::from(flops.quadratic) * t * t;
+            if bound <= u128::from(u64::MAX) {
+                let mut ledger = FlopsLedger::<u64> {
+                    flops,
+                    cp: cfg.cp,
+                    load: HVec::new(),
+                };
+                ledger.reset(cp);
+                ranks::place(slots, 0, budget, cfg.victim, &mut rooms, &mut ledger)
             } else {
-                st.place_local(t, charge, zero);
-            }
-            slots.set(i, t as i32);
-            i += 1;
-            continue;
-        }
-        let t = st.argmin_rb();
-        let share = budget.share(len);
-        if st.rb(t) >= i64::from(share) {
-            st.place_sharded(
-                share,
-                if rule == Rule::Dacp {
-                    L::shard(flops, len, cp)
-                } else {
-                    zero
-                },
-            );
-            slots.set(i, SHARDED);
-            i += 1;
-            continue;
-        }
-        // Roll back: shard one local sequence of the fullest rank, charge every rank its
-        // share, then retry sequence i.
-        let Some(v) = victim(slots, i, t, cfg.victim) else {
-            return Err(Error::DacpFailed { cp_rank: t as u32 });
-        };
-        let vlen = slots.len_at(v);
-        let (whole, part) = match rule {
-            Rule::Dacp => (L::of(flops, vlen), L::shard(flops, vlen, cp)),
-            Rule::WorstFit => (zero, zero),
-        };
-        st.unplace_local(t, budget.local(vlen), whole);
-        st.place_sharded(budget.share(vlen), part);
-        slots.set(v, SHARDED);
-        rollbacks += 1;
-    }
-    recount(slots, budget)?;
-    Ok(rollbacks)
-}
-
-/// The authoritative check: recomputes every rank's tokens from the decisions alone (its
-/// local sequences plus every sharded sequence's share).
-fn recount<S: Slots>(slots: &S, budget: &Budget) -> Result<(), Error> {
-    let mut tokens: HVec<u64, { MAX_CP as usize }> = HVec::new();
-    for _ in 0..budget.cp().min(MAX_CP) {
-        let _ = tokens.push(0);
-    }
-    let mut shared = 0u64;
-    for k in 0..slots.count() {
-        let len = slots.len_at(k);
-        match slots.get(k) {
-            SHARDED => shared += u64::from(budget.share(len)),
-            r => {
-                if let Some(t) = tokens.get_mut(r as usize) {
-                    *t += u64::from(budget.local(len));
-                }
+                let mut ledger = FlopsLedger::<u128> {
+                    flops,
+                    cp: cfg.cp,
+                    load: HVec::new(),
+                };
+                ledger.reset(cp);
+                ranks::place(slots, 0, budget, cfg.victim, &mut rooms, &mut ledger)
             }
         }
-    }
-    match tokens
-        .iter()
-        .position(|&t| t + shared > u64::from(budget.bucket()))
-    {
-        Some(r) => Err(Error::DacpFailed { cp_rank: r as u32 }),
-        None => Ok(()),
-    }
+    };
+    result.map_err(|stop| match stop {
+        Stop::Failed { cp_rank } => Error::DacpFailed { cp_rank },
+        // These ledgers never give up.
+        Stop::Abandoned => Error::DacpFailed { cp_rank: 0 },
+    })
 }
 
 /// A standalone micro-batch: decisions are written to `out[seq]` in input order.
@@ -370,6 +225,9 @@ struct OrderSlots<'a> {
 impl Slots for OrderSlots<'_> {
     fn count(&self) -> usize {
         self.order.len()
+    }
+    fn seq_at(&self, k: usize) -> u32 {
+        self.order.get(k).copied().unwrap_or(0)
     }
     fn len_at(&self, k: usize) -> u32 {
         let seq = self.order.get(k).copied().unwrap_or(0) as usize;
@@ -396,8 +254,9 @@ pub struct DacpOutcome {
     pub rollbacks: u32,
 }
 
-/// Runs DACP on one micro-batch of `lengths` under `cfg` (its `cp`, `bucket`, `victim`, model
-/// and FLOPs formula), writing `out[k]` = -1 (sharded) or the CP rank that holds sequence `k`.
+/// Runs DACP on one micro-batch of `lengths` under `cfg` (its `cp`, `bucket`, padding,
+/// `victim`, model and FLOPs formula), writing `out[k]` = -1 (sharded) or the CP rank that
+/// holds sequence `k`.
 ///
 /// `order` is scratch of at least `lengths.len()` elements. On error `out` is unspecified.
 ///
@@ -463,7 +322,7 @@ pub fn place(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::ModelShape;
+    use crate::config::{ModelShape, Victim};
 
     fn dacp(
         lengths: &[u32],
@@ -582,10 +441,24 @@ mod tests {
                     out: &mut out,
                 };
                 let budget = cfg.budget();
+                let mut rooms = Rooms::new();
+                rooms.reset(cp, budget.bucket());
                 let r = if wide {
-                    run_with::<_, u128>(&mut slots, &cfg, &budget, &flops, Rule::Dacp)
+                    let mut l = FlopsLedger::<u128> {
+                        flops: &flops,
+                        cp,
+                        load: HVec::new(),
+                    };
+                    l.reset(cp as usize);
+                    ranks::place(&mut slots, 0, &budget, cfg.victim, &mut rooms, &mut l)
                 } else {
-                    run_with::<_, u64>(&mut slots, &cfg, &budget, &flops, Rule::Dacp)
+                    let mut l = FlopsLedger::<u64> {
+                        flops: &flops,
+                        cp,
+                        load: HVec::new(),
+                    };
+                    l.reset(cp as usize);
+                    ranks::place(&mut slots, 0, &budget, cfg.victim, &mut rooms, &mut l)
                 };
                 (r, out)
             };

@@ -1,0 +1,260 @@
+//! Longest-processing-time (LPT) assignment of sequences to bins (DP ranks), with the two
+//! tournament trees that make each choice `O(log bins)`, and the counting sort that lists each
+//! bin's sequences. GDS balances FLOPs with it, `balanced` estimated time.
+
+use crate::kernel::sort::key_index;
+
+/// Bits of a packed LPT key that hold the DP rank (`MAX_DP = 2^16`).
+const RANK_BITS: u32 = 16;
+
+/// The `u128` LPT tree, for batches whose loads do not fit [`MinTree64`]: a winner tree with
+/// `keys[r] = (load << 16) | r`, so one comparison orders by `(load, rank)` (loads stay below
+/// `2^109`, see [`crate::model::flops`], so the packed key cannot overflow); internal node `i` in
+/// `1..dp` of `tree` holds the rank with the least key below it, whose children are nodes
+/// `2i` and `2i + 1`, node `dp + r` being rank `r`'s leaf. The least key is unique (ranks
+/// differ), so the choice is exactly the least `(load, rank)`, as a heap would give; an
+/// update costs one comparison per level.
+struct WinnerTree<'a> {
+    keys: &'a mut [u128],
+    tree: &'a mut [u32],
+}
+
+impl WinnerTree<'_> {
+    /// The rank at node `node`.
+    #[inline(always)]
+    fn at(&self, node: usize) -> u32 {
+        let dp = self.keys.len();
+        if node >= dp {
+            (node - dp) as u32
+        } else {
+            self.tree.get(node).copied().unwrap_or(0)
+        }
+    }
+
+    #[inline(always)]
+    fn key(&self, rank: u32) -> u128 {
+        self.keys.get(rank as usize).copied().unwrap_or(u128::MAX)
+    }
+
+    /// Every load 0.
+    fn init(&mut self) {
+        for (r, k) in self.keys.iter_mut().enumerate() {
+            *k = r as u128;
+        }
+        for i in (1..self.keys.len()).rev() {
+            let (a, b) = (self.at(2 * i), self.at(2 * i + 1));
+            let w = if self.key(b) < self.key(a) { b } else { a };
+            if let Some(t) = self.tree.get_mut(i) {
+                *t = w;
+            }
+        }
+    }
+
+    /// The rank with the least `(load, rank)`.
+    #[inline(always)]
+    fn winner(&self) -> u32 {
+        if self.keys.len() > 1 { self.at(1) } else { 0 }
+    }
+
+    /// Adds `packed` (a load shifted by [`RANK_BITS`]) to rank `r`'s key and replays its path.
+    #[inline(always)]
+    fn add(&mut self, r: u32, packed: u128) {
+        let Some(slot) = self.keys.get_mut(r as usize) else {
+            return;
+        };
+        *slot += packed;
+        let mut wk = *slot;
+        let mut w = r;
+        let mut node = self.keys.len() + r as usize;
+        while node > 1 {
+            let s = self.at(node ^ 1);
+            let sk = self.key(s);
+            // Ties cannot happen (ranks differ), so `<` alone decides.
+            let take = sk < wk;
+            w = core::hint::select_unpredictable(take, s, w);
+            wk = core::hint::select_unpredictable(take, sk, wk);
+            node >>= 1;
+            if let Some(t) = self.tree.get_mut(node) {
+                *t = w;
+            }
+        }
+    }
+}
+
+/// The `u64` LPT tree, stored in the `u128` load slots without any other memory: the low half
+/// of slot `r` is rank `r`'s packed key `(load << 16) | r` (its leaf, node `dp + r`), the high
+/// half of slot `i` in `1..dp` is the least key below internal node `i` (children `2i` and
+/// `2i + 1`). A key names its rank, so the root is the winner, and replaying a path needs no
+/// indirection: each level is one `min` of two `u64`s, a conditional move.
+struct MinTree64<'a> {
+    slots: &'a mut [u128],
+}
+
+impl MinTree64<'_> {
+    #[inline(always)]
+    fn value(&self, node: usize) -> u64 {
+        let dp = self.slots.len();
+        if node >= dp {
+            self.slots.get(node - dp).map_or(u64::MAX, |&s| s as u64)
+        } else {
+            self.slots.get(node).map_or(u64::MAX, |&s| (s >> 64) as u64)
+        }
+    }
+
+    #[inline(always)]
+    fn set_inner(&mut self, node: usize, key: u64) {
+        if let Some(s) = self.slots.get_mut(node) {
+            *s = (*s & u128::from(u64::MAX)) | (u128::from(key) << 64);
+        }
+    }
+
+    /// Every load 0.
+    fn init(&mut self) {
+        for (r, s) in self.slots.iter_mut().enumerate() {
+            *s = r as u128;
+        }
+        for i in (1..self.slots.len()).rev() {
+            let m = self.value(2 * i).min(self.value(2 * i + 1));
+            self.set_inner(i, m);
+        }
+    }
+
+    /// The rank with the least `(load, rank)`.
+    #[inline(always)]
+    fn winner(&self) -> u32 {
+        if self.slots.len() > 1 {
+            (self.value(1) & ((1 << RANK_BITS) - 1)) as u32
+        } else {
+            0
+        }
+    }
+
+    /// Adds `packed` (a load shifted by [`RANK_BITS`]) to rank `r`'s key and replays its path.
+    #[inline(always)]
+    fn add(&mut self, r: u32, packed: u64) {
+        let Some(slot) = self.slots.get_mut(r as usize) else {
+            return;
+        };
+        let mut key = (*slot as u64) + packed;
+        *slot = (*slot & (u128::from(u64::MAX) << 64)) | u128::from(key);
+        let mut node = self.slots.len() + r as usize;
+        while node > 1 {
+            key = key.min(self.value(node ^ 1));
+            node >>= 1;
+            self.set_inner(node, key);
+        }
+    }
+
+    /// Rank `r`'s load, in the units of the packed keys.
+    fn load(&self, r: usize) -> u64 {
+        self.slots.get(r).map_or(0, |&s| s as u64) >> RANK_BITS
+    }
+}
+
+/// Assigns the sequences of `keys` (ascending sort keys `(len << 32) | seq`) to `loads.len()`
+/// bins by LPT: longest first (ties: input order), each into the bin with the least
+/// `(load, index)`, adding `weight(len)`. Calls `assign(seq, bin)` for every sequence and
+/// leaves each bin's load (in weight units) in `loads`.
+///
+/// `total` must bound the sum of every weight: below `2^48` the packed keys fit `u64`
+/// ([`MinTree64`], branch-free), otherwise they are `u128` ([`WinnerTree`], which needs
+/// `tree`, at least as long as `loads`). Weights must stay below `2^112`. `weight` is called
+/// once per distinct length.
+pub(crate) fn lpt(
+    keys: &[u64],
+    loads: &mut [u128],
+    tree: &mut [u32],
+    total: u128,
+    weight: impl Fn(u32) -> u128,
+    mut assign: impl FnMut(usize, u32),
+) {
+    let bins = loads.len();
+    if bins == 0 {
+        return;
+    }
+    if total < 1u128 << (64 - RANK_BITS) {
+        let mut t = MinTree64 { slots: loads };
+        t.init();
+        longest_first(keys, |len, run| {
+            let packed = (weight(len) as u64) << RANK_BITS;
+            for &key in run {
+                let bin = t.winner();
+                t.add(bin, packed);
+                assign(key_index(key), bin);
+            }
+        });
+        for r in 0..bins {
+            let l = u128::from(t.load(r));
+            if let Some(s) = t.slots.get_mut(r) {
+                *s = l;
+            }
+        }
+    } else {
+        let Some(tree) = tree.get_mut(..bins) else {
+            return;
+        };
+        let mut wt = WinnerTree { keys: loads, tree };
+        wt.init();
+        longest_first(keys, |len, run| {
+            let packed = weight(len) << RANK_BITS;
+            for &key in run {
+                let bin = wt.winner();
+                wt.add(bin, packed);
+                assign(key_index(key), bin);
+            }
+        });
+        for k in wt.keys.iter_mut() {
+            *k >>= RANK_BITS;
+        }
+    }
+}
+
+/// Walks ascending sort keys longest first, ties in input order: the runs of equal length from
+/// the end, each run forwards, calling `visit(len, run)`.
+fn longest_first(keys: &[u64], mut visit: impl FnMut(u32, &[u64])) {
+    let mut end = keys.len();
+    while end > 0 {
+        let len = keys[end - 1] >> 32;
+        let mut start = end - 1;
+        while start > 0 && keys[start - 1] >> 32 == len {
+            start -= 1;
+        }
+        visit(len as u32, &keys[start..end]);
+        end = start;
+    }
+}
+
+/// Counting sort of the ascending keys into per-bin runs: bin `d`'s sequences, ascending,
+/// end up in `seqs[start[d]..start[d + 1]]` (`start`: at least `bins + 1` entries; `cursor`:
+/// at least `bins`, scratch).
+pub(crate) fn group_by_dp(
+    keys: &[u64],
+    bins: usize,
+    start: &mut [u32],
+    cursor: &mut [u32],
+    seqs: &mut [u32],
+    rank_of: impl Fn(usize) -> u32,
+) {
+    let (Some(start), Some(cursor)) = (start.get_mut(..=bins), cursor.get_mut(..bins)) else {
+        return;
+    };
+    start.fill(0);
+    for &key in keys {
+        if let Some(c) = start.get_mut(rank_of(key_index(key)) as usize + 1) {
+            *c += 1;
+        }
+    }
+    for d in 0..bins {
+        start[d + 1] += start[d];
+    }
+    cursor.copy_from_slice(&start[..bins]);
+    for &key in keys {
+        let seq = key_index(key);
+        if let Some(c) = cursor.get_mut(rank_of(seq) as usize) {
+            if let Some(s) = seqs.get_mut(*c as usize) {
+                *s = seq as u32;
+            }
+            *c += 1;
+        }
+    }
+}

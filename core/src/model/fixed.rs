@@ -1,0 +1,274 @@
+//! The integer form of a [`TimeModel`], which planning decisions read: every time in
+//! picoseconds (`u64`), per-unit costs in fixed point (`<< FP`). It is derived from the
+//! `TimeModel`'s own functions (GEMM per token, weight streaming, ring latency and per-token
+//! traffic, fixed cost, attention per padded query x key), converted once, so planning and
+//! evaluation read the same model and every decision is integer arithmetic: the plan is
+//! bit-identical on every rank and platform (the conversions use IEEE-754 basic operations and
+//! `libm`, which are reproducible).
+//!
+//! Every time term is clamped at [`CAP`] (2^46 ps, about 70 s), so sums over a whole batch (at
+//! most 2^16 sequences) stay below 2^62 and never overflow.
+
+use core::cell::Cell;
+
+use crate::config::budget::Budget;
+use crate::model::cost::{ATTN_POINTS, Overlap};
+use crate::model::time::{Ring, TimeModel};
+
+/// Fixed-point shift of the per-unit costs (`value_ps << FP`).
+const FP: u32 = 16;
+/// Query tiles held between the attention table's end points (resolved on first use).
+const MAX_TILES: usize = 256;
+/// Every time term is clamped here (2^46 ps, about 70 s).
+pub const CAP: u64 = 1 << 46;
+
+/// Seconds to picoseconds, rounded; 0 for non-finite or non-positive values.
+fn to_ps(seconds: f64) -> u64 {
+    let v = seconds * 1e12;
+    if v.is_finite() && v > 0.0 {
+        if v >= 1.8e19 {
+            u64::MAX >> 8
+        } else {
+            (v + 0.5) as u64
+        }
+    } else {
+        0
+    }
+}
+
+/// Seconds to fixed-point picoseconds (`ps << FP`).
+fn to_fp(seconds: f64) -> u64 {
+    to_ps(seconds * f64::from(1u32 << FP))
+}
+
+/// A ring's cost in integer form: latency per micro-batch and traffic per sharded token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Link {
+    latency_ps: u64,
+    per_token_fp: u64,
+}
+
+/// A [`TimeModel`] in integer picoseconds (see the [module docs](self)).
+#[derive(Debug, Clone)]
+pub struct IntModel {
+    tm: TimeModel,
+    budget: Budget,
+    gemm_fp: u64,
+    stream_ps: u64,
+    fixed_ps: u64,
+    all_attention: bool,
+    tile: u64,
+    /// Attention ps per (padded query x key) `<< FP` at the table's first point and below.
+    unit_lo: u64,
+    /// The same at the table's last point and above.
+    unit_hi: u64,
+    /// Padded query lengths of the first and last table points.
+    lo_q: u64,
+    hi_q: u64,
+    /// Per query tile strictly between `lo_q` and `hi_q`, filled on first use (0: not yet).
+    table: [Cell<u64>; MAX_TILES],
+    /// Whether the tiles between the end points fit `table` (else they are computed each time).
+    use_table: bool,
+}
+
+impl IntModel {
+    /// The integer form of `tm`, for the padding rules of `budget`.
+    pub fn new(tm: &TimeModel, budget: Budget) -> IntModel {
+        let cost = &tm.cost;
+        let tile = u64::from(cost.attention_tile.max(1));
+        let pad = |q: u32| u64::from(q).div_ceil(tile) * tile;
+        let lo_q = pad(cost.attention.seqlen[0]);
+        let hi_q = pad(cost.attention.seqlen[ATTN_POINTS - 1]);
+        let tiles = (hi_q / tile).saturating_sub(lo_q / tile);
+        let unit = |q: u64| to_fp(tm.attention_unit(q.min(u64::from(u32::MAX)) as u32));
+        IntModel {
+            tm: *tm,
+            budget,
+            gemm_fp: to_fp(tm.gemm_compute(1)),
+            stream_ps: to_ps(tm.weight_stream()),
+            fixed_ps: to_ps(tm.fixed()),
+            all_attention: cost.overlap == Overlap::AllAttention,
+            tile,
+            unit_lo: unit(lo_q),
+            unit_hi: unit(hi_q),
+            lo_q,
+            hi_q,
+            table: [const { Cell::new(0) }; MAX_TILES],
+            use_table: (tiles as usize) <= MAX_TILES,
+        }
+    }
+
+    /// The time model this was derived from.
+    pub fn time_model(&self) -> &TimeModel {
+        &self.tm
+    }
+
+    /// CP size.
+    #[inline]
+    pub fn cp(&self) -> u32 {
+        self.budget.cp()
+    }
+
+    /// Tokens one GPU holds of a sharded sequence.
+    #[inline]
+    pub fn share(&self, len: u32) -> u32 {
+        self.budget.share(len)
+    }
+
+    /// Tokens a local sequence occupies on its GPU.
+    #[inline]
+    pub fn local(&self, len: u32) -> u32 {
+        self.budget.local(len)
+    }
+
+    /// Whether the overlap window also holds the sharded attention
+    /// ([`Overlap::AllAttention`]).
+    #[inline]
+    pub fn all_attention(&self) -> bool {
+        self.all_attention
+    }
+
+    /// GEMM time of `tokens` on one GPU (roofline), ps.
+    #[inline]
+    pub fn gemm(&self, tokens: u64) -> u64 {
+        if tokens == 0 {
+            return 0;
+        }
+        self.gemm_linear(tokens).max(self.stream_ps)
+    }
+
+    /// The compute-bound GEMM leg alone, ps.
+    #[inline]
+    pub fn gemm_linear(&self, tokens: u64) -> u64 {
+        match tokens.checked_mul(self.gemm_fp) {
+            Some(v) => (v >> FP).min(CAP),
+            None => CAP,
+        }
+    }
+
+    /// Attention ps per (padded query x key) `<< FP` at padded query length `q`.
+    fn unit(&self, q: u64) -> u64 {
+        if q <= self.lo_q {
+            return self.unit_lo;
+        }
+        if q >= self.hi_q {
+            return self.unit_hi;
+        }
+        let compute = || to_fp(self.tm.attention_unit(q as u32)).max(1);
+        let t = ((q - self.lo_q) / self.tile) as usize;
+        match t.checked_sub(1).and_then(|i| self.table.get(i)) {
+            Some(cell) if self.use_table => {
+                let mut u = cell.get();
+                if u == 0 {
+                    u = compute();
+                    cell.set(u);
+                }
+                u
+            }
+            _ => compute(),
+        }
+    }
+
+    /// Attention time of `queries` query tokens against `keys` keys, ps.
+    pub fn attention(&self, queries: u32, keys: u32) -> u64 {
+        if queries == 0 {
+            return 0;
+        }
+        let q = u64::from(queries).div_ceil(self.tile) * self.tile;
+        let v = (u128::from(q) * u128::from(keys) * u128::from(self.unit(q))) >> FP;
+        v.min(u128::from(CAP)) as u64
+    }
+
+    /// Attention of a whole sequence, ps.
+    #[inline]
+    pub fn attn_whole(&self, len: u32) -> u64 {
+        self.attention(len, len)
+    }
+
+    /// Attention of one GPU's shard of a sharded sequence, ps.
+    #[inline]
+    pub fn attn_shard(&self, len: u32) -> u64 {
+        self.attention(self.share(len), len)
+    }
+
+    /// The integer cost of `ring` (resolve it once per micro-batch or DP rank).
+    pub fn link(&self, ring: Ring) -> Link {
+        Link {
+            latency_ps: to_ps(self.tm.comm_latency(ring)),
+            per_token_fp: to_fp(self.tm.comm_per_token(ring)),
+        }
+    }
+
+    /// CP communication over `link` of a micro-batch whose sharded sequences hold `len`
+    /// tokens, ps.
+    #[inline]
+    pub fn comm(&self, link: &Link, len: u64) -> u64 {
+        if len == 0 || link.per_token_fp == 0 && link.latency_ps == 0 {
+            return 0;
+        }
+        let traffic = (u128::from(len) * u128::from(link.per_token_fp)) >> FP;
+        link.latency_ps
+            .saturating_add(traffic.min(u128::from(CAP)) as u64)
+            .min(CAP)
+    }
+
+    /// The fixed cost of one micro-batch, ps.
+    #[inline]
+    pub fn fixed(&self) -> u64 {
+        self.fixed_ps
+    }
+
+    /// Time of one CP rank: local attention and tokens, the micro-batch's sharded attention
+    /// and tokens per rank, and its communication, ps.
+    #[inline]
+    pub fn rank(&self, local_attn: u64, tokens: u64, sh_attn: u64, comm: u64) -> u64 {
+        let (window, after) = if self.all_attention {
+            (local_attn + sh_attn, 0)
+        } else {
+            (local_attn, sh_attn)
+        };
+        comm.max(window)
+            .saturating_add(self.gemm(tokens))
+            .saturating_add(after)
+            .saturating_add(self.fixed_ps)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{Config, ModelShape, ShardPadding};
+    use crate::model::cost::CostModel;
+
+    /// The integer model agrees with the float model it is derived from, to rounding, on
+    /// every term.
+    #[test]
+    fn integer_terms_match_the_time_model() {
+        for shape in [ModelShape::QWEN2_5_0_5B, ModelShape::QWEN2_5_7B] {
+            for (cp, padding) in [(8, ShardPadding::None), (16, ShardPadding::Zigzag)] {
+                let mut cfg = Config::new(2, cp, 1 << 20, shape);
+                cfg.shard_padding = padding;
+                let tm = TimeModel::new(&CostModel::h100(&shape), &cfg);
+                let im = IntModel::new(&tm, cfg.budget());
+                let close = |ps: u64, s: f64| {
+                    let want = s * 1e12;
+                    (ps as f64 - want).abs() <= 1e-6 * want.abs() + 2.0
+                };
+                for len in [1u32, 100, 777, 4096, 30_000, 200_000] {
+                    assert!(close(im.attn_whole(len), tm.attention_whole(len)), "{len}");
+                    assert!(close(im.attn_shard(len), tm.attention_shard(len)), "{len}");
+                    assert!(close(im.gemm(u64::from(len)), tm.gemm(u64::from(len))));
+                    for d in 0..2 {
+                        let ring = tm.group_ring(d);
+                        let link = im.link(ring);
+                        assert!(close(
+                            im.comm(&link, u64::from(len)),
+                            tm.comm(u64::from(len), ring)
+                        ));
+                    }
+                }
+                assert!(close(im.fixed(), tm.fixed()));
+            }
+        }
+    }
+}

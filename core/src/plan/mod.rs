@@ -1,0 +1,16 @@
+//! The plan layer: the one plan type every policy writes ([`types`]), how policies write it
+//! (the crate-internal `writer`), the independent checker every plan passes
+//! ([`check`](mod@check)), the per-GPU execution
+//! layout trainers feed their kernels ([`layout`]), and the caller-lent scratch memory
+//! ([`workspace`]). Nothing here knows which policy made a plan.
+
+pub mod check;
+pub mod layout;
+pub mod types;
+pub mod workspace;
+pub(crate) mod writer;
+
+pub use check::{CheckError, check};
+pub use types::{MicroBatch, Placement, Plan, PlanBuffers, PlanParts, PlanSizes, SHARDED, Summary};
+pub use workspace::{Workspace, WorkspaceSizes};
+pub(crate) use writer::PlanWriter;

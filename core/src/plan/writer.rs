@@ -1,0 +1,305 @@
+//! [`PlanWriter`]: how every policy writes its plan, micro-batch by micro-batch, keeping the
+//! token loads and the summary as it goes.
+
+use crate::config::Config;
+use crate::config::budget::Budget;
+use crate::plan::types::{MicroBatch, Placement, Plan, PlanBuffers, SHARDED, Summary};
+
+/// Writes a plan micro-batch by micro-batch (used by every policy).
+pub(crate) struct PlanWriter<'b> {
+    out: PlanBuffers<'b>,
+    dp: u32,
+    cp: u32,
+    budget: Budget,
+    lockstep: bool,
+    n_mbs: usize,
+    n_members: usize,
+    summary: Summary,
+}
+
+impl<'b> PlanWriter<'b> {
+    /// Starts an empty plan. The buffers must have passed [`PlanSizes::check`].
+    pub(crate) fn new(out: PlanBuffers<'b>, cfg: &Config, total_tokens: u64) -> Self {
+        let summary = Summary {
+            total_tokens,
+            ..Summary::default()
+        };
+        PlanWriter {
+            out,
+            dp: cfg.dp,
+            cp: cfg.cp,
+            budget: cfg.budget(),
+            lockstep: cfg.lockstep,
+            n_mbs: 0,
+            n_members: 0,
+            summary,
+        }
+    }
+
+    /// Scratch access to the placements while a policy is still deciding.
+    pub(crate) fn placements_mut(&mut self) -> &mut [Placement] {
+        self.out.placements
+    }
+
+    /// Opens the next micro-batch of `dp_rank` (indices must arrive in order).
+    pub(crate) fn open(&mut self, dp_rank: u32, index: u32) {
+        let cp = self.cp as usize;
+        if let Some(mb) = self.out.micro_batches.get_mut(self.n_mbs) {
+            *mb = MicroBatch {
+                dp_rank,
+                index,
+                first: self.n_members as u32,
+                count: 0,
+            };
+        }
+        if let Some(t) = self
+            .out
+            .rank_tokens
+            .get_mut(self.n_mbs * cp..(self.n_mbs + 1) * cp)
+        {
+            t.fill(0);
+        }
+        self.n_mbs += 1;
+        self.summary.micro_batches += 1;
+    }
+
+    /// Adds sequence `seq` of `len` tokens to the open micro-batch, local on `cp_rank` or
+    /// [`SHARDED`].
+    pub(crate) fn push(&mut self, seq: u32, len: u32, cp_rank: i32) {
+        let Some(g) = self.n_mbs.checked_sub(1) else {
+            return;
+        };
+        let Some(mb) = self.out.micro_batches.get_mut(g) else {
+            return;
+        };
+        mb.count += 1;
+        if let Some(p) = self.out.placements.get_mut(seq as usize) {
+            *p = Placement {
+                dp_rank: mb.dp_rank,
+                micro_batch: mb.index,
+                cp_rank,
+            };
+        }
+        if let Some(m) = self.out.members.get_mut(self.n_members) {
+            *m = seq;
+        }
+        self.n_members += 1;
+        let cp = self.cp as usize;
+        let Some(tokens) = self.out.rank_tokens.get_mut(g * cp..(g + 1) * cp) else {
+            return;
+        };
+        if cp_rank == SHARDED {
+            self.summary.sharded += 1;
+            let share = self.budget.share(len);
+            for t in tokens.iter_mut() {
+                *t = t.saturating_add(share);
+                self.summary.peak_rank_tokens = self.summary.peak_rank_tokens.max(*t);
+            }
+        } else if let Some(t) = tokens.get_mut(cp_rank as usize) {
+            *t = t.saturating_add(self.budget.local(len));
+            self.summary.peak_rank_tokens = self.summary.peak_rank_tokens.max(*t);
+        }
+    }
+
+    /// Adds `seqs` to the open micro-batch, in order, each at the CP rank already recorded in
+    /// its placement's `cp_rank`: the same as [`PlanWriter::push`] for each, with the lookups
+    /// hoisted. A sharded sequence's share is added to every rank once, at the end (a chain
+    /// of saturating additions of non-negative values equals one saturating addition of their
+    /// sum), and the peak is the largest of the micro-batch's final counts (they only grow).
+    pub(crate) fn push_placed(&mut self, seqs: &[u32], lengths: &[u32]) {
+        let cp = self.cp as usize;
+        let (first, k) = (self.n_members, seqs.len());
+        let ready = self.n_mbs.checked_sub(1).and_then(|g| {
+            let mb = self.out.micro_batches.get_mut(g)?;
+            let tokens = self.out.rank_tokens.get_mut(g * cp..(g + 1) * cp)?;
+            let members = self.out.members.get_mut(first..first + k)?;
+            Some((mb, tokens, members))
+        });
+        let Some((mb, tokens, members)) = ready else {
+            for &seq in seqs {
+                let len = lengths.get(seq as usize).copied().unwrap_or(0);
+                let cp_rank = self
+                    .out
+                    .placements
+                    .get(seq as usize)
+                    .map_or(0, |p| p.cp_rank);
+                self.push(seq, len, cp_rank);
+            }
+            return;
+        };
+        mb.count += k as u32;
+        let (dp_rank, micro_batch) = (mb.dp_rank, mb.index);
+        let mut shared = 0u64;
+        let mut sharded = 0u32;
+        for (m, &seq) in members.iter_mut().zip(seqs) {
+            *m = seq;
+            let len = lengths.get(seq as usize).copied().unwrap_or(0);
+            let Some(p) = self.out.placements.get_mut(seq as usize) else {
+                continue;
+            };
+            let cp_rank = p.cp_rank;
+            *p = Placement {
+                dp_rank,
+                micro_batch,
+                cp_rank,
+            };
+            if cp_rank == SHARDED {
+                sharded += 1;
+                shared += u64::from(self.budget.share(len));
+            } else if let Some(t) = tokens.get_mut(cp_rank as usize) {
+                *t = t.saturating_add(self.budget.local(len));
+            }
+        }
+        self.n_members += k;
+        self.summary.sharded += sharded;
+        let shared = u32::try_from(shared).unwrap_or(u32::MAX);
+        let mut peak = self.summary.peak_rank_tokens;
+        for t in tokens.iter_mut() {
+            *t = t.saturating_add(shared);
+            peak = peak.max(*t);
+        }
+        self.summary.peak_rank_tokens = peak;
+    }
+
+    /// Records how many micro-batches `dp_rank` runs.
+    pub(crate) fn set_count(&mut self, dp_rank: u32, count: u32) {
+        if let Some(c) = self.out.micro_batches_per_dp.get_mut(dp_rank as usize) {
+            *c = count;
+        }
+    }
+
+    /// Adds rollbacks to the summary.
+    pub(crate) fn add_rollbacks(&mut self, rollbacks: u32) {
+        self.summary.rollbacks += rollbacks;
+    }
+
+    /// Ends the plan and returns the read-only view. With lockstep, every DP rank's count is
+    /// raised to the largest (the extra micro-batches are empty and not in the table).
+    pub(crate) fn finish(self, n: usize) -> Plan<'b> {
+        let cp = self.cp as usize;
+        let dp = self.dp as usize;
+        if self.lockstep
+            && let Some(counts) = self.out.micro_batches_per_dp.get_mut(..dp)
+        {
+            let most = counts.iter().copied().max().unwrap_or(0);
+            counts.fill(most);
+        }
+        let PlanBuffers {
+            placements,
+            micro_batches,
+            members,
+            rank_tokens,
+            micro_batches_per_dp,
+        } = self.out;
+        let (placements, members): (&'b [Placement], &'b [u32]) = (placements, members);
+        let (micro_batches, rank_tokens): (&'b [MicroBatch], &'b [u32]) =
+            (micro_batches, rank_tokens);
+        let per_dp: &'b [u32] = micro_batches_per_dp;
+        Plan {
+            dp: self.dp,
+            cp: self.cp,
+            placements: placements.get(..n).unwrap_or(&[]),
+            micro_batches: micro_batches.get(..self.n_mbs).unwrap_or(&[]),
+            members: members.get(..n).unwrap_or(&[]),
+            rank_tokens: rank_tokens.get(..self.n_mbs * cp).unwrap_or(&[]),
+            micro_batches_per_dp: per_dp.get(..dp).unwrap_or(&[]),
+            summary: self.summary,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{Config, MAX_SEQ_LEN, ModelShape};
+    use crate::plan::types::PlanBuffers;
+    use std::vec;
+    use std::vec::Vec;
+
+    /// SplitMix64, for reproducible inputs.
+    struct Rng(u64);
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            let mut z = self.0;
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            z ^ (z >> 31)
+        }
+        fn below(&mut self, n: u64) -> u64 {
+            self.next() % n.max(1)
+        }
+    }
+
+    fn random_lengths(rng: &mut Rng, n: usize) -> Vec<u32> {
+        let max = match rng.below(4) {
+            0 => 3,
+            1 => 1 << 11,
+            2 => 1 << 17,
+            _ => MAX_SEQ_LEN,
+        };
+        (0..n)
+            .map(|_| 1 + rng.below(u64::from(max)) as u32)
+            .collect()
+    }
+
+    #[test]
+    fn push_placed_equals_push_one_by_one() {
+        let mut rng = Rng(5);
+        for case in 0..if cfg!(miri) { 5 } else { 100 } {
+            let cp = 1 + rng.below(9) as u32;
+            let n = 1 + rng.below(60) as usize;
+            let lengths = random_lengths(&mut rng, n);
+            let mut cfg = Config::new(2, cp, 1 << 30, ModelShape::QWEN2_5_0_5B);
+            if case % 2 == 0 {
+                cfg.shard_padding = crate::config::ShardPadding::Zigzag;
+            }
+            let ranks: Vec<i32> = (0..n)
+                .map(|_| match rng.below(u64::from(cp) + 2) {
+                    0 => SHARDED,
+                    r => (r as i32 - 1).min(cp as i32 - 1),
+                })
+                .collect();
+            let split = rng.below(n as u64 + 1) as usize;
+            let run = |bulk: bool| {
+                let mut placements = vec![Placement::default(); n];
+                for (p, &r) in placements.iter_mut().zip(&ranks) {
+                    p.cp_rank = r;
+                }
+                let mut mbs = vec![MicroBatch::default(); n];
+                let mut members = vec![0u32; n];
+                let mut rank_tokens = vec![0u32; n * cp as usize];
+                let mut per_dp = vec![0u32; 2];
+                let out = PlanBuffers {
+                    placements: &mut placements,
+                    micro_batches: &mut mbs,
+                    members: &mut members,
+                    rank_tokens: &mut rank_tokens,
+                    micro_batches_per_dp: &mut per_dp,
+                };
+                let mut w = PlanWriter::new(out, &cfg, 0);
+                let seqs: Vec<u32> = (0..n as u32).rev().collect();
+                w.open(1, 0);
+                for part in [&seqs[..split], &seqs[split..]] {
+                    if bulk {
+                        w.push_placed(part, &lengths);
+                    } else {
+                        for &s in part {
+                            w.push(s, lengths[s as usize], ranks[s as usize]);
+                        }
+                    }
+                }
+                w.set_count(1, 1);
+                let plan = w.finish(n);
+                (
+                    plan.placements().to_vec(),
+                    plan.micro_batches().to_vec(),
+                    plan.members().to_vec(),
+                    plan.rank_tokens(0).to_vec(),
+                    plan.summary(),
+                )
+            };
+            assert_eq!(run(true), run(false), "case {case}");
+        }
+    }
+}

@@ -1,0 +1,971 @@
+//! `balanced`: a cost-aware policy that plans on the estimated time of the configuration's
+//! cost model ([`Config::cost_model`], in its integer form [`IntModel`]) instead of FLOPs
+//! alone; the paper-faithful `skrull` policy stays selectable.
+//!
+//! # Algorithm
+//!
+//! 1. **DP ranks by estimated time.** Sequences longest-first (ties: input order) into the DP
+//!    rank with the least estimated GPU time (ties: lowest rank), by the shared LPT kernel. A
+//!    sequence's estimate is the cheaper of running it whole and `N` times one shard, plus its
+//!    share of the fixed micro-batch cost by tokens.
+//! 2. **Micro-batches by evaluation.** For each DP rank a small deterministic candidate set is
+//!    planned and timed, and the fastest kept: a longest-processing-time grouping on estimated
+//!    time into `m_min = ceil(tokens / (N·C))` micro-batches under the per-GPU shard budget,
+//!    and, with one DP rank, `packed`'s next-fit grouping in sample order (which always fits
+//!    with everything sharded). A candidate is skipped when `m·T_fixed + Σ work / N` already
+//!    reaches the best total. (The strided interleave of GDS and `m_min + 1`, `m_min + 2` were
+//!    measured and never won on the paper's rows: `docs/balanced.md`.)
+//! 3. **Placement inside a micro-batch.** Sequences heaviest-first. The `s` heaviest are
+//!    sharded, for a few `s` around the point where the next sequence whole would still
+//!    outweigh a balanced rank (and `s = K`, everything sharded); the rest go through the
+//!    shared CP-rank state machine ([`kernel::ranks`](crate::kernel)) with this policy's rule:
+//!    the rank whose estimated time grows least, among the ranks with room. The machine's
+//!    memory rules apply unchanged: a sequence no rank can hold whole is sharded; if its shard
+//!    does not fit either, a local sequence of the fullest rank (the configured
+//!    [`Victim`](crate::Victim)) is sharded and the step retried. Each `s` is timed exactly
+//!    (its ring crosses nodes or not, by the topology) and the fastest kept.
+//!
+//! Every step has a fixed candidate count, so the policy runs in `O(n log n + n·N)` per
+//! candidate, with no allocation: the caller's workspace holds the per-sequence costs and
+//! decisions ([`WorkspaceSizes::for_batch`](crate::WorkspaceSizes::for_batch) sizes them for
+//! this policy).
+
+use heapless::Vec as HVec;
+
+use crate::config::budget::Budget;
+use crate::config::{Config, MAX_CP};
+use crate::error::Error;
+use crate::kernel::group::{max_strided_sum, next_fit};
+use crate::kernel::lpt::{group_by_dp, lpt};
+use crate::kernel::ranks::{self, Ledger, Rooms, Slots, Stop, UNSET};
+use crate::kernel::sort::{key_index, sort_ascending_radix};
+use crate::model::fixed::{IntModel, Link};
+use crate::model::time::TimeModel;
+use crate::plan::{Plan, PlanBuffers, PlanWriter, SHARDED, Workspace};
+
+/// Most bins of the LPT grouping (its state lives on the stack).
+const MAX_BINS: usize = 256;
+
+/// The per-sequence rows of the workspace this policy uses.
+#[derive(Clone, Copy)]
+struct Rows<'a> {
+    lengths: &'a [u32],
+    /// Whole attention per sequence, ps.
+    aw: &'a [u64],
+    /// Shard attention per sequence, ps.
+    ash: &'a [u64],
+}
+
+impl Rows<'_> {
+    #[inline(always)]
+    fn len(&self, seq: u32) -> u32 {
+        self.lengths.get(seq as usize).copied().unwrap_or(0)
+    }
+    #[inline(always)]
+    fn aw(&self, seq: u32) -> u64 {
+        self.aw.get(seq as usize).copied().unwrap_or(0)
+    }
+    #[inline(always)]
+    fn ash(&self, seq: u32) -> u64 {
+        self.ash.get(seq as usize).copied().unwrap_or(0)
+    }
+}
+
+/// A sequence's GPU time wherever it runs: the cheaper of whole and `N` shards, ps (no fixed
+/// cost). Summed over a micro-batch and divided by `N`, a lower bound on its time less the
+/// fixed cost.
+#[inline]
+fn work(im: &IntModel, len: u32, aw: u64, ash: u64) -> u64 {
+    let whole = aw + im.gemm_linear(u64::from(im.local(len)));
+    let sharded = u64::from(im.cp()) * (ash + im.gemm_linear(u64::from(im.share(len))));
+    whole.min(sharded)
+}
+
+/// One micro-batch's members (heaviest first) with their working decisions, for the CP-rank
+/// state machine.
+struct MemberSlots<'a> {
+    members: &'a [u32],
+    lengths: &'a [u32],
+    /// Decision per member: a CP rank or [`SHARDED`] (as `i32` bits).
+    cur: &'a mut [u32],
+}
+
+impl Slots for MemberSlots<'_> {
+    fn count(&self) -> usize {
+        self.members.len()
+    }
+    fn seq_at(&self, k: usize) -> u32 {
+        self.members.get(k).copied().unwrap_or(0)
+    }
+    fn len_at(&self, k: usize) -> u32 {
+        let seq = self.members.get(k).copied().unwrap_or(0) as usize;
+        self.lengths.get(seq).copied().unwrap_or(0)
+    }
+    fn get(&self, k: usize) -> i32 {
+        self.cur.get(k).map_or(UNSET, |&v| v as i32)
+    }
+    fn set(&mut self, k: usize, v: i32) {
+        if let Some(c) = self.cur.get_mut(k) {
+            *c = v as u32;
+        }
+    }
+}
+
+/// This policy's rule and bookkeeping: estimated time per CP rank, the sharded sequences'
+/// totals and their ring communication; a local sequence goes to the rank whose time grows
+/// least.
+struct TimeLedger<'a> {
+    im: &'a IntModel,
+    rows: Rows<'a>,
+    /// The ring of the DP rank being planned.
+    link: Link,
+    /// Local attention per rank, ps.
+    attn: HVec<u64, { MAX_CP as usize }>,
+    /// Local tokens per rank (padding included).
+    tok: HVec<u64, { MAX_CP as usize }>,
+    /// Compute-bound GEMM time of the local tokens per rank, ps.
+    gl: HVec<u64, { MAX_CP as usize }>,
+    sh_len: u64,
+    sh_tok: u64,
+    sh_attn: u64,
+    comm: u64,
+    /// Stop as soon as a rank reaches this time (the best candidate so far).
+    bound: u64,
+}
+
+impl TimeLedger<'_> {
+    /// Rank `r`'s time so far, ps.
+    #[inline]
+    fn rank_time(&self, r: usize) -> u64 {
+        let a = self.attn.get(r).copied().unwrap_or(0);
+        let t = self.tok.get(r).copied().unwrap_or(0);
+        self.im.rank(a, t + self.sh_tok, self.sh_attn, self.comm)
+    }
+
+    /// The micro-batch's time: its slowest rank's, ps.
+    fn time(&self) -> u64 {
+        (0..self.attn.len())
+            .map(|r| self.rank_time(r))
+            .max()
+            .unwrap_or(0)
+    }
+
+    fn add_local(&mut self, r: usize, len: u32, aw: u64, sign: bool) {
+        let held = u64::from(self.im.local(len));
+        if let (Some(a), Some(t), Some(g)) = (
+            self.attn.get_mut(r),
+            self.tok.get_mut(r),
+            self.gl.get_mut(r),
+        ) {
+            if sign {
+                *a += aw;
+                *t += held;
+            } else {
+                *a = a.saturating_sub(aw);
+                *t = t.saturating_sub(held);
+            }
+            *g = self.im.gemm_linear(*t);
+        }
+    }
+}
+
+impl Ledger for TimeLedger<'_> {
+    fn reset(&mut self, cp: usize) {
+        for v in [&mut self.attn, &mut self.tok, &mut self.gl] {
+            v.clear();
+            for _ in 0..cp.min(MAX_CP as usize) {
+                let _ = v.push(0);
+            }
+        }
+        (self.sh_len, self.sh_tok, self.sh_attn, self.comm) = (0, 0, 0, 0);
+    }
+
+    #[inline]
+    fn pick(&self, seq: u32, len: u32, room: &[i64], need: i64) -> Option<usize> {
+        let aw = self.rows.aw(seq);
+        let glen = self.im.gemm_linear(u64::from(self.im.local(len)));
+        let extra = if self.im.all_attention() {
+            self.sh_attn
+        } else {
+            0
+        };
+        let mut pick: Option<(u64, usize)> = None;
+        let ranks = room.iter().zip(self.attn.iter().zip(&self.gl)).enumerate();
+        for (r, (&rb, (&attn, &gl))) in ranks {
+            if rb < need {
+                continue;
+            }
+            // Every term is below 2^46: no sum overflows.
+            let t = self.comm.max(attn + aw + extra) + gl + glen;
+            if pick.is_none_or(|(b, _)| t < b) {
+                pick = Some((t, r));
+            }
+        }
+        pick.map(|(_, r)| r)
+    }
+
+    fn local(&mut self, r: usize, seq: u32, len: u32) {
+        let aw = self.rows.aw(seq);
+        self.add_local(r, len, aw, true);
+    }
+
+    fn unlocal(&mut self, r: usize, seq: u32, len: u32) {
+        let aw = self.rows.aw(seq);
+        self.add_local(r, len, aw, false);
+    }
+
+    fn shard(&mut self, seq: u32, len: u32) {
+        self.sh_len += u64::from(len);
+        self.sh_tok += u64::from(self.im.share(len));
+        self.sh_attn += self.rows.ash(seq);
+        self.comm = self.im.comm(&self.link, self.sh_len);
+    }
+
+    fn abandon(&self, r: usize) -> bool {
+        self.rank_time(r) >= self.bound
+    }
+}
+
+/// Plans one micro-batch attempt that shards its `s` heaviest members first; its time, or
+/// `None` when memory cannot be met or it would take at least `ledger.bound`.
+fn attempt(
+    cfg: &Config,
+    budget: &Budget,
+    slots: &mut MemberSlots<'_>,
+    s: usize,
+    rooms: &mut Rooms,
+    ledger: &mut TimeLedger<'_>,
+) -> Option<u64> {
+    rooms.reset(cfg.cp, budget.bucket());
+    ledger.reset(cfg.cp as usize);
+    for k in 0..s.min(slots.count()) {
+        ranks::shard_first(slots, k, budget, rooms, ledger);
+    }
+    match ranks::place(slots, s, budget, cfg.victim, rooms, ledger) {
+        Ok(_) => {
+            let t = ledger.time();
+            (t < ledger.bound).then_some(t)
+        }
+        Err(Stop::Failed { .. } | Stop::Abandoned) => None,
+    }
+}
+
+/// Everything the placement of micro-batches reads, and its state (built once per call).
+struct Placer<'a> {
+    cfg: &'a Config,
+    budget: Budget,
+    rooms: Rooms,
+    ledger: TimeLedger<'a>,
+}
+
+impl Placer<'_> {
+    /// Plans one micro-batch (`members`, heaviest first): tries a few sharded counts and keeps
+    /// the fastest decisions in `best`. Returns its time, or `None` when no attempt meets
+    /// memory.
+    fn micro_batch(&mut self, members: &[u32], cur: &mut [u32], best: &mut [u32]) -> Option<u64> {
+        let (im, rows) = (self.ledger.im, self.ledger.rows);
+        let k = members.len();
+        let n = u64::from(im.cp());
+        let whole = |seq: u32| rows.aw(seq) + im.gemm_linear(u64::from(im.local(rows.len(seq))));
+        // The sharded count where the heaviest remaining sequence whole no longer outweighs a
+        // balanced rank.
+        let mut total: u64 = members.iter().map(|&seq| whole(seq)).sum();
+        // Members longer than the budget can only run sharded: a prefix (longest first).
+        let forced = members
+            .iter()
+            .take_while(|&&seq| im.local(rows.len(seq)) > self.cfg.bucket)
+            .count();
+        let mut k0 = 0;
+        while k0 < k {
+            let seq = members[k0];
+            let w = whole(seq);
+            if k0 >= forced && w.saturating_mul(n) <= total {
+                break;
+            }
+            let share = u64::from(im.share(rows.len(seq)));
+            let sharded = n * (rows.ash(seq) + im.gemm_linear(share));
+            total = total - w + sharded;
+            k0 += 1;
+        }
+        let cands = [k0, k0 + 1, k0.saturating_sub(1).max(forced), k];
+        let mut found: Option<u64> = None;
+        for (c, &s) in cands.iter().enumerate() {
+            if s > k || cands[..c].contains(&s) {
+                continue;
+            }
+            self.ledger.bound = found.unwrap_or(u64::MAX);
+            let mut slots = MemberSlots {
+                members,
+                lengths: rows.lengths,
+                cur: &mut *cur,
+            };
+            let (cfg, budget) = (self.cfg, &self.budget);
+            if let Some(t) = attempt(
+                cfg,
+                budget,
+                &mut slots,
+                s,
+                &mut self.rooms,
+                &mut self.ledger,
+            ) {
+                found = Some(t);
+                best.copy_from_slice(cur);
+            }
+        }
+        found
+    }
+}
+
+/// How a candidate grouping assigns the DP rank's sequences to micro-batches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Grouping {
+    /// Micro-batch `j` takes ascending positions `j, j+m, ...` (GDS's interleave).
+    Strided(usize),
+    /// Longest-processing-time on estimated time into `m` bins under the shard budget.
+    Lpt(usize),
+    /// Next-fit in sample order under the shard budget (`packed`'s grouping).
+    NextFit,
+}
+
+/// Writes the grouping's micro-batch of every sequence of `sub` (ascending by length) into
+/// `mb_of[seq]` (`scratch`: at least `sub.len()` entries); returns the micro-batch count, or
+/// `None` if it breaks memory.
+fn group(
+    im: &IntModel,
+    cfg: &Config,
+    rows: &Rows<'_>,
+    sub: &[u32],
+    g: Grouping,
+    mb_of: &mut [u32],
+    scratch: &mut [u32],
+) -> Option<usize> {
+    let cap_all = u64::from(cfg.bucket) * u64::from(cfg.cp);
+    let mut set = |s: u32, j: u32| {
+        if let Some(x) = mb_of.get_mut(s as usize) {
+            *x = j;
+        }
+    };
+    match g {
+        Grouping::Strided(m) => {
+            if max_strided_sum(sub, rows.lengths, m) > cap_all {
+                return None;
+            }
+            for (p, &s) in sub.iter().enumerate() {
+                set(s, (p % m) as u32);
+            }
+            Some(m)
+        }
+        Grouping::Lpt(m) => {
+            if m > MAX_BINS {
+                return None;
+            }
+            // (load, tokens) per bin; only the m bins in use are initialised.
+            let mut bins: HVec<(u64, u64), MAX_BINS> = HVec::new();
+            for _ in 0..m {
+                let _ = bins.push((0, 0));
+            }
+            let cap = u64::from(cfg.bucket);
+            for &s in sub.iter().rev() {
+                let len = rows.len(s);
+                let share = u64::from(im.share(len));
+                let w = work(im, len, rows.aw(s), rows.ash(s));
+                let mut pick: Option<(u64, usize)> = None;
+                for (j, &(load, tok)) in bins.iter().enumerate() {
+                    if tok + share > cap {
+                        continue;
+                    }
+                    if pick.is_none_or(|(b, _)| load < b) {
+                        pick = Some((load, j));
+                    }
+                }
+                let (_, j) = pick?;
+                if let Some(b) = bins.get_mut(j) {
+                    b.0 = b.0.saturating_add(w);
+                    b.1 += share;
+                }
+                set(s, j as u32);
+            }
+            Some(m)
+        }
+        Grouping::NextFit => {
+            // Sample order is the input order.
+            let order = scratch.get_mut(..sub.len())?;
+            order.copy_from_slice(sub);
+            order.sort_unstable();
+            let order: &[u32] = order;
+            let mut open = 0u32;
+            let count = next_fit(
+                &cfg.budget(),
+                order.iter().map(|&s| rows.len(s)),
+                |k, new_mb| {
+                    if let Some(j) = new_mb {
+                        open = j;
+                    }
+                    if let Some(&s) = order.get(k) {
+                        set(s, open);
+                    }
+                },
+            );
+            Some(count as usize)
+        }
+    }
+}
+
+/// The workspace rows one DP rank's search writes.
+struct Marks<'a> {
+    /// Per sequence: its micro-batch in the grouping being tried.
+    mb_of: &'a mut [u32],
+    /// Per sequence: its decision in the grouping being tried (a CP rank or [`SHARDED`]).
+    dec: &'a mut [u32],
+    /// Per member of the micro-batch being placed: working decision.
+    cur: &'a mut [u32],
+    /// Per member: best decision.
+    best: &'a mut [u32],
+    /// Members grouped by micro-batch, heaviest first (also scratch for the groupings).
+    gather: &'a mut [u32],
+}
+
+/// Plans every micro-batch of the grouping in `marks.mb_of`; writes each sequence's decision
+/// into `marks.dec` and returns the DP rank's total time, or `None` when a micro-batch cannot
+/// meet memory or the total reaches `stop`.
+fn run_grouping(
+    placer: &mut Placer<'_>,
+    sub: &[u32],
+    m: usize,
+    marks: &mut Marks<'_>,
+    stop: u64,
+) -> Option<u64> {
+    // Members of every micro-batch, heaviest first (sub is ascending by (length, index), so
+    // reversed: longest first, ties higher index first): positions in `sub` sorted by
+    // (micro-batch, position descending), in O(n log n) whatever m is.
+    let k_all = sub.len().min(marks.gather.len());
+    let gather = &mut marks.gather[..k_all];
+    for (p, slot) in gather.iter_mut().enumerate() {
+        *slot = p as u32;
+    }
+    let mb_of = &*marks.mb_of;
+    let mb = |s: u32| mb_of.get(s as usize).copied().unwrap_or(u32::MAX);
+    let pos_mb = |p: u32| sub.get(p as usize).map_or(u32::MAX, |&s| mb(s));
+    gather.sort_unstable_by_key(|&p| (pos_mb(p), core::cmp::Reverse(p)));
+    for slot in gather.iter_mut() {
+        *slot = sub.get(*slot as usize).copied().unwrap_or(0);
+    }
+    let mut total = 0u64;
+    let mut next = 0usize;
+    for j in 0..m as u32 {
+        let first = next;
+        while next < k_all && gather.get(next).is_some_and(|&s| mb(s) == j) {
+            next += 1;
+        }
+        let k = next - first;
+        if k == 0 {
+            continue;
+        }
+        let members = gather.get(first..next).unwrap_or(&[]);
+        let t = placer.micro_batch(members, &mut marks.cur[..k], &mut marks.best[..k])?;
+        total = total.saturating_add(t);
+        if total >= stop {
+            return None;
+        }
+        for (&s, &d) in members.iter().zip(marks.best.iter()) {
+            if let Some(x) = marks.dec.get_mut(s as usize) {
+                *x = d;
+            }
+        }
+    }
+    Some(total)
+}
+
+/// One DP rank's candidate search: the fastest grouping so far, in the placements.
+struct DpSearch<'a, 'c> {
+    placer: &'c mut Placer<'a>,
+    sub: &'a [u32],
+    marks: Marks<'c>,
+    placements: &'c mut [crate::plan::Placement],
+    /// Sum over the rank's sequences of [`work`] divided by `N`: with `m x fixed`, a lower
+    /// bound on any grouping into `m` micro-batches.
+    work: u64,
+    best: Option<u64>,
+    fewest: usize,
+    tried_single: bool,
+}
+
+impl DpSearch<'_, '_> {
+    /// Plans grouping `g`; keeps it in the placements if it is the fastest so far.
+    fn try_grouping(&mut self, g: Grouping) {
+        let p = &*self.placer;
+        let Some(m) = group(
+            p.ledger.im,
+            p.cfg,
+            &p.ledger.rows,
+            self.sub,
+            g,
+            self.marks.mb_of,
+            self.marks.gather,
+        ) else {
+            return;
+        };
+        // LPT and next-fit bins keep every GPU's shards within budget, and one sequence per
+        // micro-batch always fits: those counts are feasible plans.
+        let surely_fits = !matches!(g, Grouping::Strided(_)) || m == self.sub.len();
+        if surely_fits {
+            self.fewest = self.fewest.min(m);
+        }
+        let limit = p.cfg.max_micro_batches as usize;
+        if limit != 0 && m > limit {
+            return;
+        }
+        if m == 1 {
+            // Every one-micro-batch grouping is the same grouping.
+            if self.tried_single {
+                return;
+            }
+            self.tried_single = true;
+        }
+        let stop = self.best.unwrap_or(u64::MAX);
+        if (m as u64)
+            .saturating_mul(p.ledger.im.fixed())
+            .saturating_add(self.work)
+            >= stop
+        {
+            return;
+        }
+        let Some(t) = run_grouping(self.placer, self.sub, m, &mut self.marks, stop) else {
+            return;
+        };
+        self.best = Some(t);
+        for &s in self.sub {
+            let i = s as usize;
+            if let (Some(pl), Some(&mb), Some(&dec)) = (
+                self.placements.get_mut(i),
+                self.marks.mb_of.get(i),
+                self.marks.dec.get(i),
+            ) {
+                pl.micro_batch = mb;
+                pl.cp_rank = dec as i32;
+            }
+        }
+    }
+}
+
+/// Runs the `balanced` policy and writes the plan.
+///
+/// # Errors
+/// [`Error::MicroBatchLimit`] when no candidate fits `cfg.max_micro_batches`, or
+/// [`Error::DacpFailed`] (defensive: one sequence per micro-batch always fits sharded).
+pub(crate) fn schedule<'b>(
+    cfg: &Config,
+    lengths: &[u32],
+    ws: &mut Workspace<'_>,
+    out: PlanBuffers<'b>,
+    total_tokens: u64,
+) -> Result<Plan<'b>, Error> {
+    let n = lengths.len();
+    let dp = cfg.dp as usize;
+    let budget = cfg.budget();
+    let tm = TimeModel::new(&cfg.cost_model(), cfg);
+    let im = IntModel::new(&tm, budget);
+    sort_ascending_radix(lengths, ws.keys, ws.seqs, ws.scratch);
+    // Per-sequence costs, once per distinct length: whole and shard attention.
+    let (aw, rest) = ws.costs.split_at_mut(n);
+    let ash = &mut rest[..n];
+    let per_mb = u64::from(cfg.bucket)
+        .saturating_mul(u64::from(cfg.cp))
+        .max(1);
+    // The LPT weight of a sequence: its work plus its share of the fixed micro-batch cost
+    // by tokens; `total` bounds their sum.
+    let weight = |len: u32, a: u64, s: u64| {
+        u128::from(work(&im, len, a, s))
+            + u128::from(im.fixed()) * u128::from(len) / u128::from(per_mb)
+    };
+    let mut total = 0u128;
+    let mut prev: Option<(u32, u64, u64)> = None;
+    for &key in &ws.keys[..n] {
+        let len = (key >> 32) as u32;
+        let (a, s) = match prev {
+            Some((l, a, s)) if l == len => (a, s),
+            _ => (im.attn_whole(len), im.attn_shard(len)),
+        };
+        prev = Some((len, a, s));
+        let seq = key_index(key);
+        if let (Some(x), Some(y)) = (aw.get_mut(seq), ash.get_mut(seq)) {
+            (*x, *y) = (a, s);
+        }
+        total += weight(len, a, s);
+    }
+    // DP ranks by LPT on that weight.
+    let (mb_of, rest) = ws.marks.split_at_mut(n);
+    let (dec, rest) = rest.split_at_mut(n);
+    let (cur, best) = rest.split_at_mut(n);
+    lpt(
+        &ws.keys[..n],
+        &mut ws.dp_loads[..dp],
+        ws.dp_heap,
+        total,
+        |len| weight(len, im.attn_whole(len), im.attn_shard(len)),
+        |seq, bin| {
+            if let Some(x) = mb_of.get_mut(seq) {
+                *x = bin;
+            }
+        },
+    );
+    // The DP ranks are in `mb_of` until the groupings need it: move them into the
+    // placements.
+    let PlanBuffers {
+        placements,
+        micro_batches,
+        members,
+        rank_tokens,
+        micro_batches_per_dp,
+    } = out;
+    for (p, &d) in placements.iter_mut().zip(mb_of.iter()) {
+        p.dp_rank = d;
+    }
+    {
+        let pl: &[crate::plan::Placement] = placements;
+        group_by_dp(&ws.keys[..n], dp, ws.dp_start, ws.dp_heap, ws.seqs, |s| {
+            pl.get(s).map_or(0, |p| p.dp_rank)
+        });
+    }
+    let cap = u64::from(cfg.bucket) * u64::from(cfg.cp);
+    let rows = Rows {
+        lengths,
+        aw: &*aw,
+        ash: &*ash,
+    };
+    let mut placer = Placer {
+        cfg,
+        budget,
+        rooms: Rooms::new(),
+        ledger: TimeLedger {
+            im: &im,
+            rows,
+            link: Link::default(),
+            attn: HVec::new(),
+            tok: HVec::new(),
+            gl: HVec::new(),
+            sh_len: 0,
+            sh_tok: 0,
+            sh_attn: 0,
+            comm: 0,
+            bound: u64::MAX,
+        },
+    };
+    for d in 0..dp {
+        let (a, b) = (ws.dp_start[d] as usize, ws.dp_start[d + 1] as usize);
+        let sub = &ws.seqs[a..b];
+        let k = sub.len();
+        if k == 0 {
+            continue;
+        }
+        let sum: u64 = sub.iter().map(|&s| u64::from(lengths[s as usize])).sum();
+        let work_sum: u64 = sub
+            .iter()
+            .map(|&s| work(&im, rows.len(s), rows.aw(s), rows.ash(s)))
+            .sum();
+        let m_min = (sum.div_ceil(cap).max(1) as usize).min(k);
+        placer.ledger.link = im.link(tm.group_ring(d as u32));
+        let mut search = DpSearch {
+            placer: &mut placer,
+            sub,
+            marks: Marks {
+                mb_of: &mut *mb_of,
+                dec: &mut *dec,
+                cur: &mut *cur,
+                best: &mut *best,
+                gather: &mut *ws.scratch,
+            },
+            placements: &mut *placements,
+            work: work_sum / u64::from(cfg.cp.max(1)),
+            best: None,
+            fewest: usize::MAX,
+            tried_single: false,
+        };
+        search.try_grouping(Grouping::Lpt(m_min));
+        if dp == 1 {
+            // The packed-style grouping. With one DP rank it is `packed`'s own grouping, so
+            // `balanced` never plans worse than `packed` there; with more it never won on the
+            // measured rows (docs/balanced.md) and cost a third of the latency.
+            search.try_grouping(Grouping::NextFit);
+        }
+        if search.best.is_none() {
+            // Rare (a micro-batch limit, or budgets so tight that the shard-budget bins do not
+            // fit): grow m as GDS does, with its strided interleave too, up to one sequence
+            // per micro-batch, which always fits sharded.
+            let top = match cfg.max_micro_batches {
+                0 => k,
+                limit => k.min(limit as usize),
+            };
+            let mut m = m_min;
+            while search.best.is_none() && m <= top {
+                search.try_grouping(Grouping::Lpt(m));
+                search.try_grouping(Grouping::Strided(m));
+                m += 1;
+            }
+            if search.best.is_none() {
+                search.try_grouping(Grouping::Strided(k));
+            }
+        }
+        let found = search.best.is_some();
+        let fewest = search.fewest;
+        if !found {
+            if cfg.max_micro_batches != 0 && fewest != usize::MAX {
+                return Err(Error::MicroBatchLimit {
+                    dp_rank: d as u32,
+                    limit: cfg.max_micro_batches,
+                    needed: fewest as u32,
+                });
+            }
+            return Err(Error::DacpFailed { cp_rank: 0 });
+        }
+    }
+    let out = PlanBuffers {
+        placements,
+        micro_batches,
+        members,
+        rank_tokens,
+        micro_batches_per_dp,
+    };
+    Ok(write_plan(cfg, lengths, ws.keys, out, total_tokens))
+}
+
+/// Writes the decisions in `out.placements` (DP rank, micro-batch, CP rank per sequence) as
+/// the plan, in plan order: (DP rank, micro-batch, sequence). `keys` (at least `n`) is
+/// scratch.
+fn write_plan<'b>(
+    cfg: &Config,
+    lengths: &[u32],
+    keys: &mut [u64],
+    out: PlanBuffers<'b>,
+    total_tokens: u64,
+) -> Plan<'b> {
+    let n = lengths.len();
+    // DP rank, micro-batch and sequence all fit 16 bits (MAX_DP = MAX_SEQS = 2^16), the CP
+    // rank + 1 too (MAX_CP = 256; 0 = sharded).
+    for (i, (key, p)) in keys[..n].iter_mut().zip(out.placements.iter()).enumerate() {
+        let cp = if p.cp_rank == SHARDED {
+            0
+        } else {
+            p.cp_rank as u64 + 1
+        };
+        *key = (u64::from(p.dp_rank) << 48)
+            | (u64::from(p.micro_batch & 0xFFFF) << 32)
+            | ((i as u64 & 0xFFFF) << 16)
+            | cp;
+    }
+    keys[..n].sort_unstable();
+    let mut w = PlanWriter::new(out, cfg, total_tokens);
+    for d in 0..cfg.dp {
+        w.set_count(d, 0);
+    }
+    let mut open: Option<(u64, u64)> = None;
+    let mut count = 0u32;
+    for &key in &keys[..n] {
+        let (d, m) = (key >> 48, (key >> 32) & 0xFFFF);
+        let seq = ((key >> 16) & 0xFFFF) as u32;
+        let cp = key & 0xFFFF;
+        if open.map(|(od, _)| od) != Some(d) {
+            count = 0;
+        }
+        if open != Some((d, m)) {
+            w.open(d as u32, count);
+            count += 1;
+            w.set_count(d as u32, count);
+            open = Some((d, m));
+        }
+        let cp_rank = if cp == 0 { SHARDED } else { (cp - 1) as i32 };
+        w.push(
+            seq,
+            lengths.get(seq as usize).copied().unwrap_or(0),
+            cp_rank,
+        );
+    }
+    w.finish(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{ModelShape, Policy, ShardPadding, Victim};
+    use crate::plan::Placement;
+    use crate::plan::{self};
+    use crate::test_support::OwnedPlan;
+
+    use std::vec;
+    use std::vec::Vec;
+
+    /// Plans `lengths` with `balanced`, checks it with `plan::check`, and returns
+    /// (placements, micro-batches per DP rank).
+    fn run(cfg: &Config, lengths: &[u32]) -> Result<(Vec<Placement>, Vec<u32>), Error> {
+        let cfg = cfg.with_policy(Policy::Balanced);
+        // Garbage in every buffer: the policy must not depend on their contents.
+        let mut bufs = OwnedPlan::filled(lengths.len(), &cfg, 1);
+        let plan = bufs.schedule(&cfg, lengths)?;
+        assert_eq!(plan::check(&cfg, lengths, &plan), Ok(()), "{lengths:?}");
+        Ok((
+            plan.placements().to_vec(),
+            plan.micro_batches_per_dp().to_vec(),
+        ))
+    }
+
+    const EXAMPLE: [u32; 9] = [1, 2, 2, 3, 4, 6, 9, 14, 30];
+
+    /// A tiny deterministic generator (SplitMix64).
+    struct Rng(u64);
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            let mut z = self.0;
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            z ^ (z >> 31)
+        }
+    }
+
+    /// A long-tail batch: mostly under 2K, a few long ones up to the sharded limit.
+    fn long_tail(rng: &mut Rng, n: usize, max: u32) -> Vec<u32> {
+        (0..n)
+            .map(|_| {
+                let r = rng.next();
+                if r.is_multiple_of(16) {
+                    1 + (r >> 8) as u32 % max
+                } else {
+                    1 + (r >> 8) as u32 % 2048.min(max)
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn paper_examples_give_valid_plans() {
+        // Example 1 (C = 24) fits one micro-batch; Example 2 (C = 20) needs two.
+        let (_, per_dp) = run(&Config::new(1, 4, 24, ModelShape::QWEN2_5_0_5B), &EXAMPLE).unwrap();
+        assert_eq!(per_dp, [1]);
+        let (_, per_dp) = run(&Config::new(1, 4, 20, ModelShape::QWEN2_5_0_5B), &EXAMPLE).unwrap();
+        assert_eq!(per_dp, [2]);
+    }
+
+    /// Worked example: one 17K sequence among short ones on CP 8. Kept whole it would be four
+    /// times its sharded time while seven GPUs idle, so `balanced` shards it and keeps the
+    /// short ones local, spread over the CP ranks.
+    #[test]
+    fn a_dominating_sequence_is_sharded_and_short_ones_stay_local() {
+        let cfg = Config::new(1, 8, 26 * 1024, ModelShape::QWEN2_5_0_5B);
+        let mut lengths = vec![17_000u32];
+        lengths.extend([900u32; 24]);
+        let (p, per_dp) = run(&cfg, &lengths).unwrap();
+        assert_eq!(per_dp, [1]);
+        assert_eq!(p[0].cp_rank, SHARDED);
+        assert!(p[1..].iter().all(|x| x.cp_rank >= 0));
+        let mut per_rank = [0u32; 8];
+        for x in &p[1..] {
+            per_rank[x.cp_rank as usize] += 1;
+        }
+        assert_eq!(per_rank, [3; 8]);
+    }
+
+    #[test]
+    fn awkward_batches_are_valid() {
+        let m = ModelShape::QWEN2_5_7B;
+        let cases: [(Config, Vec<u32>); 7] = [
+            (Config::new(4, 2, 100, m), vec![]),
+            (Config::new(4, 2, 100, m), vec![5, 7]),
+            (Config::new(1, 4, 24, m), vec![96]),
+            (Config::new(3, 1, 10, m), vec![10; 7]),
+            (Config::new(2, 8, 26 * 1024, m), vec![8 * 26 * 1024; 5]),
+            (Config::new(2, 3, 7, m), vec![1, 21, 7, 7, 3, 20, 2, 19]),
+            (Config::new(5, 16, 64, m), vec![1; 33]),
+        ];
+        for (cfg, lengths) in &cases {
+            let (p, per_dp) = run(cfg, lengths).unwrap();
+            assert_eq!(p.len(), lengths.len());
+            assert_eq!(per_dp.len(), cfg.dp as usize);
+        }
+    }
+
+    #[test]
+    fn random_batches_are_valid_and_deterministic() {
+        let mut rng = Rng(42);
+        for i in 0..300 {
+            let dp = [1u32, 2, 3, 4, 8][i % 5];
+            let cp = [1u32, 2, 4, 7, 8, 16][i % 6];
+            let bucket = [7u32, 64, 1000, 4096, 13 * 1024][i % 5];
+            let model = [ModelShape::QWEN2_5_0_5B, ModelShape::QWEN2_5_7B][i % 2];
+            let mut cfg = Config::new(dp, cp, bucket, model)
+                .with_victim([Victim::Shortest, Victim::Longest][i % 2]);
+            if i % 3 == 0 {
+                cfg.shard_padding = ShardPadding::Zigzag;
+            }
+            let max = (1..=cp * bucket)
+                .rev()
+                .find(|&s| cfg.shard_tokens(s) <= bucket)
+                .unwrap_or(1);
+            let n = (rng.next() % 150) as usize;
+            let lengths = long_tail(&mut rng, n, max);
+            let a = run(&cfg, &lengths).unwrap();
+            let b = run(&cfg, &lengths).unwrap();
+            assert_eq!(a, b, "{cfg:?} {lengths:?}");
+        }
+    }
+
+    #[test]
+    fn the_micro_batch_limit_is_an_error_naming_the_rank() {
+        let mut cfg = Config::new(1, 4, 20, ModelShape::QWEN2_5_0_5B);
+        cfg.max_micro_batches = 1;
+        assert_eq!(
+            run(&cfg, &EXAMPLE).unwrap_err(),
+            Error::MicroBatchLimit {
+                dp_rank: 0,
+                limit: 1,
+                needed: 2
+            }
+        );
+        cfg.max_micro_batches = 2;
+        assert!(run(&cfg, &EXAMPLE).is_ok());
+    }
+
+    /// Against the evaluator: on long-tail batches `balanced` is never slower than `packed`
+    /// or `skrull` by more than the integer model's rounding.
+    #[test]
+    fn not_slower_than_skrull_or_packed_on_long_tail_batches() {
+        use crate::model::eval::{
+            EvalBuffers, EvalSizes, MicroBatchTime, RankSlot, evaluate_placements,
+        };
+        let mut rng = Rng(7);
+        let cfg = Config::new(4, 8, 26 * 1024, ModelShape::QWEN2_5_0_5B);
+        let time = |policy: Policy, lengths: &[u32]| {
+            let c = cfg.with_policy(policy);
+            let n = lengths.len();
+            let mut bufs = OwnedPlan::new(n, &c);
+            let plan = bufs.schedule(&c, lengths).unwrap();
+            let es = EvalSizes::for_batch(n, &c);
+            let mut a = vec![MicroBatchTime::default(); es.micro_batches];
+            let mut b = vec![RankSlot::default(); es.ranks];
+            let mut d = vec![0.0; es.dp_times];
+            let mut o = vec![0u32; es.dp_offsets];
+            let ev = evaluate_placements(
+                &c,
+                lengths,
+                plan.placements(),
+                EvalBuffers {
+                    micro_batches: &mut a,
+                    ranks: &mut b,
+                    dp_times: &mut d,
+                    dp_offsets: &mut o,
+                },
+            )
+            .unwrap();
+            assert!(ev.report.within_budget());
+            ev.report.iteration_time
+        };
+        let (mut ours, mut theirs) = (0.0, 0.0);
+        for _ in 0..10 {
+            let lengths = long_tail(&mut rng, 256, 8 * 26 * 1024);
+            let b = time(Policy::Balanced, &lengths);
+            let best = time(Policy::Packed, &lengths).min(time(Policy::Skrull, &lengths));
+            ours += b;
+            theirs += best;
+        }
+        assert!(ours * 1.1 < theirs, "{ours} vs {theirs}");
+    }
+}

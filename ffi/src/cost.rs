@@ -1,0 +1,307 @@
+//! `skrull_cost_model`: the cost model (hardware, kernels, topology) a C caller passes through
+//! `skrull_config.cost_model`, its presets, and its translation to the core's `CostModel`.
+//! `balanced` plans on it; NULL keeps the H100 preset for the configuration's model shape.
+
+use core::mem::size_of;
+
+use skrull_core::model::cost::{ATTN_POINTS, AttentionTable, Overlap};
+use skrull_core::{CostModel, ModelShape};
+
+use crate::boundary::guard;
+use crate::config::{read_sized, skrull_model_shape};
+use crate::error::Failure;
+use crate::status::skrull_status;
+
+/// GPU preset: H100 SXM5 (the default, 0).
+pub const SKRULL_GPU_H100: u32 = 0;
+/// GPU preset: H200 (H100 compute and interconnect, 4.8 TB/s HBM).
+pub const SKRULL_GPU_H200: u32 = 1;
+
+/// Overlap: the CP communication hides behind the local attention of each rank (the paper's
+/// model, the default, 0).
+pub const SKRULL_OVERLAP_LOCAL_ATTENTION: u32 = 0;
+/// Overlap: it hides behind the local and the sharded attention.
+pub const SKRULL_OVERLAP_ALL_ATTENTION: u32 = 1;
+
+/// Points of the attention-throughput table.
+pub const SKRULL_ATTENTION_POINTS: usize = 6;
+
+const _: () = assert!(SKRULL_ATTENTION_POINTS == ATTN_POINTS);
+
+/// Every coefficient of the time model (`docs/cost_model.md`), `struct_size` first: fill it
+/// with `skrull_cost_model_preset()`, change fields, and point `skrull_config.cost_model` at
+/// it. Version 1 is 264 bytes. Values are checked when a call reads them
+/// (`SKRULL_STATUS_INVALID_COST_MODEL`, with the field's position in the error details).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct skrull_cost_model {
+    /// `sizeof(skrull_cost_model)`.
+    pub struct_size: u32,
+    /// Query tile the attention kernel pads to, tokens (> 0).
+    pub attention_tile: u32,
+    /// Dense BF16 peak of one GPU, FLOP/s (> 0).
+    pub peak_flops: f64,
+    /// Fraction of the peak the GEMMs reach when compute-bound, in (0, 1].
+    pub gemm_efficiency: f64,
+    /// HBM bandwidth, bytes/s (> 0).
+    pub hbm_bandwidth: f64,
+    /// Bytes per weight (>= 0).
+    pub weight_bytes: f64,
+    /// Times the weights stream from HBM per micro-batch (>= 0).
+    pub weight_passes: f64,
+    /// Attention query lengths of the throughput table, tokens, strictly increasing.
+    pub attention_seqlen: [u32; SKRULL_ATTENTION_POINTS],
+    /// Forward attention throughput at each length, FLOP/s (> 0).
+    pub attention_fwd_flops: [f64; SKRULL_ATTENTION_POINTS],
+    /// Backward attention throughput at each length, FLOP/s (> 0).
+    pub attention_bwd_flops: [f64; SKRULL_ATTENTION_POINTS],
+    /// Backward attention FLOPs per forward FLOP (>= 0).
+    pub attention_bwd_ratio: f64,
+    /// Bytes per K or V element (>= 0).
+    pub kv_element_bytes: f64,
+    /// K/V ring passes per layer (>= 0).
+    pub comm_passes: f64,
+    /// One ring step inside a node, seconds (>= 0).
+    pub ring_step_latency_s: f64,
+    /// One ring step across nodes, seconds (>= 0).
+    pub inter_node_ring_step_latency_s: f64,
+    /// Per-GPU receive bandwidth inside a node, bytes/s (> 0).
+    pub intra_node_bandwidth: f64,
+    /// Per-GPU receive bandwidth across nodes, bytes/s (> 0).
+    pub inter_node_bandwidth: f64,
+    /// GPUs per node (> 0): GPU `d * cp + r` sits in node `(d * cp + r) / gpus_per_node`.
+    pub gpus_per_node: u32,
+    /// `SKRULL_OVERLAP_*`.
+    pub overlap: u32,
+    /// Kernels launched per layer per micro-batch, forward + backward (>= 0).
+    pub kernels_per_layer: f64,
+    /// Launch cost of one kernel, seconds (>= 0).
+    pub kernel_launch_s: f64,
+    /// Other fixed cost per micro-batch, seconds (>= 0).
+    pub micro_batch_extra_s: f64,
+    /// Fixed cost per iteration, seconds (>= 0).
+    pub iteration_fixed_s: f64,
+}
+
+/// `sizeof(skrull_cost_model)` of version 1, the smallest accepted `struct_size`.
+pub const SKRULL_COST_MODEL_SIZE_V1: u32 = 264;
+
+const _: () = assert!(size_of::<skrull_cost_model>() == SKRULL_COST_MODEL_SIZE_V1 as usize);
+
+/// The field names of [`CostModel::validate`] in `skrull_cost_model` order: the error details'
+/// `field` is the 1-based position here.
+const FIELDS: [&str; 21] = [
+    "attention_tile",
+    "peak_flops",
+    "gemm_efficiency",
+    "hbm_bandwidth",
+    "weight_bytes",
+    "weight_passes",
+    "attention.seqlen",
+    "attention",
+    "attention",
+    "attention_bwd_ratio",
+    "kv_element_bytes",
+    "comm_passes",
+    "ring_step_latency_s",
+    "inter_node_ring_step_latency_s",
+    "intra_node_bandwidth",
+    "inter_node_bandwidth",
+    "gpus_per_node",
+    "kernels_per_layer",
+    "kernel_launch_s",
+    "micro_batch_extra_s",
+    "iteration_fixed_s",
+];
+
+/// The 1-based position of a cost-model field in [`skrull_cost_model`] (0 when unknown).
+pub(crate) fn field_number(name: &str) -> u32 {
+    FIELDS
+        .iter()
+        .position(|&f| f == name)
+        .map_or(0, |i| i as u32 + 1)
+}
+
+impl skrull_cost_model {
+    /// The C form of a core cost model.
+    pub fn from_core(c: &CostModel) -> skrull_cost_model {
+        skrull_cost_model {
+            struct_size: SKRULL_COST_MODEL_SIZE_V1,
+            attention_tile: c.attention_tile,
+            peak_flops: c.peak_flops,
+            gemm_efficiency: c.gemm_efficiency,
+            hbm_bandwidth: c.hbm_bandwidth,
+            weight_bytes: c.weight_bytes,
+            weight_passes: c.weight_passes,
+            attention_seqlen: c.attention.seqlen,
+            attention_fwd_flops: c.attention.fwd,
+            attention_bwd_flops: c.attention.bwd,
+            attention_bwd_ratio: c.attention_bwd_ratio,
+            kv_element_bytes: c.kv_element_bytes,
+            comm_passes: c.comm_passes,
+            ring_step_latency_s: c.ring_step_latency_s,
+            inter_node_ring_step_latency_s: c.inter_node_ring_step_latency_s,
+            intra_node_bandwidth: c.intra_node_bandwidth,
+            inter_node_bandwidth: c.inter_node_bandwidth,
+            gpus_per_node: c.gpus_per_node,
+            overlap: match c.overlap {
+                Overlap::AllAttention => SKRULL_OVERLAP_ALL_ATTENTION,
+                _ => SKRULL_OVERLAP_LOCAL_ATTENTION,
+            },
+            kernels_per_layer: c.kernels_per_layer,
+            kernel_launch_s: c.kernel_launch_s,
+            micro_batch_extra_s: c.micro_batch_extra_s,
+            iteration_fixed_s: c.iteration_fixed_s,
+        }
+    }
+
+    /// The core form (not yet range-checked: [`CostModel::validate`] names the first bad
+    /// field).
+    ///
+    /// # Errors
+    /// `InvalidEnum` for an unknown `overlap`.
+    pub fn to_core(&self) -> Result<CostModel, skrull_status> {
+        let overlap = match self.overlap {
+            SKRULL_OVERLAP_LOCAL_ATTENTION => Overlap::LocalAttention,
+            SKRULL_OVERLAP_ALL_ATTENTION => Overlap::AllAttention,
+            _ => return Err(skrull_status::InvalidEnum),
+        };
+        Ok(CostModel {
+            peak_flops: self.peak_flops,
+            gemm_efficiency: self.gemm_efficiency,
+            hbm_bandwidth: self.hbm_bandwidth,
+            weight_bytes: self.weight_bytes,
+            weight_passes: self.weight_passes,
+            attention: AttentionTable {
+                seqlen: self.attention_seqlen,
+                fwd: self.attention_fwd_flops,
+                bwd: self.attention_bwd_flops,
+            },
+            attention_tile: self.attention_tile,
+            attention_bwd_ratio: self.attention_bwd_ratio,
+            kv_element_bytes: self.kv_element_bytes,
+            comm_passes: self.comm_passes,
+            ring_step_latency_s: self.ring_step_latency_s,
+            inter_node_ring_step_latency_s: self.inter_node_ring_step_latency_s,
+            intra_node_bandwidth: self.intra_node_bandwidth,
+            inter_node_bandwidth: self.inter_node_bandwidth,
+            gpus_per_node: self.gpus_per_node,
+            overlap,
+            kernels_per_layer: self.kernels_per_layer,
+            kernel_launch_s: self.kernel_launch_s,
+            micro_batch_extra_s: self.micro_batch_extra_s,
+            iteration_fixed_s: self.iteration_fixed_s,
+        })
+    }
+}
+
+/// Reads the cost model a configuration points at (`None` for NULL: the preset).
+///
+/// # Errors
+/// `InvalidArg` (misaligned), `BadStructSize`, `InvalidEnum` (overlap); the range check is
+/// the configuration's (`InvalidCostModel`).
+///
+/// # Safety
+/// Unless NULL, `ptr` points to a `skrull_cost_model` whose `struct_size` bytes are readable.
+pub(crate) unsafe fn read_cost_model(
+    ptr: *const skrull_cost_model,
+) -> Result<Option<CostModel>, Failure> {
+    if ptr.is_null() {
+        return Ok(None);
+    }
+    let base = skrull_cost_model::from_core(&CostModel::H100_QWEN2_5_7B);
+    // SAFETY: forwarded caller contract.
+    let c = unsafe { read_sized(ptr, SKRULL_COST_MODEL_SIZE_V1 as usize, base) }?;
+    Ok(Some(c.to_core()?))
+}
+
+/// Fills `*out` with a GPU preset (`SKRULL_GPU_*`) for a model shape (the shape picks the
+/// attention table: head dim 64 for the Qwen2.5-0.5B shape, 128 otherwise; NULL: the
+/// Qwen2.5-0.5B shape) and `struct_size = sizeof(skrull_cost_model)`. Every value and its
+/// source is in `docs/cost_model.md`.
+///
+/// Returns `SKRULL_STATUS_NULL_ARG` for a NULL `out`, `SKRULL_STATUS_INVALID_ENUM` for an
+/// unknown GPU (or a `shape->swiglu` other than 0 or 1), `SKRULL_STATUS_INVALID_ARG` for a
+/// misaligned pointer; on error nothing is written.
+///
+/// # Safety
+/// Unless NULL, `shape` points to a readable `skrull_model_shape` and `out` is valid for
+/// writing one `skrull_cost_model`. Safe to call from any thread.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn skrull_cost_model_preset(
+    gpu: u32,
+    shape: *const skrull_model_shape,
+    out: *mut skrull_cost_model,
+) -> skrull_status {
+    guard(|| {
+        if out.is_null() {
+            return skrull_status::NullArg;
+        }
+        if !out.is_aligned() || !shape.is_aligned() {
+            return skrull_status::InvalidArg;
+        }
+        let shape = if shape.is_null() {
+            ModelShape::QWEN2_5_0_5B
+        } else {
+            // SAFETY: non-null, aligned (checked), readable (caller contract).
+            let s = unsafe { shape.read() };
+            let swiglu = match s.swiglu {
+                0 => false,
+                1 => true,
+                _ => return skrull_status::InvalidEnum,
+            };
+            ModelShape {
+                hidden: s.hidden,
+                kv_hidden: s.kv_hidden,
+                ffn: s.ffn,
+                layers: s.layers,
+                vocab: s.vocab,
+                swiglu,
+            }
+        };
+        let cost = match gpu {
+            SKRULL_GPU_H100 => CostModel::h100(&shape),
+            SKRULL_GPU_H200 => CostModel::h200(&shape),
+            _ => return skrull_status::InvalidEnum,
+        };
+        // SAFETY: non-null, aligned (checked), writable (caller contract).
+        unsafe { out.write(skrull_cost_model::from_core(&cost)) };
+        skrull_status::Ok
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn presets_round_trip_through_the_c_form() {
+        for shape in [ModelShape::QWEN2_5_0_5B, ModelShape::QWEN2_5_7B] {
+            for c in [CostModel::h100(&shape), CostModel::h200(&shape)] {
+                assert_eq!(skrull_cost_model::from_core(&c).to_core(), Ok(c));
+            }
+        }
+    }
+
+    #[test]
+    fn every_validated_field_has_a_number() {
+        let names = [
+            "peak_flops",
+            "gemm_efficiency",
+            "hbm_bandwidth",
+            "inter_node_bandwidth",
+            "intra_node_bandwidth",
+            "attention",
+            "attention.seqlen",
+            "attention_tile",
+            "gpus_per_node",
+            "inter_node_ring_step_latency_s",
+            "iteration_fixed_s",
+        ];
+        for n in names {
+            assert!(field_number(n) > 0, "{n}");
+        }
+        assert_eq!(field_number("peak_flops"), 2);
+        assert_eq!(field_number("nope"), 0);
+    }
+}
