@@ -144,8 +144,11 @@ enum skrull_status
      */
     SKRULL_STATUS_INVALID_ENUM = 3,
     /**
-     * Another malformed argument: a pointer not aligned for its type, overlapping buffers,
-     * or a nonzero `_reserved` field.
+     * Another malformed argument: a pointer not aligned for its type; a buffer whose declared
+     * range (pointer + capacity x element size, the whole capacity) overlaps a buffer it must
+     * not overlap, exceeds `PTRDIFF_MAX` bytes or runs past the end of the address space; or a
+     * nonzero `_reserved` field of a parameter struct (`skrull_plan_buffers`,
+     * `skrull_layout_buffers`).
      */
     SKRULL_STATUS_INVALID_ARG = 4,
     /**
@@ -199,8 +202,9 @@ enum skrull_status
     SKRULL_STATUS_DACP_FAILED = 19,
     /**
      * The plan buffers given to a layout function do not hold a valid plan that
-     * `skrull_schedule()` made from this configuration and these lengths (wrong counts,
-     * corrupted entries, or another batch).
+     * `skrull_schedule()` made from this configuration and these lengths (wrong counts, a
+     * capacity below what `summary` says, corrupted entries including a nonzero
+     * `summary._reserved`, or another batch).
      */
     SKRULL_STATUS_PLAN_INVALID = 30,
     /**
@@ -411,7 +415,8 @@ typedef struct skrull_summary {
      */
     uint32_t peak_rank_tokens;
     /**
-     * Always 0.
+     * Always 0 (the layout functions return `SKRULL_STATUS_PLAN_INVALID` for a summary whose
+     * `_reserved` is not 0).
      */
     uint32_t _reserved;
 } skrull_summary;
@@ -423,9 +428,12 @@ typedef struct skrull_summary {
  * `SKRULL_STATUS_OK`; then the first `summary.sequences` placements and members, the first
  * `summary.micro_batches` micro-batches, `summary.micro_batches * cp` rank-token entries and
  * `dp` micro-batch counts are written, and the rest of each buffer is left as it was.
- * Buffers must not overlap each other, the lengths or the workspace
- * (`SKRULL_STATUS_INVALID_ARG`). A pointer may be NULL only when its capacity is 0 and the
- * batch needs none of it. `struct_size` follows the rules of `skrull_config`.
+ * Each buffer is the declared range `[ptr, ptr + capacity * sizeof(element))`: the whole
+ * capacity its `_len` field states, not only the part a call writes. These ranges must not
+ * overlap each other, the lengths or the workspace, and none may exceed `PTRDIFF_MAX` bytes or
+ * run past the end of the address space (`SKRULL_STATUS_INVALID_ARG`). A pointer may be NULL
+ * only when its capacity is 0 and the batch needs none of it. `struct_size` follows the rules
+ * of `skrull_config`.
  */
 typedef struct skrull_plan_buffers {
     /**
@@ -635,9 +643,12 @@ typedef struct skrull_layout {
  *
  * Nothing is written unless the call returns `SKRULL_STATUS_OK`; then only the valid entries
  * named in `skrull_layout` are written. `positions` may be NULL with `positions_len` 0 to
- * skip the full position-id array (the spans carry the same ranges). Buffers must not overlap
- * each other, the inputs or the workspace (`SKRULL_STATUS_INVALID_ARG`). `struct_size`
- * follows the rules of `skrull_config`.
+ * skip the full position-id array (the spans carry the same ranges). As in
+ * `skrull_plan_buffers`, each buffer is its declared range (the whole capacity): the ranges
+ * must not overlap each other, the workspace or any input (the lengths, the `summary` and every
+ * plan array at its declared capacity), and none may exceed `PTRDIFF_MAX` bytes or run past the
+ * end of the address space (`SKRULL_STATUS_INVALID_ARG`). `struct_size` follows the rules of
+ * `skrull_config`.
  */
 typedef struct skrull_layout_buffers {
     /**
@@ -818,8 +829,11 @@ skrull_status skrull_config_preset(uint32_t preset, struct skrull_config *out);
  *
  * Returns `SKRULL_STATUS_DACP_FAILED` when the micro-batch cannot fit (even after every
  * rollback); `skrull_schedule()` never does, because GDS splits such micro-batches. The other
- * statuses and their order are those of `skrull_schedule()`. Outputs are written only on
- * success. No allocation, no state; thread-safe with separate workspaces and outputs.
+ * statuses and their order are those of `skrull_schedule()`. As there, `cp_ranks` is its
+ * declared range (`cp_ranks_len` elements, not only the `n` written): it, `summary`, the
+ * workspace and the lengths must not overlap, and it may not exceed `PTRDIFF_MAX` bytes or run
+ * past the end of the address space (`SKRULL_STATUS_INVALID_ARG`). Outputs are written only
+ * on success. No allocation, no state; thread-safe with separate workspaces and outputs.
  *
  * # Safety
  * - `config`, unless NULL, points to a `skrull_config` whose `struct_size` bytes are
@@ -849,8 +863,9 @@ skrull_status skrull_dacp_place(const struct skrull_config *config,
  * `skrull_layout_sizes_max()` fit every GPU. Outputs are written only on success. Statuses,
  * first problem first: as `skrull_layout_sizes()` up to `LAYOUT_OVERFLOW` (with `out` NULL,
  * misaligned, struct size or reserved field checked right after `plan`), then
- * `out->layout` (NULL, misaligned), each buffer in field order (NULL, misaligned,
- * `OUTPUT_TOO_SMALL`), then overlapping buffers (`INVALID_ARG`). No allocation, no state;
+ * `out->layout` (NULL, misaligned), each buffer in field order (NULL with a nonzero capacity,
+ * misaligned or an impossible declared range, then `OUTPUT_TOO_SMALL`), then overlapping
+ * declared ranges (`INVALID_ARG`; see `skrull_layout_buffers`). No allocation, no state;
  * thread-safe with separate workspaces and outputs.
  *
  * # Safety
@@ -880,10 +895,14 @@ skrull_status skrull_layout_fill(const struct skrull_config *config,
  *
  * Statuses, first problem first: `config` (as `skrull_schedule()`), `plan` (NULL, misaligned,
  * struct size, reserved field), `TOO_MANY_SEQUENCES`, `lengths`, `workspace` (NULL,
- * `WORKSPACE_TOO_SMALL`), the plan arrays (NULL, misaligned, `PLAN_INVALID` when a capacity
- * is below what `summary` says), a workspace overlapping an input (`INVALID_ARG`),
- * `PLAN_INVALID` (not a valid plan of this configuration and batch), `NO_SUCH_GPU`,
- * `LAYOUT_OVERFLOW` (a value above `INT32_MAX`), then `out` (NULL, misaligned, overlapping).
+ * `WORKSPACE_TOO_SMALL`), `plan->summary` (NULL, misaligned; `PLAN_INVALID` when its
+ * `sequences` is not `n`, its `micro_batches` exceeds `n` or its `_reserved` is not 0), the
+ * plan arrays in field order (NULL with a nonzero capacity, misaligned or an impossible
+ * declared range; `PLAN_INVALID` when a capacity is below what `summary` says), the
+ * workspace's declared range and its overlap with an input's (`INVALID_ARG`), `PLAN_INVALID`
+ * (not a valid plan of this configuration and batch), `NO_SUCH_GPU`, `LAYOUT_OVERFLOW` (a
+ * value above `INT32_MAX`), then `out` (NULL, misaligned, overlapping an input or the
+ * workspace). Overlaps are checked on declared ranges, as in `skrull_plan_buffers`.
  * `*out` is written only on success. No allocation, no state; thread-safe with separate
  * workspaces (the configuration, lengths and plan may be shared).
  *
@@ -972,7 +991,9 @@ skrull_status skrull_plan_sizes(size_t n, uint32_t dp, uint32_t cp, struct skrul
  * size, option integers, then ranges `INVALID_DP` ... `INVALID_MODEL`), `out` (NULL,
  * misaligned, struct size, reserved field), `TOO_MANY_SEQUENCES`, `lengths`, `workspace`
  * (NULL, then `WORKSPACE_TOO_SMALL`), the summary pointer, each output buffer in field order
- * (NULL, misaligned, `OUTPUT_TOO_SMALL`), overlapping buffers, then the batch's own errors
+ * (NULL with a nonzero capacity, misaligned or an impossible declared range, then
+ * `OUTPUT_TOO_SMALL`), the workspace's declared range, overlapping declared ranges (outputs,
+ * workspace and lengths; see `skrull_plan_buffers`), then the batch's own errors
  * (`EMPTY_SEQUENCE`, `LENGTH_OUT_OF_RANGE`, `SEQUENCE_TOO_LONG`: the first offending
  * sequence in input order) and `MICRO_BATCH_LIMIT`.
  *

@@ -79,24 +79,38 @@ pub(crate) fn any_overlap(spans: &[Span]) -> bool {
         .any(|(i, a)| spans.iter().skip(i + 1).any(|b| a.overlaps(*b)))
 }
 
-/// Checks a caller's `(ptr, len)` output buffer that must hold at least `needed` elements.
+/// The declared byte range of a caller's buffer: `count` elements of `T` at `ptr`, the whole
+/// capacity the caller lends, not only the part a call reads or writes.
 ///
 /// # Errors
-/// `NullArg` for NULL with a nonzero `len`, `InvalidArg` when misaligned for `T`,
-/// `OutputTooSmall` when `len < needed`.
-pub(crate) fn check_out<T>(ptr: *mut T, len: usize, needed: usize) -> Result<Span, skrull_status> {
+/// `NullArg` for NULL with a nonzero `count`; `InvalidArg` when `ptr` is misaligned for `T`,
+/// or the range is larger than `isize::MAX` bytes or runs past the end of the address space.
+pub(crate) fn declared<T>(ptr: *const T, count: usize) -> Result<Span, skrull_status> {
     if ptr.is_null() {
-        if len != 0 {
+        if count != 0 {
             return Err(skrull_status::NullArg);
         }
     } else if !ptr.is_aligned() {
         return Err(skrull_status::InvalidArg);
     }
+    match Span::of(ptr, count) {
+        Some(span) if span.len <= isize::MAX as usize => Ok(span),
+        _ => Err(skrull_status::InvalidArg),
+    }
+}
+
+/// Checks a caller's `(ptr, len)` output buffer that must hold at least `needed` elements and
+/// returns its declared range (all `len` elements: the overlap rule applies to what the caller
+/// declared, not to what a call happens to write).
+///
+/// # Errors
+/// As [`declared`], then `OutputTooSmall` when `len < needed`.
+pub(crate) fn check_out<T>(ptr: *mut T, len: usize, needed: usize) -> Result<Span, skrull_status> {
+    let span = declared(ptr.cast_const(), len)?;
     if len < needed {
         return Err(skrull_status::OutputTooSmall);
     }
-    // Only the `needed` elements are ever written, so only they must not overlap anything.
-    Span::of(ptr.cast_const(), needed).ok_or(skrull_status::InvalidArg)
+    Ok(span)
 }
 
 /// Borrows the caller's `lengths` array.
@@ -192,5 +206,20 @@ mod tests {
         assert_eq!(check_out(p, 3, 4), Err(skrull_status::OutputTooSmall));
         let odd = p.cast::<u8>().wrapping_add(1).cast::<u32>();
         assert_eq!(check_out(odd, 2, 1), Err(skrull_status::InvalidArg));
+        // The returned range is the declared capacity, not the elements needed.
+        assert_eq!(
+            check_out(p, 4, 1),
+            Span::of(p.cast_const(), 4).ok_or(skrull_status::Ok)
+        );
+        // A capacity whose bytes wrap the address space, or exceed isize::MAX, is malformed.
+        assert_eq!(check_out(p, usize::MAX, 1), Err(skrull_status::InvalidArg));
+        assert_eq!(
+            check_out(p, isize::MAX as usize / 4 + 1, 1),
+            Err(skrull_status::InvalidArg)
+        );
+        assert_eq!(
+            declared(core::ptr::null::<u32>(), 1),
+            Err(skrull_status::NullArg)
+        );
     }
 }
