@@ -67,6 +67,9 @@ if command -v valgrind >/dev/null 2>&1; then
     done
 fi
 
+# The shared library's SONAME (libskrull.so.<ABI>) and a program linked and run through it.
+step soname bash tests/c/soname.sh "${CARGO_TARGET_DIR:-target}/release/libskrull.so" "$BUILD"
+
 # The C++ example through its CMake imported target (skipped when cmake is not installed;
 # `make -C cpp_example run` is the canonical build).
 if command -v cmake >/dev/null 2>&1; then
