@@ -1,7 +1,8 @@
 /*
  * skrull.h - C API of skrull, the Skrull long-context data scheduler (GDS + DACP).
  *
- * Link: libskrull.a -lpthread -ldl -lm (full list: -lgcc_s -lutil -lrt -lpthread -lm -ldl -lc).
+ * Link: libskrull.a -lpthread -ldl -lm (full list: -lgcc_s -lutil -lrt -lpthread -lm -ldl -lc);
+ * the no_std build (bare metal, kernels) links alone. Linux: SONAME libskrull.so.<ABI version>.
  * Usage, thread safety, error handling and the ABI policy: docs/c_api.md.
  * SPDX-License-Identifier: MIT OR Apache-2.0
  */
@@ -783,6 +784,15 @@ extern "C" {
 #endif // __cplusplus
 
 /**
+ * The unwinding personality routine that the precompiled `core` of a hosted target (built with
+ * `panic = "unwind"`) refers to from its unwind tables. Nothing in this library unwinds (it is
+ * built with `panic = "abort"`, and it never calls back into foreign code), so it is never
+ * called; it exists so that the `no_std` static library links on such targets without the
+ * standard library. Bare-metal targets (`target_os = "none"`) ship a `core` that needs none.
+ */
+void rust_eh_personality(void);
+
+/**
  * Returns the ABI version of the linked library; a program should check that it equals the
  * `SKRULL_ABI_VERSION` it was compiled with.
  *
@@ -946,12 +956,13 @@ skrull_status skrull_layout_sizes_max(const struct skrull_config *config,
 
 /**
  * Raises a Rust panic inside the library's panic guard and returns what the guard made of it:
- * `SKRULL_STATUS_PANIC` in a correctly built library.
+ * `SKRULL_STATUS_PANIC` in a library built with the standard library (the default).
  *
  * Lets a C test suite or a trainer check, once at start-up, that panics inside skrull become
  * statuses instead of unwinding into C frames. The panic is raised without invoking the panic
- * hook, so nothing is printed. In a library built with `panic = "abort"` (where the guard
- * cannot work) it raises nothing and returns `SKRULL_STATUS_INTERNAL`.
+ * hook, so nothing is printed. In a library that cannot catch a panic it raises nothing and
+ * returns `SKRULL_STATUS_INTERNAL`: one built with `panic = "abort"`, and the `no_std` build
+ * (`skrull-ffi` without its `std` feature), where a panic stops the program instead.
  *
  * # Safety
  * None: safe to call from any thread at any time.

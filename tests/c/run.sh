@@ -2,7 +2,9 @@
 # The C-side ABI tests: builds libskrull.a, checks that the header compiles as C and C++,
 # compiles the C11 test programs with -Wall -Wextra -Wpedantic -Werror against the header and
 # the static library, runs them (plain, under ASan+UBSan, and under valgrind when installed),
-# and compares the C library's plan with the CLI's (tests/c/compare_cli.sh).
+# checks the shared library's SONAME (tests/c/soname.sh), runs a program against the no_std
+# build (tests/c/nostd.sh host) and compares the C library's plan with the CLI's
+# (tests/c/compare_cli.sh).
 #
 # usage: bash tests/c/run.sh     (from anywhere). Last line: "N passed, M failed".
 # With CARGO_TARGET_DIR set, the library is built and linked from there.
@@ -69,6 +71,11 @@ fi
 
 # The shared library's SONAME (libskrull.so.<ABI>) and a program linked and run through it.
 step soname bash tests/c/soname.sh "${CARGO_TARGET_DIR:-target}/release/libskrull.so" "$BUILD"
+
+# The no_std build of the same C API (no std, no system libraries, panics abort): built for
+# this machine, checked for outside symbols, and the C program run against it (both panic
+# features). The Cortex-M4F link is `bash tests/c/nostd.sh thumb` (in .ci/run).
+step nostd-host bash tests/c/nostd.sh host
 
 # The C++ example through its CMake imported target (skipped when cmake is not installed;
 # `make -C cpp_example run` is the canonical build).
