@@ -223,8 +223,64 @@ static void overlap_is_checked_on_declared_capacities(void) {
     store_free(&s);
 }
 
+/*
+ * The corruptions the layout fuzz target (fuzz/fuzz_targets/layout_harness.rs) applies, from
+ * C: every edited entry of a plan is PLAN_INVALID with nothing written, except an edit that
+ * leaves a valid plan of the batch (the rollback count, which no array records), which is laid
+ * out exactly as before.
+ */
+static void corrupted_plan_entries_are_plan_invalid(void) {
+    skrull_config c = config();
+    plan_store s;
+    store_init(&s, N, c.dp, c.cp);
+    CHECK_STATUS(store_schedule(&s, &c, LENGTHS, N), SKRULL_STATUS_OK);
+    layout_out ref;
+    layout_out_init(&ref, &c);
+    CHECK_STATUS(fill(&c, &s.bufs, &ref), SKRULL_STATUS_OK);
+    for (int edit = 0; edit < 15; edit++) {
+        CHECK_STATUS(store_schedule(&s, &c, LENGTHS, N), SKRULL_STATUS_OK);
+        skrull_plan_buffers plan = s.bufs;
+        skrull_summary *sum = s.bufs.summary;
+        switch (edit) {
+        case 0: s.bufs.placements[3].cp_rank = 5; break;
+        case 1: s.bufs.placements[8].tokens_per_gpu += 1; break;
+        case 2: s.bufs.placements[0].micro_batch += 7; break;
+        case 3: s.bufs.micro_batches[0].count += 1; break;
+        case 4: s.bufs.rank_tokens[2] += 1; break;
+        case 5: s.bufs.micro_batches_per_dp[1] = 0; break;
+        case 6: s.bufs.members[0] = s.bufs.members[1]; break;
+        case 7: sum->total_tokens += 1; break;
+        case 8: sum->sequences -= 1; break;
+        case 9: sum->micro_batches += 1; break;
+        case 10: sum->sharded += 1; break;
+        case 11: sum->peak_rank_tokens += 1; break;
+        case 12: sum->_reserved = 1; break;
+        case 13: plan.placements_len = N - 1; break;
+        default: plan.rank_tokens_len = (size_t)sum->micro_batches * c.cp - 1; break;
+        }
+        layout_out o;
+        layout_out_init(&o, &c);
+        skrull_status st = fill(&c, &plan, &o);
+        if (st != SKRULL_STATUS_PLAN_INVALID) {
+            fprintf(stderr, "corruption %d: %s\n", edit, skrull_status_str(st));
+        }
+        CHECK_STATUS(st, SKRULL_STATUS_PLAN_INVALID);
+        CHECK(layout_out_untouched(&o));
+    }
+    CHECK_STATUS(store_schedule(&s, &c, LENGTHS, N), SKRULL_STATUS_OK);
+    s.bufs.summary->rollbacks += 7;
+    layout_out o;
+    layout_out_init(&o, &c);
+    CHECK_STATUS(fill(&c, &s.bufs, &o), SKRULL_STATUS_OK);
+    CHECK(memcmp(o.spans, ref.spans, sizeof o.spans) == 0);
+    CHECK(memcmp(&o.layout, &ref.layout, sizeof o.layout) == 0);
+    CHECK(memcmp(o.positions, ref.positions, sizeof o.positions) == 0);
+    store_free(&s);
+}
+
 int main(void) {
     summary_reserved_is_plan_invalid();
     overlap_is_checked_on_declared_capacities();
+    corrupted_plan_entries_are_plan_invalid();
     return report("regressions");
 }
