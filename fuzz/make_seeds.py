@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes the committed seed corpus: fuzz/corpus/{c_abi,rust_api}/seed-*.
+"""Writes the committed seed corpus: fuzz/corpus/{c_abi,rust_api,layout}/seed-*.
 
 Input format (fuzz_targets/harness.rs `decode`): a mode byte (0x80: Qwen2.5-7B preset,
 0x40: model fields follow, 0x20: "fit" lengths), selector bytes for dp, cp, bucket, policy,
@@ -59,10 +59,68 @@ SEEDS = {
     "seed-empty-batch": cfg() + b"\x00",
 }
 
-for target in ("c_abi", "rust_api"):
+# The layout target (fuzz_targets/layout_harness.rs): 16 header bytes (GPU mode, corruption
+# kind, index u16, value u32, call malformation, its argument, one GPU as three u16), then
+# the c_abi format above (its perturbation byte is unused).
+def hdr(mode=0, kind=0, index=0, value=0, mal=0, arg=0, gpu=(0, 0, 0)):
+    return bytes([mode, kind]) + struct.pack("<HI", index, value) + bytes([mal, arg]) + \
+        struct.pack("<HHH", *gpu)
+
+# The outside harness's case: DP 2, CP 4, BucketSize 24, the ten-sequence example.
+REPORT = cfg(mode=0x00, dp=1, cp=3, bucket=raw(24)) + b"\x00" + lens(1, 2, 2, 3, 4, 6, 9, 14, 30, 5)
+PAPER = cfg(mode=0x00, dp=0, cp=3, bucket=raw(24)) + b"\x00" + lens(1, 2, 2, 3, 4, 6, 9, 14, 30)
+LONG_TAIL = cfg(dp=1, cp=3, bucket=6) + b"\x00" + lens(*LMSYS_LIKE)
+
+LAYOUT_SEEDS = {
+    # Every GPU of valid plans: each policy (balanced through a raw selector), both paddings.
+    "seed-every-gpu-skrull": hdr() + LONG_TAIL,
+    "seed-every-gpu-balanced": hdr() + cfg(dp=1, cp=3, bucket=6, policy=raw(4)) + b"\x00"
+    + lens(*LMSYS_LIKE),
+    "seed-every-gpu-deepspeed": hdr() + cfg(dp=0, cp=2, bucket=6, policy=1) + b"\x00"
+    + lens(*LMSYS_LIKE),
+    "seed-every-gpu-packed": hdr() + cfg(dp=2, cp=4, bucket=5, policy=2) + b"\x00"
+    + lens(*range(1, 200, 7)),
+    "seed-zigzag": hdr() + cfg(dp=1, cp=3, bucket=6, pad=1) + b"\x00" + lens(*LMSYS_LIKE),
+    "seed-zigzag-tiny": hdr() + cfg(mode=0x00, dp=0, cp=3, bucket=raw(4), pad=1) + b"\x00"
+    + lens(10, 1, 3),
+    "seed-cp1": hdr() + cfg(dp=1, cp=0, bucket=7) + b"\x00" + lens(*range(1, 60, 5)),
+    "seed-exact-sizes": hdr(mode=2) + REPORT,
+    "seed-no-positions": hdr(mode=3) + LONG_TAIL,
+    "seed-paper-example": hdr() + PAPER,
+    "seed-one-gpu-far": hdr(mode=1, gpu=(1, 9, 7)) + REPORT,
+    # int32 overflow of the sharded cu_seqlens: two sequences of 2^31 - 2 tokens.
+    "seed-int32-overflow": hdr(mode=1) + cfg(mode=0x00, dp=0, cp=1, bucket=10, policy=2)
+    + b"\x00" + lens(0x7FFFFFFE, 0x7FFFFFFE),
+    # Corrupted plans, one entry each (kinds: layout_harness.rs `corrupt`).
+    "seed-summary-reserved": hdr(kind=19, value=1) + REPORT,
+    "seed-cp-rank": hdr(kind=3, index=4, value=5) + REPORT,
+    "seed-tokens-per-gpu": hdr(kind=4, index=8, value=7) + REPORT,
+    "seed-micro-batch-count": hdr(kind=8, index=0, value=3) + REPORT,
+    "seed-member-swap": hdr(kind=10, index=0, value=1) + REPORT,
+    "seed-rank-tokens": hdr(kind=11, index=2, value=23) + REPORT,
+    "seed-per-dp": hdr(kind=12, index=1, value=0) + REPORT,
+    "seed-summary-total": hdr(kind=13, value=75) + REPORT,
+    "seed-summary-rollbacks": hdr(kind=17, value=9) + REPORT,
+    "seed-capacity-shrunk": hdr(kind=20, index=2, value=1) + REPORT,
+    "seed-sharded-flip": hdr(kind=21, index=0) + REPORT,
+    # Malformed calls (kinds: layout_harness.rs `malform`).
+    "seed-plan-reserved": hdr(mal=1) + REPORT,
+    "seed-out-reserved": hdr(mal=2) + REPORT,
+    "seed-out-struct-size": hdr(mal=3, arg=2) + REPORT,
+    "seed-workspace-short": hdr(mal=4) + REPORT,
+    "seed-odd-workspace": hdr(mal=5) + LONG_TAIL,
+    "seed-output-short": hdr(mode=2, mal=6, arg=1) + REPORT,
+    "seed-output-null": hdr(mal=8, arg=5) + REPORT,
+    "seed-capacity-size-max": hdr(mal=9, arg=0) + REPORT,
+    "seed-plan-capacity-size-max": hdr(mal=9, arg=3) + REPORT,
+    "seed-spans-spare-on-positions": hdr(mal=10) + REPORT,
+    "seed-output-in-plan-spare": hdr(mal=11) + REPORT,
+}
+
+for target, seeds in (("c_abi", SEEDS), ("rust_api", SEEDS), ("layout", LAYOUT_SEEDS)):
     d = os.path.join(HERE, "corpus", target)
     os.makedirs(d, exist_ok=True)
-    for name, data in SEEDS.items():
+    for name, data in seeds.items():
         with open(os.path.join(d, name), "wb") as f:
             f.write(data)
-print(f"wrote {len(SEEDS)} seeds for each target")
+print(f"wrote {len(SEEDS)} seeds for c_abi and rust_api, {len(LAYOUT_SEEDS)} for layout")

@@ -3,20 +3,20 @@
 # corpus. Exits non-zero when a target crashes (the input lands in fuzz/artifacts/<target>/);
 # exits 0 with a message when nightly Rust or cargo-fuzz is missing.
 #
-#   fuzz/smoke.sh [SECONDS] [TARGET...]      # default: 60 s, targets c_abi and rust_api
+#   fuzz/smoke.sh [SECONDS] [TARGET...]      # default: 60 s, targets c_abi, rust_api, layout
 #
 # Longer runs (for example 30 minutes per target, low priority, in the background):
 #   cd fuzz && nice -n 19 cargo +nightly fuzz run c_abi -- -max_total_time=1800 -print_final_stats=1
 # Replay one input:   cd fuzz && cargo +nightly fuzz run c_abi artifacts/c_abi/crash-<hash>
 # Every crash becomes a named test in tests/regressions_fuzz.rs (it replays the bytes through
-# the same harness, fuzz/fuzz_targets/harness.rs).
+# the same harness, fuzz/fuzz_targets/harness.rs or layout_harness.rs).
 set -euo pipefail
 
 secs="${1:-60}"
 shift || true
 targets=("$@")
 if [ "${#targets[@]}" -eq 0 ]; then
-    targets=(c_abi rust_api)
+    targets=(c_abi rust_api layout)
 fi
 cd "$(dirname "$0")"
 

@@ -1,7 +1,8 @@
 /*
  * skrull.h - C API of skrull, the Skrull long-context data scheduler (GDS + DACP).
  *
- * Link: libskrull.a -lpthread -ldl -lm (full list: -lgcc_s -lutil -lrt -lpthread -lm -ldl -lc).
+ * Link: libskrull.a -lpthread -ldl -lm (full list: -lgcc_s -lutil -lrt -lpthread -lm -ldl -lc);
+ * the no_std build (bare metal, kernels) links alone. Linux: SONAME libskrull.so.<ABI version>.
  * Usage, thread safety, error handling and the ABI policy: docs/c_api.md.
  * SPDX-License-Identifier: MIT OR Apache-2.0
  */
@@ -185,8 +186,11 @@ enum skrull_status
      */
     SKRULL_STATUS_INVALID_ENUM = 3,
     /**
-     * Another malformed argument: a pointer not aligned for its type, overlapping buffers,
-     * or a nonzero `_reserved` field.
+     * Another malformed argument: a pointer not aligned for its type; a buffer whose declared
+     * range (pointer + capacity x element size, the whole capacity) overlaps a buffer it must
+     * not overlap, exceeds `PTRDIFF_MAX` bytes or runs past the end of the address space; or a
+     * nonzero `_reserved` field of a parameter struct (`skrull_plan_buffers`,
+     * `skrull_layout_buffers`).
      */
     SKRULL_STATUS_INVALID_ARG = 4,
     /**
@@ -256,8 +260,9 @@ enum skrull_status
     SKRULL_STATUS_UNSUPPORTED_OPTION = 22,
     /**
      * The plan buffers given to a layout function do not hold a valid plan that
-     * `skrull_schedule()` made from this configuration and these lengths (wrong counts,
-     * corrupted entries, or another batch).
+     * `skrull_schedule()` made from this configuration and these lengths (wrong counts, a
+     * capacity below what `summary` says, corrupted entries including a nonzero
+     * `summary._reserved`, or another batch).
      */
     SKRULL_STATUS_PLAN_INVALID = 30,
     /**
@@ -592,7 +597,8 @@ typedef struct skrull_summary {
      */
     uint32_t peak_rank_tokens;
     /**
-     * Always 0.
+     * Always 0 (the layout functions return `SKRULL_STATUS_PLAN_INVALID` for a summary whose
+     * `_reserved` is not 0).
      */
     uint32_t _reserved;
 } skrull_summary;
@@ -640,9 +646,12 @@ typedef struct skrull_error_info {
  * `SKRULL_STATUS_OK`; then the first `summary.sequences` placements and members, the first
  * `summary.micro_batches` micro-batches, `summary.micro_batches * cp` rank-token entries and
  * `dp` micro-batch counts are written, and the rest of each buffer is left as it was.
- * Buffers must not overlap each other, the lengths or the workspace
- * (`SKRULL_STATUS_INVALID_ARG`). A pointer may be NULL only when its capacity is 0 and the
- * batch needs none of it. `struct_size` follows the rules of `skrull_config`.
+ * Each buffer is the declared range `[ptr, ptr + capacity * sizeof(element))`: the whole
+ * capacity its `_len` field states, not only the part a call writes. These ranges must not
+ * overlap each other, the lengths or the workspace, and none may exceed `PTRDIFF_MAX` bytes or
+ * run past the end of the address space (`SKRULL_STATUS_INVALID_ARG`). A pointer may be NULL
+ * only when its capacity is 0 and the batch needs none of it. `struct_size` follows the rules
+ * of `skrull_config`.
  */
 typedef struct skrull_plan_buffers {
     /**
@@ -861,9 +870,12 @@ typedef struct skrull_layout {
  *
  * Nothing is written unless the call returns `SKRULL_STATUS_OK`; then only the valid entries
  * named in `skrull_layout` are written. `positions` may be NULL with `positions_len` 0 to
- * skip the full position-id array (the spans carry the same ranges). Buffers must not overlap
- * each other, the inputs or the workspace (`SKRULL_STATUS_INVALID_ARG`). `struct_size`
- * follows the rules of `skrull_config`.
+ * skip the full position-id array (the spans carry the same ranges). As in
+ * `skrull_plan_buffers`, each buffer is its declared range (the whole capacity): the ranges
+ * must not overlap each other, the workspace or any input (the lengths, the `summary` and every
+ * plan array at its declared capacity), and none may exceed `PTRDIFF_MAX` bytes or run past the
+ * end of the address space (`SKRULL_STATUS_INVALID_ARG`). `struct_size` follows the rules of
+ * `skrull_config`.
  */
 typedef struct skrull_layout_buffers {
     /**
@@ -1018,6 +1030,15 @@ extern "C" {
 #endif // __cplusplus
 
 /**
+ * The unwinding personality routine that the precompiled `core` of a hosted target (built with
+ * `panic = "unwind"`) refers to from its unwind tables. Nothing in this library unwinds (it is
+ * built with `panic = "abort"`, and it never calls back into foreign code), so it is never
+ * called; it exists so that the `no_std` static library links on such targets without the
+ * standard library. Bare-metal targets (`target_os = "none"`) ship a `core` that needs none.
+ */
+void rust_eh_personality(void);
+
+/**
  * Returns the ABI version of the linked library; a program should check that it equals the
  * `SKRULL_ABI_VERSION` it was compiled with.
  *
@@ -1082,8 +1103,11 @@ skrull_status skrull_cost_model_preset(uint32_t gpu,
  *
  * Returns `SKRULL_STATUS_DACP_FAILED` when the micro-batch cannot fit (even after every
  * rollback); `skrull_schedule()` never does, because GDS splits such micro-batches. The other
- * statuses and their order are those of `skrull_schedule()`. Outputs are written only on
- * success. No allocation, no state; thread-safe with separate workspaces and outputs.
+ * statuses and their order are those of `skrull_schedule()`. As there, `cp_ranks` is its
+ * declared range (`cp_ranks_len` elements, not only the `n` written): it, `summary`, the
+ * workspace and the lengths must not overlap, and it may not exceed `PTRDIFF_MAX` bytes or run
+ * past the end of the address space (`SKRULL_STATUS_INVALID_ARG`). Outputs are written only
+ * on success. No allocation, no state; thread-safe with separate workspaces and outputs.
  *
  * # Safety
  * - `config`, unless NULL, points to a `skrull_config` whose `struct_size` bytes are
@@ -1113,8 +1137,9 @@ skrull_status skrull_dacp_place(const struct skrull_config *config,
  * `skrull_layout_sizes_max()` fit every GPU. Outputs are written only on success. Statuses,
  * first problem first: as `skrull_layout_sizes()` up to `LAYOUT_OVERFLOW` (with `out` NULL,
  * misaligned, struct size or reserved field checked right after `plan`), then
- * `out->layout` (NULL, misaligned), each buffer in field order (NULL, misaligned,
- * `OUTPUT_TOO_SMALL`), then overlapping buffers (`INVALID_ARG`). No allocation, no state;
+ * `out->layout` (NULL, misaligned), each buffer in field order (NULL with a nonzero capacity,
+ * misaligned or an impossible declared range, then `OUTPUT_TOO_SMALL`), then overlapping
+ * declared ranges (`INVALID_ARG`; see `skrull_layout_buffers`). No allocation, no state;
  * thread-safe with separate workspaces and outputs.
  *
  * # Safety
@@ -1144,10 +1169,14 @@ skrull_status skrull_layout_fill(const struct skrull_config *config,
  *
  * Statuses, first problem first: `config` (as `skrull_schedule()`), `plan` (NULL, misaligned,
  * struct size, reserved field), `TOO_MANY_SEQUENCES`, `lengths`, `workspace` (NULL,
- * `WORKSPACE_TOO_SMALL`), the plan arrays (NULL, misaligned, `PLAN_INVALID` when a capacity
- * is below what `summary` says), a workspace overlapping an input (`INVALID_ARG`),
- * `PLAN_INVALID` (not a valid plan of this configuration and batch), `NO_SUCH_GPU`,
- * `LAYOUT_OVERFLOW` (a value above `INT32_MAX`), then `out` (NULL, misaligned, overlapping).
+ * `WORKSPACE_TOO_SMALL`), `plan->summary` (NULL, misaligned; `PLAN_INVALID` when its
+ * `sequences` is not `n`, its `micro_batches` exceeds `n` or its `_reserved` is not 0), the
+ * plan arrays in field order (NULL with a nonzero capacity, misaligned or an impossible
+ * declared range; `PLAN_INVALID` when a capacity is below what `summary` says), the
+ * workspace's declared range and its overlap with an input's (`INVALID_ARG`), `PLAN_INVALID`
+ * (not a valid plan of this configuration and batch), `NO_SUCH_GPU`, `LAYOUT_OVERFLOW` (a
+ * value above `INT32_MAX`), then `out` (NULL, misaligned, overlapping an input or the
+ * workspace). Overlaps are checked on declared ranges, as in `skrull_plan_buffers`.
  * `*out` is written only on success. No allocation, no state; thread-safe with separate
  * workspaces (the configuration, lengths and plan may be shared).
  *
@@ -1191,12 +1220,13 @@ skrull_status skrull_layout_sizes_max(const struct skrull_config *config,
 
 /**
  * Raises a Rust panic inside the library's panic guard and returns what the guard made of it:
- * `SKRULL_STATUS_PANIC` in a correctly built library.
+ * `SKRULL_STATUS_PANIC` in a library built with the standard library (the default).
  *
  * Lets a C test suite or a trainer check, once at start-up, that panics inside skrull become
  * statuses instead of unwinding into C frames. The panic is raised without invoking the panic
- * hook, so nothing is printed. In a library built with `panic = "abort"` (where the guard
- * cannot work) it raises nothing and returns `SKRULL_STATUS_INTERNAL`.
+ * hook, so nothing is printed. In a library that cannot catch a panic it raises nothing and
+ * returns `SKRULL_STATUS_INTERNAL`: one built with `panic = "abort"`, and the `no_std` build
+ * (`skrull-ffi` without its `std` feature), where a panic stops the program instead.
  *
  * # Safety
  * None: safe to call from any thread at any time.
@@ -1236,7 +1266,9 @@ skrull_status skrull_plan_sizes(size_t n, uint32_t dp, uint32_t cp, struct skrul
  * size, option integers, then ranges `INVALID_DP` ... `INVALID_MODEL`), `out` (NULL,
  * misaligned, struct size, reserved field), `TOO_MANY_SEQUENCES`, `lengths`, `workspace`
  * (NULL, then `WORKSPACE_TOO_SMALL`), the summary pointer, each output buffer in field order
- * (NULL, misaligned, `OUTPUT_TOO_SMALL`), overlapping buffers, then the batch's own errors
+ * (NULL with a nonzero capacity, misaligned or an impossible declared range, then
+ * `OUTPUT_TOO_SMALL`), the workspace's declared range, overlapping declared ranges (outputs,
+ * workspace and lengths; see `skrull_plan_buffers`), then the batch's own errors
  * (`EMPTY_SEQUENCE`, `LENGTH_OUT_OF_RANGE`, `SEQUENCE_TOO_LONG`: the first offending
  * sequence in input order) and `MICRO_BATCH_LIMIT`.
  *

@@ -7,6 +7,8 @@
 mod check;
 #[path = "../fuzz/fuzz_targets/harness.rs"]
 mod harness;
+#[path = "../fuzz/fuzz_targets/layout_harness.rs"]
+mod layout_harness;
 
 use std::path::Path;
 
@@ -16,7 +18,7 @@ use std::path::Path;
 fn committed_seed_corpus_replays_clean() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus");
     let mut replayed = 0;
-    for target in ["c_abi", "rust_api"] {
+    for target in ["c_abi", "rust_api", "layout"] {
         let mut entries: Vec<_> = std::fs::read_dir(root.join(target))
             .unwrap()
             .map(|e| e.unwrap().path())
@@ -33,6 +35,9 @@ fn committed_seed_corpus_replays_clean() {
                 "c_abi" => {
                     let _ = harness::c_abi(&data);
                 }
+                "layout" => {
+                    let _ = layout_harness::layout(&data);
+                }
                 _ => harness::rust_api(&data),
             }
             replayed += 1;
@@ -43,4 +48,79 @@ fn committed_seed_corpus_replays_clean() {
         "only {replayed} seeds found under {}",
         root.display()
     );
+}
+
+/// The layout seeds reach what they are named after: valid plans laid out on every GPU and
+/// tiled, the outside harness's report (a summary with `_reserved = 1`) refused as
+/// `PLAN_INVALID`, malformed calls refused with their status, and the declared-capacity
+/// overlaps refused as `INVALID_ARG`.
+#[test]
+#[cfg_attr(miri, ignore)]
+fn layout_seeds_reach_what_they_are_named_after() {
+    use skrull::skrull_status as S;
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus/layout");
+    let run = |name: &str| layout_harness::layout(&std::fs::read(dir.join(name)).unwrap());
+    for seed in [
+        "seed-every-gpu-skrull",
+        "seed-every-gpu-balanced",
+        "seed-every-gpu-deepspeed",
+        "seed-every-gpu-packed",
+        "seed-zigzag",
+        "seed-zigzag-tiny",
+        "seed-cp1",
+        "seed-exact-sizes",
+        "seed-no-positions",
+        "seed-paper-example",
+    ] {
+        let r = run(seed);
+        assert!(
+            r.tiled && r.plan_valid && !r.fills.is_empty(),
+            "{seed}: {r:?}"
+        );
+        assert!(r.fills.iter().all(|&s| s == S::Ok), "{seed}: {r:?}");
+    }
+    let r = run("seed-summary-reserved");
+    assert!(r.corrupted && !r.plan_valid, "{r:?}");
+    assert_eq!(r.fills, [S::PlanInvalid, S::PlanInvalid]);
+    for (seed, first) in [
+        ("seed-plan-reserved", S::InvalidArg),
+        ("seed-out-reserved", S::InvalidArg),
+        ("seed-out-struct-size", S::BadStructSize),
+        ("seed-workspace-short", S::WorkspaceTooSmall),
+        ("seed-output-short", S::OutputTooSmall),
+        ("seed-output-null", S::NullArg),
+        ("seed-capacity-size-max", S::InvalidArg),
+        ("seed-plan-capacity-size-max", S::InvalidArg),
+        ("seed-spans-spare-on-positions", S::InvalidArg),
+        ("seed-output-in-plan-spare", S::InvalidArg),
+        ("seed-odd-workspace", S::Ok),
+    ] {
+        let r = run(seed);
+        assert_eq!(r.fills.first(), Some(&first), "{seed}: {r:?}");
+        assert!(r.fills[1..].iter().all(|&s| s == S::Ok), "{seed}: {r:?}");
+    }
+    let r = run("seed-one-gpu-far");
+    assert_eq!(r.fills.first(), Some(&S::NoSuchGpu), "{r:?}");
+    let r = run("seed-int32-overflow");
+    assert!(r.fills.contains(&S::LayoutOverflow), "{r:?}");
+    // Corruptions: refused, or (a swap inside a micro-batch) still a plan that is laid out.
+    for seed in [
+        "seed-cp-rank",
+        "seed-tokens-per-gpu",
+        "seed-micro-batch-count",
+        "seed-rank-tokens",
+        "seed-per-dp",
+        "seed-summary-total",
+        "seed-capacity-shrunk",
+        "seed-sharded-flip",
+    ] {
+        let r = run(seed);
+        assert!(r.corrupted && !r.plan_valid, "{seed}: {r:?}");
+        assert!(
+            r.fills.iter().all(|&s| s == S::PlanInvalid),
+            "{seed}: {r:?}"
+        );
+    }
+    let r = run("seed-summary-rollbacks");
+    assert!(r.corrupted && r.plan_valid && r.tiled, "{r:?}");
 }

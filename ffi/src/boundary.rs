@@ -1,35 +1,48 @@
 //! The C boundary: the panic guard every export runs inside, and the checks that turn raw
 //! pointers from C into statuses before anything is read or written.
+//!
+//! With the `std` feature (the default) the guard catches a panic and turns it into
+//! `SKRULL_STATUS_PANIC`. Without it (the `no_std` build) nothing can unwind: the guard just
+//! runs the body, and a panic, which the design rules out, stops the program in the panic
+//! handler: a trap instruction (feature `panic-handler`) or the program's own
+//! `skrull_on_panic()` (feature `panic-extern`).
 
+#[cfg(feature = "std")]
 use core::ffi::c_char;
+#[cfg(feature = "std")]
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use crate::status::skrull_status;
 
 /// The value an export returns when its body panicked.
+#[cfg(feature = "std")]
 pub(crate) trait PanicDefault {
     /// The documented fallback value.
     fn panic_default() -> Self;
 }
 
+#[cfg(feature = "std")]
 impl PanicDefault for skrull_status {
     fn panic_default() -> Self {
         skrull_status::Panic
     }
 }
 
+#[cfg(feature = "std")]
 impl PanicDefault for usize {
     fn panic_default() -> Self {
         0
     }
 }
 
+#[cfg(feature = "std")]
 impl PanicDefault for u32 {
     fn panic_default() -> Self {
         0
     }
 }
 
+#[cfg(feature = "std")]
 impl PanicDefault for *const c_char {
     fn panic_default() -> Self {
         skrull_status::Panic.message().as_ptr()
@@ -42,8 +55,103 @@ impl PanicDefault for *const c_char {
 /// a panic hook (that would be global state), so a caught panic is still reported on stderr by
 /// the default hook before it becomes a status. With `panic = "abort"` (not the default; see
 /// `docs/c_api.md`) a panic aborts the process instead.
+#[cfg(feature = "std")]
 pub(crate) fn guard<T: PanicDefault>(f: impl FnOnce() -> T) -> T {
     catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|_| T::panic_default())
+}
+
+/// The `no_std` guard: runs `f`. Without the standard library there is no unwinding, so no
+/// unwind can cross into C either: a panic ends in the panic handler, which never returns.
+#[cfg(not(feature = "std"))]
+pub(crate) fn guard<T>(f: impl FnOnce() -> T) -> T {
+    f()
+}
+
+#[cfg(all(feature = "panic-handler", feature = "panic-extern"))]
+compile_error!("features `panic-handler` and `panic-extern` are alternatives: enable one");
+
+/// The panic handler of the `no_std` build with feature `panic-handler`: stops the program at
+/// once with the CPU's trap instruction, as `core::intrinsics::abort` does (SIGILL in a hosted
+/// process, a fault such as HardFault on bare metal). It prints nothing and touches no state.
+/// A panic is a bug (the scheduler is written not to panic). A program with its own panic
+/// routine builds with `panic-extern` instead (see `docs/c_api.md`).
+#[cfg(all(not(feature = "std"), feature = "panic-handler", not(test)))]
+#[panic_handler]
+fn panic(_info: &core::panic::PanicInfo<'_>) -> ! {
+    trap()
+}
+
+#[cfg(all(not(feature = "std"), feature = "panic-extern", not(test)))]
+unsafe extern "C" {
+    /// Defined by the program that links the library (feature `panic-extern`): its own panic
+    /// or abort routine, `_Noreturn void skrull_on_panic(void)`. It must not return.
+    safe fn skrull_on_panic() -> !;
+}
+
+/// The panic handler of the `no_std` build with feature `panic-extern`: hands over to the
+/// program's `skrull_on_panic()` (for example a kernel's panic routine or a firmware's fault
+/// handler), which must not return.
+#[cfg(all(not(feature = "std"), feature = "panic-extern", not(test)))]
+#[panic_handler]
+fn panic(_info: &core::panic::PanicInfo<'_>) -> ! {
+    skrull_on_panic()
+}
+
+/// The unwinding personality routine that the precompiled `core` of a hosted target (built with
+/// `panic = "unwind"`) refers to from its unwind tables. Nothing in this library unwinds (it is
+/// built with `panic = "abort"`, and it never calls back into foreign code), so it is never
+/// called; it exists so that the `no_std` static library links on such targets without the
+/// standard library. Bare-metal targets (`target_os = "none"`) ship a `core` that needs none.
+#[cfg(all(
+    not(feature = "std"),
+    any(feature = "panic-handler", feature = "panic-extern"),
+    not(test),
+    not(target_os = "none")
+))]
+#[unsafe(no_mangle)]
+extern "C" fn rust_eh_personality() -> ! {
+    trap()
+}
+
+/// Executes an instruction that is defined to fault, or spins where there is none.
+#[cfg(all(
+    not(feature = "std"),
+    not(test),
+    any(
+        feature = "panic-handler",
+        all(feature = "panic-extern", not(target_os = "none"))
+    )
+))]
+fn trap() -> ! {
+    #[cfg(any(target_arch = "x86", target_arch = "x86_64"))]
+    // SAFETY: `ud2` raises an invalid-opcode exception; it reads and writes no memory.
+    unsafe {
+        core::arch::asm!("ud2", options(noreturn, nomem, nostack))
+    }
+    #[cfg(any(target_arch = "arm", target_arch = "aarch64"))]
+    // SAFETY: `udf #0` is permanently undefined (ARM, Thumb and A64); it touches no memory.
+    unsafe {
+        core::arch::asm!("udf #0", options(noreturn, nomem, nostack))
+    }
+    #[cfg(any(target_arch = "riscv32", target_arch = "riscv64"))]
+    // SAFETY: `unimp` is an illegal instruction by definition; it touches no memory.
+    unsafe {
+        core::arch::asm!("unimp", options(noreturn, nomem, nostack))
+    }
+    #[cfg(target_arch = "wasm32")]
+    core::arch::wasm32::unreachable();
+    #[cfg(not(any(
+        target_arch = "x86",
+        target_arch = "x86_64",
+        target_arch = "arm",
+        target_arch = "aarch64",
+        target_arch = "riscv32",
+        target_arch = "riscv64",
+        target_arch = "wasm32"
+    )))]
+    loop {
+        core::hint::spin_loop();
+    }
 }
 
 /// An address range `[start, start + len)` in bytes, for overlap checks.
@@ -79,24 +187,38 @@ pub(crate) fn any_overlap(spans: &[Span]) -> bool {
         .any(|(i, a)| spans.iter().skip(i + 1).any(|b| a.overlaps(*b)))
 }
 
-/// Checks a caller's `(ptr, len)` output buffer that must hold at least `needed` elements.
+/// The declared byte range of a caller's buffer: `count` elements of `T` at `ptr`, the whole
+/// capacity the caller lends, not only the part a call reads or writes.
 ///
 /// # Errors
-/// `NullArg` for NULL with a nonzero `len`, `InvalidArg` when misaligned for `T`,
-/// `OutputTooSmall` when `len < needed`.
-pub(crate) fn check_out<T>(ptr: *mut T, len: usize, needed: usize) -> Result<Span, skrull_status> {
+/// `NullArg` for NULL with a nonzero `count`; `InvalidArg` when `ptr` is misaligned for `T`,
+/// or the range is larger than `isize::MAX` bytes or runs past the end of the address space.
+pub(crate) fn declared<T>(ptr: *const T, count: usize) -> Result<Span, skrull_status> {
     if ptr.is_null() {
-        if len != 0 {
+        if count != 0 {
             return Err(skrull_status::NullArg);
         }
     } else if !ptr.is_aligned() {
         return Err(skrull_status::InvalidArg);
     }
+    match Span::of(ptr, count) {
+        Some(span) if span.len <= isize::MAX as usize => Ok(span),
+        _ => Err(skrull_status::InvalidArg),
+    }
+}
+
+/// Checks a caller's `(ptr, len)` output buffer that must hold at least `needed` elements and
+/// returns its declared range (all `len` elements: the overlap rule applies to what the caller
+/// declared, not to what a call happens to write).
+///
+/// # Errors
+/// As [`declared`], then `OutputTooSmall` when `len < needed`.
+pub(crate) fn check_out<T>(ptr: *mut T, len: usize, needed: usize) -> Result<Span, skrull_status> {
+    let span = declared(ptr.cast_const(), len)?;
     if len < needed {
         return Err(skrull_status::OutputTooSmall);
     }
-    // Only the `needed` elements are ever written, so only they must not overlap anything.
-    Span::of(ptr.cast_const(), needed).ok_or(skrull_status::InvalidArg)
+    Ok(span)
 }
 
 /// Borrows the caller's `lengths` array.
@@ -123,23 +245,24 @@ pub(crate) unsafe fn lengths<'a>(ptr: *const u32, n: usize) -> Result<&'a [u32],
 }
 
 /// Raises a Rust panic inside the library's panic guard and returns what the guard made of it:
-/// `SKRULL_STATUS_PANIC` in a correctly built library.
+/// `SKRULL_STATUS_PANIC` in a library built with the standard library (the default).
 ///
 /// Lets a C test suite or a trainer check, once at start-up, that panics inside skrull become
 /// statuses instead of unwinding into C frames. The panic is raised without invoking the panic
-/// hook, so nothing is printed. In a library built with `panic = "abort"` (where the guard
-/// cannot work) it raises nothing and returns `SKRULL_STATUS_INTERNAL`.
+/// hook, so nothing is printed. In a library that cannot catch a panic it raises nothing and
+/// returns `SKRULL_STATUS_INTERNAL`: one built with `panic = "abort"`, and the `no_std` build
+/// (`skrull-ffi` without its `std` feature), where a panic stops the program instead.
 ///
 /// # Safety
 /// None: safe to call from any thread at any time.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn skrull_panic_selftest() -> skrull_status {
     guard(|| {
+        #[cfg(feature = "std")]
         if cfg!(panic = "unwind") {
             std::panic::resume_unwind(Box::new("skrull_panic_selftest"))
-        } else {
-            skrull_status::Internal
         }
+        skrull_status::Internal
     })
 }
 
@@ -148,6 +271,7 @@ mod tests {
     use super::*;
 
     #[test]
+    #[cfg(feature = "std")]
     fn guard_turns_a_panic_into_the_default() {
         // A real panic (its message goes to the captured test output).
         let v: Vec<u32> = Vec::new();
@@ -158,6 +282,17 @@ mod tests {
         assert_eq!(n, 0);
         // SAFETY: no preconditions.
         assert_eq!(unsafe { skrull_panic_selftest() }, skrull_status::Panic);
+    }
+
+    /// The `no_std` build has no guard: the self-test says so (INTERNAL) instead of panicking,
+    /// and the guard passes every value through.
+    #[test]
+    #[cfg(not(feature = "std"))]
+    fn without_std_the_selftest_reports_that_panics_are_not_caught() {
+        // SAFETY: no preconditions.
+        assert_eq!(unsafe { skrull_panic_selftest() }, skrull_status::Internal);
+        assert_eq!(guard(|| skrull_status::Ok), skrull_status::Ok);
+        assert_eq!(guard(|| 7usize), 7);
     }
 
     #[test]
@@ -192,5 +327,20 @@ mod tests {
         assert_eq!(check_out(p, 3, 4), Err(skrull_status::OutputTooSmall));
         let odd = p.cast::<u8>().wrapping_add(1).cast::<u32>();
         assert_eq!(check_out(odd, 2, 1), Err(skrull_status::InvalidArg));
+        // The returned range is the declared capacity, not the elements needed.
+        assert_eq!(
+            check_out(p, 4, 1),
+            Span::of(p.cast_const(), 4).ok_or(skrull_status::Ok)
+        );
+        // A capacity whose bytes wrap the address space, or exceed isize::MAX, is malformed.
+        assert_eq!(check_out(p, usize::MAX, 1), Err(skrull_status::InvalidArg));
+        assert_eq!(
+            check_out(p, isize::MAX as usize / 4 + 1, 1),
+            Err(skrull_status::InvalidArg)
+        );
+        assert_eq!(
+            declared(core::ptr::null::<u32>(), 1),
+            Err(skrull_status::NullArg)
+        );
     }
 }

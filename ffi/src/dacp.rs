@@ -2,7 +2,7 @@
 
 use core::ffi::c_void;
 
-use crate::boundary::{Span, any_overlap, check_out, guard, lengths};
+use crate::boundary::{Span, any_overlap, check_out, declared, guard, lengths};
 use crate::config::{read_config, skrull_config};
 use crate::error::Failure;
 use crate::status::skrull_status;
@@ -31,8 +31,11 @@ const _: () = assert!(size_of::<skrull_dacp_summary>() == 8);
 ///
 /// Returns `SKRULL_STATUS_DACP_FAILED` when the micro-batch cannot fit (even after every
 /// rollback); `skrull_schedule()` never does, because GDS splits such micro-batches. The other
-/// statuses and their order are those of `skrull_schedule()`. Outputs are written only on
-/// success. No allocation, no state; thread-safe with separate workspaces and outputs.
+/// statuses and their order are those of `skrull_schedule()`. As there, `cp_ranks` is its
+/// declared range (`cp_ranks_len` elements, not only the `n` written): it, `summary`, the
+/// workspace and the lengths must not overlap, and it may not exceed `PTRDIFF_MAX` bytes or run
+/// past the end of the address space (`SKRULL_STATUS_INVALID_ARG`). Outputs are written only
+/// on success. No allocation, no state; thread-safe with separate workspaces and outputs.
 ///
 /// # Safety
 /// - `config`, unless NULL, points to a `skrull_config` whose `struct_size` bytes are
@@ -105,8 +108,7 @@ unsafe fn place(
     let spans = [
         check_out(cp_ranks, cp_ranks_len, n)?,
         Span::of(summary.cast_const(), 1).ok_or(skrull_status::InvalidArg)?,
-        Span::of(workspace.cast_const().cast::<u8>(), workspace_size)
-            .ok_or(skrull_status::InvalidArg)?,
+        declared(workspace.cast_const().cast::<u8>(), workspace_size)?,
         Span::of(lengths.as_ptr(), n).ok_or(skrull_status::InvalidArg)?,
     ];
     if any_overlap(&spans) {

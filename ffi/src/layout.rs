@@ -15,7 +15,7 @@ use skrull_core::plan::SHARDED;
 use skrull_core::plan::layout::{self, Gpu, LayoutBuffers, LayoutSizes};
 use skrull_core::{Config, MicroBatch, Placement, Plan, PlanParts};
 
-use crate::boundary::{Span, any_overlap, check_out, guard, lengths};
+use crate::boundary::{Span, any_overlap, check_out, declared, guard, lengths};
 use crate::config::{read_config, read_sized, skrull_config};
 use crate::error::{Failure, finish, info_span, target};
 use crate::plan::{
@@ -150,9 +150,12 @@ const _: () = assert!(size_of::<skrull_layout>() == 88);
 ///
 /// Nothing is written unless the call returns `SKRULL_STATUS_OK`; then only the valid entries
 /// named in `skrull_layout` are written. `positions` may be NULL with `positions_len` 0 to
-/// skip the full position-id array (the spans carry the same ranges). Buffers must not overlap
-/// each other, the inputs or the workspace (`SKRULL_STATUS_INVALID_ARG`). `struct_size`
-/// follows the rules of `skrull_config`.
+/// skip the full position-id array (the spans carry the same ranges). As in
+/// `skrull_plan_buffers`, each buffer is its declared range (the whole capacity): the ranges
+/// must not overlap each other, the workspace or any input (the lengths, the `summary` and every
+/// plan array at its declared capacity), and none may exceed `PTRDIFF_MAX` bytes or run past the
+/// end of the address space (`SKRULL_STATUS_INVALID_ARG`). `struct_size` follows the rules of
+/// `skrull_config`.
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct skrull_layout_buffers {
@@ -251,11 +254,12 @@ pub(crate) fn workspace_bytes(n: usize) -> usize {
     workspace_end(n) + (BASE_ALIGN - 1)
 }
 
-/// Borrows an input array of the plan: `count` entries of a buffer of `capacity`.
+/// Borrows an input array of the plan: `count` entries of a buffer of `capacity`, and returns
+/// them with the buffer's declared range (all `capacity` elements, for the overlap checks).
 ///
 /// # Errors
-/// `NullArg` for NULL with `count > 0`, `InvalidArg` when misaligned or wrapping,
-/// `PlanInvalid` when `count > capacity`.
+/// As [`declared`] for the buffer (`NullArg`, `InvalidArg`), then `PlanInvalid` when
+/// `count > capacity`.
 ///
 /// # Safety
 /// Unless NULL, `ptr` must point to `capacity` initialised `T` unchanged for `'a`.
@@ -263,22 +267,18 @@ unsafe fn input<'a, T>(
     ptr: *const T,
     capacity: usize,
     count: usize,
-) -> Result<&'a [T], skrull_status> {
-    if count == 0 {
-        return Ok(&[]);
-    }
-    if ptr.is_null() {
-        return Err(skrull_status::NullArg);
-    }
-    if !ptr.is_aligned() || Span::of(ptr, count).is_none() {
-        return Err(skrull_status::InvalidArg);
-    }
+) -> Result<(&'a [T], Span), skrull_status> {
+    let span = declared(ptr, capacity)?;
     if count > capacity {
         return Err(skrull_status::PlanInvalid);
     }
-    // SAFETY: non-null, aligned, `count <= capacity` initialised elements (caller contract),
-    // and the byte size does not wrap (checked).
-    Ok(unsafe { core::slice::from_raw_parts(ptr, count) })
+    if count == 0 {
+        return Ok((&[], span));
+    }
+    // SAFETY: non-null (`declared` rejects NULL with a nonzero capacity), aligned, `count <=
+    // capacity` initialised elements (caller contract), and the byte size is at most
+    // isize::MAX and does not wrap (checked by `declared`).
+    Ok((unsafe { core::slice::from_raw_parts(ptr, count) }, span))
 }
 
 /// The plan a caller's `skrull_plan_buffers` hold, borrowed (C arrays) and staged (records
@@ -318,43 +318,42 @@ unsafe fn read_plan<'a>(
     }
     let summary_ptr: *const skrull_summary = bufs.summary;
     // SAFETY: forwarded caller contract (one readable summary unless NULL).
-    let summary = unsafe { input(summary_ptr, 1, 1) }?
-        .first()
-        .copied()
-        .ok_or(skrull_status::NullArg)?;
+    let (summary, summary_span) = unsafe { input(summary_ptr, 1, 1) }?;
+    let summary = summary.first().copied().ok_or(skrull_status::NullArg)?;
     let mbs = summary.micro_batches as usize;
-    if summary.sequences as usize != n || mbs > n {
+    // `_reserved` is always 0 in a summary `skrull_schedule()` wrote: anything else is a
+    // corrupted plan, like any other edited entry.
+    if summary.sequences as usize != n || mbs > n || summary._reserved != 0 {
         return Err(skrull_status::PlanInvalid);
     }
     let (dp, cp) = (cfg.dp as usize, cfg.cp as usize);
     // SAFETY: forwarded caller contract for each array and its capacity (all five).
-    let placements: &[skrull_placement] =
+    let (placements, placements_span): (&[skrull_placement], _) =
         unsafe { input(bufs.placements, bufs.placements_len, n) }?;
     // SAFETY: as above.
-    let micro_batches: &[skrull_micro_batch] =
+    let (micro_batches, micro_batches_span): (&[skrull_micro_batch], _) =
         unsafe { input(bufs.micro_batches, bufs.micro_batches_len, mbs) }?;
     // SAFETY: as above.
-    let members: &'a [u32] = unsafe { input(bufs.members, bufs.members_len, n) }?;
+    let (members, members_span): (&'a [u32], _) =
+        unsafe { input(bufs.members, bufs.members_len, n) }?;
     // SAFETY: as above.
-    let rank_tokens: &'a [u32] =
+    let (rank_tokens, rank_tokens_span): (&'a [u32], _) =
         unsafe { input(bufs.rank_tokens, bufs.rank_tokens_len, mbs * cp) }?;
     // SAFETY: as above.
-    let per_dp: &'a [u32] =
+    let (per_dp, per_dp_span): (&'a [u32], _) =
         unsafe { input(bufs.micro_batches_per_dp, bufs.micro_batches_per_dp_len, dp) }?;
     let region = |s: Option<Span>| s.ok_or(skrull_status::InvalidArg);
+    // Declared ranges: every capacity the caller lent, not only the entries the plan uses.
     let inputs = [
         region(Span::of(lengths.as_ptr(), n))?,
-        region(Span::of(placements.as_ptr(), n))?,
-        region(Span::of(micro_batches.as_ptr(), mbs))?,
-        region(Span::of(members.as_ptr(), n))?,
-        region(Span::of(rank_tokens.as_ptr(), mbs * cp))?,
-        region(Span::of(per_dp.as_ptr(), dp))?,
-        region(Span::of(summary_ptr, 1))?,
+        placements_span,
+        micro_batches_span,
+        members_span,
+        rank_tokens_span,
+        per_dp_span,
+        summary_span,
     ];
-    let ws = region(Span::of(
-        workspace.cast_const().cast::<u8>(),
-        workspace_size,
-    ))?;
+    let ws = declared(workspace.cast_const().cast::<u8>(), workspace_size)?;
     if inputs.iter().any(|i| i.overlaps(ws)) {
         return Err(skrull_status::InvalidArg);
     }
@@ -544,10 +543,14 @@ pub unsafe extern "C" fn skrull_layout_sizes_max(
 ///
 /// Statuses, first problem first: `config` (as `skrull_schedule()`), `plan` (NULL, misaligned,
 /// struct size, reserved field), `TOO_MANY_SEQUENCES`, `lengths`, `workspace` (NULL,
-/// `WORKSPACE_TOO_SMALL`), the plan arrays (NULL, misaligned, `PLAN_INVALID` when a capacity
-/// is below what `summary` says), a workspace overlapping an input (`INVALID_ARG`),
-/// `PLAN_INVALID` (not a valid plan of this configuration and batch), `NO_SUCH_GPU`,
-/// `LAYOUT_OVERFLOW` (a value above `INT32_MAX`), then `out` (NULL, misaligned, overlapping).
+/// `WORKSPACE_TOO_SMALL`), `plan->summary` (NULL, misaligned; `PLAN_INVALID` when its
+/// `sequences` is not `n`, its `micro_batches` exceeds `n` or its `_reserved` is not 0), the
+/// plan arrays in field order (NULL with a nonzero capacity, misaligned or an impossible
+/// declared range; `PLAN_INVALID` when a capacity is below what `summary` says), the
+/// workspace's declared range and its overlap with an input's (`INVALID_ARG`), `PLAN_INVALID`
+/// (not a valid plan of this configuration and batch), `NO_SUCH_GPU`, `LAYOUT_OVERFLOW` (a
+/// value above `INT32_MAX`), then `out` (NULL, misaligned, overlapping an input or the
+/// workspace). Overlaps are checked on declared ranges, as in `skrull_plan_buffers`.
 /// `*out` is written only on success. No allocation, no state; thread-safe with separate
 /// workspaces (the configuration, lengths and plan may be shared).
 ///
@@ -620,8 +623,7 @@ unsafe fn sizes(
         return Err(skrull_status::InvalidArg.into());
     }
     let out_span = Span::of(out.cast_const(), 1).ok_or(skrull_status::InvalidArg)?;
-    let ws = Span::of(workspace.cast_const().cast::<u8>(), workspace_size)
-        .ok_or(skrull_status::InvalidArg)?;
+    let ws = declared(workspace.cast_const().cast::<u8>(), workspace_size)?;
     if p.inputs.iter().chain([&ws]).any(|i| i.overlaps(out_span)) {
         return Err(skrull_status::InvalidArg.into());
     }
@@ -642,8 +644,9 @@ unsafe fn sizes(
 /// `skrull_layout_sizes_max()` fit every GPU. Outputs are written only on success. Statuses,
 /// first problem first: as `skrull_layout_sizes()` up to `LAYOUT_OVERFLOW` (with `out` NULL,
 /// misaligned, struct size or reserved field checked right after `plan`), then
-/// `out->layout` (NULL, misaligned), each buffer in field order (NULL, misaligned,
-/// `OUTPUT_TOO_SMALL`), then overlapping buffers (`INVALID_ARG`). No allocation, no state;
+/// `out->layout` (NULL, misaligned), each buffer in field order (NULL with a nonzero capacity,
+/// misaligned or an impossible declared range, then `OUTPUT_TOO_SMALL`), then overlapping
+/// declared ranges (`INVALID_ARG`; see `skrull_layout_buffers`). No allocation, no state;
 /// thread-safe with separate workspaces and outputs.
 ///
 /// # Safety
@@ -774,8 +777,7 @@ unsafe fn fill(
             nlocal_padded,
         )?,
         Span::of(o.layout.cast_const(), 1).ok_or(skrull_status::InvalidArg)?,
-        Span::of(workspace.cast_const().cast::<u8>(), workspace_size)
-            .ok_or(skrull_status::InvalidArg)?,
+        declared(workspace.cast_const().cast::<u8>(), workspace_size)?,
     ];
     // Outputs must not overlap each other, the workspace or any input (inputs may share).
     let crosses = outputs

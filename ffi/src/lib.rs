@@ -19,10 +19,18 @@
 //! - [`version`]: `SKRULL_ABI_VERSION`, `skrull_abi_version()`, `skrull_version()`;
 //! - [`boundary`]: the panic guard every export runs inside, and pointer checks.
 //!
+//! Features: `std` (default) runs every export inside `catch_unwind`. Without it the crate
+//! is `no_std` (no allocator, no system libraries; build with the `release-nostd` profile,
+//! `panic = "abort"`) and a static or shared library needs one panic handler feature:
+//! `panic-handler` (a trap instruction) or `panic-extern` (calls the program's
+//! `skrull_on_panic()`). Same header, same statuses. See `docs/c_api.md`.
+//!
 //! Conventions (see `docs/c_api.md`): every fallible function returns a `skrull_status`
 //! (0 = ok); outputs are written only on success; the caller lends every byte (no allocation
 //! on the scheduling path, no global state, thread-safe with separate buffers); integers that
 //! select options are validated, never trusted as Rust enums.
+// `no_std` unless the `std` feature (the default) is on; unit tests always have std.
+#![cfg_attr(not(any(feature = "std", test)), no_std)]
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(missing_docs)]
 #![deny(clippy::undocumented_unsafe_blocks)]

@@ -65,7 +65,8 @@ pub struct skrull_summary {
     pub rollbacks: u32,
     /// The most tokens any GPU holds in any micro-batch (at most `bucket_tokens`).
     pub peak_rank_tokens: u32,
-    /// Always 0.
+    /// Always 0 (the layout functions return `SKRULL_STATUS_PLAN_INVALID` for a summary whose
+    /// `_reserved` is not 0).
     pub _reserved: u32,
 }
 
@@ -77,9 +78,12 @@ const _: () = assert!(size_of::<skrull_summary>() == 32);
 /// `SKRULL_STATUS_OK`; then the first `summary.sequences` placements and members, the first
 /// `summary.micro_batches` micro-batches, `summary.micro_batches * cp` rank-token entries and
 /// `dp` micro-batch counts are written, and the rest of each buffer is left as it was.
-/// Buffers must not overlap each other, the lengths or the workspace
-/// (`SKRULL_STATUS_INVALID_ARG`). A pointer may be NULL only when its capacity is 0 and the
-/// batch needs none of it. `struct_size` follows the rules of `skrull_config`.
+/// Each buffer is the declared range `[ptr, ptr + capacity * sizeof(element))`: the whole
+/// capacity its `_len` field states, not only the part a call writes. These ranges must not
+/// overlap each other, the lengths or the workspace, and none may exceed `PTRDIFF_MAX` bytes or
+/// run past the end of the address space (`SKRULL_STATUS_INVALID_ARG`). A pointer may be NULL
+/// only when its capacity is 0 and the batch needs none of it. `struct_size` follows the rules
+/// of `skrull_config`.
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct skrull_plan_buffers {

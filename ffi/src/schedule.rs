@@ -6,7 +6,7 @@ use core::ffi::c_void;
 use skrull_core::plan::SHARDED;
 use skrull_core::{Config, Plan, PlanBuffers, Workspace};
 
-use crate::boundary::{Span, any_overlap, check_out, guard, lengths};
+use crate::boundary::{Span, any_overlap, check_out, declared, guard, lengths};
 use crate::config::{read_config, read_sized, skrull_config};
 use crate::error::{Failure, finish, info_span, target};
 use crate::plan::{
@@ -33,7 +33,9 @@ use crate::workspace::{Carver, Layout};
 /// size, option integers, then ranges `INVALID_DP` ... `INVALID_MODEL`), `out` (NULL,
 /// misaligned, struct size, reserved field), `TOO_MANY_SEQUENCES`, `lengths`, `workspace`
 /// (NULL, then `WORKSPACE_TOO_SMALL`), the summary pointer, each output buffer in field order
-/// (NULL, misaligned, `OUTPUT_TOO_SMALL`), overlapping buffers, then the batch's own errors
+/// (NULL with a nonzero capacity, misaligned or an impossible declared range, then
+/// `OUTPUT_TOO_SMALL`), the workspace's declared range, overlapping declared ranges (outputs,
+/// workspace and lengths; see `skrull_plan_buffers`), then the batch's own errors
 /// (`EMPTY_SEQUENCE`, `LENGTH_OUT_OF_RANGE`, `SEQUENCE_TOO_LONG`: the first offending
 /// sequence in input order) and `MICRO_BATCH_LIMIT`.
 ///
@@ -111,8 +113,7 @@ unsafe fn schedule(
         check_out(bufs.rank_tokens, bufs.rank_tokens_len, n * cp)?,
         check_out(bufs.micro_batches_per_dp, bufs.micro_batches_per_dp_len, dp)?,
         Span::of(bufs.summary.cast_const(), 1).ok_or(skrull_status::InvalidArg)?,
-        Span::of(workspace.cast_const().cast::<u8>(), workspace_size)
-            .ok_or(skrull_status::InvalidArg)?,
+        declared(workspace.cast_const().cast::<u8>(), workspace_size)?,
         Span::of(lengths.as_ptr(), n).ok_or(skrull_status::InvalidArg)?,
     ];
     if any_overlap(&spans) {

@@ -33,8 +33,11 @@ pub enum skrull_status {
     /// An integer that selects an option (policy, victim, FLOPs formula, shard padding,
     /// model preset, `swiglu`) has no meaning in this library version.
     InvalidEnum = 3,
-    /// Another malformed argument: a pointer not aligned for its type, overlapping buffers,
-    /// or a nonzero `_reserved` field.
+    /// Another malformed argument: a pointer not aligned for its type; a buffer whose declared
+    /// range (pointer + capacity x element size, the whole capacity) overlaps a buffer it must
+    /// not overlap, exceeds `PTRDIFF_MAX` bytes or runs past the end of the address space; or a
+    /// nonzero `_reserved` field of a parameter struct (`skrull_plan_buffers`,
+    /// `skrull_layout_buffers`).
     InvalidArg = 4,
     /// The workspace is smaller than `skrull_workspace_size()` bytes.
     WorkspaceTooSmall = 5,
@@ -72,8 +75,9 @@ pub enum skrull_status {
     /// estimated time, so it refuses `flops = SKRULL_FLOPS_MEGATRON`.
     UnsupportedOption = 22,
     /// The plan buffers given to a layout function do not hold a valid plan that
-    /// `skrull_schedule()` made from this configuration and these lengths (wrong counts,
-    /// corrupted entries, or another batch).
+    /// `skrull_schedule()` made from this configuration and these lengths (wrong counts, a
+    /// capacity below what `summary` says, corrupted entries including a nonzero
+    /// `summary._reserved`, or another batch).
     PlanInvalid = 30,
     /// The GPU asked for is not in the plan: `dp_rank >= dp`, `cp_rank >= cp`, or
     /// `micro_batch >= micro_batches_per_dp[dp_rank]`.
@@ -140,7 +144,7 @@ impl skrull_status {
                 c"an option integer (policy, victim, flops, shard padding, preset, swiglu) is out of range"
             }
             skrull_status::InvalidArg => {
-                c"a pointer is misaligned, buffers overlap, or a reserved field is nonzero"
+                c"a pointer is misaligned, a declared buffer range overlaps another or does not fit the address space, or a parameter struct's _reserved field is nonzero"
             }
             skrull_status::WorkspaceTooSmall => {
                 c"the workspace is smaller than skrull_workspace_size() bytes"
@@ -168,7 +172,7 @@ impl skrull_status {
                 c"the policy does not apply an option that is set (balanced takes no FLOPs formula)"
             }
             skrull_status::PlanInvalid => {
-                c"the plan buffers do not hold a valid plan of this configuration and batch"
+                c"the plan buffers do not hold a valid plan of this configuration and batch (wrong counts or corrupted entries)"
             }
             skrull_status::NoSuchGpu => {
                 c"no such GPU in the plan (DP rank, micro-batch or CP rank out of range)"

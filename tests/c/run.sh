@@ -2,7 +2,9 @@
 # The C-side ABI tests: builds libskrull.a, checks that the header compiles as C and C++,
 # compiles the C11 test programs with -Wall -Wextra -Wpedantic -Werror against the header and
 # the static library, runs them (plain, under ASan+UBSan, and under valgrind when installed),
-# and compares the C library's plan with the CLI's (tests/c/compare_cli.sh).
+# checks the shared library's SONAME (tests/c/soname.sh), runs a program against the no_std
+# build (tests/c/nostd.sh host) and compares the C library's plan with the CLI's
+# (tests/c/compare_cli.sh).
 #
 # usage: bash tests/c/run.sh     (from anywhere). Last line: "N passed, M failed".
 # With CARGO_TARGET_DIR set, the library is built and linked from there.
@@ -17,7 +19,7 @@ LIB=${CARGO_TARGET_DIR:-target}/release/libskrull.a
 WARN="-Wall -Wextra -Wpedantic -Werror"
 CFLAGS="-std=c11 $WARN -O2 -g -Iinclude -Itests/c"
 LIBS="$LIB -lpthread -ldl -lm"
-TESTS="abi plan errors threads snippet layout trainer"
+TESTS="abi plan errors threads snippet layout trainer regressions"
 passed=0
 failed=0
 mkdir -p "$BUILD"
@@ -52,7 +54,7 @@ for t in $TESTS; do
 done
 
 # The C side under AddressSanitizer + UBSan (catches C-side overruns of what skrull wrote).
-for t in plan errors layout; do
+for t in plan errors layout regressions; do
     step "build-$t-asan" "$CC" $CFLAGS -O1 -fsanitize=address,undefined -fno-omit-frame-pointer \
         "tests/c/$t.c" -o "$BUILD/$t-asan" $LIBS
     step "run-$t-asan" env ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1 \
@@ -61,11 +63,19 @@ done
 
 # Every read and write of the library checked by valgrind (skipped when not installed).
 if command -v valgrind >/dev/null 2>&1; then
-    for t in abi errors; do
+    for t in abi errors regressions; do
         step "valgrind-$t" valgrind -q --error-exitcode=99 --leak-check=full \
             --errors-for-leak-kinds=definite "$BUILD/$t"
     done
 fi
+
+# The shared library's SONAME (libskrull.so.<ABI>) and a program linked and run through it.
+step soname bash tests/c/soname.sh "${CARGO_TARGET_DIR:-target}/release/libskrull.so" "$BUILD"
+
+# The no_std build of the same C API (no std, no system libraries, panics abort): built for
+# this machine, checked for outside symbols, and the C program run against it (both panic
+# features). The Cortex-M4F link is `bash tests/c/nostd.sh thumb` (in .ci/run).
+step nostd-host bash tests/c/nostd.sh host
 
 # The C++ example through its CMake imported target (skipped when cmake is not installed;
 # `make -C cpp_example run` is the canonical build).
