@@ -25,7 +25,7 @@ namespace skrull {
 static_assert(sizeof(skrull_placement) == 16, "frozen layout");
 static_assert(sizeof(skrull_micro_batch) == 16, "frozen layout");
 static_assert(sizeof(skrull_summary) == 32, "frozen layout");
-static_assert(sizeof(skrull_config) == SKRULL_CONFIG_SIZE_V1, "frozen layout");
+static_assert(sizeof(skrull_config) >= SKRULL_CONFIG_SIZE_V1, "extensible: grows at the end");
 static_assert(sizeof(skrull_span) == 24, "frozen layout");
 static_assert(sizeof(skrull_gpu) == 12, "frozen layout");
 static_assert(sizeof(skrull_layout) == 88, "frozen layout");
@@ -57,7 +57,7 @@ private:
 
 /// A preset configuration (SKRULL_PRESET_*), or the status explaining why not.
 [[nodiscard]] inline Status preset(uint32_t which, skrull_config &out) noexcept {
-    return Status(skrull_config_preset(which, &out));
+    return Status(skrull_config_preset_init(which, &out, sizeof out));
 }
 
 struct FreeDeleter {

@@ -1048,48 +1048,78 @@ void rust_eh_personality(void);
 uint32_t skrull_abi_version(void);
 
 /**
- * Fills `*out` with the defaults: the Qwen2.5-0.5B preset (DP 4, CP 8, BucketSize 26624,
- * policy skrull, victim shortest, paper FLOPs, no shard padding, no micro-batch limit) and
- * `struct_size = sizeof(skrull_config)`.
- *
- * Returns `SKRULL_STATUS_NULL_ARG` (and writes nothing) when `out` is NULL.
+ * The version-1 initialiser: `skrull_config_init(out, 60)`. It writes the first 60 bytes
+ * only (what a program built against the first header has) and sets `struct_size = 60`, so
+ * the library ignores every field added since (`pad_multiple`, `pad_local`, `lockstep`,
+ * `cost_model`): new code calls `skrull_config_init(&cfg, sizeof cfg)` instead.
  *
  * # Safety
- * Unless NULL, `out` must be valid for writing one `skrull_config` and aligned for it. Safe
- * to call from any thread.
+ * Unless NULL, `out` must be valid for writing 60 bytes. Safe to call from any thread.
  */
 skrull_status skrull_config_default(struct skrull_config *out);
 
 /**
- * Fills `*out` with a preset (`SKRULL_PRESET_*`): the paper's layout and BucketSize for that
- * model with default options, and `struct_size = sizeof(skrull_config)`.
+ * Fills the first `out_size` bytes of `*out` with the defaults (the Qwen2.5-0.5B preset: DP
+ * 4, CP 8, BucketSize 26624, policy skrull, victim shortest, paper FLOPs, no shard padding,
+ * no pad multiple, no lockstep, no micro-batch limit, the H100 cost model) and sets
+ * `struct_size = min(out_size, sizeof(skrull_config))`. Call it as
+ * `skrull_config_init(&cfg, sizeof cfg)`: a program built against an older, smaller header
+ * then gets exactly the fields it has, and a newer library never writes past them.
  *
- * Returns `SKRULL_STATUS_NULL_ARG` for a NULL `out`, `SKRULL_STATUS_INVALID_ENUM` for an
- * unknown preset; on error nothing is written.
+ * Returns `SKRULL_STATUS_NULL_ARG` for a NULL `out`, `SKRULL_STATUS_INVALID_ARG` when it is
+ * misaligned, `SKRULL_STATUS_BAD_STRUCT_SIZE` when `out_size` is below version 1 (60
+ * bytes); on error nothing is written.
  *
  * # Safety
- * Unless NULL, `out` must be valid for writing one `skrull_config` and aligned for it. Safe
- * to call from any thread.
+ * Unless NULL, `out` must be valid for writing `out_size` bytes. Safe to call from any
+ * thread.
+ */
+skrull_status skrull_config_init(struct skrull_config *out, size_t out_size);
+
+/**
+ * The version-1 preset initialiser: `skrull_config_preset_init(preset, out, 60)` (see
+ * `skrull_config_default()`).
+ *
+ * # Safety
+ * Unless NULL, `out` must be valid for writing 60 bytes. Safe to call from any thread.
  */
 skrull_status skrull_config_preset(uint32_t preset, struct skrull_config *out);
 
 /**
- * Fills `*out` with a GPU preset (`SKRULL_GPU_*`) for a model shape (the shape picks the
- * attention table: head dim 64 for the Qwen2.5-0.5B shape, 128 otherwise; NULL: the
- * Qwen2.5-0.5B shape) and `struct_size = sizeof(skrull_cost_model)`. Every value and its
- * source is in `docs/cost_model.md`.
+ * Fills the first `out_size` bytes of `*out` with a preset (`SKRULL_PRESET_*`: the paper's
+ * layout and BucketSize for that model, default options), as [`skrull_config_init`] does
+ * with the defaults.
+ *
+ * Returns the statuses of `skrull_config_init()`, and `SKRULL_STATUS_INVALID_ENUM` for an
+ * unknown preset; on error nothing is written.
+ *
+ * # Safety
+ * As [`skrull_config_init`].
+ */
+skrull_status skrull_config_preset_init(uint32_t preset,
+                                        struct skrull_config *out,
+                                        size_t out_size);
+
+/**
+ * Fills the first `out_size` bytes of `*out` with a GPU preset (`SKRULL_GPU_*`) for a model
+ * shape (the shape picks the attention table: head dim 64 for the Qwen2.5-0.5B shape, 128
+ * otherwise; NULL: the Qwen2.5-0.5B shape) and sets `struct_size = min(out_size,
+ * sizeof(skrull_cost_model))`; call it as `skrull_cost_model_preset(gpu, shape, &m, sizeof
+ * m)`. Every value and its source is in `docs/cost_model.md`.
  *
  * Returns `SKRULL_STATUS_NULL_ARG` for a NULL `out`, `SKRULL_STATUS_INVALID_ENUM` for an
  * unknown GPU (or a `shape->swiglu` other than 0 or 1), `SKRULL_STATUS_INVALID_ARG` for a
- * misaligned pointer; on error nothing is written.
+ * misaligned pointer, `SKRULL_STATUS_BAD_STRUCT_SIZE` for an `out_size` below version 1;
+ * on error nothing is written.
  *
  * # Safety
  * Unless NULL, `shape` points to a readable `skrull_model_shape` and `out` is valid for
- * writing one `skrull_cost_model`. Safe to call from any thread.
+ * writing `out_size` bytes. Safe to call from any thread.
  */
 skrull_status skrull_cost_model_preset(uint32_t gpu,
                                        const struct skrull_model_shape *shape,
-                                       struct skrull_cost_model *out);
+                                       struct skrull_cost_model *out,
+                                       size_t out_size);
 
 /**
  * Runs DACP (the paper's distribution-aware context parallelism) on ONE micro-batch: for each

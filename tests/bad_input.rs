@@ -21,10 +21,10 @@ use check::{CPlan, check_c_plan};
 use common::independent_check;
 use skrull::{
     SKRULL_CONFIG_SIZE_V1, SKRULL_MAX_STRUCT_SIZE, SKRULL_PRESET_QWEN2_5_0_5B,
-    SKRULL_PRESET_QWEN2_5_7B, skrull_config, skrull_config_default, skrull_config_preset,
-    skrull_dacp_place, skrull_dacp_summary, skrull_micro_batch, skrull_placement,
-    skrull_plan_buffers, skrull_plan_sizes, skrull_schedule, skrull_sizes, skrull_status,
-    skrull_status_str, skrull_summary, skrull_workspace_size,
+    SKRULL_PRESET_QWEN2_5_7B, skrull_config, skrull_config_default, skrull_config_init,
+    skrull_config_preset, skrull_config_preset_init, skrull_dacp_place, skrull_dacp_summary,
+    skrull_micro_batch, skrull_placement, skrull_plan_buffers, skrull_plan_sizes, skrull_schedule,
+    skrull_sizes, skrull_status, skrull_status_str, skrull_summary, skrull_workspace_size,
 };
 use skrull_core::config::{MAX_BUCKET, MAX_CP, MAX_DP, MAX_SEQ_LEN, MAX_SEQS};
 use skrull_core::error::{Buffer, ShapeField};
@@ -1632,28 +1632,44 @@ fn c_config_initialisers_matrix() {
             skrull_status::NullArg,
         ),
     ];
-    for (name, preset, null_out, want) in cases {
-        let mut out = Guarded::new(1, fill);
-        let p = if null_out { null_mut() } else { out.ptr() };
-        // SAFETY: `p` is NULL or one writable skrull_config.
-        let st = unsafe {
-            match preset {
-                None => skrull_config_default(p),
-                Some(k) => skrull_config_preset(k, p),
+    // Each case through the version-1 initialisers (which write the first 60 bytes) and the
+    // sized ones (which write what `sizeof` says).
+    let full = size_of::<skrull_config>();
+    for sized in [false, true] {
+        for (name, preset, null_out, want) in cases {
+            let mut out = Guarded::new(1, fill);
+            let p = if null_out { null_mut() } else { out.ptr() };
+            // SAFETY: `p` is NULL or one writable skrull_config.
+            let st = unsafe {
+                match (preset, sized) {
+                    (None, false) => skrull_config_default(p),
+                    (Some(k), false) => skrull_config_preset(k, p),
+                    (None, true) => skrull_config_init(p, full),
+                    (Some(k), true) => skrull_config_preset_init(k, p, full),
+                }
+            };
+            assert_eq!(st, want, "{name}");
+            if st == skrull_status::Ok {
+                let c = out.body()[0];
+                let size = if sized {
+                    full
+                } else {
+                    SKRULL_CONFIG_SIZE_V1 as usize
+                };
+                assert_eq!(c.struct_size as usize, size, "{name}");
+                if sized {
+                    assert!(
+                        c.to_core().is_ok_and(|cfg| cfg.validate().is_ok()),
+                        "{name}"
+                    );
+                } else {
+                    // The fields past version 1 keep the caller's bytes.
+                    assert_eq!((c.pad_multiple, c.lockstep), (FILL, FILL), "{name}");
+                }
+                out.guards_intact("config", name);
+            } else {
+                out.untouched_from(0, "config", name);
             }
-        };
-        assert_eq!(st, want, "{name}");
-        if st == skrull_status::Ok {
-            let c = out.body()[0];
-            assert_eq!(c.struct_size as usize, size_of::<skrull_config>(), "{name}");
-            assert!(c.struct_size > SKRULL_CONFIG_SIZE_V1, "{name}");
-            assert!(
-                c.to_core().is_ok_and(|cfg| cfg.validate().is_ok()),
-                "{name}"
-            );
-            out.guards_intact("config", name);
-        } else {
-            out.untouched_from(0, "config", name);
         }
     }
 }

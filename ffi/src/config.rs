@@ -320,53 +320,106 @@ pub(crate) unsafe fn read_config(ptr: *const skrull_config) -> Result<Config, Fa
     Ok(cfg)
 }
 
-/// Fills `*out` with the defaults: the Qwen2.5-0.5B preset (DP 4, CP 8, BucketSize 26624,
-/// policy skrull, victim shortest, paper FLOPs, no shard padding, no micro-batch limit) and
-/// `struct_size = sizeof(skrull_config)`.
+/// Fills the first `out_size` bytes of `*out` with the defaults (the Qwen2.5-0.5B preset: DP
+/// 4, CP 8, BucketSize 26624, policy skrull, victim shortest, paper FLOPs, no shard padding,
+/// no pad multiple, no lockstep, no micro-batch limit, the H100 cost model) and sets
+/// `struct_size = min(out_size, sizeof(skrull_config))`. Call it as
+/// `skrull_config_init(&cfg, sizeof cfg)`: a program built against an older, smaller header
+/// then gets exactly the fields it has, and a newer library never writes past them.
 ///
-/// Returns `SKRULL_STATUS_NULL_ARG` (and writes nothing) when `out` is NULL.
+/// Returns `SKRULL_STATUS_NULL_ARG` for a NULL `out`, `SKRULL_STATUS_INVALID_ARG` when it is
+/// misaligned, `SKRULL_STATUS_BAD_STRUCT_SIZE` when `out_size` is below version 1 (60
+/// bytes); on error nothing is written.
 ///
 /// # Safety
-/// Unless NULL, `out` must be valid for writing one `skrull_config` and aligned for it. Safe
-/// to call from any thread.
+/// Unless NULL, `out` must be valid for writing `out_size` bytes. Safe to call from any
+/// thread.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn skrull_config_default(out: *mut skrull_config) -> skrull_status {
+pub unsafe extern "C" fn skrull_config_init(
+    out: *mut skrull_config,
+    out_size: usize,
+) -> skrull_status {
     // SAFETY: forwarded caller contract.
-    guard(|| unsafe { write_preset(SKRULL_PRESET_QWEN2_5_0_5B, out) })
+    guard(|| unsafe { write_preset(SKRULL_PRESET_QWEN2_5_0_5B, out, out_size) })
 }
 
-/// Fills `*out` with a preset (`SKRULL_PRESET_*`): the paper's layout and BucketSize for that
-/// model with default options, and `struct_size = sizeof(skrull_config)`.
+/// Fills the first `out_size` bytes of `*out` with a preset (`SKRULL_PRESET_*`: the paper's
+/// layout and BucketSize for that model, default options), as [`skrull_config_init`] does
+/// with the defaults.
 ///
-/// Returns `SKRULL_STATUS_NULL_ARG` for a NULL `out`, `SKRULL_STATUS_INVALID_ENUM` for an
+/// Returns the statuses of `skrull_config_init()`, and `SKRULL_STATUS_INVALID_ENUM` for an
 /// unknown preset; on error nothing is written.
 ///
 /// # Safety
-/// Unless NULL, `out` must be valid for writing one `skrull_config` and aligned for it. Safe
-/// to call from any thread.
+/// As [`skrull_config_init`].
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn skrull_config_preset_init(
+    preset: u32,
+    out: *mut skrull_config,
+    out_size: usize,
+) -> skrull_status {
+    // SAFETY: forwarded caller contract.
+    guard(|| unsafe { write_preset(preset, out, out_size) })
+}
+
+/// The version-1 initialiser: `skrull_config_init(out, 60)`. It writes the first 60 bytes
+/// only (what a program built against the first header has) and sets `struct_size = 60`, so
+/// the library ignores every field added since (`pad_multiple`, `pad_local`, `lockstep`,
+/// `cost_model`): new code calls `skrull_config_init(&cfg, sizeof cfg)` instead.
+///
+/// # Safety
+/// Unless NULL, `out` must be valid for writing 60 bytes. Safe to call from any thread.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn skrull_config_default(out: *mut skrull_config) -> skrull_status {
+    // SAFETY: forwarded caller contract.
+    guard(|| unsafe {
+        write_preset(
+            SKRULL_PRESET_QWEN2_5_0_5B,
+            out,
+            SKRULL_CONFIG_SIZE_V1 as usize,
+        )
+    })
+}
+
+/// The version-1 preset initialiser: `skrull_config_preset_init(preset, out, 60)` (see
+/// `skrull_config_default()`).
+///
+/// # Safety
+/// Unless NULL, `out` must be valid for writing 60 bytes. Safe to call from any thread.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn skrull_config_preset(
     preset: u32,
     out: *mut skrull_config,
 ) -> skrull_status {
     // SAFETY: forwarded caller contract.
-    guard(|| unsafe { write_preset(preset, out) })
+    guard(|| unsafe { write_preset(preset, out, SKRULL_CONFIG_SIZE_V1 as usize) })
 }
 
+/// Writes the first `min(size, sizeof)` bytes of a preset, with that `struct_size`.
+///
 /// # Safety
-/// As [`skrull_config_preset`].
-unsafe fn write_preset(preset: u32, out: *mut skrull_config) -> skrull_status {
+/// Unless NULL, `out` must be valid for writing `size` bytes.
+unsafe fn write_preset(preset: u32, out: *mut skrull_config, size: usize) -> skrull_status {
     if out.is_null() {
         return skrull_status::NullArg;
     }
     if !out.is_aligned() {
         return skrull_status::InvalidArg;
     }
-    let Some(cfg) = skrull_config::preset(preset) else {
+    if size < SKRULL_CONFIG_SIZE_V1 as usize {
+        return skrull_status::BadStructSize;
+    }
+    let Some(mut cfg) = skrull_config::preset(preset) else {
         return skrull_status::InvalidEnum;
     };
-    // SAFETY: non-null and aligned (checked), writable (caller contract).
-    unsafe { out.write(cfg) };
+    let n = size.min(size_of::<skrull_config>());
+    cfg.struct_size = n as u32;
+    // SAFETY: `n` bytes are readable at `cfg` (a whole struct) and writable at `out` (at most
+    // `size`, caller contract); distinct objects. Every field in the first `n` bytes is an
+    // integer or a pointer, so a prefix is a valid partial struct for the caller.
+    unsafe {
+        core::ptr::copy_nonoverlapping((&raw const cfg).cast::<u8>(), out.cast::<u8>(), n);
+    }
     skrull_status::Ok
 }
 
@@ -485,6 +538,15 @@ mod tests {
         assert_eq!(out, before);
         // SAFETY: as above.
         let s = unsafe { skrull_config_default(&mut out) };
+        assert_eq!(s, skrull_status::Ok);
+        // The version-1 initialiser sets the version-1 size.
+        let want = skrull_config {
+            struct_size: SKRULL_CONFIG_SIZE_V1,
+            ..default_cfg()
+        };
+        assert_eq!(out, want);
+        // SAFETY: as above.
+        let s = unsafe { skrull_config_init(&mut out, size_of::<skrull_config>()) };
         assert_eq!(s, skrull_status::Ok);
         assert_eq!(out, default_cfg());
         // SAFETY: NULL is allowed.

@@ -215,23 +215,26 @@ pub(crate) unsafe fn read_cost_model(
     Ok(Some(c.to_core()?))
 }
 
-/// Fills `*out` with a GPU preset (`SKRULL_GPU_*`) for a model shape (the shape picks the
-/// attention table: head dim 64 for the Qwen2.5-0.5B shape, 128 otherwise; NULL: the
-/// Qwen2.5-0.5B shape) and `struct_size = sizeof(skrull_cost_model)`. Every value and its
-/// source is in `docs/cost_model.md`.
+/// Fills the first `out_size` bytes of `*out` with a GPU preset (`SKRULL_GPU_*`) for a model
+/// shape (the shape picks the attention table: head dim 64 for the Qwen2.5-0.5B shape, 128
+/// otherwise; NULL: the Qwen2.5-0.5B shape) and sets `struct_size = min(out_size,
+/// sizeof(skrull_cost_model))`; call it as `skrull_cost_model_preset(gpu, shape, &m, sizeof
+/// m)`. Every value and its source is in `docs/cost_model.md`.
 ///
 /// Returns `SKRULL_STATUS_NULL_ARG` for a NULL `out`, `SKRULL_STATUS_INVALID_ENUM` for an
 /// unknown GPU (or a `shape->swiglu` other than 0 or 1), `SKRULL_STATUS_INVALID_ARG` for a
-/// misaligned pointer; on error nothing is written.
+/// misaligned pointer, `SKRULL_STATUS_BAD_STRUCT_SIZE` for an `out_size` below version 1;
+/// on error nothing is written.
 ///
 /// # Safety
 /// Unless NULL, `shape` points to a readable `skrull_model_shape` and `out` is valid for
-/// writing one `skrull_cost_model`. Safe to call from any thread.
+/// writing `out_size` bytes. Safe to call from any thread.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn skrull_cost_model_preset(
     gpu: u32,
     shape: *const skrull_model_shape,
     out: *mut skrull_cost_model,
+    out_size: usize,
 ) -> skrull_status {
     guard(|| {
         if out.is_null() {
@@ -239,6 +242,9 @@ pub unsafe extern "C" fn skrull_cost_model_preset(
         }
         if !out.is_aligned() || !shape.is_aligned() {
             return skrull_status::InvalidArg;
+        }
+        if out_size < SKRULL_COST_MODEL_SIZE_V1 as usize {
+            return skrull_status::BadStructSize;
         }
         let shape = if shape.is_null() {
             ModelShape::QWEN2_5_0_5B
@@ -264,8 +270,14 @@ pub unsafe extern "C" fn skrull_cost_model_preset(
             SKRULL_GPU_H200 => CostModel::h200(&shape),
             _ => return skrull_status::InvalidEnum,
         };
-        // SAFETY: non-null, aligned (checked), writable (caller contract).
-        unsafe { out.write(skrull_cost_model::from_core(&cost)) };
+        let mut c = skrull_cost_model::from_core(&cost);
+        let n = out_size.min(size_of::<skrull_cost_model>());
+        c.struct_size = n as u32;
+        // SAFETY: `n` bytes are readable at `c` and writable at `out` (non-null, aligned:
+        // checked; at least `out_size >= n` bytes: caller contract); distinct objects.
+        unsafe {
+            core::ptr::copy_nonoverlapping((&raw const c).cast::<u8>(), out.cast::<u8>(), n);
+        }
         skrull_status::Ok
     })
 }

@@ -108,7 +108,10 @@ fn config(dp: u32, cp: u32, bucket: u32) -> skrull_config {
     let mut c = std::mem::MaybeUninit::<skrull_config>::uninit();
     // SAFETY: `c` is writable and aligned; on OK it is fully initialised.
     unsafe {
-        assert_eq!(skrull_config_default(c.as_mut_ptr()), skrull_status::Ok);
+        assert_eq!(
+            skrull_config_init(c.as_mut_ptr(), size_of::<skrull_config>()),
+            skrull_status::Ok
+        );
         let mut c = c.assume_init();
         (c.dp, c.cp, c.bucket_tokens) = (dp, cp, bucket);
         c

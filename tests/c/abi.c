@@ -97,7 +97,7 @@ static void statuses(void) {
 static void presets(void) {
     skrull_config c;
     memset(&c, 0xFF, sizeof c);
-    CHECK_STATUS(skrull_config_default(&c), SKRULL_STATUS_OK);
+    CHECK_STATUS(skrull_config_init(&c, sizeof c), SKRULL_STATUS_OK);
     CHECK(c.struct_size == sizeof(skrull_config));
     CHECK(c.dp == 4 && c.cp == 8 && c.bucket_tokens == 26 * 1024);
     CHECK(c.policy == SKRULL_POLICY_SKRULL && c.victim == SKRULL_VICTIM_SHORTEST);
@@ -105,21 +105,76 @@ static void presets(void) {
     CHECK(c.max_micro_batches == 0);
     CHECK(c.model.hidden == 896 && c.model.kv_hidden == 128 && c.model.ffn == 4864);
     CHECK(c.model.layers == 24 && c.model.vocab == 151936 && c.model.swiglu == 1);
+    CHECK(c.pad_multiple == 1 && c.pad_local == 0 && c.lockstep == 0 && c.cost_model == NULL);
 
     skrull_config p;
-    CHECK_STATUS(skrull_config_preset(SKRULL_PRESET_QWEN2_5_0_5B, &p), SKRULL_STATUS_OK);
+    CHECK_STATUS(skrull_config_preset_init(SKRULL_PRESET_QWEN2_5_0_5B, &p, sizeof p),
+                 SKRULL_STATUS_OK);
     CHECK(memcmp(&p, &c, sizeof c) == 0);
-    CHECK_STATUS(skrull_config_preset(SKRULL_PRESET_QWEN2_5_7B, &p), SKRULL_STATUS_OK);
+    CHECK_STATUS(skrull_config_preset_init(SKRULL_PRESET_QWEN2_5_7B, &p, sizeof p),
+                 SKRULL_STATUS_OK);
     CHECK(p.dp == 4 && p.cp == 8 && p.bucket_tokens == 13 * 1024);
     CHECK(p.model.hidden == 3584 && p.model.kv_hidden == 512 && p.model.ffn == 18944);
     CHECK(p.model.layers == 28 && p.model.vocab == 152064 && p.model.swiglu == 1);
 
     /* Errors write nothing. */
     skrull_config before = p;
-    CHECK_STATUS(skrull_config_preset(2, &p), SKRULL_STATUS_INVALID_ENUM);
+    CHECK_STATUS(skrull_config_preset_init(2, &p, sizeof p), SKRULL_STATUS_INVALID_ENUM);
+    CHECK_STATUS(skrull_config_init(&p, SKRULL_CONFIG_SIZE_V1 - 1), SKRULL_STATUS_BAD_STRUCT_SIZE);
     CHECK(memcmp(&p, &before, sizeof p) == 0);
-    CHECK_STATUS(skrull_config_preset(SKRULL_PRESET_QWEN2_5_7B, NULL), SKRULL_STATUS_NULL_ARG);
-    CHECK_STATUS(skrull_config_default(NULL), SKRULL_STATUS_NULL_ARG);
+    CHECK_STATUS(skrull_config_preset_init(SKRULL_PRESET_QWEN2_5_7B, NULL, sizeof p),
+                 SKRULL_STATUS_NULL_ARG);
+    CHECK_STATUS(skrull_config_init(NULL, sizeof p), SKRULL_STATUS_NULL_ARG);
+}
+
+/* Regression (ABI evolution): an initialiser must never write past the struct of the program
+ * that calls it. The version-1 initialisers write exactly the 60 bytes a program built
+ * against the first header has, and say so in struct_size; the sized ones write what the
+ * caller's sizeof says. */
+static void initialisers_never_write_past_the_callers_struct(void) {
+    unsigned char raw[sizeof(skrull_config) + 16];
+    memset(raw, 0xA5, sizeof raw);
+    skrull_config *v1 = (skrull_config *)(void *)raw;
+    CHECK_STATUS(skrull_config_default(v1), SKRULL_STATUS_OK);
+    CHECK(v1->struct_size == SKRULL_CONFIG_SIZE_V1);
+    for (size_t i = SKRULL_CONFIG_SIZE_V1; i < sizeof raw; i++) {
+        CHECK(raw[i] == 0xA5);
+    }
+    memset(raw, 0xA5, sizeof raw);
+    CHECK_STATUS(skrull_config_preset(SKRULL_PRESET_QWEN2_5_7B, v1), SKRULL_STATUS_OK);
+    CHECK(v1->struct_size == SKRULL_CONFIG_SIZE_V1 && v1->bucket_tokens == 13 * 1024);
+    for (size_t i = SKRULL_CONFIG_SIZE_V1; i < sizeof raw; i++) {
+        CHECK(raw[i] == 0xA5);
+    }
+    /* A program whose struct ends after `lockstep` (72 bytes). */
+    memset(raw, 0xA5, sizeof raw);
+    CHECK_STATUS(skrull_config_init(v1, 72), SKRULL_STATUS_OK);
+    CHECK(v1->struct_size == 72 && v1->pad_multiple == 1 && v1->lockstep == 0);
+    for (size_t i = 72; i < sizeof raw; i++) {
+        CHECK(raw[i] == 0xA5);
+    }
+    /* A newer program's larger struct: the library writes what it knows. */
+    memset(raw, 0xA5, sizeof raw);
+    CHECK_STATUS(skrull_config_init(v1, sizeof raw), SKRULL_STATUS_OK);
+    CHECK(v1->struct_size == sizeof(skrull_config));
+    for (size_t i = sizeof(skrull_config); i < sizeof raw; i++) {
+        CHECK(raw[i] == 0xA5);
+    }
+    /* The cost model's initialiser follows the same rule. */
+    union {
+        skrull_cost_model m;
+        unsigned char b[sizeof(skrull_cost_model) + 8];
+    } cm;
+    memset(&cm, 0xA5, sizeof cm);
+    CHECK_STATUS(skrull_cost_model_preset(SKRULL_GPU_H200, NULL, &cm.m, sizeof cm.m),
+                 SKRULL_STATUS_OK);
+    CHECK(cm.m.struct_size == sizeof(skrull_cost_model) && cm.m.gpus_per_node == 8);
+    for (size_t i = sizeof(skrull_cost_model); i < sizeof cm; i++) {
+        CHECK(cm.b[i] == 0xA5);
+    }
+    CHECK_STATUS(skrull_cost_model_preset(SKRULL_GPU_H100, NULL, &cm.m, 8),
+                 SKRULL_STATUS_BAD_STRUCT_SIZE);
+    CHECK_STATUS(skrull_cost_model_preset(9, NULL, &cm.m, sizeof cm.m), SKRULL_STATUS_INVALID_ENUM);
 }
 
 static void sizes(void) {
@@ -150,6 +205,7 @@ int main(void) {
     versions();
     statuses();
     presets();
+    initialisers_never_write_past_the_callers_struct();
     sizes();
     return report("abi");
 }

@@ -30,7 +30,7 @@ typedef struct {
 
 static void fresh(call *c, plan_store *s, const uint32_t *lengths, size_t n) {
     store_init(s, n, 2, 4);
-    if (skrull_config_default(&c->cfg) != SKRULL_STATUS_OK) {
+    if (skrull_config_init(&c->cfg, sizeof c->cfg) != SKRULL_STATUS_OK) {
         exit(2);
     }
     c->cfg.dp = 2;
@@ -120,7 +120,7 @@ static void schedule_errors(void) {
          (c.cfg.policy = SKRULL_POLICY_BALANCED, c.cfg.flops = SKRULL_FLOPS_MEGATRON));
     /* A cost model with a zero GEMM efficiency; and one with an unknown overlap. */
     static skrull_cost_model bad_cost, bad_overlap;
-    if (skrull_cost_model_preset(SKRULL_GPU_H100, NULL, &bad_cost) != SKRULL_STATUS_OK) {
+    if (skrull_cost_model_preset(SKRULL_GPU_H100, NULL, &bad_cost, sizeof bad_cost) != SKRULL_STATUS_OK) {
         exit(2);
     }
     bad_overlap = bad_cost;
@@ -179,7 +179,7 @@ static void schedule_errors(void) {
 static void dacp_errors(void) {
     const uint32_t lengths[] = {1, 2, 2, 3, 4, 6, 9, 14, 30};
     skrull_config c;
-    CHECK_STATUS(skrull_config_default(&c), SKRULL_STATUS_OK);
+    CHECK_STATUS(skrull_config_init(&c, sizeof c), SKRULL_STATUS_OK);
     c.dp = 1;
     c.cp = 4;
     c.bucket_tokens = 20; /* paper Example 2: infeasible with integer shares */
@@ -221,7 +221,7 @@ static void layout_errors(void) {
     const uint32_t big = INT32_MAX;
     const uint32_t lengths[2] = {big - 1, big - 1};
     skrull_config c;
-    if (skrull_config_default(&c) != SKRULL_STATUS_OK) {
+    if (skrull_config_init(&c, sizeof c) != SKRULL_STATUS_OK) {
         exit(2);
     }
     c.dp = 1;

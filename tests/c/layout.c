@@ -11,7 +11,7 @@
 static skrull_config config(uint32_t dp, uint32_t cp, uint32_t bucket, uint32_t policy,
                             uint32_t padding) {
     skrull_config c;
-    if (skrull_config_default(&c) != SKRULL_STATUS_OK) {
+    if (skrull_config_init(&c, sizeof c) != SKRULL_STATUS_OK) {
         exit(2);
     }
     c.dp = dp;

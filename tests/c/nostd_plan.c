@@ -41,7 +41,7 @@ int skrull_nostd_check(void) {
     int bad = 0;
     skrull_config cfg;
     if (skrull_abi_version() != SKRULL_ABI_VERSION) return 100;
-    if (skrull_config_default(&cfg) != SKRULL_STATUS_OK) return 101;
+    if (skrull_config_init(&cfg, sizeof cfg) != SKRULL_STATUS_OK) return 101;
     cfg.dp = DP;
     cfg.cp = CP;
     cfg.bucket_tokens = BUCKET;

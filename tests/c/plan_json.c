@@ -100,7 +100,7 @@ int main(int argc, char **argv) {
             continue;
         }
     }
-    if (skrull_config_preset(model, &cfg) != SKRULL_STATUS_OK) {
+    if (skrull_config_preset_init(model, &cfg, sizeof cfg) != SKRULL_STATUS_OK) {
         return 2;
     }
     cfg.dp = 4; /* the CLI's defaults (--dp 4 --cp 8 --bucket 26K), whatever the model */

@@ -10,7 +10,7 @@ static const uint32_t LENGTHS[10] = {1, 2, 2, 3, 4, 6, 9, 14, 30, 5};
 /* DP 2, CP 4, BucketSize 24: the configuration of the report. */
 static skrull_config config(void) {
     skrull_config c;
-    if (skrull_config_default(&c) != SKRULL_STATUS_OK) {
+    if (skrull_config_init(&c, sizeof c) != SKRULL_STATUS_OK) {
         exit(2);
     }
     c.dp = 2;

@@ -5,7 +5,7 @@
 int main(void) {
     uint32_t lengths[] = {1, 2, 2, 3, 4, 6, 9, 14, 30, 5};     /* tokens per sequence */
     skrull_config cfg;
-    skrull_config_default(&cfg);                  /* Qwen2.5-0.5B, paper defaults */
+    skrull_config_init(&cfg, sizeof cfg);                  /* Qwen2.5-0.5B, paper defaults */
     cfg.dp = 2; cfg.cp = 4; cfg.bucket_tokens = 24;
     static unsigned char ws[4096];                /* >= skrull_workspace_size(10, 2, 4) */
     if (skrull_workspace_size(10, cfg.dp, cfg.cp) > sizeof ws) return 1;

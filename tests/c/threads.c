@@ -53,7 +53,7 @@ int main(void) {
         uint32_t r = (uint32_t)(x >> 33);
         lengths[i] = (r % 16 == 0) ? 4096 + r % 60000 : 32 + r % 2000;
     }
-    CHECK_STATUS(skrull_config_default(&cfg), SKRULL_STATUS_OK);
+    CHECK_STATUS(skrull_config_init(&cfg, sizeof cfg), SKRULL_STATUS_OK);
     store_init(&reference, N, cfg.dp, cfg.cp);
     CHECK_STATUS(store_schedule(&reference, &cfg, lengths, N), SKRULL_STATUS_OK);
     CHECK(verify_plan(&cfg, lengths, N, &reference) == 0);
