@@ -144,3 +144,13 @@ def test_config_names_and_presets():
     custom = skrull.Scheduler(2, 2, 100, model=skrull.ModelShape(64, 16, 256, 2, 1000, False))
     assert custom.config.model == skrull.ModelShape(64, 16, 256, 2, 1000, False)
     assert skrull.Scheduler().config.policy == "balanced"
+
+
+@pytest.mark.parametrize("empty", [[], range(0), np.array([], np.int64), ()])
+def test_an_empty_batch_is_a_valid_empty_plan(empty):
+    # Regression: np.asarray([]) is float64, which was rejected as non-integer lengths.
+    plan = skrull.Scheduler(dp=2, cp=2, bucket_tokens=8).plan(empty)
+    assert plan.summary.sequences == 0 and plan.num_micro_batches == 0
+    assert plan.micro_batches_per_dp.tolist() == [0, 0]
+    assert plan.rank_layouts(1, 1) == [] and plan.to_megatron_groups() == []
+    assert len(plan.digest()) == 64
