@@ -13,6 +13,10 @@ import ctypes
 import os
 from ctypes import POINTER, c_char_p, c_int32, c_size_t, c_uint32, c_uint64, c_void_p
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import numpy as np
 
 #: The C ABI version (``SKRULL_ABI_VERSION``) this package was written for.
 ABI_VERSION = 1
@@ -22,6 +26,9 @@ MAX_STRUCT_SIZE = 4096
 SHARDED = -1
 
 _u32, _i32, _u64, _usize = c_uint32, c_int32, c_uint64, c_size_t
+# Output arrays are numpy arrays; their pointer fields are plain addresses (same size and
+# alignment as any data pointer), so filling a struct needs no ctypes.cast.
+_ptr = c_void_p
 
 
 class skrull_model_shape(ctypes.Structure):
@@ -56,12 +63,12 @@ class skrull_summary(ctypes.Structure):
 
 class skrull_plan_buffers(ctypes.Structure):
     _fields_ = [("struct_size", _u32), ("_reserved", _u32),
-                ("placements", POINTER(skrull_placement)), ("placements_len", _usize),
-                ("micro_batches", POINTER(skrull_micro_batch)), ("micro_batches_len", _usize),
-                ("members", POINTER(_u32)), ("members_len", _usize),
-                ("rank_tokens", POINTER(_u32)), ("rank_tokens_len", _usize),
-                ("micro_batches_per_dp", POINTER(_u32)), ("micro_batches_per_dp_len", _usize),
-                ("summary", POINTER(skrull_summary))]
+                ("placements", _ptr), ("placements_len", _usize),
+                ("micro_batches", _ptr), ("micro_batches_len", _usize),
+                ("members", _ptr), ("members_len", _usize),
+                ("rank_tokens", _ptr), ("rank_tokens_len", _usize),
+                ("micro_batches_per_dp", _ptr), ("micro_batches_per_dp_len", _usize),
+                ("summary", _ptr)]
 
 
 class skrull_gpu(ctypes.Structure):
@@ -86,14 +93,13 @@ class skrull_layout(ctypes.Structure):
 
 class skrull_layout_buffers(ctypes.Structure):
     _fields_ = [("struct_size", _u32), ("_reserved", _u32),
-                ("spans", POINTER(skrull_span)), ("spans_len", _usize),
-                ("local_cu_seqlens", POINTER(_i32)), ("local_cu_seqlens_len", _usize),
-                ("sharded_cu_seqlens", POINTER(_i32)), ("sharded_cu_seqlens_len", _usize),
-                ("sharded_cu_seqlens_padded", POINTER(_i32)),
-                ("sharded_cu_seqlens_padded_len", _usize),
-                ("rank_cu_seqlens", POINTER(_i32)), ("rank_cu_seqlens_len", _usize),
-                ("positions", POINTER(_i32)), ("positions_len", _usize),
-                ("layout", POINTER(skrull_layout))]
+                ("spans", _ptr), ("spans_len", _usize),
+                ("local_cu_seqlens", _ptr), ("local_cu_seqlens_len", _usize),
+                ("sharded_cu_seqlens", _ptr), ("sharded_cu_seqlens_len", _usize),
+                ("sharded_cu_seqlens_padded", _ptr), ("sharded_cu_seqlens_padded_len", _usize),
+                ("rank_cu_seqlens", _ptr), ("rank_cu_seqlens_len", _usize),
+                ("positions", _ptr), ("positions_len", _usize),
+                ("layout", _ptr)]
 
 
 class skrull_layout_capacity(ctypes.Structure):
@@ -147,6 +153,11 @@ _PROTOTYPES = {
 
 _LIB_NAMES = ("_libskrull", "libskrull")
 _LIB_SUFFIXES = (".so", ".dylib", ".dll", ".pyd")
+
+
+def address(a: "np.ndarray") -> int:
+    """The data address of a numpy array."""
+    return a.ctypes.data
 
 
 def library_path() -> Path:

@@ -1,7 +1,7 @@
 """One GPU's execution layout (``skrull_layout_sizes`` + ``skrull_layout_fill``).
 
 ``fill`` is the one place that builds ``skrull_layout_buffers``: a new output array of the C ABI
-is one more ``_array`` line there and one more attribute on ``Layout``.
+is one more row of ``_ARRAYS`` and one more argument of ``Layout``.
 """
 
 from __future__ import annotations
@@ -21,6 +21,13 @@ if TYPE_CHECKING:
 #: numpy dtype of ``skrull_span``: seq, chunk (-1 = whole local sequence), offset, start, len, pad.
 SPAN_DTYPE = np.dtype(_ffi.skrull_span)
 
+# The output arrays of skrull_layout_buffers: (field, dtype, skrull_layout_capacity field).
+# A new array of the C ABI is one more row here and one more Layout attribute.
+_ARRAYS = (("spans", SPAN_DTYPE, "spans"), ("local_cu_seqlens", np.int32, "local_cu_seqlens"),
+           ("sharded_cu_seqlens", np.int32, "sharded_cu_seqlens"),
+           ("sharded_cu_seqlens_padded", np.int32, "sharded_cu_seqlens"),
+           ("rank_cu_seqlens", np.int32, "sharded_cu_seqlens"),
+           ("positions", np.int32, "positions"))
 _COUNTS = ("micro_batch_global", "local_seqs", "sharded_seqs", "local_tokens", "sharded_tokens",
            "tokens", "pad_tokens", "charged_tokens", "local_max_seqlen", "sharded_max_seqlen",
            "sharded_max_seqlen_padded", "rank_max_seqlen", "loss_tokens", "micro_batch_tokens",
@@ -118,50 +125,29 @@ class Layout:
                 f"local_seqs={self.local_seqs}, sharded_seqs={self.sharded_seqs})")
 
 
-def _array(n: int, dtype: np.dtype | type) -> tuple[np.ndarray, int]:
-    a = np.empty(n, dtype)
-    return a, a.ctypes.data
-
-
 def fill(plan: Plan, dp_rank: int, micro_batch: int, cp_rank: int,
          workspace: np.ndarray) -> Layout:
     """Sizes (``skrull_layout_sizes``), allocates exactly that, and fills one GPU's layout."""
     gpu = _ffi.skrull_gpu(dp_rank, micro_batch, cp_rank)
     cfg, cplan, lengths = plan._c_args()
-    ws, ws_len = workspace.ctypes.data, workspace.nbytes
+    args = (cfg, _ffi.address(lengths), lengths.size, cplan, gpu, _ffi.address(workspace),
+            workspace.nbytes)
     cap = _ffi.skrull_layout_capacity()
-    check(_ffi.lib.skrull_layout_sizes(cfg, lengths.ctypes.data, lengths.size, cplan, gpu, ws,
-                                       ws_len, ctypes.byref(cap)), f"GPU {tuple(gpu_of(gpu))}")
-    spans, p_spans = _array(cap.spans, SPAN_DTYPE)
-    local_cu, p_local = _array(cap.local_cu_seqlens, np.int32)
-    sh_cu, p_sh = _array(cap.sharded_cu_seqlens, np.int32)
-    sh_pad, p_pad = _array(cap.sharded_cu_seqlens, np.int32)
-    rank_cu, p_rank = _array(cap.sharded_cu_seqlens, np.int32)
-    positions, p_pos = _array(cap.positions, np.int32)
+    check(_ffi.lib.skrull_layout_sizes(*args, ctypes.byref(cap)),
+          f"GPU ({dp_rank}, {micro_batch}, {cp_rank})")
+    # One allocation holds every array, each at an 8-byte-aligned offset.
+    sizes = [(name, np.dtype(t), getattr(cap, c)) for name, t, c in _ARRAYS]
+    offsets = np.cumsum([0] + [-(-t.itemsize * k // 8) * 8 for _, t, k in sizes]).tolist()
+    block = np.empty(offsets[-1], np.uint8)
+    base = _ffi.address(block)
     rec = _ffi.skrull_layout()
-    P = ctypes.cast
-    out = _ffi.skrull_layout_buffers(
-        struct_size=ctypes.sizeof(_ffi.skrull_layout_buffers),
-        spans=P(p_spans, ctypes.POINTER(_ffi.skrull_span)), spans_len=cap.spans,
-        local_cu_seqlens=P(p_local, ctypes.POINTER(ctypes.c_int32)),
-        local_cu_seqlens_len=cap.local_cu_seqlens,
-        sharded_cu_seqlens=P(p_sh, ctypes.POINTER(ctypes.c_int32)),
-        sharded_cu_seqlens_len=cap.sharded_cu_seqlens,
-        sharded_cu_seqlens_padded=P(p_pad, ctypes.POINTER(ctypes.c_int32)),
-        sharded_cu_seqlens_padded_len=cap.sharded_cu_seqlens,
-        rank_cu_seqlens=P(p_rank, ctypes.POINTER(ctypes.c_int32)),
-        rank_cu_seqlens_len=cap.sharded_cu_seqlens,
-        positions=P(p_pos, ctypes.POINTER(ctypes.c_int32)), positions_len=cap.positions,
-        layout=ctypes.pointer(rec))
-    check(_ffi.lib.skrull_layout_fill(cfg, lengths.ctypes.data, lengths.size, cplan, gpu, ws,
-                                      ws_len, ctypes.byref(out)))
-    counts = {name: getattr(rec, name) for name in _COUNTS}
-    return Layout((rec.dp_rank, rec.micro_batch, rec.cp_rank), counts, spans[:rec.spans],
-                  local_cu[:rec.local_seqs + 1], sh_cu[:rec.sharded_seqs + 1],
-                  sh_pad[:rec.sharded_seqs + 1], rank_cu[:rec.sharded_seqs + 1],
-                  positions[:rec.tokens])
-
-
-def gpu_of(gpu: _ffi.skrull_gpu) -> tuple[int, int, int]:
-    """(dp_rank, micro_batch, cp_rank) of a ``skrull_gpu``."""
-    return gpu.dp_rank, gpu.micro_batch, gpu.cp_rank
+    out = _ffi.skrull_layout_buffers(struct_size=ctypes.sizeof(_ffi.skrull_layout_buffers),
+                                     layout=ctypes.addressof(rec))
+    for (name, _, k), o in zip(sizes, offsets):
+        setattr(out, name, base + o)
+        setattr(out, name + "_len", k)
+    check(_ffi.lib.skrull_layout_fill(*args, ctypes.byref(out)))
+    # skrull_layout_sizes gave exact sizes: every array is full.
+    arrays = {name: np.frombuffer(block, t, k, o) for (name, t, k), o in zip(sizes, offsets)}
+    values = {name: getattr(rec, name) for name in _COUNTS}
+    return Layout((dp_rank, micro_batch, cp_rank), values, **arrays)

@@ -71,9 +71,13 @@ class Plan:
         self.rank_tokens = _frozen(rank_tokens.reshape(-1, self.config.cp))
         self.micro_batches_per_dp = _frozen(micro_batches_per_dp)
         self._c_summary = summary
-        s = summary
-        self.summary = Summary(s.total_tokens, s.sequences, s.micro_batches, s.sharded,
-                               s.rollbacks, s.peak_rank_tokens)
+
+    @cached_property
+    def summary(self) -> Summary:
+        """Counts over the whole plan (``skrull_summary``)."""
+        s = self._c_summary
+        return Summary(s.total_tokens, s.sequences, s.micro_batches, s.sharded, s.rollbacks,
+                       s.peak_rank_tokens)
 
     @cached_property
     def dp_rank(self) -> np.ndarray:
@@ -173,20 +177,17 @@ class Plan:
 
     @cached_property
     def _c_plan(self) -> _ffi.skrull_plan_buffers:
-        def ptr(a: np.ndarray, t: Any) -> Any:
-            return ctypes.cast(a.ctypes.data, ctypes.POINTER(t))
-        u32 = ctypes.c_uint32
+        a = _ffi.address
         return _ffi.skrull_plan_buffers(
             struct_size=ctypes.sizeof(_ffi.skrull_plan_buffers),
-            placements=ptr(self.placements, _ffi.skrull_placement),
-            placements_len=len(self.placements),
-            micro_batches=ptr(self.micro_batch_table, _ffi.skrull_micro_batch),
+            placements=a(self.placements), placements_len=len(self.placements),
+            micro_batches=a(self.micro_batch_table),
             micro_batches_len=len(self.micro_batch_table),
-            members=ptr(self.members, u32), members_len=len(self.members),
-            rank_tokens=ptr(self.rank_tokens, u32), rank_tokens_len=self.rank_tokens.size,
-            micro_batches_per_dp=ptr(self.micro_batches_per_dp, u32),
+            members=a(self.members), members_len=len(self.members),
+            rank_tokens=a(self.rank_tokens), rank_tokens_len=self.rank_tokens.size,
+            micro_batches_per_dp=a(self.micro_batches_per_dp),
             micro_batches_per_dp_len=len(self.micro_batches_per_dp),
-            summary=ctypes.pointer(self._c_summary))
+            summary=ctypes.addressof(self._c_summary))
 
     def __repr__(self) -> str:
         s = self.summary

@@ -65,22 +65,20 @@ class Scheduler:
         self._rank_tokens = np.empty(sizes.rank_tokens, np.uint32)
         self._per_dp = np.empty(sizes.micro_batches_per_dp, np.uint32)
         self._summary = _ffi.skrull_summary()
-
-        def ptr(a: np.ndarray, t: Any) -> Any:
-            return ctypes.cast(a.ctypes.data, ctypes.POINTER(t))
-        u32 = ctypes.c_uint32
+        a = _ffi.address
         self._out = _ffi.skrull_plan_buffers(
             struct_size=ctypes.sizeof(_ffi.skrull_plan_buffers),
-            placements=ptr(self._placements, _ffi.skrull_placement),
-            placements_len=sizes.placements,
-            micro_batches=ptr(self._table, _ffi.skrull_micro_batch),
-            micro_batches_len=sizes.micro_batches,
-            members=ptr(self._members, u32), members_len=sizes.members,
-            rank_tokens=ptr(self._rank_tokens, u32), rank_tokens_len=sizes.rank_tokens,
-            micro_batches_per_dp=ptr(self._per_dp, u32),
+            placements=a(self._placements), placements_len=sizes.placements,
+            micro_batches=a(self._table), micro_batches_len=sizes.micro_batches,
+            members=a(self._members), members_len=sizes.members,
+            rank_tokens=a(self._rank_tokens), rank_tokens_len=sizes.rank_tokens,
+            micro_batches_per_dp=a(self._per_dp),
             micro_batches_per_dp_len=sizes.micro_batches_per_dp,
-            summary=ctypes.pointer(self._summary))
-        self._ws_addr, self._ws_len = self._ws.ctypes.data, self._ws.nbytes
+            summary=ctypes.addressof(self._summary))
+        self._ws_addr, self._ws_len = a(self._ws), self._ws.nbytes
+        # The structured tables are copied out as uint32 words (numpy copies those faster).
+        self._placement_words = self._placements.view(np.uint32)
+        self._table_words = self._table.view(np.uint32)
         self._capacity = n
 
     def plan(self, lengths: Iterable[int] | np.ndarray) -> Plan:
@@ -95,15 +93,16 @@ class Scheduler:
                 self._reserve(n if n > MAX_SEQUENCES else
                               max(n, min(2 * self._capacity, MAX_SEQUENCES)))
             status = _ffi.lib.skrull_schedule(
-                ctypes.byref(self._c_config), arr.ctypes.data, n, self._ws_addr, self._ws_len,
-                ctypes.byref(self._out))
+                ctypes.byref(self._c_config), _ffi.address(arr), n, self._ws_addr,
+                self._ws_len, ctypes.byref(self._out))
             if status != Status.OK:
                 raise _batch_error(status, original, self.config)
             k = self._summary.micro_batches
-            summary = _ffi.skrull_summary.from_buffer_copy(self._summary)
-            return Plan(self, arr, self._placements[:n].copy(), self._table[:k].copy(),
+            return Plan(self, arr, self._placement_words[:4 * n].copy().view(PLACEMENT_DTYPE),
+                        self._table_words[:4 * k].copy().view(MICRO_BATCH_DTYPE),
                         self._members[:n].copy(), self._rank_tokens[:k * self.config.cp].copy(),
-                        self._per_dp.copy(), summary)
+                        self._per_dp.copy(),
+                        _ffi.skrull_summary.from_buffer_copy(self._summary))
 
     def _fill_layout(self, plan: Plan, dp_rank: int, micro_batch: int,
                      cp_rank: int) -> _layout.Layout:
@@ -145,13 +144,12 @@ def _as_lengths(lengths: Any) -> tuple[np.ndarray, np.ndarray]:
         else:
             raise make_error(Status.INVALID_ARG, f"lengths must be one-dimensional, got shape "
                              f"{a.shape}")
-    if a.dtype == object or a.dtype.kind == "i" or a.dtype.itemsize > 4:
-        fits = np.array([0 <= v <= _OUT_OF_RANGE for v in a], bool) if a.dtype == object \
-            else (a >= 0) & (a <= _OUT_OF_RANGE)
-        out = np.where(fits, a, _OUT_OF_RANGE).astype(np.uint32)
-    else:
-        out = np.array(a, dtype=np.uint32)
-    return out, a
+    if a.dtype != object and (a.dtype.kind == "u" and a.dtype.itemsize <= 4
+                              or 0 <= a.min() and a.max() <= _OUT_OF_RANGE):
+        return a.astype(np.uint32), a  # astype copies: the plan owns its lengths
+    fits = np.array([0 <= v <= _OUT_OF_RANGE for v in a], bool) if a.dtype == object \
+        else (a >= 0) & (a <= _OUT_OF_RANGE)
+    return np.where(fits, a, _OUT_OF_RANGE).astype(np.uint32), a
 
 
 def _batch_error(status: int, lengths: np.ndarray, cfg: _config.Config) -> Exception:

@@ -23,14 +23,13 @@ def _raw_c_status(sched: skrull.Scheduler, lengths_u32: np.ndarray) -> int:
         [np.zeros(max(1, k), np.uint32) for k in (sizes.members, sizes.rank_tokens,
                                                   sizes.micro_batches_per_dp)]
     ws, summary = np.zeros(sizes.workspace_bytes, np.uint8), _ffi.skrull_summary()
-    p = [ctypes.cast(b.ctypes.data, ctypes.POINTER(t)) for b, t in zip(
-        bufs, [_ffi.skrull_placement, _ffi.skrull_micro_batch] + [ctypes.c_uint32] * 3)]
+    p = [_ffi.address(b) for b in bufs]
     out = _ffi.skrull_plan_buffers(ctypes.sizeof(_ffi.skrull_plan_buffers), 0,
                                    p[0], sizes.placements, p[1], sizes.micro_batches,
                                    p[2], sizes.members, p[3], sizes.rank_tokens,
-                                   p[4], sizes.micro_batches_per_dp, ctypes.pointer(summary))
-    return _ffi.lib.skrull_schedule(ctypes.byref(cfg), lengths_u32.ctypes.data, n,
-                                    ws.ctypes.data, ws.nbytes, ctypes.byref(out))
+                                   p[4], sizes.micro_batches_per_dp, ctypes.addressof(summary))
+    return _ffi.lib.skrull_schedule(ctypes.byref(cfg), _ffi.address(lengths_u32), n,
+                                    _ffi.address(ws), ws.nbytes, ctypes.byref(out))
 
 
 # (lengths, status, offending index); the C side gets the same bits as uint32_t.
