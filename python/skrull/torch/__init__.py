@@ -11,6 +11,12 @@
   computation (see python/tests/test_gradcheck.py).
 """
 
+try:
+    import torch as _torch  # noqa: F401
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    raise ImportError("skrull.torch needs PyTorch: pip install './python[torch]' (or torch)") \
+        from exc
+
 from ._attention import PackedAttention, apply_rope
 from ._collate import GlobalBatch, MicroBatch, SkrullLoader, collate, default_label_tokens
 from ._dist import all_gather_varlen, cp_group, gather_sizes
