@@ -46,7 +46,8 @@ class Scheduler:
         self._lock = threading.Lock()
         self._capacity = -1
         self._layout_capacity = -1
-        self._reserve(max(0, min(operator.index(max_sequences), MAX_SEQUENCES)))
+        first = _config._uint("max_sequences", max_sequences, Status.TOO_MANY_SEQUENCES)
+        self._reserve(min(first, MAX_SEQUENCES))
 
     def __repr__(self) -> str:
         c = self.config

@@ -88,7 +88,8 @@ def _one_run(sched: skrull.Scheduler, lengths: list[int], samples: list, ref: tu
         coverage.index_add_(0, torch.from_numpy(offsets[seq.numpy()]) + pos,
                             torch.ones(len(seq), dtype=torch.float64))
         lay = mb.layout
-        short = [s for s in lay.spans if s["chunk"] >= 0 and lengths[s["seq"]] < 2 * sched.config.cp]
+        two_n = 2 * sched.config.cp
+        short = [s for s in lay.spans if s["chunk"] >= 0 and lengths[s["seq"]] < two_n]
         features["sharded_shorter_than_2N"] += bool(short)
         features["local_and_sharded_together"] += bool(lay.local_seqs and lay.sharded_seqs)
         features["zero_token_gpu_in_real_micro_batch"] += (lay.tokens == 0
@@ -120,7 +121,7 @@ def run(rank: int, dp: int, cp: int, rendezvous: str, out_dir: str) -> None:
                               "dp_rank_without_sequences"], 0)
     worst = {"logits": 0.0, "grads": 0.0, "loss": 0.0}
     runs = 0
-    for k, (name, lengths) in enumerate(batches().items()):
+    for k, lengths in enumerate(batches().values()):
         samples = _samples(lengths, seed=k)
         ref_model = _model()
         ref = _reference(ref_model, samples)

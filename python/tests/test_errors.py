@@ -72,7 +72,8 @@ def test_zigzag_too_long_names_the_zigzag_limit():
     assert (err.value.status, err.value.limit) == ("SEQUENCE_TOO_LONG", 32)
 
 
-@pytest.mark.parametrize("bad", [[1.5], [1, 2.0], ["7"], [None], [[1, 2], [3]], np.array([True, False]),
+@pytest.mark.parametrize("bad", [[1.5], [1, 2.0], ["7"], [None], [[1, 2], [3]],
+                                 np.array([True, False]),
                                  np.array([1.0, 2.0]), np.array([[1, 2], [3, 4]]), 5])
 def test_non_integer_lengths_are_argument_errors(bad):
     with pytest.raises(skrull.ArgumentError) as err:
@@ -140,3 +141,11 @@ def test_error_carries_status_code_and_library_message():
     assert err.message == _ffi.lib.skrull_status_str(17).decode() and err.message in str(err)
     unknown = skrull.Error(300)
     assert unknown.status == "UNKNOWN_300" and unknown.message == "unknown status"
+
+
+def test_max_sequences_must_be_a_count():
+    assert skrull.Scheduler(dp=1, cp=1, bucket_tokens=8, max_sequences=10**6)._capacity == 65536
+    with pytest.raises(skrull.ArgumentError):
+        skrull.Scheduler(dp=1, cp=1, bucket_tokens=8, max_sequences=2.5)
+    with pytest.raises(skrull.BatchError, match="TOO_MANY_SEQUENCES"):
+        skrull.Scheduler(dp=1, cp=1, bucket_tokens=8, max_sequences=-1)

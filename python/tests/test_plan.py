@@ -27,8 +27,9 @@ def test_paper_example_reproduces_the_readme_plan(paper_example):
     assert plan.rank_tokens.tolist() == [[14, 17, 20, 23]]
     assert plan.micro_batches_per_dp.tolist() == [1]
     # The digest as docs/python.md defines it, recomputed field by field, and its golden value.
-    words = [9, 1, 4] + [w for i in range(9) for w in (
-        0, 0, int(plan.cp_rank[i]) % 2**32, int(plan.tokens_per_gpu[i]))] + plan.members.tolist() + [1]
+    placements = [w for i in range(9) for w in (
+        0, 0, int(plan.cp_rank[i]) % 2**32, int(plan.tokens_per_gpu[i]))]
+    words = [9, 1, 4] + placements + plan.members.tolist() + [1]
     expect = hashlib.sha256(struct.pack(f"<{len(words)}I", *words)).hexdigest()
     assert plan.digest() == expect == GOLDEN_DIGEST
 
