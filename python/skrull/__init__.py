@@ -56,6 +56,10 @@ def library_path() -> str:
     return str(_ffi.library_path())
 
 
+for _cls in (ArgumentError, BatchError, Config, ConfigError, Error, InternalError, Layout,
+             LayoutError, ModelShape, Plan, Scheduler, Status, Summary):
+    _cls.__module__ = __name__  # tracebacks and help() say skrull.BatchError, not skrull._errors
+
 __all__ = [
     "ABI_VERSION", "MAX_SEQUENCES", "SHARDED", "FLOPS", "POLICIES", "PRESETS", "SHARD_PADDINGS",
     "VICTIMS", "MICRO_BATCH_DTYPE", "PLACEMENT_DTYPE", "SPAN_DTYPE", "ArgumentError",

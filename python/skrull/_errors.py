@@ -54,6 +54,15 @@ class Error(Exception):
         text = f"{self.status} ({self.code}): {self.message}"
         super().__init__(f"{text}: {detail}" if detail else text)
 
+    def __reduce__(self) -> tuple:
+        """Pickles (for multiprocessing) by status and details, not by the message."""
+        where = {"index": self.index, "value": self.value, "limit": self.limit}
+        return (_rebuild, (type(self), self.code, self.detail, where))
+
+
+def _rebuild(cls: type[Error], code: int, detail: str, where: dict) -> Error:
+    return cls(code, detail, **where)
+
 
 class ConfigError(Error, ValueError):
     """The configuration is rejected: DP, CP, BucketSize, model shape or an option (10-13, 3)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import pickle
 
 import numpy as np
 import pytest
@@ -133,6 +134,14 @@ def test_bad_gpu_indices_are_no_such_gpu():
         plan.layout(0.0, 0, 0)
     with pytest.raises(skrull.LayoutError):
         plan.rank_layouts(0, 2)
+
+
+def test_errors_survive_pickling_for_multiprocessing():
+    with pytest.raises(skrull.BatchError) as err:
+        skrull.Scheduler(dp=1, cp=2, bucket_tokens=8).plan([5, 0])
+    back = pickle.loads(pickle.dumps(err.value))
+    assert type(back) is skrull.BatchError and str(back) == str(err.value)
+    assert (back.status, back.code, back.index, back.value) == ("EMPTY_SEQUENCE", 15, 1, 0)
 
 
 def test_error_carries_status_code_and_library_message():

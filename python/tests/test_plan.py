@@ -155,3 +155,16 @@ def test_an_empty_batch_is_a_valid_empty_plan(empty):
     assert plan.micro_batches_per_dp.tolist() == [0, 0]
     assert plan.rank_layouts(1, 1) == [] and plan.to_megatron_groups() == []
     assert len(plan.digest()) == 64
+
+
+def test_a_plan_keeps_everything_its_c_calls_point_to_alive():
+    # Regression (found in the benchmark): the buffer structs hold bare addresses, so whatever
+    # they point to must be owned by a live Python object for as long as C may read it.
+    import gc
+    plan = skrull.Scheduler(dp=2, cp=4, bucket_tokens=64).plan([60, 3, 9, 1, 200, 17])
+    first = plan.layout(0, 0, 0)
+    gc.collect()
+    junk = [np.full(4096, 0x5A, np.uint8) for _ in range(64)]  # reuse any freed memory
+    again = plan.layout(0, 0, 0)
+    assert again.positions.tolist() == first.positions.tolist() and junk
+    assert again.spans.tolist() == first.spans.tolist()
