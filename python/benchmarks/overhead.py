@@ -58,11 +58,11 @@ def main() -> None:
 def _raw_layout(s: skrull.Scheduler, plan: skrull.Plan):
     """A raw sizes + fill call pair for GPU (0, 0, 0) on buffers allocated once."""
     s._fill_layout(plan, 0, 0, 0)  # sizes the layout workspace
-    cfg, cplan, lengths = plan._c_args()
-    gpu, ws = _ffi.skrull_gpu(0, 0, 0), s._layout_ws
+    cfg, lengths_addr, n, cplan = plan._c_args
+    gpu, (ws_addr, ws_len) = _ffi.skrull_gpu(0, 0, 0), s._layout_ws_args
+    args = (cfg, lengths_addr, n, cplan, gpu, ws_addr, ws_len)
     cap = _ffi.skrull_layout_capacity()
-    assert _ffi.lib.skrull_layout_sizes(cfg, _ffi.address(lengths), lengths.size, cplan, gpu,
-                                        _ffi.address(ws), ws.nbytes, ctypes.byref(cap)) == 0
+    assert _ffi.lib.skrull_layout_sizes(*args, ctypes.byref(cap)) == 0
     arrays = [np.empty(cap.spans, skrull.SPAN_DTYPE)] + [
         np.empty(k, np.int32) for k in (cap.local_cu_seqlens, cap.sharded_cu_seqlens,
                                         cap.sharded_cu_seqlens, cap.sharded_cu_seqlens,
@@ -73,7 +73,6 @@ def _raw_layout(s: skrull.Scheduler, plan: skrull.Plan):
         ctypes.sizeof(_ffi.skrull_layout_buffers), 0, p[0], cap.spans,
         p[1], cap.local_cu_seqlens, p[2], cap.sharded_cu_seqlens, p[3], cap.sharded_cu_seqlens,
         p[4], cap.sharded_cu_seqlens, p[5], cap.positions, ctypes.addressof(rec))
-    args = (cfg, _ffi.address(lengths), lengths.size, cplan, gpu, _ffi.address(ws), ws.nbytes)
     sizes, fill = _ffi.lib.skrull_layout_sizes, _ffi.lib.skrull_layout_fill
 
     def run() -> None:

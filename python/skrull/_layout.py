@@ -23,11 +23,12 @@ SPAN_DTYPE = np.dtype(_ffi.skrull_span)
 
 # The output arrays of skrull_layout_buffers: (field, dtype, skrull_layout_capacity field).
 # A new array of the C ABI is one more row here and one more Layout attribute.
-_ARRAYS = (("spans", SPAN_DTYPE, "spans"), ("local_cu_seqlens", np.int32, "local_cu_seqlens"),
-           ("sharded_cu_seqlens", np.int32, "sharded_cu_seqlens"),
-           ("sharded_cu_seqlens_padded", np.int32, "sharded_cu_seqlens"),
-           ("rank_cu_seqlens", np.int32, "sharded_cu_seqlens"),
-           ("positions", np.int32, "positions"))
+_I32 = np.dtype(np.int32)
+_ARRAYS = (("spans", SPAN_DTYPE, "spans"), ("local_cu_seqlens", _I32, "local_cu_seqlens"),
+           ("sharded_cu_seqlens", _I32, "sharded_cu_seqlens"),
+           ("sharded_cu_seqlens_padded", _I32, "sharded_cu_seqlens"),
+           ("rank_cu_seqlens", _I32, "sharded_cu_seqlens"), ("positions", _I32, "positions"))
+_LAYOUT_BUFFERS_SIZE = ctypes.sizeof(_ffi.skrull_layout_buffers)
 _COUNTS = ("micro_batch_global", "local_seqs", "sharded_seqs", "local_tokens", "sharded_tokens",
            "tokens", "pad_tokens", "charged_tokens", "local_max_seqlen", "sharded_max_seqlen",
            "sharded_max_seqlen_padded", "rank_max_seqlen", "loss_tokens", "micro_batch_tokens",
@@ -76,19 +77,18 @@ class Layout:
         self.sharded_cu_seqlens = sharded_cu_seqlens
         self.sharded_cu_seqlens_padded = sharded_cu_seqlens_padded
         self.rank_cu_seqlens = rank_cu_seqlens
-        self.positions = positions
-        for a in (spans, local_cu_seqlens, sharded_cu_seqlens, sharded_cu_seqlens_padded,
-                  rank_cu_seqlens, positions):
-            a.flags.writeable = False
+        self.positions = positions  # read-only arrays: fill and empty make them so
 
     @classmethod
     def empty(cls, dp_rank: int, micro_batch: int, cp_rank: int, global_tokens: int) -> Layout:
         """The layout of a micro-batch a DP rank runs only to keep step with the others: no
         tokens, but it still joins every collective."""
-        zero = np.zeros(1, np.int32)
+        arrays = [np.empty(0, SPAN_DTYPE)] + [np.zeros(1, np.int32) for _ in range(4)] + \
+            [np.empty(0, np.int32)]
+        for a in arrays:
+            a.flags.writeable = False
         return cls((dp_rank, micro_batch, cp_rank), {"global_tokens": global_tokens,
-                   "micro_batch_global": -1}, np.empty(0, SPAN_DTYPE), zero, zero.copy(),
-                   zero.copy(), zero.copy(), np.empty(0, np.int32))
+                   "micro_batch_global": -1}, *arrays)
 
     @property
     def is_padding_micro_batch(self) -> bool:
@@ -126,28 +126,27 @@ class Layout:
 
 
 def fill(plan: Plan, dp_rank: int, micro_batch: int, cp_rank: int,
-         workspace: np.ndarray) -> Layout:
-    """Sizes (``skrull_layout_sizes``), allocates exactly that, and fills one GPU's layout."""
-    gpu = _ffi.skrull_gpu(dp_rank, micro_batch, cp_rank)
-    cfg, cplan, lengths = plan._c_args()
-    args = (cfg, _ffi.address(lengths), lengths.size, cplan, gpu, _ffi.address(workspace),
-            workspace.nbytes)
+         workspace: tuple[int, int]) -> Layout:
+    """Sizes (``skrull_layout_sizes``), allocates exactly that, and fills one GPU's layout.
+    ``workspace`` is (address, bytes) of at least ``skrull_layout_sizes_max().workspace_bytes``."""
+    args = (*plan._c_args, _ffi.skrull_gpu(dp_rank, micro_batch, cp_rank), *workspace)
     cap = _ffi.skrull_layout_capacity()
     check(_ffi.lib.skrull_layout_sizes(*args, ctypes.byref(cap)),
           f"GPU ({dp_rank}, {micro_batch}, {cp_rank})")
     # One allocation holds every array, each at an 8-byte-aligned offset.
-    sizes = [(name, np.dtype(t), getattr(cap, c)) for name, t, c in _ARRAYS]
-    offsets = np.cumsum([0] + [-(-t.itemsize * k // 8) * 8 for _, t, k in sizes]).tolist()
-    block = np.empty(offsets[-1], np.uint8)
+    sizes = [(name, t, getattr(cap, c)) for name, t, c in _ARRAYS]
+    offsets, end = [], 0
+    for _, t, k in sizes:
+        offsets.append(end)
+        end += -(-t.itemsize * k // 8) * 8
+    block = np.empty(end, np.uint8)
     base = _ffi.address(block)
     rec = _ffi.skrull_layout()
-    out = _ffi.skrull_layout_buffers(struct_size=ctypes.sizeof(_ffi.skrull_layout_buffers),
-                                     layout=ctypes.addressof(rec))
+    fields = {"struct_size": _LAYOUT_BUFFERS_SIZE, "layout": ctypes.addressof(rec)}
     for (name, _, k), o in zip(sizes, offsets):
-        setattr(out, name, base + o)
-        setattr(out, name + "_len", k)
-    check(_ffi.lib.skrull_layout_fill(*args, ctypes.byref(out)))
-    # skrull_layout_sizes gave exact sizes: every array is full.
+        fields[name], fields[name + "_len"] = base + o, k
+    check(_ffi.lib.skrull_layout_fill(*args, ctypes.byref(_ffi.skrull_layout_buffers(**fields))))
+    block.flags.writeable = False  # so are the views: skrull_layout_sizes sized them exactly
     arrays = {name: np.frombuffer(block, t, k, o) for (name, t, k), o in zip(sizes, offsets)}
-    values = {name: getattr(rec, name) for name in _COUNTS}
-    return Layout((dp_rank, micro_batch, cp_rank), values, **arrays)
+    return Layout((dp_rank, micro_batch, cp_rank), {n: getattr(rec, n) for n in _COUNTS},
+                  **arrays)

@@ -171,9 +171,11 @@ class Plan:
             h.update(np.ascontiguousarray(words, dtype="<u4").tobytes())
         return h.hexdigest()
 
-    def _c_args(self) -> tuple[Any, Any, np.ndarray]:
-        """(config, plan buffers, lengths) as the layout functions take them."""
-        return ctypes.byref(self._scheduler._c_config), ctypes.byref(self._c_plan), self.lengths
+    @cached_property
+    def _c_args(self) -> tuple[Any, int, int, Any]:
+        """(config, lengths address, n, plan buffers): the layout functions' first arguments."""
+        return (ctypes.byref(self._scheduler._c_config), _ffi.address(self.lengths),
+                len(self.lengths), ctypes.byref(self._c_plan))
 
     @cached_property
     def _c_plan(self) -> _ffi.skrull_plan_buffers:

@@ -114,8 +114,9 @@ class Scheduler:
                 check(_ffi.lib.skrull_layout_sizes_max(ctypes.byref(self._c_config), n,
                                                        ctypes.byref(cap)))
                 self._layout_ws = np.empty(cap.workspace_bytes, np.uint8)
+                self._layout_ws_args = (_ffi.address(self._layout_ws), self._layout_ws.nbytes)
                 self._layout_capacity = n
-            return _layout.fill(plan, dp_rank, micro_batch, cp_rank, self._layout_ws)
+            return _layout.fill(plan, dp_rank, micro_batch, cp_rank, self._layout_ws_args)
 
 
 def _as_lengths(lengths: Any) -> tuple[np.ndarray, np.ndarray]:
