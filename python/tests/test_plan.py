@@ -168,3 +168,15 @@ def test_a_plan_keeps_everything_its_c_calls_point_to_alive():
     again = plan.layout(0, 0, 0)
     assert again.positions.tolist() == first.positions.tolist() and junk
     assert again.spans.tolist() == first.spans.tolist()
+
+
+def test_buffers_are_reused_until_a_larger_batch_grows_them():
+    s = skrull.Scheduler(dp=2, cp=2, bucket_tokens=512, max_sequences=100)
+    ws, placements = s._ws, s._placements
+    for n in (1, 50, 100):
+        s.plan(np.full(n, 7))
+        assert s._ws is ws and s._placements is placements and s._capacity == 100
+    s.plan(np.full(101, 7))
+    assert s._capacity == 200 and s._ws is not ws  # doubled, not just n
+    s.plan(np.full(5000, 7))
+    assert s._capacity == 5000
