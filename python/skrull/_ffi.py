@@ -1,0 +1,211 @@
+"""The ctypes mirror of ``include/skrull.h`` and the loaded ``libskrull``.
+
+Every struct below lists its fields in header order with the header's names. Structs that start
+with ``struct_size`` grow only at their end: to follow a new header, append the new fields to
+``_fields_`` and nothing else (``struct_size`` is always ``ctypes.sizeof`` of the class). The
+test ``tests/test_abi.py`` compiles a C program against the header and compares every
+``sizeof`` and ``offsetof`` with these classes.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from ctypes import POINTER, c_char_p, c_int32, c_size_t, c_uint32, c_uint64, c_void_p
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import numpy as np
+
+#: The C ABI version (``SKRULL_ABI_VERSION``) this package was written for.
+ABI_VERSION = 1
+#: The largest ``struct_size`` the library accepts (``SKRULL_MAX_STRUCT_SIZE``).
+MAX_STRUCT_SIZE = 4096
+#: ``skrull_placement.cp_rank`` of a sharded sequence (``SKRULL_SHARDED``).
+SHARDED = -1
+
+_u32, _i32, _u64, _usize = c_uint32, c_int32, c_uint64, c_size_t
+# Output arrays are numpy arrays; their pointer fields are plain addresses (same size and
+# alignment as any data pointer), so filling a struct needs no ctypes.cast.
+_ptr = c_void_p
+
+
+class skrull_model_shape(ctypes.Structure):
+    _fields_ = [("hidden", _u32), ("kv_hidden", _u32), ("ffn", _u32), ("layers", _u32),
+                ("vocab", _u32), ("swiglu", _u32)]
+
+
+class skrull_config(ctypes.Structure):
+    _fields_ = [("struct_size", _u32), ("dp", _u32), ("cp", _u32), ("bucket_tokens", _u32),
+                ("policy", _u32), ("victim", _u32), ("flops", _u32), ("shard_padding", _u32),
+                ("max_micro_batches", _u32), ("model", skrull_model_shape)]
+
+
+class skrull_dacp_summary(ctypes.Structure):
+    _fields_ = [("sharded", _u32), ("rollbacks", _u32)]
+
+
+class skrull_placement(ctypes.Structure):
+    _fields_ = [("dp_rank", _u32), ("micro_batch", _u32), ("cp_rank", _i32),
+                ("tokens_per_gpu", _u32)]
+
+
+class skrull_micro_batch(ctypes.Structure):
+    _fields_ = [("dp_rank", _u32), ("index", _u32), ("first", _u32), ("count", _u32)]
+
+
+class skrull_summary(ctypes.Structure):
+    _fields_ = [("total_tokens", _u64), ("sequences", _u32), ("micro_batches", _u32),
+                ("sharded", _u32), ("rollbacks", _u32), ("peak_rank_tokens", _u32),
+                ("_reserved", _u32)]
+
+
+class skrull_plan_buffers(ctypes.Structure):
+    _fields_ = [("struct_size", _u32), ("_reserved", _u32),
+                ("placements", _ptr), ("placements_len", _usize),
+                ("micro_batches", _ptr), ("micro_batches_len", _usize),
+                ("members", _ptr), ("members_len", _usize),
+                ("rank_tokens", _ptr), ("rank_tokens_len", _usize),
+                ("micro_batches_per_dp", _ptr), ("micro_batches_per_dp_len", _usize),
+                ("summary", _ptr)]
+
+
+class skrull_gpu(ctypes.Structure):
+    _fields_ = [("dp_rank", _u32), ("micro_batch", _u32), ("cp_rank", _u32)]
+
+
+class skrull_span(ctypes.Structure):
+    _fields_ = [("seq", _u32), ("chunk", _i32), ("offset", _u32), ("start", _u32),
+                ("len", _u32), ("pad", _u32)]
+
+
+class skrull_layout(ctypes.Structure):
+    _fields_ = [("dp_rank", _u32), ("micro_batch", _u32), ("cp_rank", _u32),
+                ("micro_batch_global", _u32), ("local_seqs", _u32), ("sharded_seqs", _u32),
+                ("spans", _u32), ("local_tokens", _u32), ("sharded_tokens", _u32),
+                ("tokens", _u32), ("pad_tokens", _u32), ("charged_tokens", _u32),
+                ("local_max_seqlen", _i32), ("sharded_max_seqlen", _i32),
+                ("sharded_max_seqlen_padded", _i32), ("rank_max_seqlen", _i32),
+                ("loss_tokens", _u32), ("_reserved", _u32),
+                ("micro_batch_tokens", _u64), ("global_tokens", _u64)]
+
+
+class skrull_layout_buffers(ctypes.Structure):
+    _fields_ = [("struct_size", _u32), ("_reserved", _u32),
+                ("spans", _ptr), ("spans_len", _usize),
+                ("local_cu_seqlens", _ptr), ("local_cu_seqlens_len", _usize),
+                ("sharded_cu_seqlens", _ptr), ("sharded_cu_seqlens_len", _usize),
+                ("sharded_cu_seqlens_padded", _ptr), ("sharded_cu_seqlens_padded_len", _usize),
+                ("rank_cu_seqlens", _ptr), ("rank_cu_seqlens_len", _usize),
+                ("positions", _ptr), ("positions_len", _usize),
+                ("layout", _ptr)]
+
+
+class skrull_layout_capacity(ctypes.Structure):
+    _fields_ = [("spans", _usize), ("local_cu_seqlens", _usize), ("sharded_cu_seqlens", _usize),
+                ("positions", _usize), ("workspace_bytes", _usize)]
+
+
+class skrull_sizes(ctypes.Structure):
+    _fields_ = [("workspace_bytes", _usize), ("placements", _usize), ("micro_batches", _usize),
+                ("members", _usize), ("rank_tokens", _usize), ("micro_batches_per_dp", _usize)]
+
+
+_W = ctypes.sizeof(c_size_t)
+#: Sizes the header documents for its frozen structs (version 1).
+FROZEN_SIZES = {
+    skrull_model_shape: 24, skrull_dacp_summary: 8, skrull_placement: 16,
+    skrull_micro_batch: 16, skrull_summary: 32, skrull_gpu: 12, skrull_span: 24,
+    skrull_layout: 88, skrull_layout_capacity: 5 * _W, skrull_sizes: 6 * _W,
+}
+#: Version-1 sizes of the extensible structs; appended fields make ours larger, never smaller.
+EXTENSIBLE_V1_SIZES = {
+    skrull_config: 60, skrull_plan_buffers: 8 + 11 * _W, skrull_layout_buffers: 8 + 13 * _W,
+}
+#: Every struct the binding mirrors, in header order.
+STRUCTS = [skrull_model_shape, skrull_config, skrull_dacp_summary, skrull_placement,
+           skrull_micro_batch, skrull_summary, skrull_plan_buffers, skrull_gpu, skrull_span,
+           skrull_layout, skrull_layout_buffers, skrull_layout_capacity, skrull_sizes]
+
+_P = POINTER
+# name: (restype, argtypes). Pointers to caller-owned arrays are passed as integer addresses.
+_PROTOTYPES = {
+    "skrull_abi_version": (_u32, []),
+    "skrull_version": (c_char_p, []),
+    "skrull_status_str": (c_char_p, [_u32]),
+    "skrull_panic_selftest": (_u32, []),
+    "skrull_config_default": (_u32, [c_void_p]),
+    "skrull_config_preset": (_u32, [_u32, c_void_p]),
+    "skrull_plan_sizes": (_u32, [_usize, _u32, _u32, _P(skrull_sizes)]),
+    "skrull_workspace_size": (_usize, [_usize, _u32, _u32]),
+    "skrull_schedule": (_u32, [_P(skrull_config), c_void_p, _usize, c_void_p, _usize,
+                               _P(skrull_plan_buffers)]),
+    "skrull_dacp_place": (_u32, [_P(skrull_config), c_void_p, _usize, c_void_p, _usize,
+                                 c_void_p, _usize, _P(skrull_dacp_summary)]),
+    "skrull_layout_sizes_max": (_u32, [_P(skrull_config), _usize, _P(skrull_layout_capacity)]),
+    "skrull_layout_sizes": (_u32, [_P(skrull_config), c_void_p, _usize,
+                                   _P(skrull_plan_buffers), skrull_gpu, c_void_p, _usize,
+                                   _P(skrull_layout_capacity)]),
+    "skrull_layout_fill": (_u32, [_P(skrull_config), c_void_p, _usize, _P(skrull_plan_buffers),
+                                  skrull_gpu, c_void_p, _usize, _P(skrull_layout_buffers)]),
+}
+
+_LIB_NAMES = ("_libskrull", "libskrull")
+_LIB_SUFFIXES = (".so", ".dylib", ".dll", ".pyd")
+
+
+def address(a: "np.ndarray") -> int:
+    """The data address of a numpy array."""
+    return a.ctypes.data
+
+
+def library_path() -> Path:
+    """The shared library to load: ``$SKRULL_LIBRARY``, else the one shipped in this package."""
+    override = os.environ.get("SKRULL_LIBRARY")
+    if override:
+        return Path(override)
+    here = Path(__file__).resolve().parent
+    for path in sorted(here.iterdir()):
+        if path.name.startswith(_LIB_NAMES) and path.suffix in _LIB_SUFFIXES:
+            return path
+    raise ImportError(
+        f"skrull: no libskrull shared library in {here}. Install the package with "
+        "`pip install ./python` from the repository root, or point SKRULL_LIBRARY at a "
+        "libskrull.so built by `cargo build -p skrull-ffi --release`."
+    )
+
+
+def _load() -> ctypes.CDLL:
+    for cls, size in {**FROZEN_SIZES, **EXTENSIBLE_V1_SIZES}.items():
+        if ctypes.sizeof(cls) < size or (cls in FROZEN_SIZES and ctypes.sizeof(cls) != size):
+            raise ImportError(f"skrull: ctypes {cls.__name__} is {ctypes.sizeof(cls)} bytes, "
+                              f"the header says {size}")
+    path = library_path()
+    lib = ctypes.CDLL(str(path))
+    for name, (restype, argtypes) in _PROTOTYPES.items():
+        fn = getattr(lib, name)
+        fn.restype, fn.argtypes = restype, argtypes
+    found = lib.skrull_abi_version()
+    if found != ABI_VERSION:
+        raise ImportError(f"skrull: {path} has C ABI version {found}; this package was "
+                          f"written for version {ABI_VERSION}")
+    return lib
+
+
+lib = _load()
+
+
+def preset_config(preset: int) -> tuple[int, skrull_config]:
+    """Runs ``skrull_config_preset`` and returns (status, config).
+
+    The library writes its own ``sizeof(skrull_config)``, which a newer library makes larger
+    than ours, so it writes into a ``MAX_STRUCT_SIZE`` scratch buffer and we copy the fields we
+    know.
+    """
+    scratch = (ctypes.c_uint64 * (MAX_STRUCT_SIZE // 8))()
+    status = lib.skrull_config_preset(preset, ctypes.addressof(scratch))
+    cfg = skrull_config()
+    ctypes.memmove(ctypes.addressof(cfg), scratch, ctypes.sizeof(cfg))
+    cfg.struct_size = ctypes.sizeof(cfg)
+    return status, cfg

@@ -1,0 +1,152 @@
+"""One GPU's execution layout (``skrull_layout_sizes`` + ``skrull_layout_fill``).
+
+``fill`` is the one place that builds ``skrull_layout_buffers``: a new output array of the C ABI
+is one more row of ``_ARRAYS`` and one more argument of ``Layout``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from functools import cached_property
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from . import _ffi
+from ._errors import check
+
+if TYPE_CHECKING:
+    from ._plan import Plan
+
+#: numpy dtype of ``skrull_span``: seq, chunk (-1 = whole local sequence), offset, start, len, pad.
+SPAN_DTYPE = np.dtype(_ffi.skrull_span)
+
+# The output arrays of skrull_layout_buffers: (field, dtype, skrull_layout_capacity field).
+# A new array of the C ABI is one more row here and one more Layout attribute.
+_I32 = np.dtype(np.int32)
+_ARRAYS = (("spans", SPAN_DTYPE, "spans"), ("local_cu_seqlens", _I32, "local_cu_seqlens"),
+           ("sharded_cu_seqlens", _I32, "sharded_cu_seqlens"),
+           ("sharded_cu_seqlens_padded", _I32, "sharded_cu_seqlens"),
+           ("rank_cu_seqlens", _I32, "sharded_cu_seqlens"), ("positions", _I32, "positions"))
+_LAYOUT_BUFFERS_SIZE = ctypes.sizeof(_ffi.skrull_layout_buffers)
+_COUNTS = ("micro_batch_global", "local_seqs", "sharded_seqs", "local_tokens", "sharded_tokens",
+           "tokens", "pad_tokens", "charged_tokens", "local_max_seqlen", "sharded_max_seqlen",
+           "sharded_max_seqlen_padded", "rank_max_seqlen", "loss_tokens", "micro_batch_tokens",
+           "global_tokens")
+
+
+class Layout:
+    """What one GPU (DP rank, micro-batch, CP rank) feeds its kernels (``skrull_layout``).
+
+    The GPU buffer holds the local group (``[0, local_tokens)``: whole sequences) then the
+    sharded group (``[local_tokens, tokens)``: the two zigzag chunks of every sharded sequence).
+    Arrays: ``spans`` (``SPAN_DTYPE``), the int32 ``local_cu_seqlens``, ``sharded_cu_seqlens``,
+    ``sharded_cu_seqlens_padded``, ``rank_cu_seqlens`` and ``positions`` (one per token). Counts
+    and maxima are the ``skrull_layout`` fields of the same name; ``token_seq``, ``is_real`` and
+    ``loss_weights`` are derived from the spans. See docs/layout.md.
+    """
+
+    dp_rank: int
+    micro_batch: int
+    cp_rank: int
+    micro_batch_global: int
+    local_seqs: int
+    sharded_seqs: int
+    local_tokens: int
+    sharded_tokens: int
+    tokens: int
+    pad_tokens: int
+    charged_tokens: int
+    local_max_seqlen: int
+    sharded_max_seqlen: int
+    sharded_max_seqlen_padded: int
+    rank_max_seqlen: int
+    loss_tokens: int
+    micro_batch_tokens: int
+    global_tokens: int
+
+    def __init__(self, gpu: tuple[int, int, int], counts: dict[str, int], spans: np.ndarray,
+                 local_cu_seqlens: np.ndarray, sharded_cu_seqlens: np.ndarray,
+                 sharded_cu_seqlens_padded: np.ndarray, rank_cu_seqlens: np.ndarray,
+                 positions: np.ndarray) -> None:
+        self.dp_rank, self.micro_batch, self.cp_rank = gpu
+        for name in _COUNTS:
+            setattr(self, name, int(counts.get(name, 0)))
+        self.spans = spans
+        self.local_cu_seqlens = local_cu_seqlens
+        self.sharded_cu_seqlens = sharded_cu_seqlens
+        self.sharded_cu_seqlens_padded = sharded_cu_seqlens_padded
+        self.rank_cu_seqlens = rank_cu_seqlens
+        self.positions = positions  # read-only arrays: fill and empty make them so
+
+    @classmethod
+    def empty(cls, dp_rank: int, micro_batch: int, cp_rank: int, global_tokens: int) -> Layout:
+        """The layout of a micro-batch a DP rank runs only to keep step with the others: no
+        tokens, but it still joins every collective."""
+        arrays = [np.empty(0, SPAN_DTYPE)] + [np.zeros(1, np.int32) for _ in range(4)] + \
+            [np.empty(0, np.int32)]
+        for a in arrays:
+            a.flags.writeable = False
+        return cls((dp_rank, micro_batch, cp_rank), {"global_tokens": global_tokens,
+                   "micro_batch_global": -1}, *arrays)
+
+    @property
+    def is_padding_micro_batch(self) -> bool:
+        """True for a micro-batch added only to equalise micro-batch counts over DP."""
+        return self.micro_batch_global < 0
+
+    @cached_property
+    def _span_of_token(self) -> np.ndarray:
+        return np.repeat(np.arange(len(self.spans)), self.spans["len"] + self.spans["pad"])
+
+    @cached_property
+    def token_seq(self) -> np.ndarray:
+        """Per token: the sequence index (into the plan's lengths), -1 on padding."""
+        seq = self.spans["seq"].astype(np.int32)[self._span_of_token]
+        seq[~self.is_real] = -1
+        return seq
+
+    @cached_property
+    def is_real(self) -> np.ndarray:
+        """Per token: True for a real token, False for zigzag padding."""
+        s = self._span_of_token
+        within = np.arange(self.tokens, dtype=np.int64) - self.spans["offset"][s]
+        return within < self.spans["len"][s]
+
+    @cached_property
+    def loss_weights(self) -> np.ndarray:
+        """Per token: ``1 / global_tokens`` on real tokens, 0 on padding (float64)."""
+        return np.where(self.is_real, 1.0 / max(self.global_tokens, 1), 0.0)
+
+    def __repr__(self) -> str:
+        return (f"Layout(dp_rank={self.dp_rank}, micro_batch={self.micro_batch}, "
+                f"cp_rank={self.cp_rank}, tokens={self.tokens} = local {self.local_tokens} + "
+                f"sharded {self.sharded_tokens} (padding {self.pad_tokens}), "
+                f"local_seqs={self.local_seqs}, sharded_seqs={self.sharded_seqs})")
+
+
+def fill(plan: Plan, dp_rank: int, micro_batch: int, cp_rank: int,
+         workspace: tuple[int, int]) -> Layout:
+    """Sizes (``skrull_layout_sizes``), allocates exactly that, and fills one GPU's layout.
+    ``workspace`` is (address, bytes) of at least ``skrull_layout_sizes_max().workspace_bytes``."""
+    args = (*plan._c_args, _ffi.skrull_gpu(dp_rank, micro_batch, cp_rank), *workspace)
+    cap = _ffi.skrull_layout_capacity()
+    check(_ffi.lib.skrull_layout_sizes(*args, ctypes.byref(cap)),
+          f"GPU ({dp_rank}, {micro_batch}, {cp_rank})")
+    # One allocation holds every array, each at an 8-byte-aligned offset.
+    sizes = [(name, t, getattr(cap, c)) for name, t, c in _ARRAYS]
+    offsets, end = [], 0
+    for _, t, k in sizes:
+        offsets.append(end)
+        end += -(-t.itemsize * k // 8) * 8
+    block = np.empty(end, np.uint8)
+    base = _ffi.address(block)
+    rec = _ffi.skrull_layout()
+    fields = {"struct_size": _LAYOUT_BUFFERS_SIZE, "layout": ctypes.addressof(rec)}
+    for (name, _, k), o in zip(sizes, offsets):
+        fields[name], fields[name + "_len"] = base + o, k
+    check(_ffi.lib.skrull_layout_fill(*args, ctypes.byref(_ffi.skrull_layout_buffers(**fields))))
+    block.flags.writeable = False  # so are the views: skrull_layout_sizes sized them exactly
+    arrays = {name: np.frombuffer(block, t, k, o) for (name, t, k), o in zip(sizes, offsets)}
+    return Layout((dp_rank, micro_batch, cp_rank), {n: getattr(rec, n) for n in _COUNTS},
+                  **arrays)

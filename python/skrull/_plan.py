@@ -1,0 +1,198 @@
+"""A plan: the copied-out ``skrull_plan_buffers`` of one ``skrull_schedule`` call."""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+from dataclasses import dataclass
+from functools import cached_property
+from typing import TYPE_CHECKING, Any, Sequence
+
+import numpy as np
+
+from . import _ffi, _layout
+from ._config import Config
+from ._errors import Status, make_error
+
+if TYPE_CHECKING:
+    from ._scheduler import Scheduler
+
+#: numpy dtype of ``skrull_placement``: dp_rank, micro_batch, cp_rank (-1 = sharded),
+#: tokens_per_gpu.
+PLACEMENT_DTYPE = np.dtype(_ffi.skrull_placement)
+#: numpy dtype of ``skrull_micro_batch``: dp_rank, index, first, count.
+MICRO_BATCH_DTYPE = np.dtype(_ffi.skrull_micro_batch)
+
+
+@dataclass(frozen=True)
+class Summary:
+    """``skrull_summary``: counts over the whole plan."""
+
+    total_tokens: int
+    sequences: int
+    micro_batches: int
+    sharded: int
+    rollbacks: int
+    peak_rank_tokens: int
+
+
+def _frozen(a: np.ndarray) -> np.ndarray:
+    a.flags.writeable = False
+    return a
+
+
+def _gpu_index(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not hasattr(value, "__index__"):
+        raise make_error(Status.INVALID_ARG, f"{name} must be an integer, got {value!r}")
+    value = int(value)
+    if not 0 <= value < 2**32:
+        raise make_error(Status.NO_SUCH_GPU, f"{name} = {value}")
+    return value
+
+
+class Plan:
+    """Where every sequence of one global batch runs; read-only, independent of later calls.
+
+    Per input sequence (numpy, input order): ``dp_rank``, ``micro_batch``, ``cp_rank`` (-1 =
+    sharded over the CP group) and ``tokens_per_gpu``. Per DP rank: ``micro_batches_per_dp``.
+    The C tables are there too: ``placements``, ``micro_batch_table`` (sorted by DP rank, then
+    index), ``members`` and ``rank_tokens`` (one row of CP loads per table entry).
+    """
+
+    def __init__(self, scheduler: Scheduler, lengths: np.ndarray, placements: np.ndarray,
+                 micro_batch_table: np.ndarray, members: np.ndarray, rank_tokens: np.ndarray,
+                 micro_batches_per_dp: np.ndarray, summary: _ffi.skrull_summary) -> None:
+        self._scheduler = scheduler
+        self.config: Config = scheduler.config
+        self.lengths = _frozen(lengths)
+        self.placements = _frozen(placements)
+        self.micro_batch_table = _frozen(micro_batch_table)
+        self.members = _frozen(members)
+        self.rank_tokens = _frozen(rank_tokens.reshape(-1, self.config.cp))
+        self.micro_batches_per_dp = _frozen(micro_batches_per_dp)
+        self._c_summary = summary
+
+    @cached_property
+    def summary(self) -> Summary:
+        """Counts over the whole plan (``skrull_summary``)."""
+        s = self._c_summary
+        return Summary(s.total_tokens, s.sequences, s.micro_batches, s.sharded, s.rollbacks,
+                       s.peak_rank_tokens)
+
+    @cached_property
+    def dp_rank(self) -> np.ndarray:
+        """Per sequence: its DP rank (int32)."""
+        return _frozen(self.placements["dp_rank"].astype(np.int32))
+
+    @cached_property
+    def micro_batch(self) -> np.ndarray:
+        """Per sequence: its micro-batch index on its DP rank (int32)."""
+        return _frozen(self.placements["micro_batch"].astype(np.int32))
+
+    @cached_property
+    def cp_rank(self) -> np.ndarray:
+        """Per sequence: the CP rank holding it whole, or -1 when sharded (int32)."""
+        return _frozen(self.placements["cp_rank"].astype(np.int32))
+
+    @cached_property
+    def tokens_per_gpu(self) -> np.ndarray:
+        """Per sequence: tokens it costs each GPU that holds it (int64)."""
+        return _frozen(self.placements["tokens_per_gpu"].astype(np.int64))
+
+    @property
+    def num_micro_batches(self) -> int:
+        """The most micro-batches any DP rank runs: the count every DP rank runs in lockstep."""
+        return int(self.micro_batches_per_dp.max(initial=0))
+
+    def _table_index(self, dp_rank: int, micro_batch: int) -> int | None:
+        if not (0 <= dp_rank < self.config.dp
+                and 0 <= micro_batch < self.micro_batches_per_dp[dp_rank]):
+            return None
+        return int(self.micro_batches_per_dp[:dp_rank].sum()) + micro_batch
+
+    def members_of(self, dp_rank: int, micro_batch: int) -> np.ndarray:
+        """Sequence indices of one micro-batch, in plan order (empty past a rank's count)."""
+        g = self._table_index(dp_rank, micro_batch)
+        if g is None:
+            return np.empty(0, np.uint32)
+        entry = self.micro_batch_table[g]
+        return self.members[entry["first"]:entry["first"] + entry["count"]]
+
+    def layout(self, dp_rank: int, micro_batch: int, cp_rank: int) -> _layout.Layout:
+        """One GPU's layout (``skrull_layout_fill``). A micro-batch index at or past
+        ``micro_batches_per_dp[dp_rank]`` raises ``NO_SUCH_GPU``; ``rank_layouts`` pads."""
+        d = _gpu_index("dp_rank", dp_rank)
+        m = _gpu_index("micro_batch", micro_batch)
+        r = _gpu_index("cp_rank", cp_rank)
+        return self._scheduler._fill_layout(self, d, m, r)
+
+    def rank_layouts(self, dp_rank: int, cp_rank: int) -> list[_layout.Layout]:
+        """This GPU's layouts for all ``num_micro_batches`` steps: its own micro-batches, then
+        empty ones (``Layout.empty``) so that every DP rank runs the same count."""
+        d, r = _gpu_index("dp_rank", dp_rank), _gpu_index("cp_rank", cp_rank)
+        if d >= self.config.dp or r >= self.config.cp:
+            raise make_error(Status.NO_SUCH_GPU, f"DP rank {d}, CP rank {r}")
+        own = int(self.micro_batches_per_dp[d])
+        out = [self.layout(d, m, r) for m in range(own)]
+        return out + [_layout.Layout.empty(d, m, r, self.summary.total_tokens)
+                      for m in range(own, self.num_micro_batches)]
+
+    def to_megatron_groups(self, sample_ids: Sequence[Any] | None = None) -> list[list[list]]:
+        """``sample_id_groups[micro_batch][dp_rank * cp + cp_rank]`` -> sample ids, the shape of
+        Megatron's ``BasePackingScheduler.get_groups_and_subsamples``: a local sequence on its CP
+        rank, a sharded one on every CP rank of its DP rank; ``num_micro_batches`` entries, with
+        empty lists where a DP rank has fewer micro-batches. ``sample_ids[i]`` names sequence
+        ``i`` (default: ``i``)."""
+        dp, cp = self.config.dp, self.config.cp
+        ids = list(range(len(self.lengths))) if sample_ids is None else list(sample_ids)
+        if len(ids) != len(self.lengths):
+            raise make_error(Status.INVALID_ARG,
+                             f"{len(ids)} sample ids for {len(self.lengths)} sequences")
+        groups: list[list[list]] = [[[] for _ in range(dp * cp)]
+                                    for _ in range(self.num_micro_batches)]
+        cp_rank = self.cp_rank.tolist()
+        for entry in self.micro_batch_table.tolist():
+            d, m, first, count = entry
+            row = groups[m]
+            for s in self.members[first:first + count].tolist():
+                ranks = range(cp) if cp_rank[s] < 0 else (cp_rank[s],)
+                for r in ranks:
+                    row[d * cp + r].append(ids[s])
+        return groups
+
+    def digest(self) -> str:
+        """sha256 (hex) of the plan, equal on every rank that planned the same batch with the
+        same configuration: the little-endian uint32 words of ``len(lengths), dp, cp``, then
+        ``placements`` (4 words each), ``members``, ``micro_batches_per_dp``."""
+        h = hashlib.sha256()
+        head = np.array([len(self.lengths), self.config.dp, self.config.cp], "<u4")
+        for words in (head, self.placements.view(np.uint32).reshape(-1), self.members,
+                      self.micro_batches_per_dp):
+            h.update(np.ascontiguousarray(words, dtype="<u4").tobytes())
+        return h.hexdigest()
+
+    @cached_property
+    def _c_args(self) -> tuple[Any, int, int, Any]:
+        """(config, lengths address, n, plan buffers): the layout functions' first arguments."""
+        return (ctypes.byref(self._scheduler._c_config), _ffi.address(self.lengths),
+                len(self.lengths), ctypes.byref(self._c_plan))
+
+    @cached_property
+    def _c_plan(self) -> _ffi.skrull_plan_buffers:
+        a = _ffi.address
+        return _ffi.skrull_plan_buffers(
+            struct_size=ctypes.sizeof(_ffi.skrull_plan_buffers),
+            placements=a(self.placements), placements_len=len(self.placements),
+            micro_batches=a(self.micro_batch_table),
+            micro_batches_len=len(self.micro_batch_table),
+            members=a(self.members), members_len=len(self.members),
+            rank_tokens=a(self.rank_tokens), rank_tokens_len=self.rank_tokens.size,
+            micro_batches_per_dp=a(self.micro_batches_per_dp),
+            micro_batches_per_dp_len=len(self.micro_batches_per_dp),
+            summary=ctypes.addressof(self._c_summary))
+
+    def __repr__(self) -> str:
+        s = self.summary
+        return (f"Plan({s.sequences} sequences, {s.total_tokens} tokens, {s.micro_batches} "
+                f"micro-batches (per DP: {self.micro_batches_per_dp.tolist()}), {s.sharded} "
+                f"sharded, {s.rollbacks} rollbacks, peak {s.peak_rank_tokens} tokens/GPU)")

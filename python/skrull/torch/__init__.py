@@ -1,0 +1,27 @@
+"""Torch helpers for skrull plans (install ``skrull[torch]``).
+
+- ``collate(plan, samples, dp_rank, cp_rank)``: this GPU's ``MicroBatch`` list for one global
+  batch (flat ``input_ids``, ``labels``, ``position_ids``, ``loss_weights``, the varlen
+  ``cu_seqlens`` of both groups), the same count on every DP rank.
+- ``SkrullLoader``: a map-style dataset with known lengths, in planned global batches.
+- ``cp_group``, ``all_gather_varlen``: CP process groups and a differentiable all-gather whose
+  gradients are right on every backend.
+- ``PackedAttention``, ``apply_rope``, ``TinyTransformer``, ``packed_loss``: a dense reference
+  of local + sharded attention and a tiny model, to check an integration against the unpacked
+  computation (see python/tests/test_gradcheck.py).
+"""
+
+try:
+    import torch as _torch  # noqa: F401
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    raise ImportError("skrull.torch needs PyTorch: pip install './python[torch]' (or torch)") \
+        from exc
+
+from ._attention import PackedAttention, apply_rope
+from ._collate import GlobalBatch, MicroBatch, SkrullLoader, collate, default_label_tokens
+from ._dist import all_gather_varlen, cp_group, gather_sizes
+from ._tiny import TinyTransformer, packed_loss
+
+__all__ = ["GlobalBatch", "MicroBatch", "PackedAttention", "SkrullLoader", "TinyTransformer",
+           "all_gather_varlen", "apply_rope", "collate", "cp_group", "default_label_tokens",
+           "gather_sizes", "packed_loss"]

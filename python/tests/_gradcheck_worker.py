@@ -1,0 +1,147 @@
+"""One process of the multi-process gradient check (see test_gradcheck.py).
+
+Each rank plans every batch itself, checks that all ranks got the same plan digest, trains one
+step of ``TinyTransformer`` on its micro-batches (float64, gloo), sums gradients over DP x CP,
+and compares logits and gradients with an unpacked single-process reference.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+import skrull
+import skrull.torch as st
+
+BUCKET = 16
+VOCAB = 29
+POLICIES = list(skrull.POLICIES)
+PADDINGS = ["none", "zigzag"]
+
+
+def batches() -> dict[str, list[int]]:
+    """Lengths <= 32 (fits CP 2 x BucketSize 16); several shorter than 2N."""
+    rng = np.random.default_rng(1)
+    return {"mixed": [1, 3, 5, 30, 12, 7, 2, 20, 9, 16, 4, 25], "one-short": [3],
+            "long-short": [31, 2], "random": rng.integers(1, 33, 16).tolist()}
+
+
+def _samples(lengths: list[int], seed: int) -> list[dict[str, torch.Tensor]]:
+    g = torch.Generator().manual_seed(seed)
+    return [{"input_ids": torch.randint(0, VOCAB, (n,), generator=g),
+             "labels": torch.randint(0, VOCAB, (n,), generator=g)} for n in lengths]
+
+
+def _model() -> st.TinyTransformer:
+    torch.manual_seed(1234)
+    return st.TinyTransformer(vocab=VOCAB, hidden=16, heads=2, ffn=32, layers=2)
+
+
+def _reference(model: st.TinyTransformer, samples: list[dict]) -> tuple[torch.Tensor, list]:
+    """Padded logits [seq, pos, vocab] and parameter gradients, every sequence unpacked."""
+    total = sum(len(s["input_ids"]) for s in samples)
+    model.zero_grad()
+    logits = []
+    for s in samples:
+        out = model.forward_sequence(s["input_ids"])
+        loss = torch.nn.functional.cross_entropy(out, s["labels"], reduction="sum") / total
+        loss.backward()
+        logits.append(out.detach())
+    padded = torch.zeros(len(samples), max(len(x) for x in logits), VOCAB)
+    for i, x in enumerate(logits):
+        padded[i, :len(x)] = x
+    return padded, [p.grad.clone() for p in model.parameters()]
+
+
+def _rel(got: torch.Tensor, want: torch.Tensor) -> float:
+    return float((got - want).abs().max() / want.abs().max().clamp_min(1e-300)) \
+        if want.numel() else 0.0
+
+
+def _one_run(sched: skrull.Scheduler, lengths: list[int], samples: list, ref: tuple,
+             dp_rank: int, cp_rank: int, group, features: dict) -> dict[str, float]:
+    plan = sched.plan(lengths)
+    digests = [None] * dist.get_world_size()
+    dist.all_gather_object(digests, plan.digest())
+    assert len(set(digests)) == 1, digests
+    model = _model()
+    mbs = st.collate(plan, samples, dp_rank, cp_rank, weight_dtype=torch.float64)
+    assert len(mbs) == plan.num_micro_batches
+    ref_logits, ref_grads = ref
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    coverage = torch.zeros(int(offsets[-1]), dtype=torch.float64)
+    logits_err, loss = 0.0, torch.zeros((), dtype=torch.float64)
+    for mb in mbs:
+        assert torch.equal(mb.loss_weights, torch.from_numpy(mb.layout.loss_weights))
+        logits = model.forward_packed(mb, group)
+        step_loss = st.packed_loss(logits, mb)
+        step_loss.backward()
+        loss += step_loss.detach()
+        real = mb.seq_ids >= 0
+        seq, pos = mb.seq_ids[real], mb.position_ids[real]
+        logits_err = max(logits_err, _rel(logits.detach()[real], ref_logits[seq, pos]))
+        coverage.index_add_(0, torch.from_numpy(offsets[seq.numpy()]) + pos,
+                            torch.ones(len(seq), dtype=torch.float64))
+        lay = mb.layout
+        two_n = 2 * sched.config.cp
+        short = [s for s in lay.spans if s["chunk"] >= 0 and lengths[s["seq"]] < two_n]
+        features["sharded_shorter_than_2N"] += bool(short)
+        features["local_and_sharded_together"] += bool(lay.local_seqs and lay.sharded_seqs)
+        features["zero_token_gpu_in_real_micro_batch"] += (lay.tokens == 0
+                                                           and not lay.is_padding_micro_batch)
+        features["padding_micro_batches"] += lay.is_padding_micro_batch
+    features["dp_rank_without_sequences"] += int(plan.micro_batches_per_dp[dp_rank] == 0)
+    flat = torch.cat([p.grad.flatten() for p in model.parameters()])
+    dist.all_reduce(flat)
+    dist.all_reduce(coverage)
+    dist.all_reduce(loss)
+    assert torch.equal(coverage, torch.ones_like(coverage)), "every token exactly once"
+    grads = flat.split([p.numel() for p in model.parameters()])
+    grad_err = max(_rel(g, r.flatten()) for g, r in zip(grads, ref_grads))
+    errs = torch.tensor([logits_err, grad_err], dtype=torch.float64)
+    dist.all_reduce(errs, op=dist.ReduceOp.MAX)
+    return {"logits": float(errs[0]), "grads": float(errs[1]), "loss": float(loss)}
+
+
+def run(rank: int, dp: int, cp: int, rendezvous: str, out_dir: str) -> None:
+    """Entry point of one rank (``torch.multiprocessing.start_processes``)."""
+    t0 = time.perf_counter()
+    torch.set_num_threads(1)
+    torch.set_default_dtype(torch.float64)
+    dist.init_process_group("gloo", init_method=rendezvous, rank=rank, world_size=dp * cp)
+    group = st.cp_group(dp, cp)
+    dp_rank, cp_rank = divmod(rank, cp)
+    features = dict.fromkeys(["sharded_shorter_than_2N", "local_and_sharded_together",
+                              "zero_token_gpu_in_real_micro_batch", "padding_micro_batches",
+                              "dp_rank_without_sequences"], 0)
+    worst = {"logits": 0.0, "grads": 0.0, "loss": 0.0}
+    runs = 0
+    for k, lengths in enumerate(batches().values()):
+        samples = _samples(lengths, seed=k)
+        ref_model = _model()
+        ref = _reference(ref_model, samples)
+        with torch.no_grad():
+            ref_loss = sum(torch.nn.functional.cross_entropy(
+                ref_model.forward_sequence(s["input_ids"]), s["labels"], reduction="sum")
+                for s in samples) / sum(lengths)
+        for policy in POLICIES:
+            for padding in PADDINGS:
+                sched = skrull.Scheduler(dp, cp, BUCKET, policy=policy, shard_padding=padding)
+                got = _one_run(sched, lengths, samples, ref, dp_rank, cp_rank, group, features)
+                got["loss"] = abs(got["loss"] - float(ref_loss)) / float(ref_loss)
+                for key in worst:
+                    worst[key] = max(worst[key], got[key])
+                runs += 1
+    totals = torch.tensor(list(features.values()), dtype=torch.int64)
+    dist.all_reduce(totals)
+    if rank == 0:
+        with open(os.path.join(out_dir, "result.json"), "w") as f:
+            json.dump({"runs": runs, "max_rel_err": worst,
+                       "features": dict(zip(features, totals.tolist())),
+                       "seconds": time.perf_counter() - t0}, f)
+    dist.destroy_process_group()
