@@ -1,5 +1,5 @@
 //! Runs one benchmark input many times, for profilers (callgrind, perf):
-//! `[POLICY=name] run_case {lmsys256|chatqa256|lmsys4096|lmsys65536|dacp64} [iterations]`.
+//! `[POLICY=name] run_case {lmsys256|chatqa256|lmsys4096|lmsys65536|dp65536|dacp64} [iterations]`.
 
 use std::hint::black_box;
 
@@ -17,6 +17,7 @@ fn main() {
         "lmsys4096" => (lmsys(4096), 64),
         "lmsys65536" => (lmsys(65_536), 1024),
         "dacp64" => (lmsys(64), 1),
+        "dp65536" => (lmsys(65_536), 65_536),
         other => {
             eprintln!("unknown case {other}");
             std::process::exit(2);

@@ -153,7 +153,8 @@ impl MinTree64<'_> {
 
 /// Assigns the sequences of `keys` (ascending sort keys `(len << 32) | seq`) to `loads.len()`
 /// bins by LPT: longest first (ties: input order), each into the bin with the least
-/// `(load, index)`, adding `weight(len)`. Calls `assign(seq, bin)` for every sequence and
+/// `(load, index)`, adding `weight(len, seq)` (`seq`: one sequence of that length, so a caller
+/// can read costs it cached per sequence). Calls `assign(seq, bin)` for every sequence and
 /// leaves each bin's load (in weight units) in `loads`.
 ///
 /// `total` must bound the sum of every weight: below `2^48` the packed keys fit `u64`
@@ -165,7 +166,7 @@ pub(crate) fn lpt(
     loads: &mut [u128],
     tree: &mut [u32],
     total: u128,
-    weight: impl Fn(u32) -> u128,
+    weight: impl Fn(u32, usize) -> u128,
     mut assign: impl FnMut(usize, u32),
 ) {
     let bins = loads.len();
@@ -176,7 +177,8 @@ pub(crate) fn lpt(
         let mut t = MinTree64 { slots: loads };
         t.init();
         longest_first(keys, |len, run| {
-            let packed = (weight(len) as u64) << RANK_BITS;
+            let first = run.first().map_or(0, |&k| key_index(k));
+            let packed = (weight(len, first) as u64) << RANK_BITS;
             for &key in run {
                 let bin = t.winner();
                 t.add(bin, packed);
@@ -196,7 +198,8 @@ pub(crate) fn lpt(
         let mut wt = WinnerTree { keys: loads, tree };
         wt.init();
         longest_first(keys, |len, run| {
-            let packed = weight(len) << RANK_BITS;
+            let first = run.first().map_or(0, |&k| key_index(k));
+            let packed = weight(len, first) << RANK_BITS;
             for &key in run {
                 let bin = wt.winner();
                 wt.add(bin, packed);

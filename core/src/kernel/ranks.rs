@@ -83,11 +83,13 @@ impl Rooms {
 
     /// Every one of `cp` ranks gets `bucket` tokens of room.
     pub(crate) fn reset(&mut self, cp: u32, bucket: u32) {
-        self.room.clear();
-        for _ in 0..cp.min(MAX_CP) {
-            // Capacity is MAX_CP: the push cannot fail.
-            let _ = self.room.push(i64::from(bucket));
+        let cp = cp.min(MAX_CP) as usize;
+        if self.room.len() != cp {
+            self.room.clear();
+            // Capacity is MAX_CP: the resize cannot fail.
+            let _ = self.room.resize(cp, 0);
         }
+        self.room.fill(i64::from(bucket));
     }
 
     /// Room per rank.
@@ -158,19 +160,27 @@ pub(crate) fn argmax(xs: &[i64]) -> usize {
     best
 }
 
-/// Shards the `k`-th sequence before the placement loop (a policy that decides some shards up
-/// front); its share is charged to every rank.
+/// Shards the first `s` sequences before the placement loop (a policy that decides some
+/// shards up front): their shares are charged to every rank at once.
 pub(crate) fn shard_first<S: Slots, L: Ledger>(
     slots: &mut S,
-    k: usize,
+    s: usize,
     budget: &Budget,
     rooms: &mut Rooms,
     ledger: &mut L,
 ) {
-    let len = slots.len_at(k);
-    rooms.take_all(budget.share(len));
-    ledger.shard(slots.seq_at(k), len);
-    slots.set(k, SHARDED);
+    let mut shares = 0u64;
+    for k in 0..s.min(slots.count()) {
+        let len = slots.len_at(k);
+        shares += u64::from(budget.share(len));
+        ledger.shard(slots.seq_at(k), len);
+        slots.set(k, SHARDED);
+    }
+    // At most 2^16 shares of < 2^32 each: the sum fits i64, and the room may go below zero
+    // only as a rollback's would (the recount decides).
+    for x in rooms.room.iter_mut() {
+        *x -= shares as i64;
+    }
 }
 
 /// Picks the rollback victim among the sequences placed so far (`0..placed`) that are local

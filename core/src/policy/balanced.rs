@@ -40,7 +40,7 @@ use crate::kernel::lpt::{group_by_dp, lpt};
 use crate::kernel::ranks::{self, Ledger, Rooms, Slots, Stop, UNSET};
 use crate::kernel::sort::{key_index, sort_ascending_radix};
 use crate::model::fixed::{IntModel, Link};
-use crate::model::time::TimeModel;
+use crate::model::time::{Ring, TimeModel};
 use crate::plan::{Plan, PlanBuffers, PlanWriter, SHARDED, Workspace};
 
 /// Most bins of the LPT grouping (its state lives on the stack).
@@ -54,6 +54,8 @@ struct Rows<'a> {
     aw: &'a [u64],
     /// Shard attention per sequence, ps.
     ash: &'a [u64],
+    /// [`work`] per sequence, ps.
+    work: &'a [u64],
 }
 
 impl Rows<'_> {
@@ -69,6 +71,10 @@ impl Rows<'_> {
     fn ash(&self, seq: u32) -> u64 {
         self.ash.get(seq as usize).copied().unwrap_or(0)
     }
+    #[inline(always)]
+    fn work(&self, seq: u32) -> u64 {
+        self.work.get(seq as usize).copied().unwrap_or(0)
+    }
 }
 
 /// A sequence's GPU time wherever it runs: the cheaper of whole and `N` shards, ps (no fixed
@@ -79,6 +85,30 @@ fn work(im: &IntModel, len: u32, aw: u64, ash: u64) -> u64 {
     let whole = aw + im.gemm_linear(u64::from(im.local(len)));
     let sharded = u64::from(im.cp()) * (ash + im.gemm_linear(u64::from(im.share(len))));
     whole.min(sharded)
+}
+
+/// Sums over sharded members that bound an attempt's time from below.
+#[derive(Clone, Copy, Default)]
+struct Prefix {
+    /// Sharded cost less [`work`], summed, ps.
+    extra: u64,
+    /// Tokens.
+    len: u64,
+    /// Shares per GPU.
+    tok: u64,
+    /// Shard attention per GPU, ps.
+    attn: u64,
+}
+
+impl Prefix {
+    #[inline(always)]
+    fn add(&mut self, im: &IntModel, rows: &Rows<'_>, seq: u32, extra: u64) {
+        let len = rows.len(seq);
+        self.extra += extra;
+        self.len += u64::from(len);
+        self.tok += u64::from(im.share(len));
+        self.attn += rows.ash(seq);
+    }
 }
 
 /// One micro-batch's members (heaviest first) with their working decisions, for the CP-rank
@@ -171,11 +201,14 @@ impl TimeLedger<'_> {
 
 impl Ledger for TimeLedger<'_> {
     fn reset(&mut self, cp: usize) {
+        let cp = cp.min(MAX_CP as usize);
         for v in [&mut self.attn, &mut self.tok, &mut self.gl] {
-            v.clear();
-            for _ in 0..cp.min(MAX_CP as usize) {
-                let _ = v.push(0);
+            if v.len() != cp {
+                v.clear();
+                // Capacity is MAX_CP: the resize cannot fail.
+                let _ = v.resize(cp, 0);
             }
+            v.fill(0);
         }
         (self.sh_len, self.sh_tok, self.sh_attn, self.comm) = (0, 0, 0, 0);
     }
@@ -189,19 +222,18 @@ impl Ledger for TimeLedger<'_> {
         } else {
             0
         };
-        let mut pick: Option<(u64, usize)> = None;
+        // The rank whose time grows least among those with room (lowest index on ties):
+        // every term is below 2^46, so a rank without room can take u64::MAX as its time.
+        let (mut best, mut at) = (u64::MAX, usize::MAX);
         let ranks = room.iter().zip(self.attn.iter().zip(&self.gl)).enumerate();
         for (r, (&rb, (&attn, &gl))) in ranks {
-            if rb < need {
-                continue;
-            }
-            // Every term is below 2^46: no sum overflows.
             let t = self.comm.max(attn + aw + extra) + gl + glen;
-            if pick.is_none_or(|(b, _)| t < b) {
-                pick = Some((t, r));
+            let t = if rb >= need { t } else { u64::MAX };
+            if t < best {
+                (best, at) = (t, r);
             }
         }
-        pick.map(|(_, r)| r)
+        (at != usize::MAX).then_some(at)
     }
 
     fn local(&mut self, r: usize, seq: u32, len: u32) {
@@ -221,8 +253,9 @@ impl Ledger for TimeLedger<'_> {
         self.comm = self.im.comm(&self.link, self.sh_len);
     }
 
+    #[inline]
     fn abandon(&self, r: usize) -> bool {
-        self.rank_time(r) >= self.bound
+        self.bound != u64::MAX && self.rank_time(r) >= self.bound
     }
 }
 
@@ -238,9 +271,7 @@ fn attempt(
 ) -> Option<u64> {
     rooms.reset(cfg.cp, budget.bucket());
     ledger.reset(cfg.cp as usize);
-    for k in 0..s.min(slots.count()) {
-        ranks::shard_first(slots, k, budget, rooms, ledger);
-    }
+    ranks::shard_first(slots, s, budget, rooms, ledger);
     match ranks::place(slots, s, budget, cfg.victim, rooms, ledger) {
         Ok(_) => {
             let t = ledger.time();
@@ -267,14 +298,27 @@ impl Placer<'_> {
         let k = members.len();
         let n = u64::from(im.cp());
         let whole = |seq: u32| rows.aw(seq) + im.gemm_linear(u64::from(im.local(rows.len(seq))));
-        // The sharded count where the heaviest remaining sequence whole no longer outweighs a
-        // balanced rank.
-        let mut total: u64 = members.iter().map(|&seq| whole(seq)).sum();
+        let sharded = |seq: u32| {
+            let share = u64::from(im.share(rows.len(seq)));
+            n * (rows.ash(seq) + im.gemm_linear(share))
+        };
+        // One pass: the members' summed whole cost and work, and the sums a lower bound needs
+        // (below) with every member sharded.
+        let (mut total, mut work_all) = (0u64, 0u64);
+        let mut all = Prefix::default();
+        for &seq in members {
+            let w = rows.work(seq);
+            total += whole(seq);
+            work_all += w;
+            all.add(im, &rows, seq, sharded(seq) - w);
+        }
         // Members longer than the budget can only run sharded: a prefix (longest first).
         let forced = members
             .iter()
             .take_while(|&&seq| im.local(rows.len(seq)) > self.cfg.bucket)
             .count();
+        // The sharded count where the heaviest remaining sequence whole no longer outweighs a
+        // balanced rank.
         let mut k0 = 0;
         while k0 < k {
             let seq = members[k0];
@@ -282,15 +326,43 @@ impl Placer<'_> {
             if k0 >= forced && w.saturating_mul(n) <= total {
                 break;
             }
-            let share = u64::from(im.share(rows.len(seq)));
-            let sharded = n * (rows.ash(seq) + im.gemm_linear(share));
-            total = total - w + sharded;
+            total = total - w + sharded(seq);
             k0 += 1;
         }
         let cands = [k0, k0 + 1, k0.saturating_sub(1).max(forced), k];
+        // A lower bound on attempt `s`, from two facts about the slowest rank. It is at
+        // least the average: every member adds at least the cheaper of whole and sharded to
+        // the ranks' summed time (see `work`), the first `s` their sharded cost. And it is at
+        // least the ring of the first `s` plus their shares' GEMM (and their attention,
+        // when it runs after the window).
+        let link = self.ledger.link;
+        let lower = |s: usize| {
+            let p = if s >= k {
+                all
+            } else {
+                let mut p = Prefix::default();
+                for &seq in members.get(..s).unwrap_or(members) {
+                    p.add(im, &rows, seq, sharded(seq) - rows.work(seq));
+                }
+                p
+            };
+            let after = if im.all_attention() { 0 } else { p.attn };
+            let ring = im
+                .comm(&link, p.len)
+                .saturating_add(im.gemm_linear(p.tok))
+                .saturating_add(after);
+            im.fixed()
+                .saturating_add(((work_all + p.extra) / n.max(1)).max(ring))
+        };
+        // An attempt whose bound reaches the best time so far cannot be kept (ties go to the
+        // earlier candidate): it is skipped, and the plan is the one every candidate would
+        // give.
         let mut found: Option<u64> = None;
         for (c, &s) in cands.iter().enumerate() {
             if s > k || cands[..c].contains(&s) {
+                continue;
+            }
+            if found.is_some_and(|f| lower(s) >= f) {
                 continue;
             }
             self.ledger.bound = found.unwrap_or(u64::MAX);
@@ -355,6 +427,18 @@ fn group(
             }
             Some(m)
         }
+        Grouping::Lpt(1) => {
+            // One bin: it fits exactly when all the shares do.
+            let cap = u64::from(cfg.bucket);
+            let shares: u64 = sub.iter().map(|&s| u64::from(im.share(rows.len(s)))).sum();
+            if shares > cap {
+                return None;
+            }
+            for &s in sub {
+                set(s, 0);
+            }
+            Some(1)
+        }
         Grouping::Lpt(m) => {
             if m > MAX_BINS {
                 return None;
@@ -368,7 +452,7 @@ fn group(
             for &s in sub.iter().rev() {
                 let len = rows.len(s);
                 let share = u64::from(im.share(len));
-                let w = work(im, len, rows.aw(s), rows.ash(s));
+                let w = rows.work(s);
                 let mut pick: Option<(u64, usize)> = None;
                 for (j, &(load, tok)) in bins.iter().enumerate() {
                     if tok + share > cap {
@@ -436,19 +520,44 @@ fn run_grouping(
     stop: u64,
 ) -> Option<u64> {
     // Members of every micro-batch, heaviest first (sub is ascending by (length, index), so
-    // reversed: longest first, ties higher index first): positions in `sub` sorted by
-    // (micro-batch, position descending), in O(n log n) whatever m is.
+    // reversed: longest first, ties higher index first), grouped by micro-batch: `sub`
+    // reversed for one micro-batch, a counting sort for up to MAX_BINS, else the positions
+    // sorted by (micro-batch, position descending), all giving the same order.
     let k_all = sub.len().min(marks.gather.len());
     let gather = &mut marks.gather[..k_all];
-    for (p, slot) in gather.iter_mut().enumerate() {
-        *slot = p as u32;
-    }
     let mb_of = &*marks.mb_of;
     let mb = |s: u32| mb_of.get(s as usize).copied().unwrap_or(u32::MAX);
-    let pos_mb = |p: u32| sub.get(p as usize).map_or(u32::MAX, |&s| mb(s));
-    gather.sort_unstable_by_key(|&p| (pos_mb(p), core::cmp::Reverse(p)));
-    for slot in gather.iter_mut() {
-        *slot = sub.get(*slot as usize).copied().unwrap_or(0);
+    if m == 1 {
+        for (slot, &s) in gather.iter_mut().zip(sub.iter().rev()) {
+            *slot = s;
+        }
+    } else if m <= MAX_BINS {
+        let mut start = [0u32; MAX_BINS + 1];
+        for &s in sub {
+            if let Some(c) = start.get_mut(mb(s) as usize + 1) {
+                *c += 1;
+            }
+        }
+        for j in 0..m {
+            start[j + 1] += start[j];
+        }
+        for &s in sub.iter().rev() {
+            if let Some(c) = start.get_mut(mb(s) as usize) {
+                if let Some(slot) = gather.get_mut(*c as usize) {
+                    *slot = s;
+                }
+                *c += 1;
+            }
+        }
+    } else {
+        for (p, slot) in gather.iter_mut().enumerate() {
+            *slot = p as u32;
+        }
+        let pos_mb = |p: u32| sub.get(p as usize).map_or(u32::MAX, |&s| mb(s));
+        gather.sort_unstable_by_key(|&p| (pos_mb(p), core::cmp::Reverse(p)));
+        for slot in gather.iter_mut() {
+            *slot = sub.get(*slot as usize).copied().unwrap_or(0);
+        }
     }
     let mut total = 0u64;
     let mut next = 0usize;
@@ -566,32 +675,39 @@ pub(crate) fn schedule<'b>(
     let tm = TimeModel::new(&cfg.cost_model(), cfg);
     let im = IntModel::new(&tm, budget);
     sort_ascending_radix(lengths, ws.keys, ws.seqs, ws.scratch);
-    // Per-sequence costs, once per distinct length: whole and shard attention.
+    // Per-sequence costs, once per distinct length: whole and shard attention, and work.
     let (aw, rest) = ws.costs.split_at_mut(n);
-    let ash = &mut rest[..n];
+    let (ash, rest) = rest.split_at_mut(n);
+    let wk = &mut rest[..n];
     let per_mb = u64::from(cfg.bucket)
         .saturating_mul(u64::from(cfg.cp))
         .max(1);
     // The LPT weight of a sequence: its work plus its share of the fixed micro-batch cost
     // by tokens; `total` bounds their sum.
-    let weight = |len: u32, a: u64, s: u64| {
-        u128::from(work(&im, len, a, s))
-            + u128::from(im.fixed()) * u128::from(len) / u128::from(per_mb)
+    let weight = |len: u32, w: u64| {
+        let by_tokens = match im.fixed().checked_mul(u64::from(len)) {
+            Some(x) => u128::from(x / per_mb),
+            None => u128::from(im.fixed()) * u128::from(len) / u128::from(per_mb),
+        };
+        u128::from(w) + by_tokens
     };
     let mut total = 0u128;
-    let mut prev: Option<(u32, u64, u64)> = None;
+    let mut prev: Option<(u32, u64, u64, u64)> = None;
     for &key in &ws.keys[..n] {
         let len = (key >> 32) as u32;
-        let (a, s) = match prev {
-            Some((l, a, s)) if l == len => (a, s),
-            _ => (im.attn_whole(len), im.attn_shard(len)),
+        let (a, s, w) = match prev {
+            Some((l, a, s, w)) if l == len => (a, s, w),
+            _ => {
+                let (a, s) = (im.attn_whole(len), im.attn_shard(len));
+                (a, s, work(&im, len, a, s))
+            }
         };
-        prev = Some((len, a, s));
+        prev = Some((len, a, s, w));
         let seq = key_index(key);
-        if let (Some(x), Some(y)) = (aw.get_mut(seq), ash.get_mut(seq)) {
-            (*x, *y) = (a, s);
+        if let (Some(x), Some(y), Some(z)) = (aw.get_mut(seq), ash.get_mut(seq), wk.get_mut(seq)) {
+            (*x, *y, *z) = (a, s, w);
         }
-        total += weight(len, a, s);
+        total += weight(len, w);
     }
     // DP ranks by LPT on that weight.
     let (mb_of, rest) = ws.marks.split_at_mut(n);
@@ -602,7 +718,7 @@ pub(crate) fn schedule<'b>(
         &mut ws.dp_loads[..dp],
         ws.dp_heap,
         total,
-        |len| weight(len, im.attn_whole(len), im.attn_shard(len)),
+        |len, seq| weight(len, wk.get(seq).copied().unwrap_or(0)),
         |seq, bin| {
             if let Some(x) = mb_of.get_mut(seq) {
                 *x = bin;
@@ -632,6 +748,7 @@ pub(crate) fn schedule<'b>(
         lengths,
         aw: &*aw,
         ash: &*ash,
+        work: &*wk,
     };
     let mut placer = Placer {
         cfg,
@@ -651,6 +768,18 @@ pub(crate) fn schedule<'b>(
             bound: u64::MAX,
         },
     };
+    // A DP rank's ring is its whole CP group, within a node or across nodes: two links.
+    let group = tm.group_ring(0);
+    let links = (
+        im.link(Ring {
+            crosses_nodes: false,
+            ..group
+        }),
+        im.link(Ring {
+            crosses_nodes: true,
+            ..group
+        }),
+    );
     for d in 0..dp {
         let (a, b) = (ws.dp_start[d] as usize, ws.dp_start[d + 1] as usize);
         let sub = &ws.seqs[a..b];
@@ -659,12 +788,10 @@ pub(crate) fn schedule<'b>(
             continue;
         }
         let sum: u64 = sub.iter().map(|&s| u64::from(lengths[s as usize])).sum();
-        let work_sum: u64 = sub
-            .iter()
-            .map(|&s| work(&im, rows.len(s), rows.aw(s), rows.ash(s)))
-            .sum();
+        let work_sum: u64 = sub.iter().map(|&s| rows.work(s)).sum();
         let m_min = (sum.div_ceil(cap).max(1) as usize).min(k);
-        placer.ledger.link = im.link(tm.group_ring(d as u32));
+        let ring = tm.group_ring(d as u32);
+        placer.ledger.link = if ring.crosses_nodes { links.1 } else { links.0 };
         let mut search = DpSearch {
             placer: &mut placer,
             sub,
@@ -726,59 +853,85 @@ pub(crate) fn schedule<'b>(
         rank_tokens,
         micro_batches_per_dp,
     };
-    Ok(write_plan(cfg, lengths, ws.keys, out, total_tokens))
+    let (order, rest) = ws.marks.split_at_mut(n);
+    let (cps, counts) = rest.split_at_mut(n);
+    let scratch = (&mut *ws.dp_start, order, counts, cps);
+    Ok(write_plan(cfg, lengths, scratch, out, total_tokens))
 }
 
 /// Writes the decisions in `out.placements` (DP rank, micro-batch, CP rank per sequence) as
-/// the plan, in plan order: (DP rank, micro-batch, sequence). `keys` (at least `n`) is
-/// scratch.
+/// the plan, in plan order: (DP rank, micro-batch, sequence), empty micro-batches dropped.
+/// A counting sort by micro-batch: `base` (at least `dp + 1`), `order` and `cps` (at least
+/// `n`) and `counts` (at least `n + 1`) are scratch.
 fn write_plan<'b>(
     cfg: &Config,
     lengths: &[u32],
-    keys: &mut [u64],
+    scratch: (&mut [u32], &mut [u32], &mut [u32], &mut [u32]),
     out: PlanBuffers<'b>,
     total_tokens: u64,
 ) -> Plan<'b> {
+    let (base, order, counts, cps) = scratch;
     let n = lengths.len();
-    // DP rank, micro-batch and sequence all fit 16 bits (MAX_DP = MAX_SEQS = 2^16), the CP
-    // rank + 1 too (MAX_CP = 256; 0 = sharded).
-    for (i, (key, p)) in keys[..n].iter_mut().zip(out.placements.iter()).enumerate() {
-        let cp = if p.cp_rank == SHARDED {
-            0
-        } else {
-            p.cp_rank as u64 + 1
-        };
-        *key = (u64::from(p.dp_rank) << 48)
-            | (u64::from(p.micro_batch & 0xFFFF) << 32)
-            | ((i as u64 & 0xFFFF) << 16)
-            | cp;
+    let dp = cfg.dp as usize;
+    // Micro-batch slots per DP rank (its highest micro-batch + 1; every micro-batch index is
+    // below its rank's sequence count, so the slots total at most n), then their offsets.
+    base.fill(0);
+    for p in out.placements.iter() {
+        if let Some(b) = base.get_mut(p.dp_rank as usize) {
+            *b = (*b).max(p.micro_batch + 1);
+        }
     }
-    keys[..n].sort_unstable();
+    let mut slots = 0u32;
+    for b in base.iter_mut().take(dp + 1) {
+        let c = *b;
+        *b = slots;
+        slots += c;
+    }
+    let slot = |p: &crate::plan::Placement| {
+        base.get(p.dp_rank as usize)
+            .map_or(0, |&b| b + p.micro_batch) as usize
+    };
+    let counts = counts.get_mut(..slots as usize + 1).unwrap_or(&mut []);
+    counts.fill(0);
+    for p in out.placements.iter() {
+        if let Some(c) = counts.get_mut(slot(p) + 1) {
+            *c += 1;
+        }
+    }
+    for j in 1..counts.len() {
+        counts[j] += counts[j - 1];
+    }
+    // Stable: within a micro-batch, sequences stay in index order.
+    for (i, p) in out.placements.iter().enumerate() {
+        if let Some(c) = counts.get_mut(slot(p)) {
+            if let Some(o) = order.get_mut(*c as usize) {
+                *o = i as u32;
+            }
+            *c += 1;
+        }
+    }
+    // The writer takes the placement buffer: keep the CP ranks.
+    for (c, p) in cps.iter_mut().zip(out.placements.iter()) {
+        *c = p.cp_rank as u32;
+    }
     let mut w = PlanWriter::new(out, cfg, total_tokens);
-    for d in 0..cfg.dp {
-        w.set_count(d, 0);
-    }
-    let mut open: Option<(u64, u64)> = None;
-    let mut count = 0u32;
-    for &key in &keys[..n] {
-        let (d, m) = (key >> 48, (key >> 32) & 0xFFFF);
-        let seq = ((key >> 16) & 0xFFFF) as u32;
-        let cp = key & 0xFFFF;
-        if open.map(|(od, _)| od) != Some(d) {
-            count = 0;
+    let mut start = 0usize;
+    for d in 0..dp {
+        let (a, b) = (base[d] as usize, base[d + 1] as usize);
+        let mut count = 0u32;
+        for &end in counts.get(a..b).unwrap_or(&[]) {
+            let end = end as usize;
+            if end > start {
+                w.open(d as u32, count);
+                count += 1;
+                for &seq in order.get(start..end).unwrap_or(&[]) {
+                    let cp = cps.get(seq as usize).map_or(SHARDED, |&c| c as i32);
+                    w.push(seq, lengths.get(seq as usize).copied().unwrap_or(0), cp);
+                }
+                start = end;
+            }
         }
-        if open != Some((d, m)) {
-            w.open(d as u32, count);
-            count += 1;
-            w.set_count(d as u32, count);
-            open = Some((d, m));
-        }
-        let cp_rank = if cp == 0 { SHARDED } else { (cp - 1) as i32 };
-        w.push(
-            seq,
-            lengths.get(seq as usize).copied().unwrap_or(0),
-            cp_rank,
-        );
+        w.set_count(d as u32, count);
     }
     w.finish(n)
 }

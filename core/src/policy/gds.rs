@@ -68,7 +68,7 @@ pub(crate) fn bin_pack(
         loads,
         ws.dp_heap,
         total,
-        |len| reduced.of(len),
+        |len, _| reduced.of(len),
         |seq, bin| {
             if let Some(p) = dp_of.get_mut(seq) {
                 p.dp_rank = bin;
@@ -250,7 +250,7 @@ mod tests {
                 &mut ws.dp_loads[..d],
                 ws.dp_heap,
                 u128::MAX,
-                |len| flops.of(len),
+                |len, _| flops.of(len),
                 |seq, bin| dp_of[seq].dp_rank = bin,
             );
             let got: Vec<u32> = dp_of.iter().map(|p| p.dp_rank).collect();
