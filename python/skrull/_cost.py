@@ -159,6 +159,11 @@ class CostModel:
         object.__setattr__(other, "model", self.model)
         return other
 
+    def __reduce__(self) -> tuple:
+        """Pickles (for multiprocessing) as the preset name, the shape and the struct's bytes;
+        the copy is mutable."""
+        return (_from_bytes, (self.gpu, self.model, bytes(self._c)))
+
     def _frozen_copy(self) -> CostModel:
         other = self.copy()
         object.__setattr__(other, "_frozen", True)
@@ -268,6 +273,12 @@ def _set_from_file(m: CostModel, name: str, value: Any, key: str) -> None:
         setattr(m, name, whole(value))
     else:
         setattr(m, name, number(value))
+
+
+def _from_bytes(gpu: str, model: Any, raw: bytes) -> CostModel:
+    m = CostModel(gpu, model)
+    ctypes.memmove(ctypes.addressof(m._c), raw, min(len(raw), ctypes.sizeof(m._c)))
+    return m
 
 
 @lru_cache(maxsize=None)

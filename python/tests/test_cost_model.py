@@ -3,10 +3,12 @@
 
 from __future__ import annotations
 
+import copy
 import ctypes
 import gc
 import json
 import math
+import pickle
 
 import numpy as np
 import pytest
@@ -252,3 +254,13 @@ def test_only_balanced_plans_with_the_cost_model(policy):
                          cost_model=skrull.CostModel("h100", inter_node_bandwidth=1e9,
                                                      gpus_per_node=16)).plan(lengths)
     assert a.digest() == b.digest()
+
+
+def test_a_cost_model_pickles_and_copies_whole():
+    m = skrull.CostModel("h200", model="qwen2.5-7b", gpus_per_node=2, kernel_launch_s=1 / 7)
+    for back in (pickle.loads(pickle.dumps(m)), copy.deepcopy(m), m.copy()):
+        assert back == m and back is not m and (back.gpu, back.model) == ("h200", m.model)
+        back.gpus_per_node = 3  # a copy is mutable and independent
+        assert m.gpus_per_node == 2
+    frozen = skrull.Scheduler(2, 2, 64, cost_model=m).config.cost_model
+    assert pickle.loads(pickle.dumps(frozen)) == m
