@@ -4,7 +4,8 @@
 
 For 256 and 65,536 LMsys-like sequences (DP 4, CP 8, BucketSize 26K) it times
 ``Scheduler.plan`` against a raw ctypes ``skrull_schedule`` on pre-built buffers, and
-``Plan.layout`` against raw ``skrull_layout_sizes`` + ``skrull_layout_fill``. The Python layer's
+``Plan.layout`` against raw ``skrull_layout_sizes`` + ``skrull_layout_fill`` (every output
+array, the gather index included). The Python layer's
 own time is measured inside each call (total minus the time spent in the C functions it calls),
 so load on a shared machine affects both parts of one call alike. Every number is the best of
 many calls (interleaved rounds for the raw and total times): the least disturbed one.
@@ -114,13 +115,15 @@ def _raw_layout(s: skrull.Scheduler, plan: skrull.Plan) -> Callable[[], None]:
     arrays = [np.empty(cap.spans, skrull.SPAN_DTYPE)] + [
         np.empty(k, np.int32) for k in (cap.local_cu_seqlens, cap.sharded_cu_seqlens,
                                         cap.sharded_cu_seqlens, cap.sharded_cu_seqlens,
-                                        cap.positions)]
+                                        cap.positions)] + [
+        np.empty(cap.positions, np.int64), np.empty(cap.local_cu_seqlens, np.int32)]
     rec = _ffi.skrull_layout()
     p = [_ffi.address(a) for a in arrays]
     out = _ffi.skrull_layout_buffers(
         ctypes.sizeof(_ffi.skrull_layout_buffers), 0, p[0], cap.spans,
         p[1], cap.local_cu_seqlens, p[2], cap.sharded_cu_seqlens, p[3], cap.sharded_cu_seqlens,
-        p[4], cap.sharded_cu_seqlens, p[5], cap.positions, ctypes.addressof(rec))
+        p[4], cap.sharded_cu_seqlens, p[5], cap.positions, ctypes.addressof(rec),
+        p[6], cap.positions, p[7], cap.local_cu_seqlens)  # gather index, local padded
     sizes, fill = _ffi.lib.skrull_layout_sizes, _ffi.lib.skrull_layout_fill
 
     def run() -> None:

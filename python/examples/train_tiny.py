@@ -3,9 +3,11 @@ unpacked single-process baseline: the two losses agree at every step.
 
     python python/examples/train_tiny.py [--dp 2] [--cp 2] [--steps 4] [--policy balanced]
 
-Every rank draws the same global batches, plans them itself (no broadcast), runs its
-micro-batches (local sequences whole, sharded ones zigzagged over its CP group), and the
-gradients are summed over all DP x CP ranks. Rank 0 also trains the baseline, which runs every
+Every rank draws the same global batches, plans them itself (no broadcast), fills each
+micro-batch buffer with one gather through the layout's gather index, runs its micro-batches
+(local sequences whole, sharded ones zigzagged over its CP group and padded to a multiple of
+2 x CP x TP as with Megatron's sequence parallelism, TP = 2 here), and the gradients are summed
+over all DP x CP ranks. Lockstep plans give every DP rank the same number of micro-batches. Rank 0 also trains the baseline, which runs every
 sequence on its own with plain causal attention, and prints both losses.
 """
 
@@ -66,8 +68,11 @@ def worker(rank: int, args: argparse.Namespace, rendezvous: str) -> None:
                             world_size=args.dp * args.cp)
     group = st.cp_group(args.dp, args.cp)
     data, lengths = dataset()
+    # lockstep: every DP rank runs the same number of micro-batches (some may be empty);
+    # pad_multiple: shard padding as Megatron with sequence parallelism (tp = 2) needs it.
     sched = skrull.Scheduler(args.dp, args.cp, BUCKET, policy=args.policy,
-                             shard_padding="zigzag")
+                             shard_padding="zigzag", pad_multiple=2 * args.cp * 2,
+                             lockstep=True)
     loader = st.SkrullLoader(data, lengths, sched, rank // args.cp, rank % args.cp,
                              GLOBAL_BATCH, shuffle=True, seed=1, weight_dtype=torch.float64)
     net, ref = model(), model()

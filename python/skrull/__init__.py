@@ -15,16 +15,17 @@ lengths and gets the same plan, bit for bit, so no broadcast is needed::
 
 How it maps to C (docs/python.md has the whole guide):
 
-- ``Scheduler(...)`` builds one ``skrull_config`` (``skrull_config_preset`` + your fields),
-  validated at once, and sizes its buffers with ``skrull_plan_sizes``; they grow when a larger
-  batch arrives.
+- ``Scheduler(...)`` builds one ``skrull_config`` (``skrull_config_preset_init`` + your
+  fields: pad multiple, lockstep, a ``CostModel`` for ``balanced`` ...), validated at once,
+  and sizes its buffers with ``skrull_plan_sizes``; they grow when a larger batch arrives.
 - ``Scheduler.plan`` is ``skrull_schedule``; the ``Plan`` holds copies of the
   ``skrull_plan_buffers`` as numpy arrays, plus ``summary`` and ``digest()``.
 - ``Plan.layout`` is ``skrull_layout_sizes`` + ``skrull_layout_fill``, into arrays of exactly
-  the size the library asked for.
+  the size the library asked for (gather index included).
 - A non-zero ``skrull_status`` raises a ``skrull.Error`` subclass (``ConfigError``,
   ``BatchError``, ``LayoutError``, ``ArgumentError``, ``InternalError``) whose ``status`` is the
-  status name (``"SEQUENCE_TOO_LONG"``), ``code`` its number and ``message`` the library's text.
+  status name (``"SEQUENCE_TOO_LONG"``), ``code`` its number, ``message`` the library's text,
+  and ``index``/``value``/``limit``/``field`` the library's ``skrull_error_info``.
 
 ``skrull.torch`` (install ``skrull[torch]``) turns plans into per-rank tensors.
 """
@@ -33,6 +34,7 @@ from __future__ import annotations
 
 from . import _ffi
 from ._config import (FLOPS, POLICIES, PRESETS, SHARD_PADDINGS, VICTIMS, Config, ModelShape)
+from ._cost import GPUS, OVERLAPS, CostModel
 from ._errors import (ArgumentError, BatchError, ConfigError, Error, InternalError, LayoutError,
                       Status)
 from ._layout import SPAN_DTYPE, Layout
@@ -44,6 +46,10 @@ __version__ = "0.1.0"
 ABI_VERSION = _ffi.ABI_VERSION
 #: ``cp_rank`` of a sequence sharded over its CP group.
 SHARDED = _ffi.SHARDED
+#: ``Layout.micro_batch_global`` of an empty lockstep micro-batch.
+NO_MICRO_BATCH = _ffi.NO_MICRO_BATCH
+#: The largest ``pad_multiple``.
+MAX_PAD_MULTIPLE = _ffi.MAX_PAD_MULTIPLE
 
 
 def library_version() -> str:
@@ -56,13 +62,14 @@ def library_path() -> str:
     return str(_ffi.library_path())
 
 
-for _cls in (ArgumentError, BatchError, Config, ConfigError, Error, InternalError, Layout,
-             LayoutError, ModelShape, Plan, Scheduler, Status, Summary):
+for _cls in (ArgumentError, BatchError, Config, ConfigError, CostModel, Error, InternalError,
+             Layout, LayoutError, ModelShape, Plan, Scheduler, Status, Summary):
     _cls.__module__ = __name__  # tracebacks and help() say skrull.BatchError, not skrull._errors
 
 __all__ = [
-    "ABI_VERSION", "MAX_SEQUENCES", "SHARDED", "FLOPS", "POLICIES", "PRESETS", "SHARD_PADDINGS",
-    "VICTIMS", "MICRO_BATCH_DTYPE", "PLACEMENT_DTYPE", "SPAN_DTYPE", "ArgumentError",
-    "BatchError", "Config", "ConfigError", "Error", "InternalError", "Layout", "LayoutError",
-    "ModelShape", "Plan", "Scheduler", "Status", "Summary", "library_path", "library_version",
+    "ABI_VERSION", "MAX_PAD_MULTIPLE", "MAX_SEQUENCES", "NO_MICRO_BATCH", "SHARDED", "FLOPS",
+    "GPUS", "OVERLAPS", "POLICIES", "PRESETS", "SHARD_PADDINGS", "VICTIMS", "MICRO_BATCH_DTYPE",
+    "PLACEMENT_DTYPE", "SPAN_DTYPE", "ArgumentError", "BatchError", "Config", "ConfigError",
+    "CostModel", "Error", "InternalError", "Layout", "LayoutError", "ModelShape", "Plan",
+    "Scheduler", "Status", "Summary", "library_path", "library_version",
 ]

@@ -27,6 +27,9 @@ class Status(enum.IntEnum):
     SEQUENCE_TOO_LONG = 17
     MICRO_BATCH_LIMIT = 18
     DACP_FAILED = 19
+    INVALID_PAD_MULTIPLE = 20
+    INVALID_COST_MODEL = 21
+    UNSUPPORTED_OPTION = 22
     PLAN_INVALID = 30
     NO_SUCH_GPU = 31
     LAYOUT_OVERFLOW = 32
@@ -39,11 +42,15 @@ class Error(Exception):
 
     Attributes: ``status`` (the status name, e.g. ``"SEQUENCE_TOO_LONG"``), ``code`` (its number
     in the C ABI), ``message`` (the library's ``skrull_status_str``), ``detail`` (what the
-    binding adds), and, when known, ``index`` (the offending sequence), ``value`` and ``limit``.
+    binding adds), and the ``skrull_error_info`` fields the status fills (``None`` otherwise;
+    table in docs/python.md): ``index`` (the sequence, DP rank or CP rank it is about),
+    ``value`` (the offending value), ``limit`` (the bound it broke), ``field`` (the model-shape,
+    cost-model or option field, as its C number) and ``field_name`` (that field's name).
     """
 
     def __init__(self, code: int, detail: str = "", *, index: int | None = None,
-                 value: int | None = None, limit: int | None = None) -> None:
+                 value: int | None = None, limit: int | None = None, field: int | None = None,
+                 field_name: str | None = None) -> None:
         self.code = int(code)
         try:
             self.status = Status(self.code).name
@@ -51,12 +58,14 @@ class Error(Exception):
             self.status = f"UNKNOWN_{self.code}"
         self.message = status_message(self.code)
         self.detail, self.index, self.value, self.limit = detail, index, value, limit
+        self.field, self.field_name = field, field_name
         text = f"{self.status} ({self.code}): {self.message}"
         super().__init__(f"{text}: {detail}" if detail else text)
 
     def __reduce__(self) -> tuple:
         """Pickles (for multiprocessing) by status and details, not by the message."""
-        where = {"index": self.index, "value": self.value, "limit": self.limit}
+        where = {"index": self.index, "value": self.value, "limit": self.limit,
+                 "field": self.field, "field_name": self.field_name}
         return (_rebuild, (type(self), self.code, self.detail, where))
 
 
@@ -65,7 +74,8 @@ def _rebuild(cls: type[Error], code: int, detail: str, where: dict) -> Error:
 
 
 class ConfigError(Error, ValueError):
-    """The configuration is rejected: DP, CP, BucketSize, model shape or an option (10-13, 3)."""
+    """The configuration is rejected: DP, CP, BucketSize, model shape, pad multiple, cost model,
+    an option, or an option the policy does not apply (10-13, 20-22, 3)."""
 
 
 class BatchError(Error, ValueError):
@@ -85,7 +95,8 @@ class InternalError(Error, RuntimeError):
 
 
 _CONFIG = {Status.INVALID_ENUM, Status.INVALID_DP, Status.INVALID_CP, Status.INVALID_BUCKET,
-           Status.INVALID_MODEL}
+           Status.INVALID_MODEL, Status.INVALID_PAD_MULTIPLE, Status.INVALID_COST_MODEL,
+           Status.UNSUPPORTED_OPTION}
 
 
 def error_class(code: int) -> type[Error]:
@@ -94,7 +105,7 @@ def error_class(code: int) -> type[Error]:
         return ConfigError
     if code == Status.INVALID_ARG:
         return ArgumentError
-    if 14 <= code <= 29:
+    if 14 <= code <= 19:
         return BatchError
     if 30 <= code <= 39:
         return LayoutError
@@ -115,3 +126,75 @@ def check(code: int, detail: str = "", **where: int | None) -> None:
     """Raises the exception for ``code`` unless it is OK."""
     if code != Status.OK:
         raise make_error(code, detail, **where)
+
+
+# The skrull_error_info fields each status fills besides ``index`` (-1 when none) and ``field``
+# (0 when none): docs/c_api.md, "Error details". EMPTY_SEQUENCE's value is the length, 0.
+_VALUE_LIMIT = {
+    Status.INVALID_DP: "vl", Status.INVALID_CP: "vl", Status.INVALID_BUCKET: "vl",
+    Status.INVALID_PAD_MULTIPLE: "vl", Status.INVALID_MODEL: "v", Status.TOO_MANY_SEQUENCES: "vl",
+    Status.EMPTY_SEQUENCE: "v", Status.LENGTH_OUT_OF_RANGE: "vl", Status.SEQUENCE_TOO_LONG: "vl",
+    Status.MICRO_BATCH_LIMIT: "vl", Status.NO_SUCH_GPU: "vl", Status.LAYOUT_OVERFLOW: "vl",
+}
+#: ``skrull_error_info.field`` of INVALID_MODEL and UNSUPPORTED_OPTION, by number.
+MODEL_FIELDS = {1: "hidden", 2: "kv_hidden", 3: "ffn", 4: "layers", 5: "vocab"}
+OPTION_FIELDS = {1: "flops"}
+
+
+def _describe(status: int, d: dict) -> str:
+    """A sentence for the details, in the words of docs/c_api.md."""
+    i, v, lim, name = d.get("index"), d.get("value"), d.get("limit"), d.get("field_name")
+    if status == Status.SEQUENCE_TOO_LONG:
+        return (f"sequence {i} has {v} tokens; its per-GPU share needs BucketSize {lim}")
+    if status == Status.LENGTH_OUT_OF_RANGE:
+        return f"sequence {i} has {v} tokens (limit {lim})"
+    if status == Status.EMPTY_SEQUENCE:
+        return f"sequence {i} has 0 tokens"
+    if status == Status.MICRO_BATCH_LIMIT:
+        return f"DP rank {i} needs {v} micro-batches; the limit is {lim}"
+    if status == Status.NO_SUCH_GPU:
+        return f"DP rank {i} runs {lim} micro-batches; micro-batch {v} was asked for"
+    if status == Status.DACP_FAILED:
+        return f"CP rank {i}"
+    if status in (Status.INVALID_COST_MODEL, Status.UNSUPPORTED_OPTION):
+        return f"field {name}" if name else ""
+    if status == Status.INVALID_MODEL:
+        return f"model.{name} = {v}" if name else ""
+    if "value" in d:
+        return f"{v} (limit {lim})" if "limit" in d else f"{v}"
+    return ""
+
+
+def from_info(info: "_ffi.skrull_error_info", code: int, context: str = "",
+              **override: int | None) -> Error:
+    """The exception for a failed call that wrote ``info`` (a ``skrull_error_info``); when the
+    library did not write it (``info.status != code``) only the status is known. ``override``
+    replaces a field (e.g. the caller's own value of a length that does not fit uint32)."""
+    d: dict = {}
+    if info.status == code:
+        if info.index != -1:
+            d["index"] = int(info.index)
+        which = _VALUE_LIMIT.get(code, "")
+        if "v" in which:
+            d["value"] = int(info.value)
+        if "l" in which:
+            d["limit"] = int(info.limit)
+        if info.field:
+            d["field"] = int(info.field)
+            d["field_name"] = field_name(code, int(info.field))
+    d.update({k: v for k, v in override.items()})
+    text = _describe(code, d)
+    detail = f"{context}: {text}" if context and text else context or text
+    return make_error(code, detail, **d)
+
+
+def field_name(code: int, number: int) -> str | None:
+    """The name of ``skrull_error_info.field`` for a status."""
+    if code == Status.INVALID_MODEL:
+        return MODEL_FIELDS.get(number)
+    if code == Status.UNSUPPORTED_OPTION:
+        return OPTION_FIELDS.get(number)
+    if code == Status.INVALID_COST_MODEL:
+        from ._cost import cost_field_name
+        return cost_field_name(number)
+    return None

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import ctypes
 import os
-from ctypes import POINTER, c_char_p, c_int32, c_size_t, c_uint32, c_uint64, c_void_p
+from ctypes import (POINTER, c_char_p, c_double, c_int32, c_int64, c_size_t, c_uint32, c_uint64,
+                    c_void_p)
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -24,8 +25,23 @@ ABI_VERSION = 1
 MAX_STRUCT_SIZE = 4096
 #: ``skrull_placement.cp_rank`` of a sharded sequence (``SKRULL_SHARDED``).
 SHARDED = -1
+#: ``sizeof(skrull_config)`` of ABI version 1 (``SKRULL_CONFIG_SIZE_V1``).
+CONFIG_SIZE_V1 = 60
+#: The largest ``skrull_config.pad_multiple`` (``SKRULL_MAX_PAD_MULTIPLE``).
+MAX_PAD_MULTIPLE = 65536
+#: GPU presets of ``skrull_cost_model_preset`` (``SKRULL_GPU_*``).
+GPU_H100, GPU_H200 = 0, 1
+#: ``skrull_cost_model.overlap`` values (``SKRULL_OVERLAP_*``).
+OVERLAP_LOCAL_ATTENTION, OVERLAP_ALL_ATTENTION = 0, 1
+#: Points of the attention-throughput table (``SKRULL_ATTENTION_POINTS``).
+ATTENTION_POINTS = 6
+#: ``sizeof(skrull_cost_model)`` of version 1 (``SKRULL_COST_MODEL_SIZE_V1``).
+COST_MODEL_SIZE_V1 = 264
+#: ``skrull_layout.micro_batch_global`` of an empty lockstep micro-batch
+#: (``SKRULL_NO_MICRO_BATCH``).
+NO_MICRO_BATCH = 2**32 - 1
 
-_u32, _i32, _u64, _usize = c_uint32, c_int32, c_uint64, c_size_t
+_u32, _i32, _u64, _i64, _f64, _usize = c_uint32, c_int32, c_uint64, c_int64, c_double, c_size_t
 # Output arrays are numpy arrays; their pointer fields are plain addresses (same size and
 # alignment as any data pointer), so filling a struct needs no ctypes.cast.
 _ptr = c_void_p
@@ -36,10 +52,27 @@ class skrull_model_shape(ctypes.Structure):
                 ("vocab", _u32), ("swiglu", _u32)]
 
 
+class skrull_cost_model(ctypes.Structure):
+    _fields_ = [("struct_size", _u32), ("attention_tile", _u32), ("peak_flops", _f64),
+                ("gemm_efficiency", _f64), ("hbm_bandwidth", _f64), ("weight_bytes", _f64),
+                ("weight_passes", _f64), ("attention_seqlen", _u32 * ATTENTION_POINTS),
+                ("attention_fwd_flops", _f64 * ATTENTION_POINTS),
+                ("attention_bwd_flops", _f64 * ATTENTION_POINTS),
+                ("attention_bwd_ratio", _f64), ("kv_element_bytes", _f64), ("comm_passes", _f64),
+                ("ring_step_latency_s", _f64), ("inter_node_ring_step_latency_s", _f64),
+                ("intra_node_bandwidth", _f64), ("inter_node_bandwidth", _f64),
+                ("gpus_per_node", _u32), ("overlap", _u32), ("kernels_per_layer", _f64),
+                ("kernel_launch_s", _f64), ("micro_batch_extra_s", _f64),
+                ("iteration_fixed_s", _f64)]
+
+
 class skrull_config(ctypes.Structure):
     _fields_ = [("struct_size", _u32), ("dp", _u32), ("cp", _u32), ("bucket_tokens", _u32),
                 ("policy", _u32), ("victim", _u32), ("flops", _u32), ("shard_padding", _u32),
-                ("max_micro_batches", _u32), ("model", skrull_model_shape)]
+                ("max_micro_batches", _u32), ("model", skrull_model_shape),
+                # appended after version 1
+                ("pad_multiple", _u32), ("pad_local", _u32), ("lockstep", _u32),
+                ("cost_model", _ptr)]
 
 
 class skrull_dacp_summary(ctypes.Structure):
@@ -61,6 +94,11 @@ class skrull_summary(ctypes.Structure):
                 ("_reserved", _u32)]
 
 
+class skrull_error_info(ctypes.Structure):
+    _fields_ = [("status", _u32), ("field", _u32), ("index", _i64), ("value", _u64),
+                ("limit", _u64)]
+
+
 class skrull_plan_buffers(ctypes.Structure):
     _fields_ = [("struct_size", _u32), ("_reserved", _u32),
                 ("placements", _ptr), ("placements_len", _usize),
@@ -68,7 +106,8 @@ class skrull_plan_buffers(ctypes.Structure):
                 ("members", _ptr), ("members_len", _usize),
                 ("rank_tokens", _ptr), ("rank_tokens_len", _usize),
                 ("micro_batches_per_dp", _ptr), ("micro_batches_per_dp_len", _usize),
-                ("summary", _ptr)]
+                ("summary", _ptr),
+                ("error", _ptr)]  # appended after version 1
 
 
 class skrull_gpu(ctypes.Structure):
@@ -99,7 +138,10 @@ class skrull_layout_buffers(ctypes.Structure):
                 ("sharded_cu_seqlens_padded", _ptr), ("sharded_cu_seqlens_padded_len", _usize),
                 ("rank_cu_seqlens", _ptr), ("rank_cu_seqlens_len", _usize),
                 ("positions", _ptr), ("positions_len", _usize),
-                ("layout", _ptr)]
+                ("layout", _ptr),
+                # appended after version 1
+                ("gather_index", _ptr), ("gather_index_len", _usize),
+                ("local_cu_seqlens_padded", _ptr), ("local_cu_seqlens_padded_len", _usize)]
 
 
 class skrull_layout_capacity(ctypes.Structure):
@@ -118,15 +160,18 @@ FROZEN_SIZES = {
     skrull_model_shape: 24, skrull_dacp_summary: 8, skrull_placement: 16,
     skrull_micro_batch: 16, skrull_summary: 32, skrull_gpu: 12, skrull_span: 24,
     skrull_layout: 88, skrull_layout_capacity: 5 * _W, skrull_sizes: 6 * _W,
+    skrull_error_info: 32,
 }
 #: Version-1 sizes of the extensible structs; appended fields make ours larger, never smaller.
 EXTENSIBLE_V1_SIZES = {
-    skrull_config: 60, skrull_plan_buffers: 8 + 11 * _W, skrull_layout_buffers: 8 + 13 * _W,
+    skrull_config: CONFIG_SIZE_V1, skrull_cost_model: COST_MODEL_SIZE_V1,
+    skrull_plan_buffers: 8 + 11 * _W, skrull_layout_buffers: 8 + 13 * _W,
 }
 #: Every struct the binding mirrors, in header order.
-STRUCTS = [skrull_model_shape, skrull_config, skrull_dacp_summary, skrull_placement,
-           skrull_micro_batch, skrull_summary, skrull_plan_buffers, skrull_gpu, skrull_span,
-           skrull_layout, skrull_layout_buffers, skrull_layout_capacity, skrull_sizes]
+STRUCTS = [skrull_model_shape, skrull_cost_model, skrull_config, skrull_dacp_summary,
+           skrull_placement, skrull_micro_batch, skrull_summary, skrull_error_info,
+           skrull_plan_buffers, skrull_gpu, skrull_span, skrull_layout, skrull_layout_buffers,
+           skrull_layout_capacity, skrull_sizes]
 
 _P = POINTER
 # name: (restype, argtypes). Pointers to caller-owned arrays are passed as integer addresses.
@@ -135,8 +180,13 @@ _PROTOTYPES = {
     "skrull_version": (c_char_p, []),
     "skrull_status_str": (c_char_p, [_u32]),
     "skrull_panic_selftest": (_u32, []),
-    "skrull_config_default": (_u32, [c_void_p]),
-    "skrull_config_preset": (_u32, [_u32, c_void_p]),
+    # The sized initialisers: they never write past the size we pass (``sizeof`` of our
+    # struct). The version-1 ``skrull_config_default``/``skrull_config_preset`` write 60 bytes
+    # and ``struct_size = 60``, which makes the library ignore every field added since: unused.
+    "skrull_config_init": (_u32, [_P(skrull_config), _usize]),
+    "skrull_config_preset_init": (_u32, [_u32, _P(skrull_config), _usize]),
+    "skrull_cost_model_preset": (_u32, [_u32, _P(skrull_model_shape), _P(skrull_cost_model),
+                                        _usize]),
     "skrull_plan_sizes": (_u32, [_usize, _u32, _u32, _P(skrull_sizes)]),
     "skrull_workspace_size": (_usize, [_usize, _u32, _u32]),
     "skrull_schedule": (_u32, [_P(skrull_config), c_void_p, _usize, c_void_p, _usize,
@@ -197,15 +247,16 @@ lib = _load()
 
 
 def preset_config(preset: int) -> tuple[int, skrull_config]:
-    """Runs ``skrull_config_preset`` and returns (status, config).
-
-    The library writes its own ``sizeof(skrull_config)``, which a newer library makes larger
-    than ours, so it writes into a ``MAX_STRUCT_SIZE`` scratch buffer and we copy the fields we
-    know.
-    """
-    scratch = (ctypes.c_uint64 * (MAX_STRUCT_SIZE // 8))()
-    status = lib.skrull_config_preset(preset, ctypes.addressof(scratch))
+    """Runs ``skrull_config_preset_init`` on a struct of our size and returns (status, config);
+    ``struct_size`` is ``sizeof`` of our struct, whatever the library's is."""
     cfg = skrull_config()
-    ctypes.memmove(ctypes.addressof(cfg), scratch, ctypes.sizeof(cfg))
-    cfg.struct_size = ctypes.sizeof(cfg)
+    status = lib.skrull_config_preset_init(preset, ctypes.byref(cfg), ctypes.sizeof(cfg))
     return status, cfg
+
+
+def preset_cost_model(gpu: int, shape: skrull_model_shape | None) -> tuple[int, skrull_cost_model]:
+    """Runs ``skrull_cost_model_preset`` on a struct of our size and returns (status, model)."""
+    out = skrull_cost_model()
+    status = lib.skrull_cost_model_preset(gpu, None if shape is None else ctypes.byref(shape),
+                                          ctypes.byref(out), ctypes.sizeof(out))
+    return status, out

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from . import _ffi
-from ._errors import check
+from ._errors import Status, from_info
 
 if TYPE_CHECKING:
     from ._plan import Plan
@@ -23,11 +23,13 @@ SPAN_DTYPE = np.dtype(_ffi.skrull_span)
 
 # The output arrays of skrull_layout_buffers: (field, dtype, skrull_layout_capacity field).
 # A new array of the C ABI is one more row here and one more Layout attribute.
-_I32 = np.dtype(np.int32)
+_I32, _I64 = np.dtype(np.int32), np.dtype(np.int64)
 _ARRAYS = (("spans", SPAN_DTYPE, "spans"), ("local_cu_seqlens", _I32, "local_cu_seqlens"),
            ("sharded_cu_seqlens", _I32, "sharded_cu_seqlens"),
            ("sharded_cu_seqlens_padded", _I32, "sharded_cu_seqlens"),
-           ("rank_cu_seqlens", _I32, "sharded_cu_seqlens"), ("positions", _I32, "positions"))
+           ("rank_cu_seqlens", _I32, "sharded_cu_seqlens"), ("positions", _I32, "positions"),
+           ("gather_index", _I64, "positions"),
+           ("local_cu_seqlens_padded", _I32, "local_cu_seqlens"))
 _LAYOUT_BUFFERS_SIZE = ctypes.sizeof(_ffi.skrull_layout_buffers)
 _COUNTS = ("micro_batch_global", "local_seqs", "sharded_seqs", "local_tokens", "sharded_tokens",
            "tokens", "pad_tokens", "charged_tokens", "local_max_seqlen", "sharded_max_seqlen",
@@ -40,10 +42,14 @@ class Layout:
 
     The GPU buffer holds the local group (``[0, local_tokens)``: whole sequences) then the
     sharded group (``[local_tokens, tokens)``: the two zigzag chunks of every sharded sequence).
-    Arrays: ``spans`` (``SPAN_DTYPE``), the int32 ``local_cu_seqlens``, ``sharded_cu_seqlens``,
-    ``sharded_cu_seqlens_padded``, ``rank_cu_seqlens`` and ``positions`` (one per token). Counts
-    and maxima are the ``skrull_layout`` fields of the same name; ``token_seq``, ``is_real`` and
-    ``loss_weights`` are derived from the spans. See docs/layout.md.
+    Arrays: ``spans`` (``SPAN_DTYPE``), the int32 ``local_cu_seqlens`` (real lengths),
+    ``local_cu_seqlens_padded`` (buffer offsets; equal unless ``pad_local``),
+    ``sharded_cu_seqlens``, ``sharded_cu_seqlens_padded``, ``rank_cu_seqlens`` and
+    ``positions`` (one per token), and the int64 ``gather_index`` (one per token: its offset in
+    the DP rank's sequences concatenated in plan order, ``Plan.dp_sequences``; -1 on padding).
+    Counts and maxima are the ``skrull_layout`` fields of the same name; ``token_seq``,
+    ``is_real`` and ``loss_weights`` are derived from the spans. An empty lockstep micro-batch
+    has ``micro_batch_global == skrull.NO_MICRO_BATCH`` and no token. See docs/layout.md.
     """
 
     dp_rank: int
@@ -68,7 +74,8 @@ class Layout:
     def __init__(self, gpu: tuple[int, int, int], counts: dict[str, int], spans: np.ndarray,
                  local_cu_seqlens: np.ndarray, sharded_cu_seqlens: np.ndarray,
                  sharded_cu_seqlens_padded: np.ndarray, rank_cu_seqlens: np.ndarray,
-                 positions: np.ndarray) -> None:
+                 positions: np.ndarray, gather_index: np.ndarray,
+                 local_cu_seqlens_padded: np.ndarray) -> None:
         self.dp_rank, self.micro_batch, self.cp_rank = gpu
         for name in _COUNTS:
             setattr(self, name, int(counts.get(name, 0)))
@@ -77,23 +84,18 @@ class Layout:
         self.sharded_cu_seqlens = sharded_cu_seqlens
         self.sharded_cu_seqlens_padded = sharded_cu_seqlens_padded
         self.rank_cu_seqlens = rank_cu_seqlens
-        self.positions = positions  # read-only arrays: fill and empty make them so
-
-    @classmethod
-    def empty(cls, dp_rank: int, micro_batch: int, cp_rank: int, global_tokens: int) -> Layout:
-        """The layout of a micro-batch a DP rank runs only to keep step with the others: no
-        tokens, but it still joins every collective."""
-        arrays = [np.empty(0, SPAN_DTYPE)] + [np.zeros(1, np.int32) for _ in range(4)] + \
-            [np.empty(0, np.int32)]
-        for a in arrays:
-            a.flags.writeable = False
-        return cls((dp_rank, micro_batch, cp_rank), {"global_tokens": global_tokens,
-                   "micro_batch_global": -1}, *arrays)
+        self.positions = positions  # read-only arrays: fill makes them so
+        self.gather_index = gather_index
+        self.local_cu_seqlens_padded = local_cu_seqlens_padded
 
     @property
-    def is_padding_micro_batch(self) -> bool:
-        """True for a micro-batch added only to equalise micro-batch counts over DP."""
-        return self.micro_batch_global < 0
+    def is_empty_micro_batch(self) -> bool:
+        """True for an empty lockstep micro-batch: one the DP rank runs only to keep step with
+        the others (no token, but it still joins every collective)."""
+        return self.micro_batch_global == _ffi.NO_MICRO_BATCH
+
+    #: The name older code used for ``is_empty_micro_batch``.
+    is_padding_micro_batch = is_empty_micro_batch
 
     @cached_property
     def _span_of_token(self) -> np.ndarray:
@@ -131,8 +133,10 @@ def fill(plan: Plan, dp_rank: int, micro_batch: int, cp_rank: int,
     ``workspace`` is (address, bytes) of at least ``skrull_layout_sizes_max().workspace_bytes``."""
     args = (*plan._c_args, _ffi.skrull_gpu(dp_rank, micro_batch, cp_rank), *workspace)
     cap = _ffi.skrull_layout_capacity()
-    check(_ffi.lib.skrull_layout_sizes(*args, ctypes.byref(cap)),
-          f"GPU ({dp_rank}, {micro_batch}, {cp_rank})")
+    plan._c_error.status = 0  # so that stale details are never reported
+    status = _ffi.lib.skrull_layout_sizes(*args, ctypes.byref(cap))
+    if status != Status.OK:
+        raise from_info(plan._c_error, status, f"GPU ({dp_rank}, {micro_batch}, {cp_rank})")
     # One allocation holds every array, each at an 8-byte-aligned offset.
     sizes = [(name, t, getattr(cap, c)) for name, t, c in _ARRAYS]
     offsets, end = [], 0
@@ -145,7 +149,10 @@ def fill(plan: Plan, dp_rank: int, micro_batch: int, cp_rank: int,
     fields = {"struct_size": _LAYOUT_BUFFERS_SIZE, "layout": ctypes.addressof(rec)}
     for (name, _, k), o in zip(sizes, offsets):
         fields[name], fields[name + "_len"] = base + o, k
-    check(_ffi.lib.skrull_layout_fill(*args, ctypes.byref(_ffi.skrull_layout_buffers(**fields))))
+    out = _ffi.skrull_layout_buffers(**fields)
+    status = _ffi.lib.skrull_layout_fill(*args, ctypes.byref(out))
+    if status != Status.OK:
+        raise from_info(plan._c_error, status, f"GPU ({dp_rank}, {micro_batch}, {cp_rank})")
     block.flags.writeable = False  # so are the views: skrull_layout_sizes sized them exactly
     arrays = {name: np.frombuffer(block, t, k, o) for (name, t, k), o in zip(sizes, offsets)}
     return Layout((dp_rank, micro_batch, cp_rank), {n: getattr(rec, n) for n in _COUNTS},

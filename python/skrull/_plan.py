@@ -54,9 +54,10 @@ class Plan:
     """Where every sequence of one global batch runs; read-only, independent of later calls.
 
     Per input sequence (numpy, input order): ``dp_rank``, ``micro_batch``, ``cp_rank`` (-1 =
-    sharded over the CP group) and ``tokens_per_gpu``. Per DP rank: ``micro_batches_per_dp``.
-    The C tables are there too: ``placements``, ``micro_batch_table`` (sorted by DP rank, then
-    index), ``members`` and ``rank_tokens`` (one row of CP loads per table entry).
+    sharded over the CP group) and ``tokens_per_gpu``. Per DP rank: ``micro_batches_per_dp``
+    (all equal under lockstep, where a rank's extra micro-batches are empty and not in the
+    table). The C tables are there too: ``placements``, ``micro_batch_table`` (sorted by DP
+    rank, then index), ``members`` and ``rank_tokens`` (one row of CP loads per table entry).
     """
 
     def __init__(self, scheduler: Scheduler, lengths: np.ndarray, placements: np.ndarray,
@@ -71,6 +72,7 @@ class Plan:
         self.rank_tokens = _frozen(rank_tokens.reshape(-1, self.config.cp))
         self.micro_batches_per_dp = _frozen(micro_batches_per_dp)
         self._c_summary = summary
+        self._c_error = _ffi.skrull_error_info()  # the layout calls' details (under the lock)
 
     @cached_property
     def summary(self) -> Summary:
@@ -101,48 +103,79 @@ class Plan:
 
     @property
     def num_micro_batches(self) -> int:
-        """The most micro-batches any DP rank runs: the count every DP rank runs in lockstep."""
+        """The most micro-batches any DP rank runs (with lockstep, the count every rank runs)."""
         return int(self.micro_batches_per_dp.max(initial=0))
 
+    @cached_property
+    def _table_rows(self) -> np.ndarray:
+        """Per DP rank: [first, stop) of its entries in ``micro_batch_table``. Not a prefix sum
+        of ``micro_batches_per_dp``: with lockstep that counts empty micro-batches too."""
+        ranks = self.micro_batch_table["dp_rank"]
+        d = np.arange(self.config.dp + 1)
+        return np.searchsorted(ranks, d, side="left")
+
     def _table_index(self, dp_rank: int, micro_batch: int) -> int | None:
-        if not (0 <= dp_rank < self.config.dp
-                and 0 <= micro_batch < self.micro_batches_per_dp[dp_rank]):
+        """The table position of a micro-batch; None for an empty one (or none at all)."""
+        if not 0 <= dp_rank < self.config.dp:
             return None
-        return int(self.micro_batches_per_dp[:dp_rank].sum()) + micro_batch
+        first, stop = self._table_rows[dp_rank], self._table_rows[dp_rank + 1]
+        if not 0 <= micro_batch < stop - first:
+            return None
+        return int(first + micro_batch)
 
     def members_of(self, dp_rank: int, micro_batch: int) -> np.ndarray:
-        """Sequence indices of one micro-batch, in plan order (empty past a rank's count)."""
+        """Sequence indices of one micro-batch, in plan order (empty for an empty lockstep
+        micro-batch and past a rank's count)."""
         g = self._table_index(dp_rank, micro_batch)
         if g is None:
             return np.empty(0, np.uint32)
         entry = self.micro_batch_table[g]
         return self.members[entry["first"]:entry["first"] + entry["count"]]
 
+    def dp_sequences(self, dp_rank: int) -> np.ndarray:
+        """The DP rank's sequences in plan order (micro-batch 0's members in table order, then
+        micro-batch 1's, ...): the token stream ``Layout.gather_index`` indexes. Concatenate
+        the rank's samples in this order and gather each GPU buffer from it."""
+        d = _gpu_index("dp_rank", dp_rank)
+        if d >= self.config.dp:
+            raise make_error(Status.NO_SUCH_GPU, f"DP rank {d} of {self.config.dp}", index=d)
+        first, stop = self._table_rows[d], self._table_rows[d + 1]
+        parts = [self.members[e["first"]:e["first"] + e["count"]]
+                 for e in self.micro_batch_table[first:stop]]
+        return _frozen(np.concatenate(parts)) if parts else _frozen(np.empty(0, np.uint32))
+
+    def dp_stream_offsets(self, dp_rank: int) -> np.ndarray:
+        """Offsets of ``dp_sequences(dp_rank)`` in the DP rank's token stream (int64, one more
+        than sequences: the last is the stream's length)."""
+        seqs = self.dp_sequences(dp_rank)
+        out = np.zeros(len(seqs) + 1, np.int64)
+        np.cumsum(self.lengths[seqs], out=out[1:])
+        return out
+
     def layout(self, dp_rank: int, micro_batch: int, cp_rank: int) -> _layout.Layout:
         """One GPU's layout (``skrull_layout_fill``). A micro-batch index at or past
-        ``micro_batches_per_dp[dp_rank]`` raises ``NO_SUCH_GPU``; ``rank_layouts`` pads."""
+        ``micro_batches_per_dp[dp_rank]`` raises ``NO_SUCH_GPU``; under lockstep one past the
+        rank's own count is a valid empty layout (``Layout.is_empty_micro_batch``)."""
         d = _gpu_index("dp_rank", dp_rank)
         m = _gpu_index("micro_batch", micro_batch)
         r = _gpu_index("cp_rank", cp_rank)
         return self._scheduler._fill_layout(self, d, m, r)
 
     def rank_layouts(self, dp_rank: int, cp_rank: int) -> list[_layout.Layout]:
-        """This GPU's layouts for all ``num_micro_batches`` steps: its own micro-batches, then
-        empty ones (``Layout.empty``) so that every DP rank runs the same count."""
+        """This GPU's layouts, one per micro-batch its DP rank runs
+        (``micro_batches_per_dp[dp_rank]``; with lockstep the same count on every rank, the
+        extra ones empty)."""
         d, r = _gpu_index("dp_rank", dp_rank), _gpu_index("cp_rank", cp_rank)
         if d >= self.config.dp or r >= self.config.cp:
             raise make_error(Status.NO_SUCH_GPU, f"DP rank {d}, CP rank {r}")
-        own = int(self.micro_batches_per_dp[d])
-        out = [self.layout(d, m, r) for m in range(own)]
-        return out + [_layout.Layout.empty(d, m, r, self.summary.total_tokens)
-                      for m in range(own, self.num_micro_batches)]
+        return [self.layout(d, m, r) for m in range(int(self.micro_batches_per_dp[d]))]
 
     def to_megatron_groups(self, sample_ids: Sequence[Any] | None = None) -> list[list[list]]:
         """``sample_id_groups[micro_batch][dp_rank * cp + cp_rank]`` -> sample ids, the shape of
         Megatron's ``BasePackingScheduler.get_groups_and_subsamples``: a local sequence on its CP
-        rank, a sharded one on every CP rank of its DP rank; ``num_micro_batches`` entries, with
-        empty lists where a DP rank has fewer micro-batches. ``sample_ids[i]`` names sequence
-        ``i`` (default: ``i``)."""
+        rank, a sharded one on every CP rank of its DP rank; ``num_micro_batches`` entries (the
+        lockstep count), with empty lists for a DP rank's empty micro-batches (or, without
+        lockstep, where it has fewer). ``sample_ids[i]`` names sequence ``i`` (default: ``i``)."""
         dp, cp = self.config.dp, self.config.cp
         ids = list(range(len(self.lengths))) if sample_ids is None else list(sample_ids)
         if len(ids) != len(self.lengths):
@@ -189,7 +222,7 @@ class Plan:
             rank_tokens=a(self.rank_tokens), rank_tokens_len=self.rank_tokens.size,
             micro_batches_per_dp=a(self.micro_batches_per_dp),
             micro_batches_per_dp_len=len(self.micro_batches_per_dp),
-            summary=ctypes.addressof(self._c_summary))
+            summary=ctypes.addressof(self._c_summary), error=ctypes.addressof(self._c_error))
 
     def __repr__(self) -> str:
         s = self.summary

@@ -10,12 +10,11 @@ from typing import Any, Iterable
 import numpy as np
 
 from . import _config, _ffi, _layout
-from ._errors import Status, check, make_error
+from ._errors import Status, check, from_info, make_error
 from ._plan import MICRO_BATCH_DTYPE, PLACEMENT_DTYPE, Plan
 
 #: The most sequences one batch may hold (``MAX_SEQS``).
 MAX_SEQUENCES = 65536
-_MAX_LEN = 2**31 - 1
 _OUT_OF_RANGE = 2**32 - 1  # stands for any length that does not fit uint32_t
 
 
@@ -27,9 +26,15 @@ class Scheduler:
     ``model`` is a preset name (``"qwen2.5-0.5b"``, ``"qwen2.5-7b"``), a ``ModelShape`` or a dict
     of its fields; ``policy`` is ``"balanced"`` (default), ``"skrull"``, ``"deepspeed"``,
     ``"packed"`` or ``"roundrobin"``; ``victim`` ``"shortest"``/``"longest"``; ``flops``
-    ``"paper"``/``"megatron"``; ``shard_padding`` ``"none"``/``"zigzag"``;
-    ``max_micro_batches`` (0 = no limit). Buffers are sized for ``max_sequences`` and grow when
-    a larger batch arrives. Invalid settings raise ``ConfigError`` here, with the C status.
+    ``"paper"``/``"megatron"`` (``balanced`` takes only ``"paper"``); ``shard_padding``
+    ``"none"``/``"zigzag"``; ``max_micro_batches`` (0 = no limit); ``pad_multiple`` ``M``
+    (0/1: none; else sharded sequences are padded to a multiple of ``lcm(2 cp, M)``, e.g.
+    ``M = 2 cp tp`` for Megatron with sequence parallelism) and ``pad_local`` (pad local
+    sequences to ``M`` too); ``lockstep`` (every DP rank runs the same number of micro-batches,
+    its extra ones empty); ``cost_model`` (what ``balanced`` plans with: ``None`` for the H100
+    preset, ``"h100"``/``"h200"`` or a ``CostModel``). Buffers are sized for ``max_sequences``
+    and grow when a larger batch arrives. Invalid settings raise ``ConfigError`` here, with the
+    C status and its details.
 
     One Scheduler may be shared by threads (calls are serialised); plans are independent
     copies, valid after later calls.
@@ -39,10 +44,13 @@ class Scheduler:
                  bucket_tokens: int | None = None, *, model: _config.ModelSpec = "qwen2.5-0.5b",
                  policy: str | int = "balanced", victim: str | int = "shortest",
                  flops: str | int = "paper", shard_padding: str | int = "none",
-                 max_micro_batches: int = 0, max_sequences: int = 256) -> None:
+                 max_micro_batches: int = 0, pad_multiple: int = 1, pad_local: bool = False,
+                 lockstep: bool = False, cost_model: _config.CostModel | str | None = None,
+                 max_sequences: int = 256) -> None:
+        # self.config holds the CostModel copy self._c_config points at: both live together.
         self.config, self._c_config = _config.build(
             dp, cp, bucket_tokens, model, policy, victim, flops, shard_padding,
-            max_micro_batches)
+            max_micro_batches, pad_multiple, pad_local, lockstep, cost_model)
         self._lock = threading.Lock()
         self._capacity = -1
         self._layout_capacity = -1
@@ -51,8 +59,12 @@ class Scheduler:
 
     def __repr__(self) -> str:
         c = self.config
+        extra = "".join(f", {k}={getattr(c, k)!r}" for k in ("pad_multiple", "pad_local",
+                                                            "lockstep", "cost_model")
+                        if getattr(c, k))
         return (f"Scheduler(dp={c.dp}, cp={c.cp}, bucket_tokens={c.bucket_tokens}, "
-                f"policy={c.policy!r}, shard_padding={c.shard_padding!r}, model={c.model})")
+                f"policy={c.policy!r}, shard_padding={c.shard_padding!r}{extra}, "
+                f"model={c.model})")
 
     def _reserve(self, n: int) -> None:
         """Sizes every plan buffer for ``n`` sequences (``skrull_plan_sizes``)."""
@@ -66,6 +78,7 @@ class Scheduler:
         self._rank_tokens = np.empty(sizes.rank_tokens, np.uint32)
         self._per_dp = np.empty(sizes.micro_batches_per_dp, np.uint32)
         self._summary = _ffi.skrull_summary()
+        self._error = _ffi.skrull_error_info()
         a = _ffi.address
         self._out = _ffi.skrull_plan_buffers(
             struct_size=ctypes.sizeof(_ffi.skrull_plan_buffers),
@@ -75,7 +88,7 @@ class Scheduler:
             rank_tokens=a(self._rank_tokens), rank_tokens_len=sizes.rank_tokens,
             micro_batches_per_dp=a(self._per_dp),
             micro_batches_per_dp_len=sizes.micro_batches_per_dp,
-            summary=ctypes.addressof(self._summary))
+            summary=ctypes.addressof(self._summary), error=ctypes.addressof(self._error))
         self._ws_addr, self._ws_len = a(self._ws), self._ws.nbytes
         # The structured tables are copied out as uint32 words (numpy copies those faster).
         self._placement_words = self._placements.view(np.uint32)
@@ -85,19 +98,22 @@ class Scheduler:
     def plan(self, lengths: Iterable[int] | np.ndarray) -> Plan:
         """Plans one global batch of sequence lengths (tokens; any integer sequence, numpy or
         torch array). Raises ``BatchError`` (``EMPTY_SEQUENCE``, ``LENGTH_OUT_OF_RANGE``,
-        ``SEQUENCE_TOO_LONG``, ``TOO_MANY_SEQUENCES``, ``MICRO_BATCH_LIMIT``) or
-        ``ArgumentError`` for non-integer lengths."""
+        ``SEQUENCE_TOO_LONG``, ``TOO_MANY_SEQUENCES``, ``MICRO_BATCH_LIMIT``, with the
+        library's details: ``index``, ``value``, ``limit``) or ``ArgumentError`` for
+        non-integer lengths."""
         arr, original = _as_lengths(lengths)
         n = arr.size
         with self._lock:
-            if n > self._capacity:
-                self._reserve(n if n > MAX_SEQUENCES else
-                              max(n, min(2 * self._capacity, MAX_SEQUENCES)))
+            if self._capacity < n <= MAX_SEQUENCES:
+                self._reserve(max(n, min(2 * self._capacity, MAX_SEQUENCES)))
+            # Past MAX_SEQUENCES the library answers TOO_MANY_SEQUENCES (with its details)
+            # before it looks at a buffer; the struct states every buffer's true capacity.
+            self._error.status = 0  # so that stale details are never reported
             status = _ffi.lib.skrull_schedule(
                 ctypes.byref(self._c_config), _ffi.address(arr), n, self._ws_addr,
                 self._ws_len, ctypes.byref(self._out))
             if status != Status.OK:
-                raise _batch_error(status, original, self.config)
+                raise _batch_error(status, self._error, original)
             k = self._summary.micro_batches
             return Plan(self, arr, self._placement_words[:4 * n].copy().view(PLACEMENT_DTYPE),
                         self._table_words[:4 * k].copy().view(MICRO_BATCH_DTYPE),
@@ -154,27 +170,16 @@ def _as_lengths(lengths: Any) -> tuple[np.ndarray, np.ndarray]:
     return np.where(fits, a, _OUT_OF_RANGE).astype(np.uint32), a
 
 
-def _batch_error(status: int, lengths: np.ndarray, cfg: _config.Config) -> Exception:
-    """The exception for a failed ``skrull_schedule``, naming the first offending sequence.
-
-    Until the C ABI reports ``skrull_error_info``, the index is recomputed here from the
-    documented rules (first offender in input order)."""
-    if status not in (Status.EMPTY_SEQUENCE, Status.LENGTH_OUT_OF_RANGE,
-                      Status.SEQUENCE_TOO_LONG):
-        if status == Status.MICRO_BATCH_LIMIT:
-            return make_error(status, f"limit {cfg.max_micro_batches}",
-                              limit=cfg.max_micro_batches)
-        return make_error(status)
-    fits_sharded = cfg.cp * (cfg.bucket_tokens if cfg.shard_padding == "none"
-                             else cfg.bucket_tokens // 2 * 2)
-    for i, v in enumerate(lengths.tolist()):
-        if v == 0:
-            return make_error(status, f"sequence {i} has 0 tokens", index=i, value=0)
-        if not 0 < v <= _MAX_LEN:
-            return make_error(status, f"sequence {i} has {v} tokens (limit {_MAX_LEN})",
-                              index=i, value=v, limit=_MAX_LEN)
-        if v > fits_sharded:
-            return make_error(status, f"sequence {i} has {v} tokens; at most {fits_sharded} "
-                              f"fit sharded over CP {cfg.cp} with BucketSize "
-                              f"{cfg.bucket_tokens}", index=i, value=v, limit=fits_sharded)
-    return make_error(status)
+def _batch_error(status: int, info: _ffi.skrull_error_info, lengths: np.ndarray) -> Exception:
+    """The exception for a failed ``skrull_schedule``, from the library's ``skrull_error_info``.
+    A length that does not fit ``uint32_t`` went to C as ``2^32 - 1``; its ``value`` is the
+    caller's own number."""
+    override = {}
+    if (status == Status.LENGTH_OUT_OF_RANGE and info.status == status
+            and 0 <= info.index < len(lengths)):
+        override["value"] = int(lengths[info.index])
+    if status == Status.TOO_MANY_SEQUENCES and info.limit == 0:
+        # Library 0.1.0 writes value = limit = 0 here, not the batch size and 65536 that
+        # docs/c_api.md lists (see docs/python.md); the binding knows both.
+        override.update(value=len(lengths), limit=MAX_SEQUENCES)
+    return from_info(info, status, **override)

@@ -1,8 +1,14 @@
 """One process of the multi-process gradient check (see test_gradcheck.py).
 
-Each rank plans every batch itself, checks that all ranks got the same plan digest, trains one
-step of ``TinyTransformer`` on its micro-batches (float64, gloo), sums gradients over DP x CP,
-and compares logits and gradients with an unpacked single-process reference.
+Each rank plans every batch itself (lockstep on), checks that all ranks got the same plan
+digest, builds its micro-batches through the gather index (``collate``), trains one step of
+``TinyTransformer`` on them (float64, gloo), sums gradients over DP x CP, and compares logits and
+gradients with an unpacked single-process reference.
+
+Runs per layout: every policy x shard padding x batch without a pad multiple (40), plus every
+policy x shard padding x pad variant on one batch each (40): pad multiples ``M = 2 cp tp``
+(tp = 2) and a second one (16, or 24 where 2 cp tp is 16), each without and with
+``pad_local``; the batch rotates so that every batch meets every variant.
 """
 
 from __future__ import annotations
@@ -22,6 +28,25 @@ BUCKET = 16
 VOCAB = 29
 POLICIES = list(skrull.POLICIES)
 PADDINGS = ["none", "zigzag"]
+
+
+def pad_variants(cp: int) -> list[tuple[int, bool]]:
+    """(pad_multiple, pad_local) beyond the unpadded runs: Megatron's 2 cp tp with tp = 2, and
+    16 (24 where that is 16 too), each without and with pad_local."""
+    megatron = 2 * cp * 2
+    other = 16 if megatron != 16 else 24
+    return [(megatron, False), (megatron, True), (other, False), (other, True)]
+
+
+def runs(cp: int) -> list[tuple[int, str, str, int, bool]]:
+    """Every run of one layout: (batch index, policy, shard padding, pad multiple, pad_local)."""
+    n = len(batches())
+    out = [(k, p, pad, 1, False) for k in range(n) for p in POLICIES for pad in PADDINGS]
+    for i, p in enumerate(POLICIES):
+        for j, pad in enumerate(PADDINGS):
+            for v, (m, local) in enumerate(pad_variants(cp)):
+                out.append(((i + j + v) % n, p, pad, m, local))
+    return out
 
 
 def batches() -> dict[str, list[int]]:
@@ -69,9 +94,10 @@ def _one_run(sched: skrull.Scheduler, lengths: list[int], samples: list, ref: tu
     digests = [None] * dist.get_world_size()
     dist.all_gather_object(digests, plan.digest())
     assert len(set(digests)) == 1, digests
+    assert len(set(plan.micro_batches_per_dp.tolist())) == 1  # lockstep
     model = _model()
     mbs = st.collate(plan, samples, dp_rank, cp_rank, weight_dtype=torch.float64)
-    assert len(mbs) == plan.num_micro_batches
+    assert len(mbs) == plan.num_micro_batches == plan.micro_batches_per_dp[dp_rank]
     ref_logits, ref_grads = ref
     offsets = np.concatenate([[0], np.cumsum(lengths)])
     coverage = torch.zeros(int(offsets[-1]), dtype=torch.float64)
@@ -84,6 +110,9 @@ def _one_run(sched: skrull.Scheduler, lengths: list[int], samples: list, ref: tu
         loss += step_loss.detach()
         real = mb.seq_ids >= 0
         seq, pos = mb.seq_ids[real], mb.position_ids[real]
+        # The one-gather inputs hold the right tokens (the logits check depends on it too).
+        assert all(int(mb.input_ids[t]) == int(samples[s]["input_ids"][p]) for t, s, p in zip(
+            torch.nonzero(real).flatten().tolist(), seq.tolist(), pos.tolist()))
         logits_err = max(logits_err, _rel(logits.detach()[real], ref_logits[seq, pos]))
         coverage.index_add_(0, torch.from_numpy(offsets[seq.numpy()]) + pos,
                             torch.ones(len(seq), dtype=torch.float64))
@@ -93,9 +122,15 @@ def _one_run(sched: skrull.Scheduler, lengths: list[int], samples: list, ref: tu
         features["sharded_shorter_than_2N"] += bool(short)
         features["local_and_sharded_together"] += bool(lay.local_seqs and lay.sharded_seqs)
         features["zero_token_gpu_in_real_micro_batch"] += (lay.tokens == 0
-                                                           and not lay.is_padding_micro_batch)
-        features["padding_micro_batches"] += lay.is_padding_micro_batch
-    features["dp_rank_without_sequences"] += int(plan.micro_batches_per_dp[dp_rank] == 0)
+                                                           and not lay.is_empty_micro_batch)
+        features["empty_lockstep_micro_batches"] += lay.is_empty_micro_batch
+        local = lay.spans[lay.spans["chunk"] < 0]
+        sharded = lay.spans[lay.spans["chunk"] >= 0]
+        if sched.config.pad_multiple > 1:
+            features["padded_local_sequences"] += int((local["pad"] > 0).sum())
+            features["sharded_padding_under_pad_multiple"] += int(sharded["pad"].sum())
+        features["gathered_tokens"] += int(real.sum())
+    features["dp_rank_without_sequences"] += int(plan.dp_sequences(dp_rank).size == 0)
     flat = torch.cat([p.grad.flatten() for p in model.parameters()])
     dist.all_reduce(flat)
     dist.all_reduce(coverage)
@@ -108,6 +143,12 @@ def _one_run(sched: skrull.Scheduler, lengths: list[int], samples: list, ref: tu
     return {"logits": float(errs[0]), "grads": float(errs[1]), "loss": float(loss)}
 
 
+FEATURES = ["sharded_shorter_than_2N", "local_and_sharded_together",
+            "zero_token_gpu_in_real_micro_batch", "empty_lockstep_micro_batches",
+            "dp_rank_without_sequences", "padded_local_sequences",
+            "sharded_padding_under_pad_multiple", "gathered_tokens"]
+
+
 def run(rank: int, dp: int, cp: int, rendezvous: str, out_dir: str) -> None:
     """Entry point of one rank (``torch.multiprocessing.start_processes``)."""
     t0 = time.perf_counter()
@@ -116,11 +157,9 @@ def run(rank: int, dp: int, cp: int, rendezvous: str, out_dir: str) -> None:
     dist.init_process_group("gloo", init_method=rendezvous, rank=rank, world_size=dp * cp)
     group = st.cp_group(dp, cp)
     dp_rank, cp_rank = divmod(rank, cp)
-    features = dict.fromkeys(["sharded_shorter_than_2N", "local_and_sharded_together",
-                              "zero_token_gpu_in_real_micro_batch", "padding_micro_batches",
-                              "dp_rank_without_sequences"], 0)
-    worst = {"logits": 0.0, "grads": 0.0, "loss": 0.0}
-    runs = 0
+    features = dict.fromkeys(FEATURES, 0)
+    worst = {kind: {"logits": 0.0, "grads": 0.0, "loss": 0.0} for kind in ("unpadded", "padded")}
+    references = {}
     for k, lengths in enumerate(batches().values()):
         samples = _samples(lengths, seed=k)
         ref_model = _model()
@@ -129,19 +168,22 @@ def run(rank: int, dp: int, cp: int, rendezvous: str, out_dir: str) -> None:
             ref_loss = sum(torch.nn.functional.cross_entropy(
                 ref_model.forward_sequence(s["input_ids"]), s["labels"], reduction="sum")
                 for s in samples) / sum(lengths)
-        for policy in POLICIES:
-            for padding in PADDINGS:
-                sched = skrull.Scheduler(dp, cp, BUCKET, policy=policy, shard_padding=padding)
-                got = _one_run(sched, lengths, samples, ref, dp_rank, cp_rank, group, features)
-                got["loss"] = abs(got["loss"] - float(ref_loss)) / float(ref_loss)
-                for key in worst:
-                    worst[key] = max(worst[key], got[key])
-                runs += 1
+        references[k] = (lengths, samples, ref, float(ref_loss))
+    todo = runs(cp)
+    for k, policy, padding, multiple, pad_local in todo:
+        lengths, samples, ref, ref_loss = references[k]
+        sched = skrull.Scheduler(dp, cp, BUCKET, policy=policy, shard_padding=padding,
+                                 pad_multiple=multiple, pad_local=pad_local, lockstep=True)
+        got = _one_run(sched, lengths, samples, ref, dp_rank, cp_rank, group, features)
+        got["loss"] = abs(got["loss"] - ref_loss) / ref_loss
+        kind = worst["padded" if multiple > 1 else "unpadded"]
+        for key in kind:
+            kind[key] = max(kind[key], got[key])
     totals = torch.tensor(list(features.values()), dtype=torch.int64)
     dist.all_reduce(totals)
     if rank == 0:
         with open(os.path.join(out_dir, "result.json"), "w") as f:
-            json.dump({"runs": runs, "max_rel_err": worst,
+            json.dump({"runs": len(todo), "max_rel_err": worst,
                        "features": dict(zip(features, totals.tolist())),
                        "seconds": time.perf_counter() - t0}, f)
     dist.destroy_process_group()

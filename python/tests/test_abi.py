@@ -22,8 +22,16 @@ _DEFINES = {**{f"SKRULL_POLICY_{k.upper()}": v for k, v in POLICIES.items()},
             **{"SKRULL_PRESET_" + k.upper().replace(".", "_").replace("-", "_"): v
                for k, v in PRESETS.items()},
             **{f"SKRULL_STATUS_{s.name}": int(s) for s in skrull.Status},
+            **{f"SKRULL_GPU_{k.upper()}": v for k, v in skrull.GPUS.items()},
+            **{"SKRULL_OVERLAP_" + k.upper().replace("-", "_"): v
+               for k, v in skrull.OVERLAPS.items()},
             "SKRULL_ABI_VERSION": skrull.ABI_VERSION, "SKRULL_SHARDED": skrull.SHARDED,
-            "SKRULL_MAX_STRUCT_SIZE": _ffi.MAX_STRUCT_SIZE}
+            "SKRULL_MAX_STRUCT_SIZE": _ffi.MAX_STRUCT_SIZE,
+            "SKRULL_CONFIG_SIZE_V1": _ffi.CONFIG_SIZE_V1,
+            "SKRULL_MAX_PAD_MULTIPLE": skrull.MAX_PAD_MULTIPLE,
+            "SKRULL_ATTENTION_POINTS": _ffi.ATTENTION_POINTS,
+            "SKRULL_COST_MODEL_SIZE_V1": _ffi.COST_MODEL_SIZE_V1,
+            "SKRULL_NO_MICRO_BATCH": skrull.NO_MICRO_BATCH}
 
 
 def _c_program() -> str:
@@ -72,6 +80,9 @@ def test_the_binding_mirrors_every_struct_and_status_of_the_header():
     header_statuses = dict(re.findall(r"SKRULL_STATUS_(\w+) = (\d+),", text))
     assert {k: int(v) for k, v in header_statuses.items()} == \
         {s.name: int(s) for s in skrull.Status}
+    # Every constant the header defines is mirrored (and compared by the test above).
+    assert set(re.findall(r"#define (SKRULL_\w+) ", text)) == \
+        {k for k in _DEFINES if not k.startswith("SKRULL_STATUS_")}
 
 
 def test_library_abi_and_version_match_the_package():
@@ -109,5 +120,34 @@ def test_panic_guard_works():
 
 def test_config_preset_writes_the_struct_size_we_send():
     status, cfg = _ffi.preset_config(PRESETS["qwen2.5-7b"])
-    assert status == 0 and cfg.struct_size == ctypes.sizeof(_ffi.skrull_config)
+    assert status == 0 and cfg.struct_size == ctypes.sizeof(_ffi.skrull_config) > 60
     assert (cfg.dp, cfg.cp, cfg.bucket_tokens) == (4, 8, 13312)
+    assert (cfg.pad_multiple, cfg.pad_local, cfg.lockstep, cfg.cost_model) == (1, 0, 0, None)
+
+
+@pytest.mark.parametrize("size", [_ffi.CONFIG_SIZE_V1, 64, ctypes.sizeof(_ffi.skrull_config)])
+def test_sized_initialisers_never_write_past_the_size_given(size):
+    # The binding relies on this instead of the old 4096-byte scratch buffer.
+    buf = (ctypes.c_uint8 * 256)(*([0xAB] * 256))
+    assert _ffi.lib.skrull_config_preset_init(0, ctypes.cast(buf, ctypes.POINTER(
+        _ffi.skrull_config)), size) == 0
+    assert bytes(buf[size:]) == b"\xab" * (256 - size)
+    assert int.from_bytes(bytes(buf[:4]), "little") == size
+    cost = (ctypes.c_uint8 * 512)(*([0xAB] * 512))
+    assert _ffi.lib.skrull_cost_model_preset(1, None, ctypes.cast(cost, ctypes.POINTER(
+        _ffi.skrull_cost_model)), _ffi.COST_MODEL_SIZE_V1) == 0
+    assert bytes(cost[_ffi.COST_MODEL_SIZE_V1:]) == b"\xab" * (512 - _ffi.COST_MODEL_SIZE_V1)
+
+
+def test_the_schedulers_config_carries_the_fields_added_after_version_1():
+    # Regression: with the version-1 initialiser (struct_size = 60) the library ignores
+    # pad_multiple, pad_local, lockstep and cost_model without a word.
+    s = skrull.Scheduler(dp=2, cp=2, bucket_tokens=24, policy="skrull", pad_multiple=16,
+                         lockstep=True, cost_model="h200")
+    c = s._c_config
+    assert c.struct_size == ctypes.sizeof(_ffi.skrull_config)
+    assert (c.pad_multiple, c.lockstep) == (16, 1)
+    assert c.cost_model == ctypes.addressof(s.config.cost_model._c)
+    plan = s.plan([40])  # sharded over CP 2 with M = 16: padded to 48, 24 per GPU (not 20)
+    assert plan.cp_rank.tolist() == [-1] and plan.tokens_per_gpu.tolist() == [24]
+    assert plan.micro_batches_per_dp.tolist() == [1, 1]  # lockstep: not [1, 0]

@@ -19,13 +19,21 @@ pytestmark = pytest.mark.skipif(not CLI.exists(), reason=f"no CLI binary at {CLI
                                 "with cargo build --release -p skrull-cli, or set SKRULL_CLI)")
 
 CASES = [dict(policy=p, shard_padding=pad) for p in skrull.POLICIES for pad in ("none", "zigzag")]
-CASES += [dict(policy="skrull", victim="longest"), dict(policy="balanced", flops="megatron"),
+CASES += [dict(policy="skrull", victim="longest"), dict(policy="skrull", flops="megatron"),
           dict(policy="skrull", max_micro_batches=40),
           dict(policy="balanced", model="qwen2.5-7b"),
-          dict(policy="skrull", model=skrull.ModelShape(512, 128, 2048, 8, 32000, False))]
+          dict(policy="skrull", model=skrull.ModelShape(512, 128, 2048, 8, 32000, False)),
+          dict(policy="skrull", pad_multiple=16), dict(policy="balanced", pad_multiple=24),
+          dict(policy="packed", pad_multiple=16, pad_local=True, shard_padding="zigzag"),
+          dict(policy="skrull", lockstep=True), dict(policy="deepspeed", lockstep=True),
+          dict(policy="balanced", lockstep=True, pad_multiple=8, pad_local=True),
+          dict(policy="balanced", cost_model="h200", model="qwen2.5-7b"),
+          dict(policy="balanced", cost_model=skrull.CostModel("h100", gpus_per_node=4,
+                                                               inter_node_bandwidth=2e9))]
 
 
-def _cli_plan(lengths: np.ndarray, dp: int, cp: int, bucket: int, opts: dict) -> dict:
+def _cli_plan(lengths: np.ndarray, dp: int, cp: int, bucket: int, opts: dict,
+              tmp_path: Path) -> dict:
     args = [str(CLI), "plan", "--lengths", "-", "--dp", str(dp), "--cp", str(cp), "--bucket",
             str(bucket), "--format", "json"]
     for key, value in opts.items():
@@ -33,18 +41,22 @@ def _cli_plan(lengths: np.ndarray, dp: int, cp: int, bucket: int, opts: dict) ->
             value = ("custom:" + ",".join(f"{k}={getattr(value, k)}" for k in (
                 "hidden", "kv_hidden", "ffn", "layers", "vocab")) +
                 f",swiglu={str(value.swiglu).lower()}")
-        args += ["--" + key.replace("_", "-"), str(value)]
+        if isinstance(value, bool):  # switches
+            args += ["--" + key.replace("_", "-")] if value else []
+        elif key == "cost_model" and isinstance(value, str):
+            args += ["--gpu", value]
+        elif key == "cost_model":
+            path = tmp_path / "cost.json"
+            value.to_json(path)
+            args += ["--gpu", value.gpu, "--cost-model", str(path)]
+        else:
+            args += ["--" + key.replace("_", "-"), str(value)]
     text = "\n".join(map(str, lengths.tolist())) + "\n"
     return json.loads(subprocess.run(args, input=text, capture_output=True, text=True,
                                      check=True).stdout)
 
 
-@pytest.mark.parametrize("opts", CASES, ids=lambda o: "-".join(str(v) for v in o.values()))
-def test_python_and_cli_plans_are_identical(opts):
-    rng = np.random.default_rng(99)
-    lengths = np.exp(rng.uniform(0, np.log(6000), 150)).astype(np.int64) + 1
-    plan = skrull.Scheduler(2, 4, 2048, **opts).plan(lengths)
-    cli = _cli_plan(lengths, 2, 4, 2048, opts)
+def _assert_same(plan: skrull.Plan, cli: dict) -> None:
     assert [(p["dp"], p["micro_batch"], p["cp"]) for p in cli["placements"]] == list(
         zip(plan.dp_rank.tolist(), plan.micro_batch.tolist(), plan.cp_rank.tolist()))
     assert cli["micro_batches_per_dp"] == plan.micro_batches_per_dp.tolist()
@@ -53,3 +65,39 @@ def test_python_and_cli_plans_are_identical(opts):
     assert cli["summary"] == dict(sequences=s.sequences, total_tokens=s.total_tokens,
                                   micro_batches=s.micro_batches, sharded=s.sharded,
                                   rollbacks=s.rollbacks, peak_rank_tokens=s.peak_rank_tokens)
+
+
+@pytest.mark.parametrize("opts", CASES, ids=lambda o: "-".join(
+    type(v).__name__ if isinstance(v, skrull.CostModel) else str(v) for v in o.values()))
+def test_python_and_cli_plans_are_identical(opts, tmp_path):
+    rng = np.random.default_rng(99)
+    lengths = np.exp(rng.uniform(0, np.log(6000), 150)).astype(np.int64) + 1
+    plan = skrull.Scheduler(2, 4, 2048, **opts).plan(lengths)
+    cli = _cli_plan(lengths, 2, 4, 2048, opts, tmp_path)
+    _assert_same(plan, cli)
+    assert cli["config"]["lockstep"] == plan.config.lockstep
+    assert cli["config"]["pad_multiple"] == plan.config.pad_multiple
+
+
+def test_a_calibrated_cost_model_file_plans_as_in_the_cli(tmp_path):
+    samples = tmp_path / "samples.csv"
+    samples.write_text("length,seconds\n1024,0.9\n2048,1.9\n4096,4.2\n8192,9.5\n"
+                       "collective,1e6,6e-5\ncollective,1e8,8e-4\n")
+    text = subprocess.run([str(CLI), "calibrate", "--samples", str(samples)],
+                          capture_output=True, text=True, check=True).stdout
+    path = tmp_path / "calibrated.json"
+    path.write_text(text)
+    m = skrull.CostModel.from_json(path)
+    assert m.gemm_efficiency == json.loads(text)["gemm_efficiency"] != \
+        skrull.CostModel("h100").gemm_efficiency
+    assert m.to_dict() == {k: v for k, v in json.loads(text).items() if k != "_comment"}
+    rng = np.random.default_rng(7)
+    lengths = np.exp(rng.uniform(np.log(16), np.log(20000), 64)).astype(np.int64)
+    plan = skrull.Scheduler(2, 16, 26624, policy="balanced", cost_model=m).plan(lengths)
+    default = skrull.Scheduler(2, 16, 26624, policy="balanced").plan(lengths)
+    args = [str(CLI), "plan", "--lengths", "-", "--dp", "2", "--cp", "16", "--bucket", "26624",
+            "--format", "json", "--cost-model", str(path)]
+    cli = json.loads(subprocess.run(args, input="\n".join(map(str, lengths.tolist())),
+                                    capture_output=True, text=True, check=True).stdout)
+    _assert_same(plan, cli)
+    assert plan.digest() != default.digest()  # the calibration changed the plan

@@ -1,6 +1,7 @@
 """The multi-process gradient check: skrull plans on DP x CP gloo processes (float64) give the
 logits and gradients of the unpacked single-process computation, for every policy and shard
-padding. One process group per layout; every policy, padding and batch runs inside it."""
+padding, with and without a pad multiple (and pad_local), lockstep on, inputs gathered through
+the gather index. One process group per layout; every run of it happens inside that group."""
 
 from __future__ import annotations
 
@@ -33,13 +34,33 @@ def test_packed_training_step_equals_the_unpacked_reference(dp, cp, tmp_path):
                         start_method="forkserver")
     result = json.loads((tmp_path / "result.json").read_text())
     err = result["max_rel_err"]
-    print(f"\nDP {dp} x CP {cp}: {result['runs']} runs, max relative error logits "
-          f"{err['logits']:.1e}, gradients {err['grads']:.1e}, loss {err['loss']:.1e} "
-          f"({time.perf_counter() - t0:.1f} s); {result['features']}")
-    assert result["runs"] == len(worker.batches()) * len(worker.POLICIES) * len(worker.PADDINGS)
-    assert err["logits"] < TOLERANCE and err["grads"] < TOLERANCE and err["loss"] < TOLERANCE
+    print(f"\nDP {dp} x CP {cp}: {result['runs']} runs in {time.perf_counter() - t0:.1f} s; "
+          + "; ".join(f"{kind}: max relative error logits {e['logits']:.1e}, gradients "
+                      f"{e['grads']:.1e}, loss {e['loss']:.1e}" for kind, e in err.items())
+          + f"; {result['features']}")
+    assert result["runs"] == len(worker.runs(cp)) == 2 * len(worker.batches()) * \
+        len(worker.POLICIES) * len(worker.PADDINGS)
+    for e in err.values():
+        assert e["logits"] < TOLERANCE and e["grads"] < TOLERANCE and e["loss"] < TOLERANCE
     f = result["features"]
     assert f["sharded_shorter_than_2N"] and f["local_and_sharded_together"]
-    assert f["zero_token_gpu_in_real_micro_batch"]
+    assert f["zero_token_gpu_in_real_micro_batch"] and f["gathered_tokens"]
+    assert f["padded_local_sequences"] and f["sharded_padding_under_pad_multiple"]
     if dp > 1:
-        assert f["dp_rank_without_sequences"] and f["padding_micro_batches"]
+        assert f["dp_rank_without_sequences"] and f["empty_lockstep_micro_batches"]
+
+
+def test_every_batch_meets_every_pad_variant_and_policy():
+    for cp in (2, 4):
+        runs = worker.runs(cp)
+        assert len(set(runs)) == len(runs)
+        variants = worker.pad_variants(cp)
+        assert len({m for m, _ in variants}) == 2 and all(m > 1 for m, _ in variants)
+        assert 2 * cp * 2 in {m for m, _ in variants}
+        for k in range(len(worker.batches())):
+            assert {(m, local) for b, _, _, m, local in runs if b == k and m > 1} == \
+                set(variants)
+        for p in worker.POLICIES:
+            for pad in worker.PADDINGS:
+                assert {(m, local) for _, q, r, m, local in runs if (q, r) == (p, pad)} == \
+                    {(1, False), *variants}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -34,51 +36,197 @@ def test_unpadded_example_of_the_layout_guide():
         [0, 3], [0, 3], [0, 2], [0, 2]]
 
 
+def _padded(length: int, cp: int, m: int, zigzag: bool, sharded: bool, pad_local: bool) -> int:
+    """docs/layout.md, "Padding: the exact rule"."""
+    m = max(m, 1)
+    if not sharded:
+        return m * -(-length // m) if pad_local else length
+    if cp == 1:
+        return m * -(-length // m)
+    if zigzag or m > 1:
+        unit = math.lcm(2 * cp, m)
+        return unit * -(-length // unit)
+    return length
+
+
+def _check_gpu(plan: skrull.Plan, lay: skrull.Layout, d: int, m: int, r: int) -> None:
+    """Invariants of one GPU's layout that do not depend on the other GPUs."""
+    assert (lay.dp_rank, lay.micro_batch, lay.cp_rank) == (d, m, r)
+    assert lay.tokens == lay.local_tokens + lay.sharded_tokens == len(lay.positions)
+    assert len(lay.gather_index) == lay.tokens
+    assert lay.tokens <= lay.charged_tokens <= plan.config.bucket_tokens or lay.tokens == 0
+    if not lay.is_empty_micro_batch:
+        assert lay.charged_tokens == plan.rank_tokens[lay.micro_batch_global, r]
+    # Spans tile the buffer in order, and are the position-id ranges.
+    sizes = lay.spans["len"] + lay.spans["pad"]
+    assert (lay.spans["offset"] == np.concatenate([[0], np.cumsum(sizes)[:-1]])).all()
+    for s in lay.spans:
+        seg = lay.positions[s["offset"]:s["offset"] + s["len"] + s["pad"]]
+        assert seg.tolist() == list(range(s["start"], s["start"] + len(seg)))
+    local = lay.spans[lay.spans["chunk"] < 0]
+    assert lay.local_cu_seqlens.tolist() == [0] + np.cumsum(local["len"]).tolist()
+    assert lay.local_cu_seqlens_padded.tolist() == \
+        [0] + np.cumsum(local["len"] + local["pad"]).tolist()
+    assert lay.local_cu_seqlens_padded[-1] == lay.local_tokens
+    assert (lay.token_seq[lay.is_real] >= 0).all()
+    assert (lay.token_seq[~lay.is_real] == -1).all()
+    assert lay.is_real.sum() == lay.loss_tokens == lay.tokens - lay.pad_tokens
+    assert ((lay.gather_index >= 0) == lay.is_real).all()  # -1 exactly on padding
+
+
 @pytest.mark.parametrize("policy", list(skrull.POLICIES))
 @pytest.mark.parametrize("padding", ["none", "zigzag"])
-def test_all_gpus_together_hold_every_token_once(policy, padding):
+@pytest.mark.parametrize("lockstep", [False, True])
+def test_all_gpus_together_hold_every_token_once(policy, padding, lockstep):
     rng = np.random.default_rng(5)
     lengths = rng.integers(1, 120, 40)
     lengths[:3] = [1, 3, 7]  # shorter than 2N: empty zigzag chunks
     dp, cp = 3, 4
-    plan = skrull.Scheduler(dp, cp, 64, policy=policy, shard_padding=padding).plan(lengths)
+    plan = skrull.Scheduler(dp, cp, 64, policy=policy, shard_padding=padding,
+                            lockstep=lockstep).plan(lengths)
+    if lockstep:
+        assert len(set(plan.micro_batches_per_dp.tolist())) == 1
     count = [np.zeros(n, int) for n in lengths]
     weight = 0.0
     for d in range(dp):
+        own = (plan.micro_batch_table["dp_rank"] == d).sum()
         for r in range(cp):
             layouts = plan.rank_layouts(d, r)
-            assert len(layouts) == plan.num_micro_batches
+            assert len(layouts) == plan.micro_batches_per_dp[d]
             for m, lay in enumerate(layouts):
-                assert (lay.dp_rank, lay.micro_batch, lay.cp_rank) == (d, m, r)
-                assert lay.tokens == lay.local_tokens + lay.sharded_tokens == len(lay.positions)
-                assert lay.is_padding_micro_batch == (m >= plan.micro_batches_per_dp[d])
-                if not lay.is_padding_micro_batch:
-                    assert lay.charged_tokens == plan.rank_tokens[lay.micro_batch_global, r]
-                    assert lay.tokens <= lay.charged_tokens <= 64
-                # Spans tile the buffer in order, and are the position-id ranges.
-                sizes = lay.spans["len"] + lay.spans["pad"]
-                assert (lay.spans["offset"] == np.concatenate([[0], np.cumsum(sizes)[:-1]])).all()
+                _check_gpu(plan, lay, d, m, r)
+                assert lay.is_empty_micro_batch == (m >= own)
                 for s in lay.spans:
-                    seg = lay.positions[s["offset"]:s["offset"] + s["len"] + s["pad"]]
-                    assert seg.tolist() == list(range(s["start"], s["start"] + len(seg)))
                     count[s["seq"]][s["start"]:s["start"] + s["len"]] += 1
-                local = lay.spans[lay.spans["chunk"] < 0]
-                assert lay.local_cu_seqlens.tolist() == [0] + np.cumsum(local["len"]).tolist()
-                assert (lay.token_seq[lay.is_real] >= 0).all()
-                assert (lay.token_seq[~lay.is_real] == -1).all()
-                assert lay.is_real.sum() == lay.loss_tokens
                 weight += lay.loss_weights.sum()
     assert all((c == 1).all() for c in count)
     assert weight == pytest.approx(1.0, rel=1e-12)
 
 
-def test_a_dp_rank_without_sequences_gets_only_empty_micro_batches():
-    plan = skrull.Scheduler(dp=3, cp=2, bucket_tokens=16).plan([5])
-    empty = [d for d in range(3) if plan.micro_batches_per_dp[d] == 0]
+@pytest.mark.parametrize("dp,cp", [(1, 1), (2, 2), (3, 4), (2, 8)])
+@pytest.mark.parametrize("pad_multiple,pad_local", [(0, False), (16, False), (16, True),
+                                                    (6, True), (1, True)])
+@pytest.mark.parametrize("policy", ["skrull", "packed", "balanced"])
+def test_the_gather_index_covers_each_micro_batch_once(dp, cp, pad_multiple, pad_local, policy):
+    rng = np.random.default_rng(dp * 100 + cp)
+    lengths = rng.integers(1, 90, 30)
+    lengths[:2] = [1, 5]
+    plan = skrull.Scheduler(dp, cp, 96, policy=policy, shard_padding="zigzag",
+                            pad_multiple=pad_multiple, pad_local=pad_local,
+                            lockstep=True).plan(lengths)
+    total = 0
+    for d in range(dp):
+        seqs = plan.dp_sequences(d)
+        offsets = plan.dp_stream_offsets(d)
+        assert offsets[-1] == lengths[seqs].sum()
+        start_of = dict(zip(seqs.tolist(), offsets[:-1].tolist()))
+        seen = np.zeros(offsets[-1], int)
+        cursor = 0  # micro-batches take consecutive ranges of the stream, in order
+        for m in range(plan.micro_batches_per_dp[d]):
+            members = plan.members_of(d, m)
+            stop = cursor + int(lengths[members].sum())
+            got = []
+            for r in range(cp):
+                lay = plan.layout(d, m, r)
+                _check_gpu(plan, lay, d, m, r)
+                real = lay.is_real
+                want = np.array([start_of[s] for s in lay.token_seq[real]], np.int64) + \
+                    lay.positions[real]
+                assert (lay.gather_index[real] == want).all()
+                got.append(lay.gather_index[real])
+            got = np.concatenate(got)
+            assert ((got >= cursor) & (got < stop)).all()
+            np.add.at(seen, got, 1)
+            cursor = stop
+        assert cursor == offsets[-1] and (seen == 1).all()  # every stream token exactly once
+        total += cursor
+    assert total == lengths.sum()
+
+
+@pytest.mark.parametrize("cp", [1, 2, 4])
+@pytest.mark.parametrize("pad_multiple", [0, 3, 8, 16])
+@pytest.mark.parametrize("pad_local", [False, True])
+@pytest.mark.parametrize("padding", ["none", "zigzag"])
+def test_pad_multiple_spans_follow_the_padding_rule(cp, pad_multiple, pad_local, padding):
+    rng = np.random.default_rng(cp + pad_multiple)
+    lengths = rng.integers(1, 70 if cp == 1 else 150, 24)  # > 80 tokens: must be sharded
+    lengths[:3] = [1, 2, 3]
+    plan = skrull.Scheduler(2, cp, 80, policy="skrull", shard_padding=padding,
+                            pad_multiple=pad_multiple, pad_local=pad_local).plan(lengths)
+    padded = np.zeros(len(lengths), int)
+    for d in range(2):
+        for r in range(cp):
+            for m, lay in enumerate(plan.rank_layouts(d, r)):
+                _check_gpu(plan, lay, d, m, r)
+                for s in lay.spans:
+                    padded[s["seq"]] += s["len"] + s["pad"]
+                    assert s["pad"] == 0 or s["start"] + s["len"] == lengths[s["seq"]] or \
+                        s["len"] == 0  # padding only after the sequence's last real token
+    for i, n in enumerate(lengths.tolist()):
+        sharded = plan.cp_rank[i] < 0
+        want = _padded(n, cp, pad_multiple, padding == "zigzag", sharded, pad_local)
+        assert padded[i] == want, (i, n, sharded)
+        if not sharded:
+            assert plan.tokens_per_gpu[i] == want  # the budget charges the padding
+        elif cp == 1 or padding == "zigzag" or pad_multiple > 1:
+            assert plan.tokens_per_gpu[i] == want // cp  # every rank carries P / N
+        else:
+            assert plan.tokens_per_gpu[i] == -(-n // cp)
+    if cp > 1:
+        assert 0 < plan.summary.sharded < len(lengths)  # both kinds were checked
+
+
+def test_pad_local_pads_local_sequences_and_offsets_follow():
+    plan = skrull.Scheduler(1, 2, 64, policy="skrull", pad_multiple=8, pad_local=True).plan(
+        [3, 13, 9])
+    assert (plan.cp_rank >= 0).all()  # all local
+    by_rank = {r: plan.layout(0, 0, r) for r in range(2)}
+    for lay in by_rank.values():
+        seqs = lay.spans["seq"].tolist()
+        lens = [int(plan.lengths[s]) for s in seqs]
+        assert lay.local_cu_seqlens.tolist() == [0] + np.cumsum(lens).tolist()
+        assert lay.local_cu_seqlens_padded.tolist() == \
+            [0] + np.cumsum([-(-n // 8) * 8 for n in lens]).tolist()
+        assert lay.local_max_seqlen == max(lens, default=0)
+    assert sorted(plan.tokens_per_gpu.tolist()) == [8, 16, 16]
+
+
+def test_lockstep_empty_micro_batches_have_valid_empty_layouts():
+    plan = skrull.Scheduler(dp=3, cp=2, bucket_tokens=16, policy="deepspeed",
+                            lockstep=True).plan([5, 6, 7, 8])
+    assert plan.micro_batches_per_dp.tolist() == [2, 2, 2]
+    own = [int((plan.micro_batch_table["dp_rank"] == d).sum()) for d in range(3)]
+    assert sorted(own) == [1, 1, 2] and plan.summary.micro_batches == 4
+    for d in range(3):
+        for m in range(own[d], 2):
+            assert plan.members_of(d, m).size == 0
+            for r in range(2):
+                lay = plan.layout(d, m, r)
+                assert lay.micro_batch_global == skrull.NO_MICRO_BATCH
+                assert lay.is_empty_micro_batch and lay.tokens == lay.charged_tokens == 0
+                assert len(lay.spans) == len(lay.positions) == len(lay.gather_index) == 0
+                for a in (lay.local_cu_seqlens, lay.local_cu_seqlens_padded,
+                          lay.sharded_cu_seqlens, lay.sharded_cu_seqlens_padded,
+                          lay.rank_cu_seqlens):
+                    assert a.tolist() == [0]
+                assert lay.global_tokens == 26 and lay.micro_batch_tokens == 0
+        with pytest.raises(skrull.LayoutError) as err:
+            plan.layout(d, 2, 0)
+        assert (err.value.index, err.value.value, err.value.limit) == (d, 2, 2)
+
+
+@pytest.mark.parametrize("lockstep", [False, True])
+def test_a_dp_rank_without_sequences(lockstep):
+    plan = skrull.Scheduler(dp=3, cp=2, bucket_tokens=16, lockstep=lockstep).plan([5])
+    empty = [d for d in range(3) if (plan.micro_batch_table["dp_rank"] == d).sum() == 0]
     assert len(empty) == 2
     for d in empty:
-        (lay,) = plan.rank_layouts(d, 1)
-        assert lay.is_padding_micro_batch and lay.tokens == 0 and lay.global_tokens == 5
-        assert lay.local_cu_seqlens.tolist() == [0] == lay.rank_cu_seqlens.tolist()
-        with pytest.raises(skrull.LayoutError, match="NO_SUCH_GPU"):
-            plan.layout(d, 0, 1)
+        assert plan.dp_sequences(d).size == 0 and plan.dp_stream_offsets(d).tolist() == [0]
+        if lockstep:  # it runs the other ranks' count, every one empty
+            (lay,) = plan.rank_layouts(d, 1)
+            assert lay.is_empty_micro_batch and lay.tokens == 0 and lay.global_tokens == 5
+            assert lay.local_cu_seqlens.tolist() == [0] == lay.rank_cu_seqlens.tolist()
+        else:  # it runs none
+            assert plan.micro_batches_per_dp[d] == 0 and plan.rank_layouts(d, 1) == []
+            with pytest.raises(skrull.LayoutError, match="NO_SUCH_GPU"):
+                plan.layout(d, 0, 1)

@@ -180,3 +180,75 @@ def test_buffers_are_reused_until_a_larger_batch_grows_them():
     assert s._capacity == 200 and s._ws is not ws  # doubled, not just n
     s.plan(np.full(5000, 7))
     assert s._capacity == 5000
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_lockstep_gives_every_dp_rank_the_same_count(policy):
+    unequal = 0
+    for n in (90, 3):  # with 3 sequences one of the 4 DP ranks gets none
+        lengths = _random_batch(np.random.default_rng(21), n, 2000)
+        free = skrull.Scheduler(dp=4, cp=2, bucket_tokens=1024, policy=policy).plan(lengths)
+        step = skrull.Scheduler(dp=4, cp=2, bucket_tokens=1024, policy=policy,
+                                lockstep=True).plan(lengths)
+        counts = free.micro_batches_per_dp.tolist()
+        unequal += len(set(counts)) > 1
+        assert step.micro_batches_per_dp.tolist() == [max(counts)] * 4
+        # The same placements; only the counts (and the digest, which hashes them) differ.
+        assert step.placements.tolist() == free.placements.tolist()
+        assert step.micro_batch_table.tolist() == free.micro_batch_table.tolist()
+        assert step.summary.micro_batches == sum(counts) == len(step.micro_batch_table)
+        assert step.num_micro_batches == free.num_micro_batches
+        assert (step.digest() == free.digest()) == (len(set(counts)) == 1)
+    assert unequal
+
+
+def test_members_of_under_lockstep_skips_the_empty_micro_batches():
+    # Regression: the table position was the prefix sum of micro_batches_per_dp, which under
+    # lockstep counts the empty micro-batches of earlier ranks too.
+    s = skrull.Scheduler(dp=3, cp=1, bucket_tokens=10, policy="deepspeed", lockstep=True)
+    plan = s.plan([10, 10, 10, 10])  # one sequence per micro-batch: ranks run 2, 1, 1
+    assert plan.micro_batches_per_dp.tolist() == [2, 2, 2]
+    for d in range(3):
+        for m in range(2):
+            want = plan.members[(plan.dp_rank[plan.members] == d)
+                                & (plan.micro_batch[plan.members] == m)]
+            assert plan.members_of(d, m).tolist() == want.tolist()
+    assert sum(plan.members_of(d, m).size for d in range(3) for m in range(2)) == 4
+
+
+@pytest.mark.parametrize("lockstep", [False, True])
+def test_dp_sequences_is_the_plan_order_of_each_rank(lockstep):
+    lengths = _random_batch(np.random.default_rng(5), 120, 3000)
+    plan = skrull.Scheduler(dp=3, cp=4, bucket_tokens=1024, policy="skrull",
+                            lockstep=lockstep).plan(lengths)
+    seen = []
+    for d in range(3):
+        order = plan.dp_sequences(d)
+        want = [s for m in range(plan.micro_batches_per_dp[d])
+                for s in plan.members_of(d, m).tolist()]
+        assert order.tolist() == want
+        # In table order the micro-batch index increases along the stream.
+        assert (np.diff(plan.micro_batch[order]) >= 0).all()
+        assert (plan.dp_rank[order] == d).all()
+        offsets = plan.dp_stream_offsets(d)
+        assert offsets.tolist() == [0] + np.cumsum(lengths[order]).tolist()
+        seen += order.tolist()
+    assert sorted(seen) == list(range(len(lengths)))
+    with pytest.raises(skrull.LayoutError, match="NO_SUCH_GPU"):
+        plan.dp_sequences(3)
+
+
+def test_megatron_groups_under_lockstep_have_the_common_count_and_empty_rows():
+    plan = skrull.Scheduler(dp=3, cp=2, bucket_tokens=10, policy="deepspeed",
+                            lockstep=True).plan([10, 10, 10, 10, 3])
+    groups = plan.to_megatron_groups()
+    assert len(groups) == plan.num_micro_batches == plan.micro_batches_per_dp[0]
+    for d in range(3):
+        own = int((plan.micro_batch_table["dp_rank"] == d).sum())
+        for m in range(len(groups)):
+            row = groups[m][d * 2:(d + 1) * 2]
+            if m >= own:
+                assert row == [[], []]
+            else:
+                members = sorted(plan.members_of(d, m).tolist())
+                assert sorted({s for r in row for s in r}) == members

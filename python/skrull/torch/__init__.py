@@ -2,7 +2,8 @@
 
 - ``collate(plan, samples, dp_rank, cp_rank)``: this GPU's ``MicroBatch`` list for one global
   batch (flat ``input_ids``, ``labels``, ``position_ids``, ``loss_weights``, the varlen
-  ``cu_seqlens`` of both groups), the same count on every DP rank.
+  ``cu_seqlens`` of both groups), each buffer filled with one gather through the layout's
+  gather index; the same count on every DP rank (plans made with ``lockstep=True``).
 - ``SkrullLoader``: a map-style dataset with known lengths, in planned global batches.
 - ``cp_group``, ``all_gather_varlen``: CP process groups and a differentiable all-gather whose
   gradients are right on every backend.
@@ -18,10 +19,11 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
         from exc
 
 from ._attention import PackedAttention, apply_rope
-from ._collate import GlobalBatch, MicroBatch, SkrullLoader, collate, default_label_tokens
+from ._collate import (GlobalBatch, MicroBatch, SkrullLoader, collate, default_label_tokens,
+                       require_lockstep)
 from ._dist import all_gather_varlen, cp_group, gather_sizes
 from ._tiny import TinyTransformer, packed_loss
 
 __all__ = ["GlobalBatch", "MicroBatch", "PackedAttention", "SkrullLoader", "TinyTransformer",
            "all_gather_varlen", "apply_rope", "collate", "cp_group", "default_label_tokens",
-           "gather_sizes", "packed_loss"]
+           "gather_sizes", "packed_loss", "require_lockstep"]

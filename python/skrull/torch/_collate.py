@@ -25,8 +25,10 @@ class MicroBatch:
     ``position_ids`` (RoPE positions), ``loss_weights`` (``1 / label_tokens`` on labelled real
     tokens, else 0), ``seq_ids`` (index in the global batch, -1 on padding) and ``sample_ids``
     (dataset index, -1 on padding) have one entry per token. The varlen metadata is the
-    layout's: ``local_cu_seqlens`` over ``[0, local_tokens)``; ``sharded_cu_seqlens`` (real),
-    ``sharded_cu_seqlens_padded`` and ``rank_cu_seqlens`` over ``[local_tokens, tokens)``.
+    layout's: ``local_cu_seqlens`` (real lengths) and ``local_cu_seqlens_padded`` (buffer
+    offsets; they differ only with ``pad_local``) over ``[0, local_tokens)``;
+    ``sharded_cu_seqlens`` (real), ``sharded_cu_seqlens_padded`` and ``rank_cu_seqlens`` over
+    ``[local_tokens, tokens)``.
     """
 
     input_ids: torch.Tensor
@@ -36,6 +38,7 @@ class MicroBatch:
     seq_ids: torch.Tensor
     sample_ids: torch.Tensor
     local_cu_seqlens: torch.Tensor
+    local_cu_seqlens_padded: torch.Tensor
     sharded_cu_seqlens: torch.Tensor
     sharded_cu_seqlens_padded: torch.Tensor
     rank_cu_seqlens: torch.Tensor
@@ -52,9 +55,13 @@ class MicroBatch:
         return int(self.input_ids.numel())
 
     @property
-    def is_padding(self) -> bool:
-        """True for a micro-batch run only to keep step with the other DP ranks."""
-        return self.layout.is_padding_micro_batch
+    def is_empty(self) -> bool:
+        """True for an empty lockstep micro-batch: run only to keep step with the other DP
+        ranks (it holds no token but joins every collective)."""
+        return self.layout.is_empty_micro_batch
+
+    #: The name older code used for ``is_empty``.
+    is_padding = is_empty
 
     def to(self, device: torch.device | str, non_blocking: bool = False) -> MicroBatch:
         """A copy with every tensor on ``device``."""
@@ -79,64 +86,80 @@ def default_label_tokens(plan: Plan, shifted: bool) -> int:
     return plan.summary.total_tokens - (plan.summary.sequences if shifted else 0)
 
 
+def require_lockstep(scheduler_or_plan: Scheduler | Plan) -> None:
+    """Raises ``ValueError`` unless every DP rank runs the same number of micro-batches in
+    every plan: DP 1, or ``lockstep=True``."""
+    c = scheduler_or_plan.config
+    if c.dp > 1 and not c.lockstep:
+        raise ValueError("skrull.torch needs the same micro-batch count on every DP rank: "
+                         "build the Scheduler with lockstep=True (DP ranks then run empty "
+                         "micro-batches instead of fewer)")
+
+
 def collate(plan: Plan, samples: Sequence[Sample] | Callable[[int], Sample], dp_rank: int,
             cp_rank: int, *, sample_ids: Sequence[int] | None = None,
             label_tokens: int | None = None, pad_id: int = 0, ignore_index: int = -100,
             weight_dtype: torch.dtype = torch.float32) -> list[MicroBatch]:
-    """This GPU's micro-batches for one planned global batch: ``plan.num_micro_batches`` of
-    them on every DP rank (empty ones after a rank's own), so collectives stay in step.
+    """This GPU's micro-batches for one planned global batch: ``micro_batches_per_dp[dp_rank]``
+    of them, the same count on every DP rank (the plan must be lockstep when DP > 1; its empty
+    micro-batches hold no token), so collectives stay in step.
 
     ``samples[i]`` (or ``samples(i)``) is sequence ``i`` of the batch (its length must be
-    ``plan.lengths[i]``); only the sequences this GPU holds are loaded. ``label_tokens``
-    normalises the loss (default: ``default_label_tokens``, exact when no label is masked).
+    ``plan.lengths[i]``); only the sequences this GPU holds are loaded. They are laid out in
+    the DP rank's token stream (``plan.dp_sequences``), and each buffer is filled with one
+    gather through the layout's ``gather_index``. ``label_tokens`` normalises the loss
+    (default: ``default_label_tokens``, exact when no label is masked).
     """
+    require_lockstep(plan)
     get = samples if callable(samples) else samples.__getitem__
     ids_of = np.arange(len(plan.lengths)) if sample_ids is None else np.asarray(sample_ids)
-    loaded: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+    layouts = plan.rank_layouts(dp_rank, cp_rank)
+    stream_seqs = plan.dp_sequences(dp_rank).tolist()
+    offsets = plan.dp_stream_offsets(dp_rank).tolist()
+    needed = {int(s) for lay in layouts for s in lay.spans["seq"].tolist()}
+    # The DP rank's token stream: this GPU's sequences at their offsets; the others (held by
+    # other CP ranks) are never gathered, so they are not loaded.
+    ids_stream = torch.full((offsets[-1],), pad_id, dtype=torch.long)
+    labels_stream = torch.full((offsets[-1],), ignore_index, dtype=torch.long)
     shifted = None
-    out = []
-    for lay in plan.rank_layouts(dp_rank, cp_rank):
-        seqs = [int(s) for s in dict.fromkeys(lay.spans["seq"].tolist())]
-        for s in seqs:
-            if s not in loaded:
-                sample = get(s)
-                shifted = not isinstance(sample, Mapping) if shifted is None else shifted
-                loaded[s] = _split(sample, ignore_index)
-                if loaded[s][0].numel() != plan.lengths[s]:
-                    raise ValueError(f"sample {s} has {loaded[s][0].numel()} tokens, the plan "
-                                     f"says {plan.lengths[s]}")
-        out.append((lay, seqs))
+    for k, s in enumerate(stream_seqs):
+        if s not in needed:
+            continue
+        sample = get(s)
+        shifted = not isinstance(sample, Mapping) if shifted is None else shifted
+        ids, labels = _split(sample, ignore_index)
+        if ids.numel() != plan.lengths[s]:
+            raise ValueError(f"sample {s} has {ids.numel()} tokens, the plan says "
+                             f"{plan.lengths[s]}")
+        ids_stream[offsets[k]:offsets[k + 1]] = ids
+        labels_stream[offsets[k]:offsets[k + 1]] = labels
     total = label_tokens if label_tokens is not None else \
         default_label_tokens(plan, shifted if shifted is not None else True)
-    return [_gather(lay, seqs, loaded, ids_of, total, pad_id, ignore_index, weight_dtype)
-            for lay, seqs in out]
+    return [_gather(lay, ids_stream, labels_stream, ids_of, total, pad_id, ignore_index,
+                    weight_dtype) for lay in layouts]
 
 
-def _gather(lay: Layout, seqs: list[int], loaded: dict, ids_of: np.ndarray, label_tokens: int,
-            pad_id: int, ignore_index: int, weight_dtype: torch.dtype) -> MicroBatch:
-    """Fills the buffer with one ``index_select`` over this GPU's sequences, concatenated in
-    plan order (slot -1 = padding)."""
-    base = np.zeros(len(seqs) + 1, np.int64)
-    base[1:] = np.cumsum([len(loaded[s][0]) for s in seqs])
-    slot = np.zeros(len(ids_of) + 1, np.int64)
-    slot[seqs] = np.arange(len(seqs))
-    token_seq, real = lay.token_seq, lay.is_real
-    index = np.full(lay.tokens, base[-1], np.int64)  # the padding slot after the last sequence
-    index[real] = base[slot[token_seq[real]]] + lay.positions[real]
-    index_t = torch.from_numpy(index)
-    cat_ids = torch.cat([loaded[s][0] for s in seqs] + [torch.tensor([pad_id])])
-    cat_labels = torch.cat([loaded[s][1] for s in seqs] + [torch.tensor([ignore_index])])
-    labels = cat_labels[index_t]
+def _gather(lay: Layout, ids_stream: torch.Tensor, labels_stream: torch.Tensor,
+            ids_of: np.ndarray, label_tokens: int, pad_id: int, ignore_index: int,
+            weight_dtype: torch.dtype) -> MicroBatch:
+    """Fills the buffer with one gather through ``lay.gather_index`` (-1 = padding)."""
+    index = torch.tensor(lay.gather_index)  # a copy: the layout's arrays are read-only
+    pad = index < 0
+    source = index.clamp(min=0)
+    input_ids = ids_stream.index_select(0, source).masked_fill_(pad, pad_id)
+    labels = labels_stream.index_select(0, source).masked_fill_(pad, ignore_index)
     weights = (labels != ignore_index).to(weight_dtype) / max(label_tokens, 1)
+    token_seq = lay.token_seq
     seq_t = torch.from_numpy(token_seq.astype(np.int64))
     sample = torch.from_numpy(np.where(token_seq >= 0, ids_of[np.maximum(token_seq, 0)], -1))
 
     def i32(a: np.ndarray) -> torch.Tensor:
         return torch.from_numpy(np.array(a, np.int32))
     return MicroBatch(
-        input_ids=cat_ids[index_t], labels=labels,
+        input_ids=input_ids, labels=labels,
         position_ids=torch.from_numpy(lay.positions.astype(np.int64)), loss_weights=weights,
         seq_ids=seq_t, sample_ids=sample.long(), local_cu_seqlens=i32(lay.local_cu_seqlens),
+        local_cu_seqlens_padded=i32(lay.local_cu_seqlens_padded),
         sharded_cu_seqlens=i32(lay.sharded_cu_seqlens),
         sharded_cu_seqlens_padded=i32(lay.sharded_cu_seqlens_padded),
         rank_cu_seqlens=i32(lay.rank_cu_seqlens), local_tokens=lay.local_tokens,
@@ -169,6 +192,7 @@ class SkrullLoader:
                  scheduler: Scheduler, dp_rank: int, cp_rank: int, global_batch_size: int, *,
                  shuffle: bool = False, seed: int = 0, drop_last: bool = False,
                  **collate_kwargs: Any) -> None:
+        require_lockstep(scheduler)
         self.dataset, self.lengths = dataset, np.asarray(lengths, np.int64)
         if len(self.lengths) != len(dataset):
             raise ValueError(f"{len(self.lengths)} lengths for {len(dataset)} samples")
