@@ -72,8 +72,9 @@ const _: () = assert!(size_of::<skrull_model_shape>() == 24);
 /// Everything `skrull_schedule()` needs besides the lengths (version 1: 60 bytes; now 80 on
 /// 64-bit targets).
 ///
-/// Initialise it with `skrull_config_default()` or `skrull_config_preset()`, then change
-/// fields. `struct_size` must be `sizeof(skrull_config)` as the caller compiled it: new fields
+/// Initialise it with `skrull_config_init(&c, sizeof c)` or
+/// `skrull_config_preset_init(preset, &c, sizeof c)`, then change fields (the version-1
+/// `skrull_config_default()` and `skrull_config_preset()` fill only the first 60 bytes). `struct_size` must be `sizeof(skrull_config)` as the caller compiled it: new fields
 /// are only ever appended, a library reading an older (smaller) struct uses defaults for the
 /// fields it lacks, and a newer (larger) struct is accepted when its unknown trailing bytes are
 /// zero. Option fields are plain integers (`SKRULL_POLICY_*` ...), so any value is safe to

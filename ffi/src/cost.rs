@@ -90,7 +90,7 @@ const _: () = assert!(size_of::<skrull_cost_model>() == SKRULL_COST_MODEL_SIZE_V
 
 /// The field names of [`CostModel::validate`] in `skrull_cost_model` order: the error details'
 /// `field` is the 1-based position here.
-const FIELDS: [&str; 21] = [
+const FIELDS: [&str; 22] = [
     "attention_tile",
     "peak_flops",
     "gemm_efficiency",
@@ -98,8 +98,8 @@ const FIELDS: [&str; 21] = [
     "weight_bytes",
     "weight_passes",
     "attention.seqlen",
-    "attention",
-    "attention",
+    "attention.fwd_flops",
+    "attention.bwd_flops",
     "attention_bwd_ratio",
     "kv_element_bytes",
     "comm_passes",
@@ -108,6 +108,7 @@ const FIELDS: [&str; 21] = [
     "intra_node_bandwidth",
     "inter_node_bandwidth",
     "gpus_per_node",
+    "overlap",
     "kernels_per_layer",
     "kernel_launch_s",
     "micro_batch_extra_s",
@@ -295,25 +296,49 @@ mod tests {
         }
     }
 
+    /// Regression: the error details' `field` once skipped `overlap` (so the last four fields
+    /// were numbered one low, the first of them colliding with `overlap`) and named both
+    /// attention throughput arrays as the forward one. Each field, made invalid alone, must
+    /// report its own 1-based position in the struct.
     #[test]
-    fn every_validated_field_has_a_number() {
-        let names = [
-            "peak_flops",
-            "gemm_efficiency",
-            "hbm_bandwidth",
-            "inter_node_bandwidth",
-            "intra_node_bandwidth",
-            "attention",
-            "attention.seqlen",
-            "attention_tile",
-            "gpus_per_node",
-            "inter_node_ring_step_latency_s",
-            "iteration_fixed_s",
+    fn cost_model_field_numbers_follow_the_struct_order() {
+        type Poison = fn(&mut skrull_cost_model);
+        let cases: [(u32, Poison); 21] = [
+            (1, |c| c.attention_tile = 0),
+            (2, |c| c.peak_flops = -1.0),
+            (3, |c| c.gemm_efficiency = 2.0),
+            (4, |c| c.hbm_bandwidth = 0.0),
+            (5, |c| c.weight_bytes = -1.0),
+            (6, |c| c.weight_passes = f64::NAN),
+            (7, |c| c.attention_seqlen[2] = c.attention_seqlen[1]),
+            (8, |c| c.attention_fwd_flops[0] = 0.0),
+            (9, |c| c.attention_bwd_flops[3] = -1.0),
+            (10, |c| c.attention_bwd_ratio = -1.0),
+            (11, |c| c.kv_element_bytes = f64::INFINITY),
+            (12, |c| c.comm_passes = -1.0),
+            (13, |c| c.ring_step_latency_s = -1.0),
+            (14, |c| c.inter_node_ring_step_latency_s = -1.0),
+            (15, |c| c.intra_node_bandwidth = 0.0),
+            (16, |c| c.inter_node_bandwidth = 0.0),
+            (17, |c| c.gpus_per_node = 0),
+            (19, |c| c.kernels_per_layer = -1.0),
+            (20, |c| c.kernel_launch_s = -1.0),
+            (21, |c| c.micro_batch_extra_s = -1.0),
+            (22, |c| c.iteration_fixed_s = -1.0),
         ];
-        for n in names {
-            assert!(field_number(n) > 0, "{n}");
+        let preset = skrull_cost_model::from_core(&CostModel::h100(&ModelShape::QWEN2_5_7B));
+        for (want, poison) in cases {
+            let mut c = preset;
+            poison(&mut c);
+            let err = c.to_core().unwrap().validate().unwrap_err();
+            assert_eq!(field_number(err.field), want, "{}", err.field);
         }
-        assert_eq!(field_number("peak_flops"), 2);
+        // Field 18, `overlap`, is an enum: an unknown value is `InvalidEnum`.
+        let mut c = preset;
+        c.overlap = 7;
+        assert_eq!(c.to_core(), Err(skrull_status::InvalidEnum));
+        assert_eq!(field_number("overlap"), 18);
+        assert_eq!(FIELDS.len(), 22);
         assert_eq!(field_number("nope"), 0);
     }
 }

@@ -90,7 +90,7 @@ unsafe fn place(
 ) -> Result<(), Failure> {
     // SAFETY: forwarded caller contract for `config`.
     let cfg = unsafe { read_config(config) }?;
-    let layout = Layout::new(n, cfg.dp, cfg.cp).ok_or(skrull_status::TooManySequences)?;
+    let layout = Layout::new(n, cfg.dp, cfg.cp).ok_or_else(|| Failure::too_many_sequences(n))?;
     // SAFETY: forwarded caller contract for `lengths`.
     let lengths = unsafe { lengths(lengths_ptr, n) }?;
     if workspace.is_null() {

@@ -154,6 +154,17 @@ impl Failure {
     }
 }
 
+impl Failure {
+    /// `TooManySequences` for a batch of `n`, with the count and the limit in its details.
+    pub(crate) fn too_many_sequences(n: usize) -> Failure {
+        Error::TooManySequences {
+            count: n,
+            max: skrull_core::config::MAX_SEQS,
+        }
+        .into()
+    }
+}
+
 impl From<skrull_status> for Failure {
     fn from(status: skrull_status) -> Failure {
         Failure {

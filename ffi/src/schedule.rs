@@ -90,7 +90,7 @@ unsafe fn schedule(
     if bufs._reserved != 0 {
         return Err(skrull_status::InvalidArg.into());
     }
-    let layout = Layout::new(n, cfg.dp, cfg.cp).ok_or(skrull_status::TooManySequences)?;
+    let layout = Layout::new(n, cfg.dp, cfg.cp).ok_or_else(|| Failure::too_many_sequences(n))?;
     // SAFETY: forwarded caller contract for `lengths`.
     let lengths = unsafe { lengths(lengths_ptr, n) }?;
     if workspace.is_null() {

@@ -141,7 +141,7 @@ impl skrull_status {
                 c"struct_size is not a size this library accepts (set it to sizeof the struct)"
             }
             skrull_status::InvalidEnum => {
-                c"an option integer (policy, victim, flops, shard padding, preset, swiglu) is out of range"
+                c"an option integer (policy, victim, flops, shard padding, preset, swiglu, pad_local, lockstep, overlap, gpu) is out of range"
             }
             skrull_status::InvalidArg => {
                 c"a pointer is misaligned, a declared buffer range overlaps another or does not fit the address space, or a parameter struct's _reserved field is nonzero"

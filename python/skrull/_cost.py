@@ -286,38 +286,10 @@ def _preset(gpu: str, model: Any) -> CostModel:
     return CostModel(gpu, model)
 
 
-@lru_cache(maxsize=None)
-def _library_field_numbers() -> dict[int, str]:
-    """``skrull_error_info.field`` -> field name, as the loaded library numbers the fields of
-    ``INVALID_COST_MODEL``: learnt once by breaking each field of a preset in turn.
-
-    The header says the number is the field's position after ``struct_size``; library 0.1.0
-    numbers the four fields after ``overlap`` one lower than that and reports a bad
-    ``attention_bwd_flops`` as ``attention_fwd_flops``'s number (see docs/python.md). Asking the
-    library keeps the names right for this library and for a corrected one."""
-    from ._config import config_error_info
-    names: dict[int, list[str]] = {}
-    for name in FIELDS:
-        if name == "overlap":  # an unknown overlap is INVALID_ENUM, which has no field
-            continue
-        m = CostModel("h100")
-        if name == "attention_seqlen":
-            m._c.attention_seqlen[1] = m._c.attention_seqlen[0]
-        elif name in _TABLES:
-            getattr(m._c, name)[1] = -1.0
-        elif name in _WHOLE:
-            setattr(m._c, name, 0)
-        else:
-            setattr(m._c, name, -1.0)
-        status, cfg = _ffi.preset_config(0)
-        cfg.cost_model = ctypes.addressof(m._c)
-        status, info = config_error_info(cfg)
-        if status == Status.INVALID_COST_MODEL and info.status == status and info.field:
-            names.setdefault(int(info.field), []).append(name)
-    return {k: " or ".join(v) for k, v in names.items()}
-
-
 def cost_field_name(number: int) -> str | None:
-    """The cost-model field a library's ``INVALID_COST_MODEL`` details name."""
-    return _library_field_numbers().get(number)
+    """The cost-model field a library's ``INVALID_COST_MODEL`` details name: ``field`` is its
+    1-based position in ``skrull_cost_model`` after ``struct_size``."""
+    if 1 <= number <= len(FIELDS):
+        return FIELDS[number - 1]
+    return None
 

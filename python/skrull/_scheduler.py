@@ -178,8 +178,4 @@ def _batch_error(status: int, info: _ffi.skrull_error_info, lengths: np.ndarray)
     if (status == Status.LENGTH_OUT_OF_RANGE and info.status == status
             and 0 <= info.index < len(lengths)):
         override["value"] = int(lengths[info.index])
-    if status == Status.TOO_MANY_SEQUENCES and info.limit == 0:
-        # Library 0.1.0 writes value = limit = 0 here, not the batch size and 65536 that
-        # docs/c_api.md lists (see docs/python.md); the binding knows both.
-        override.update(value=len(lengths), limit=MAX_SEQUENCES)
     return from_info(info, status, **override)

@@ -146,11 +146,7 @@ def test_every_invalid_value_is_a_named_config_error(name):
         skrull.Scheduler(dp=2, cp=4, bucket_tokens=4096, cost_model=m)
     e = err.value
     assert (e.status, e.code) == ("INVALID_COST_MODEL", 21)
-    # The library reports bad attention throughputs as one field ("attention"); the name
-    # says so rather than guess which table.
-    want = ("attention_fwd_flops or attention_bwd_flops"
-            if name in ("attention_fwd_flops", "attention_bwd_flops") else name)
-    assert e.field_name == want and e.field >= 1
+    assert e.field_name == name and e.field == _cost.FIELDS.index(name) + 1
     with pytest.raises(skrull.ConfigError) as again:
         m.validate()
     assert (again.value.field, again.value.field_name) == (e.field, e.field_name)
@@ -167,16 +163,29 @@ def test_an_unknown_overlap_number_is_invalid_enum():
     assert err.value.field_name == "overlap"
 
 
-@pytest.mark.xfail(strict=True, reason="C ABI issue: library 0.1.0 numbers the cost-model "
-                   "fields after `overlap` one lower than the header's position rule (and a "
-                   "bad attention_bwd_flops as attention_fwd_flops); the binding learns the "
-                   "library's numbers (when this passes, the header and library agree)")
 def test_cost_model_field_numbers_follow_the_header():
-    positions = {name: k for k, name in enumerate(_cost.FIELDS, start=1)}
-    numbers = _cost._library_field_numbers()
-    for number, names in numbers.items():
-        for name in names.split(" or "):
-            assert positions[name] == number, name
+    """Regression: the library once numbered the fields after `overlap` one low and reported a
+    bad attention_bwd_flops with attention_fwd_flops's number. Each field, broken alone, must
+    come back as its own position after `struct_size`, and `field_name` must name it."""
+    from skrull._config import config_error_info
+    for number, name in enumerate(_cost.FIELDS, start=1):
+        if name == "overlap":  # an enum: an unknown value is INVALID_ENUM, without a field
+            continue
+        m = skrull.CostModel("h100")
+        if name == "attention_seqlen":
+            m._c.attention_seqlen[2] = m._c.attention_seqlen[1]
+        elif name in ("attention_fwd_flops", "attention_bwd_flops"):
+            getattr(m._c, name)[3] = -1.0
+        elif name in ("attention_tile", "gpus_per_node"):
+            setattr(m._c, name, 0)
+        else:
+            setattr(m._c, name, -1.0)
+        status, cfg = _ffi.preset_config(0)
+        cfg.cost_model = ctypes.addressof(m._c)
+        status, info = config_error_info(cfg)
+        assert status == info.status == skrull.Status.INVALID_COST_MODEL, name
+        assert info.field == number, name
+        assert _cost.cost_field_name(info.field) == name
 
 
 def test_setting_fields_checks_types_and_never_wraps():

@@ -122,14 +122,11 @@ def test_too_many_sequences():
     assert _raw_c_status(s, np.ones(skrull.MAX_SEQUENCES + 1, np.uint32)) == err.value.code
 
 
-@pytest.mark.xfail(strict=True, reason="C ABI issue: skrull_schedule reports TOO_MANY_SEQUENCES "
-                   "with value = limit = 0, not the batch size and 65536 of docs/c_api.md; the "
-                   "binding fills them in (when this passes, drop that workaround)")
 def test_c_reports_the_batch_size_of_too_many_sequences():
     s = skrull.Scheduler(dp=1, cp=1, bucket_tokens=8, max_sequences=8)
     code, info = _raw_c_call(s, np.ones(skrull.MAX_SEQUENCES + 1, np.uint32))
-    assert code == info.status == skrull.Status.TOO_MANY_SEQUENCES  # true today
-    assert (info.value, info.limit) == (65537, 65536)  # (0, 0) today
+    assert code == info.status == skrull.Status.TOO_MANY_SEQUENCES
+    assert (info.value, info.limit) == (65537, 65536)
 
 
 @pytest.mark.parametrize("lockstep", [False, True])

@@ -164,10 +164,37 @@ static void error_details(void) {
     store_free(&s);
 }
 
+/* Regression: too many sequences once came back with value and limit 0; the details carry
+ * the batch size and the limit. */
+static void too_many_sequences_names_count_and_limit(void) {
+    const size_t n = 65537;
+    uint32_t *many = (uint32_t *)malloc(n * sizeof *many);
+    CHECK(many != NULL);
+    if (many == NULL) {
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        many[i] = 1;
+    }
+    skrull_config c = config(2, 4, 24);
+    plan_store s;
+    store_init(&s, 3, 2, 4);
+    skrull_error_info e;
+    memset(&e, 0xA5, sizeof e);
+    s.bufs.error = &e;
+    CHECK_STATUS(store_schedule(&s, &c, many, n), SKRULL_STATUS_TOO_MANY_SEQUENCES);
+    CHECK(e.status == SKRULL_STATUS_TOO_MANY_SEQUENCES);
+    CHECK(e.value == 65537 && e.limit == 65536);
+    CHECK(outputs_untouched(&s));
+    store_free(&s);
+    free(many);
+}
+
 int main(void) {
     zigzag_at_cp_1_pads_nothing();
     pad_multiple_and_gather_index();
     lockstep_empty_micro_batch();
     error_details();
+    too_many_sequences_names_count_and_limit();
     return report("trainer");
 }

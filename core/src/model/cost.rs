@@ -311,8 +311,15 @@ impl CostModel {
         }
         let a = &self.attention;
         for i in 0..ATTN_POINTS {
-            if !(a.fwd[i].is_finite() && a.fwd[i] > 0.0 && a.bwd[i].is_finite() && a.bwd[i] > 0.0) {
-                return Err(InvalidCost { field: "attention" });
+            if !(a.fwd[i].is_finite() && a.fwd[i] > 0.0) {
+                return Err(InvalidCost {
+                    field: "attention.fwd_flops",
+                });
+            }
+            if !(a.bwd[i].is_finite() && a.bwd[i] > 0.0) {
+                return Err(InvalidCost {
+                    field: "attention.bwd_flops",
+                });
             }
             if a.seqlen[i] == 0 || (i > 0 && a.seqlen[i] <= a.seqlen[i - 1]) {
                 return Err(InvalidCost {
