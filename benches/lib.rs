@@ -1,6 +1,8 @@
 //! Shared inputs for skrull's benchmarks: the batches, drawn once with fixed seeds from
 //! the same sampler and clip as `skrull plan`'s default batch.
 
+pub mod floor;
+
 use skrull_cli::plan_cmd::{DEFAULT_CONTEXT, DEFAULT_SEED};
 use skrull_cli::sample::Table1Cdf;
 use skrull_core::model::eval::{EvalBuffers, EvalSizes, MicroBatchTime, RankSlot};

@@ -4,6 +4,7 @@
 use std::hint::black_box;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use skrull_benches::floor::Floor;
 use skrull_benches::{OwnedEval, chatqa2, config, lmsys};
 use skrull_cli::OwnedBuffers;
 use skrull_core::model::eval;
@@ -154,5 +155,34 @@ fn balanced(c: &mut Criterion) {
     }
 }
 
-criterion_group!(benches, targets, policies, evaluator, scaling, balanced);
+/// The floor (radix sort + one placement per sequence) beside every policy at the issue's
+/// sizes, so the ratios to it are visible in one group per size.
+fn floor(c: &mut Criterion) {
+    let cases: [(&str, usize, u32); 4] = [
+        ("256_dp4", 256, 4),
+        ("4096_dp64", 4096, 64),
+        ("65536_dp1024", 65_536, 1024),
+        ("65536_dp65536", 65_536, 65_536),
+    ];
+    for (name, n, dp) in cases {
+        let lengths = lmsys(n);
+        let group = format!("floor_{name}");
+        let mut f = Floor::new(n);
+        c.benchmark_group(&group).bench_function("floor", |b| {
+            b.iter(|| black_box(f.run(black_box(&lengths)).len()))
+        });
+        for policy in [
+            Policy::DeepSpeed,
+            Policy::Packed,
+            Policy::Skrull,
+            Policy::Balanced,
+        ] {
+            bench_schedule(c, &group, policy.name(), config(dp, policy), &lengths);
+        }
+    }
+}
+
+criterion_group!(
+    benches, targets, policies, evaluator, scaling, balanced, floor
+);
 criterion_main!(benches);

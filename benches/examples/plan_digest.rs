@@ -3,7 +3,9 @@
 //! with and without a micro-batch limit). An optimisation that leaves the scheduler's output
 //! unchanged leaves the digest unchanged.
 //!
-//! `cargo run --release -p skrull-benches --example plan_digest [cases]`
+//! `cargo run --release -p skrull-benches --example plan_digest [cases]`; with
+//! `DIGEST_POLICY=name` it digests that one policy instead (e.g. `balanced`, whose plans the
+//! fixed list leaves out).
 
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
@@ -25,6 +27,10 @@ fn main() {
         .nth(1)
         .and_then(|s| s.parse().ok())
         .unwrap_or(400);
+    let only = std::env::var("DIGEST_POLICY")
+        .ok()
+        .map(|name| Policy::from_name(&name).expect("DIGEST_POLICY: unknown policy"));
+    let policies: Vec<Policy> = only.map_or(POLICIES.to_vec(), |p| vec![p]);
     let mut all = DefaultHasher::new();
     let (mut ok, mut err, mut mbs, mut rollbacks) = (0u64, 0u64, 0u64, 0u64);
     for case in 0..cases {
@@ -87,17 +93,33 @@ fn main() {
             FlopsFormula::Megatron
         };
         for victim in [Victim::Shortest, Victim::Longest] {
-            for policy in POLICIES {
+            for &policy in &policies {
                 let mut cfg = Config::new(dp, cp, bucket, model)
                     .with_policy(policy)
                     .with_victim(victim);
                 cfg.shard_padding = padding;
                 cfg.max_micro_batches = max_mb;
-                cfg.flops = flops;
+                // `balanced` plans on time and refuses another FLOPs formula.
+                cfg.flops = if policy == Policy::Balanced {
+                    FlopsFormula::Paper
+                } else {
+                    flops
+                };
                 let mut h = DefaultHasher::new();
                 let mut bufs = OwnedBuffers::for_batch(n, &cfg);
                 match bufs.schedule(&cfg, &lengths) {
                     Ok(plan) => {
+                        if std::env::var("DIGEST_CASE").ok() == Some(case.to_string()) {
+                            eprintln!("{cfg:?} n={n}");
+                            eprintln!("{:?}", plan.summary());
+                            eprintln!("{:?}", plan.micro_batches_per_dp());
+                            for (i, p) in plan.placements().iter().enumerate() {
+                                println!(
+                                    "{i} {} {} {} {}",
+                                    lengths[i], p.dp_rank, p.micro_batch, p.cp_rank
+                                );
+                            }
+                        }
                         ok += 1;
                         mbs += u64::from(plan.summary().micro_batches);
                         rollbacks += u64::from(plan.summary().rollbacks);
@@ -115,7 +137,11 @@ fn main() {
                         format!("{e:?}").hash(&mut h);
                     }
                 }
-                h.finish().hash(&mut all);
+                let hv = h.finish();
+                if std::env::var_os("DIGEST_VERBOSE").is_some() {
+                    println!("{case} {victim:?} {hv:016x}");
+                }
+                hv.hash(&mut all);
             }
             // DACP alone on the first (up to) 64 sequences.
             let cfg = Config::new(1, cp, bucket, model).with_victim(victim);

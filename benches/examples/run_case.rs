@@ -1,8 +1,9 @@
 //! Runs one benchmark input many times, for profilers (callgrind, perf):
-//! `[POLICY=name] run_case {lmsys256|chatqa256|lmsys4096|lmsys65536|dp65536|dacp64} [iterations]`.
+//! `[POLICY=name|floor] run_case {lmsys256|chatqa256|lmsys4096|lmsys65536|dp65536|dacp64} [iterations]`.
 
 use std::hint::black_box;
 
+use skrull_benches::floor::Floor;
 use skrull_benches::{chatqa2, config, lmsys};
 use skrull_cli::OwnedBuffers;
 use skrull_core::{Policy, policy::dacp};
@@ -53,6 +54,9 @@ fn main() {
         return;
     }
     let mut bufs = OwnedBuffers::for_batch(lengths.len(), &cfg);
+    // POLICY=floor runs the floor instead (radix sort + one placement per sequence).
+    let mut floor =
+        (std::env::var("POLICY").as_deref() == Ok("floor")).then(|| Floor::new(lengths.len()));
     let mut mbs = 0;
     // With TIME=rounds: the least and the median per-call time over `rounds` rounds of
     // `iterations` calls (the least is robust to other processes on the machine).
@@ -64,7 +68,9 @@ fn main() {
     for _ in 0..rounds {
         let t = std::time::Instant::now();
         for _ in 0..iters {
-            if let Ok(p) = bufs.schedule_no_grow(&cfg, black_box(&lengths)) {
+            if let Some(f) = floor.as_mut() {
+                mbs = black_box(f.run(black_box(&lengths)).len()) as u32;
+            } else if let Ok(p) = bufs.schedule_no_grow(&cfg, black_box(&lengths)) {
                 mbs = black_box(p.summary().micro_batches);
             }
         }

@@ -175,8 +175,18 @@ impl IntModel {
             return 0;
         }
         let q = u64::from(queries).div_ceil(self.tile) * self.tile;
-        let v = (u128::from(q) * u128::from(keys) * u128::from(self.unit(q))) >> FP;
-        v.min(u128::from(CAP)) as u64
+        let unit = self.unit(q);
+        // Usually the product fits u64; the u128 form gives the same value when it does not.
+        match q
+            .checked_mul(u64::from(keys))
+            .and_then(|qk| qk.checked_mul(unit))
+        {
+            Some(v) => (v >> FP).min(CAP),
+            None => {
+                let v = (u128::from(q) * u128::from(keys) * u128::from(unit)) >> FP;
+                v.min(u128::from(CAP)) as u64
+            }
+        }
     }
 
     /// Attention of a whole sequence, ps.

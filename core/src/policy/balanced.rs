@@ -39,7 +39,7 @@ use crate::kernel::group::{max_strided_sum, next_fit};
 use crate::kernel::lpt::{group_by_dp, lpt};
 use crate::kernel::ranks::{self, Ledger, Rooms, Slots, Stop, UNSET};
 use crate::kernel::sort::{key_index, sort_ascending_radix};
-use crate::model::fixed::{IntModel, Link};
+use crate::model::fixed::{CAP, IntModel, Link};
 use crate::model::time::{Ring, TimeModel};
 use crate::plan::{Plan, PlanBuffers, PlanWriter, SHARDED, Workspace};
 
@@ -104,10 +104,10 @@ impl Prefix {
     #[inline(always)]
     fn add(&mut self, im: &IntModel, rows: &Rows<'_>, seq: u32, extra: u64) {
         let len = rows.len(seq);
-        self.extra += extra;
+        self.extra = self.extra.saturating_add(extra);
         self.len += u64::from(len);
         self.tok += u64::from(im.share(len));
-        self.attn += rows.ash(seq);
+        self.attn = self.attn.saturating_add(rows.ash(seq));
     }
 }
 
@@ -255,6 +255,9 @@ impl Ledger for TimeLedger<'_> {
 
     #[inline]
     fn abandon(&self, r: usize) -> bool {
+        // A rank's time stays below 2^63 (at most 2^16 attention terms of at most 2^46 ps
+        // each, on either side of the window, plus clamped terms), so with no bound yet
+        // (`u64::MAX`) nothing is abandoned, and the comparison is skipped.
         self.bound != u64::MAX && self.rank_time(r) >= self.bound
     }
 }
@@ -303,13 +306,14 @@ impl Placer<'_> {
             n * (rows.ash(seq) + im.gemm_linear(share))
         };
         // One pass: the members' summed whole cost and work, and the sums a lower bound needs
-        // (below) with every member sharded.
+        // (below) with every member sharded. (Terms are clamped at `CAP`, 2^46 ps, and there are
+        // at most 2^16 members: the sums of whole costs cannot overflow.)
         let (mut total, mut work_all) = (0u64, 0u64);
         let mut all = Prefix::default();
         for &seq in members {
             let w = rows.work(seq);
             total += whole(seq);
-            work_all += w;
+            work_all = work_all.saturating_add(w);
             all.add(im, &rows, seq, sharded(seq) - w);
         }
         // Members longer than the budget can only run sharded: a prefix (longest first).
@@ -351,8 +355,16 @@ impl Placer<'_> {
                 .comm(&link, p.len)
                 .saturating_add(im.gemm_linear(p.tok))
                 .saturating_add(after);
-            im.fixed()
-                .saturating_add(((work_all + p.extra) / n.max(1)).max(ring))
+            // The average holds only while no rank's GEMM term reaches the model's clamp
+            // (`CAP`): the summed per-member terms, plus one unit of rounding each, stay
+            // below it.
+            let summed = work_all.saturating_add(p.extra);
+            let average = if summed.saturating_add(k as u64) < CAP {
+                summed / n.max(1)
+            } else {
+                0
+            };
+            im.fixed().saturating_add(average.max(ring))
         };
         // An attempt whose bound reaches the best time so far cannot be kept (ties go to the
         // earlier candidate): it is skipped, and the plan is the one every candidate would
