@@ -27,10 +27,16 @@ fn main() {
         .nth(1)
         .and_then(|s| s.parse().ok())
         .unwrap_or(400);
-    let only = std::env::var("DIGEST_POLICY")
-        .ok()
-        .map(|name| Policy::from_name(&name).expect("DIGEST_POLICY: unknown policy"));
-    let policies: Vec<Policy> = only.map_or(POLICIES.to_vec(), |p| vec![p]);
+    let policies: Vec<Policy> = match std::env::var("DIGEST_POLICY") {
+        Err(_) => POLICIES.to_vec(),
+        Ok(name) => match Policy::from_name(&name) {
+            Some(p) => vec![p],
+            None => {
+                eprintln!("DIGEST_POLICY: unknown policy {name}");
+                std::process::exit(2);
+            }
+        },
+    };
     let mut all = DefaultHasher::new();
     let (mut ok, mut err, mut mbs, mut rollbacks) = (0u64, 0u64, 0u64, 0u64);
     for case in 0..cases {

@@ -68,6 +68,28 @@ impl OwnedPlan {
         }
     }
 
+    /// The workspace and plan buffers, for calling a policy directly.
+    pub(crate) fn parts(&mut self) -> (Workspace<'_>, PlanBuffers<'_>) {
+        let work = Workspace {
+            keys: &mut self.keys,
+            seqs: &mut self.seqs,
+            scratch: &mut self.scratch,
+            dp_loads: &mut self.dp_loads,
+            dp_heap: &mut self.dp_heap,
+            dp_start: &mut self.dp_start,
+            costs: &mut self.costs,
+            marks: &mut self.marks,
+        };
+        let out = PlanBuffers {
+            placements: &mut self.placements,
+            micro_batches: &mut self.micro_batches,
+            members: &mut self.members,
+            rank_tokens: &mut self.rank_tokens,
+            micro_batches_per_dp: &mut self.per_dp,
+        };
+        (work, out)
+    }
+
     /// Plans `lengths` under `cfg` into these buffers.
     pub(crate) fn schedule(&mut self, cfg: &Config, lengths: &[u32]) -> Result<Plan<'_>, Error> {
         let mut work = Workspace {

@@ -290,6 +290,9 @@ struct Placer<'a> {
     budget: Budget,
     rooms: Rooms,
     ledger: TimeLedger<'a>,
+    /// Whether attempts are skipped by their lower bound (always, except in the test that
+    /// checks the skipping changes no plan).
+    prune: bool,
 }
 
 impl Placer<'_> {
@@ -374,7 +377,7 @@ impl Placer<'_> {
             if s > k || cands[..c].contains(&s) {
                 continue;
             }
-            if found.is_some_and(|f| lower(s) >= f) {
+            if self.prune && found.is_some_and(|f| lower(s) >= f) {
                 continue;
             }
             self.ledger.bound = found.unwrap_or(u64::MAX);
@@ -681,6 +684,18 @@ pub(crate) fn schedule<'b>(
     out: PlanBuffers<'b>,
     total_tokens: u64,
 ) -> Result<Plan<'b>, Error> {
+    plan_with(cfg, lengths, ws, out, total_tokens, true)
+}
+
+/// [`schedule`], with the lower-bound skipping of attempts on or off (`prune`).
+fn plan_with<'b>(
+    cfg: &Config,
+    lengths: &[u32],
+    ws: &mut Workspace<'_>,
+    out: PlanBuffers<'b>,
+    total_tokens: u64,
+    prune: bool,
+) -> Result<Plan<'b>, Error> {
     let n = lengths.len();
     let dp = cfg.dp as usize;
     let budget = cfg.budget();
@@ -765,6 +780,7 @@ pub(crate) fn schedule<'b>(
     let mut placer = Placer {
         cfg,
         budget,
+        prune,
         rooms: Rooms::new(),
         ledger: TimeLedger {
             im: &im,
@@ -1087,6 +1103,57 @@ mod tests {
         );
         cfg.max_micro_batches = 2;
         assert!(run(&cfg, &EXAMPLE).is_ok());
+    }
+
+    /// Plans with the lower-bound skipping of attempts on and off; both must give the same
+    /// placements and micro-batch counts.
+    fn same_with_and_without_skipping(cfg: &Config, lengths: &[u32]) {
+        let cfg = cfg.with_policy(Policy::Balanced);
+        let total: u64 = lengths.iter().map(|&l| u64::from(l)).sum();
+        let mut got = Vec::new();
+        for prune in [true, false] {
+            let mut bufs = OwnedPlan::filled(lengths.len(), &cfg, 3);
+            let (mut ws, out) = bufs.parts();
+            let plan = plan_with(&cfg, lengths, &mut ws, out, total, prune).unwrap();
+            assert_eq!(plan::check(&cfg, lengths, &plan), Ok(()));
+            got.push((
+                plan.placements().to_vec(),
+                plan.micro_batches_per_dp().to_vec(),
+            ));
+        }
+        let differ = got[0]
+            .0
+            .iter()
+            .zip(&got[1].0)
+            .filter(|(a, b)| a != b)
+            .count();
+        assert!(
+            got[0] == got[1],
+            "{differ} placements differ with skipping on: {cfg:?}"
+        );
+    }
+
+    /// Regression: skipping attempts by their lower bound once changed a plan on a batch whose
+    /// time terms reach the integer model's clamp (lengths up to 2^31 on a 1.8G-token budget:
+    /// a rank's clamped GEMM time is below the per-member sum the bound averaged). Skipping
+    /// must never change a plan, saturated or not.
+    #[test]
+    fn skipping_attempts_by_their_bound_never_changes_a_plan() {
+        let mut rng = Rng(2676);
+        let mut cfg = Config::new(11, 2, 1_817_347_190, ModelShape::QWEN2_5_7B);
+        cfg.shard_padding = ShardPadding::Zigzag;
+        let huge: Vec<u32> = (0..2467)
+            .map(|_| 1 + (rng.next() % (1 << 31)) as u32)
+            .filter(|&l| cfg.budget().fits_sharded(l))
+            .collect();
+        same_with_and_without_skipping(&cfg, &huge);
+        for i in 0..40 {
+            let dp = [1u32, 2, 4][i % 3];
+            let cp = [2u32, 8, 16][i % 3];
+            let cfg = Config::new(dp, cp, 26 * 1024, ModelShape::QWEN2_5_0_5B);
+            let lengths = long_tail(&mut rng, 64 + i * 7, cp * 26 * 1024);
+            same_with_and_without_skipping(&cfg, &lengths);
+        }
     }
 
     /// Against the evaluator: on long-tail batches `balanced` is never slower than `packed`
