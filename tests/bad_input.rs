@@ -1,4 +1,4 @@
-//! The bad-input matrix (SPEC section 7): table-driven cases over every entry point of the
+//! The bad-input matrix (docs/robustness.md): table-driven cases over every entry point of the
 //! Rust API (`schedule`, `dacp::place`, `Config::validate`) and the C ABI (`skrull_schedule`,
 //! `skrull_dacp_place`, `skrull_plan_sizes`, `skrull_workspace_size`, the config
 //! initialisers, `skrull_status_str`), called from Rust the way C calls them.
@@ -6,7 +6,7 @@
 //! Each case asserts the exact error or status, and that the guard elements around every
 //! output buffer (and the whole buffer, on error) are untouched, the inputs unchanged, and any
 //! plan returned valid under the independent checker. The "valid but awkward" batches of
-//! SPEC section 7 are in the tables too, expecting success.
+//! the bad-input rules are in the tables too, expecting success.
 #![allow(clippy::unwrap_used, clippy::panic)] // test helpers: a failure is a test failure
 #![allow(clippy::type_complexity, clippy::needless_range_loop)] // case tables
 
@@ -456,7 +456,7 @@ fn rust_cases() -> Vec<RCase> {
             &[96, 96],
             Ok(()),
         ),
-        // Valid but awkward (SPEC section 7).
+        // Valid but awkward.
         r(
             "fewer sequences than DP ranks",
             with(&|c| c.dp = 16),

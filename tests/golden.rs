@@ -109,7 +109,7 @@ const GOLDEN: &[(&str, &str, u64)] = &[
     ("paper-small", "deepspeed", 0x3f4886560e0902b4),
     ("paper-small", "packed", 0x4fb1aac95ec0f35c),
     ("paper-small", "roundrobin", 0x134e6c67315f7b93),
-    // `balanced` (issue 8), pinned from its implementation as of 2026-12-03 07:59 UTC.
+    // `balanced`, pinned from its implementation as of 2026-12-03 07:59 UTC.
     ("lmsys-256", "balanced", 0xcc8043ca29a777b0),
     ("chatqa2-256", "balanced", 0x5131a1691265ae16),
     ("paper-small", "balanced", 0x4c55d7c1cb0b1433),

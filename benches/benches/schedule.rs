@@ -1,4 +1,4 @@
-//! Criterion benchmarks of issue 5: the latency targets, every policy, the evaluator and a
+//! Criterion benchmarks: the latency targets, every policy, the evaluator and a
 //! scaling series. Inputs and buffers are made once, outside the timed loops.
 
 use std::hint::black_box;
@@ -142,7 +142,7 @@ fn scaling(c: &mut Criterion) {
     g.finish();
 }
 
-/// The `balanced` policy (issue 8) on the 256-sequence paper batch of each Table 1 dataset
+/// The `balanced` policy on the 256-sequence paper batch of each Table 1 dataset
 /// (DP 4, CP 8, BucketSize 26K), beside `skrull` on the same batch.
 fn balanced(c: &mut Criterion) {
     for name in ["wikipedia", "lmsys", "chatqa2"] {

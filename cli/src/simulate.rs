@@ -1,5 +1,5 @@
 //! `skrull simulate`: every policy on the same sampled batches, evaluated on the cost model,
-//! side by side with the paper's reported speedups (SPEC section 6).
+//! side by side with the paper's reported speedups (the paper's evaluation).
 //!
 //! The `sorted` baseline (LongAlign sorted batching) lives here because it is dataset-level:
 //! it sorts a pool of all the simulated global batches by length, cuts the pool into global
@@ -127,7 +127,7 @@ pub struct PaperCell {
     pub vs_sorted: f64,
 }
 
-/// The six experiments of SPEC section 6.
+/// The six experiments of the paper's evaluation.
 pub const PAPER_CELLS: [PaperCell; 6] = [
     PaperCell {
         setup: "0.5b",

@@ -20,7 +20,7 @@ pub const SKRULL_POLICY_PACKED: u32 = 2;
 /// Policy: the paper's Algorithm 4 (memory-only worst fit with rollback) inside GDS.
 pub const SKRULL_POLICY_ROUNDROBIN: u32 = 3;
 /// Policy: cost-aware `balanced` (placement, DP balance and micro-batch grouping chosen on the
-/// cost model's estimated time; issue 8).
+/// cost model's estimated time).
 pub const SKRULL_POLICY_BALANCED: u32 = 4;
 
 /// DACP rollback victim: the shortest local sequence (the paper's choice; the default, 0).

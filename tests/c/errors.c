@@ -105,7 +105,7 @@ static void schedule_errors(void) {
     CASE(SKRULL_STATUS_OUTPUT_TOO_SMALL, OK10, 10, c.bufs.members_len = 0);
     CASE(SKRULL_STATUS_OUTPUT_TOO_SMALL, OK10, 10, c.bufs.rank_tokens_len -= 1);
     CASE(SKRULL_STATUS_OUTPUT_TOO_SMALL, OK10, 10, c.bufs.micro_batches_per_dp_len = 1);
-    /* Configuration ranges (SPEC section 7: zero or absurd DP/CP/BucketSize). */
+    /* Configuration ranges (zero or absurd DP/CP/BucketSize). */
     CASE(SKRULL_STATUS_INVALID_DP, OK10, 10, c.cfg.dp = 0);
     CASE(SKRULL_STATUS_INVALID_DP, OK10, 10, c.cfg.dp = 65537);
     CASE(SKRULL_STATUS_INVALID_CP, OK10, 10, c.cfg.cp = 0);

@@ -29,7 +29,7 @@ const T: f64 = 1e12;
 
 impl AttentionTable {
     /// FlashAttention-3 on H100 SXM5, head dim 128, causal forward and backward
-    /// (`reference/cost_model.md` section 7.2, third-party transcription of the FA3 paper's
+    /// (a third-party transcription of the FA3 paper's
     /// figures).
     pub const FA3_H100_HDIM128: AttentionTable = AttentionTable {
         seqlen: [512, 1024, 2048, 4096, 8192, 16384],
