@@ -512,3 +512,19 @@ fn calibrate_recovers_a_known_model_and_its_output_feeds_the_other_commands() {
     let out = skrull(&["simulate", "--iterations", "1", "--cost-model", m]);
     assert!(String::from_utf8_lossy(&out.stderr).contains("peak_flop"));
 }
+
+/// The example model file in docs/cost_model.md is the full H100 preset for Qwen2.5-7B as
+/// the file printer writes it (15 significant digits): parsed over a different base, it gives
+/// what the printed preset reads back as.
+#[test]
+fn the_documented_model_file_is_the_h100_7b_preset() {
+    use skrull_cli::calibrate::cost_model_json;
+    let doc = include_str!("../../docs/cost_model.md");
+    let start = doc.find("```json\n").map(|i| i + 8).expect("a json block");
+    let end = start + doc[start..].find("```").expect("its end");
+    let base = CostModel::h200(&ModelShape::QWEN2_5_0_5B);
+    let parsed = parse_cost_model(&doc[start..end], &base).expect("the documented file parses");
+    let preset = CostModel::h100(&ModelShape::QWEN2_5_7B);
+    let printed = parse_cost_model(&cost_model_json(&preset, "preset"), &base).expect("printed");
+    assert_eq!(parsed, printed);
+}
