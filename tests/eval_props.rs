@@ -9,13 +9,12 @@ use std::collections::BTreeMap;
 
 use common::{Case, POLICIES, cases};
 use quickcheck::{QuickCheck, TestResult};
-use skrull_cli::OwnedBuffers;
-use skrull_cli::evaluate::OwnedEval;
-use skrull_cli::sample::Rng;
 use skrull_core::model::CostModel;
 use skrull_core::model::cost::Overlap;
 use skrull_core::plan::SHARDED;
 use skrull_core::{Config, Placement};
+use skrull_kit::sample::Rng;
+use skrull_kit::{OwnedBuffers, OwnedEval};
 
 /// Whether every sequence passes the core's up-front check, its shard within BucketSize (the
 /// generator can draw a few that do not, e.g. zigzag padding with BucketSize 1, where a

@@ -21,10 +21,10 @@ use skrull::{
     skrull_config, skrull_micro_batch, skrull_placement, skrull_plan_buffers, skrull_plan_sizes,
     skrull_schedule, skrull_sizes, skrull_status, skrull_summary,
 };
-use skrull_cli::OwnedBuffers;
-use skrull_cli::plan_cmd::{DEFAULT_BATCH, DEFAULT_CONTEXT, DEFAULT_SEED, default_lengths};
-use skrull_cli::sample::Table1Cdf;
 use skrull_core::{Config, ModelShape, Policy};
+use skrull_kit::OwnedBuffers;
+use skrull_kit::batch::{DEFAULT_BATCH, DEFAULT_CONTEXT, DEFAULT_SEED, default_lengths};
+use skrull_kit::sample::Table1Cdf;
 
 /// FNV-1a 64 over a sequence of `u32`, each as 4 little-endian bytes.
 fn fnv1a(words: impl IntoIterator<Item = u32>) -> u64 {

@@ -5,11 +5,11 @@
 use std::alloc::{GlobalAlloc, Layout as AllocLayout, System};
 use std::cell::Cell;
 
-use skrull_cli::OwnedBuffers;
-use skrull_cli::sample::TABLE1;
 use skrull_core::model::eval::{self, EvalBuffers, EvalSizes, MicroBatchTime, RankSlot};
 use skrull_core::plan::layout::{self, Gpu, LayoutBuffers, LayoutSizes, Span};
 use skrull_core::{Config, ModelShape, Policy, ShardPadding, policy::dacp};
+use skrull_kit::OwnedBuffers;
+use skrull_kit::sample::TABLE1;
 
 /// Counts allocations per thread, so the test harness's own threads do not disturb it.
 struct Counting;

@@ -5,8 +5,8 @@ mod common;
 
 use common::{Case, POLICIES, cases, independent_check};
 use quickcheck::{QuickCheck, TestResult};
-use skrull_cli::OwnedBuffers;
 use skrull_core::{Placement, Policy, plan};
+use skrull_kit::OwnedBuffers;
 
 fn plan_of(case: &Case, policy: Policy) -> Result<(Vec<Placement>, Vec<u32>), String> {
     let cfg = common::with_policy(&case.cfg, policy);
@@ -67,7 +67,7 @@ fn skrull_plan_follows_a_permutation_of_distinct_lengths() {
             return TestResult::discard();
         }
         // A seeded shuffle (Fisher-Yates with SplitMix).
-        let mut rng = skrull_cli::sample::Rng::new(seed);
+        let mut rng = skrull_kit::sample::Rng::new(seed);
         let mut perm: Vec<usize> = (0..lengths.len()).collect();
         for i in (1..perm.len()).rev() {
             perm.swap(i, rng.below(i as u64 + 1) as usize);

@@ -4,8 +4,8 @@
 mod common;
 
 use common::independent_check;
-use skrull_cli::OwnedBuffers;
 use skrull_core::{Config, Error, ModelShape, Policy, ShardPadding, Victim, plan};
+use skrull_kit::OwnedBuffers;
 
 const EXAMPLE: [u32; 9] = [1, 2, 2, 3, 4, 6, 9, 14, 30];
 
