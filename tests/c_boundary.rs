@@ -1,30 +1,26 @@
-//! Properties at the C boundary: random configurations and batches (`common::Case`, every
-//! policy) go through `skrull_schedule()` the way C calls it. An independent checker validates
-//! the C plan from its placements; the plan equals the Rust API's; a second call gives the
-//! same bytes; and 8 threads calling at once with separate buffers all get the same bytes.
+//! Properties at the C boundary: random configurations and batches
+//! (`skrull_kit::cases::Case`, every policy) go through `skrull_schedule()` the way C calls it.
+//! An independent checker validates the C plan from its placements; the plan equals the Rust
+//! API's; a second call gives the same bytes; and 8 threads calling at once with separate
+//! buffers all get the same bytes.
 //!
 //! Case counts: `QUICKCHECK_TESTS` (default 10,000) for the checker/equality/two-calls
 //! property; the 8-thread property runs `QUICKCHECK_TESTS / 20` cases (500 by default), each
 //! with 8 concurrent calls.
 #![allow(clippy::unwrap_used)] // test helpers: a failure is a test failure
 
-#[path = "../fuzz/fuzz_targets/check.rs"]
-mod check;
-mod common;
-#[path = "../fuzz/fuzz_targets/harness.rs"]
-mod harness;
-
 use core::ffi::c_void;
 use std::sync::Barrier;
 
-use check::{CPlan, check_c_plan};
-use common::{Case, POLICIES, cases};
 use quickcheck::{QuickCheck, TestResult};
 use skrull::{
     skrull_config, skrull_micro_batch, skrull_placement, skrull_plan_buffers, skrull_plan_sizes,
     skrull_schedule, skrull_sizes, skrull_status, skrull_summary,
 };
 use skrull_core::Config;
+use skrull_kit::c_check::{CPlan, check_c_plan};
+use skrull_kit::cases::{Case, POLICIES, cases, with_policy};
+use skrull_kit::fuzz::harness;
 
 /// The output buffers and workspace of one C call, sized by `skrull_plan_sizes()` and
 /// pre-filled with fixed patterns.
@@ -164,7 +160,7 @@ impl COut {
 /// The case's configuration under `policy`, as the C struct (asserting the translation
 /// round-trips, so a policy the C ABI cannot name fails here).
 fn c_config(case: &Case, policy: skrull_core::Policy) -> (Config, skrull_config) {
-    let cfg = common::with_policy(&case.cfg, policy);
+    let cfg = with_policy(&case.cfg, policy);
     let c = skrull_config::from_core(&cfg);
     assert_eq!(
         c.to_core(),

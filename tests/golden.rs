@@ -12,11 +12,8 @@
 //! decisions, update the values from the failure messages and say why in the commit.
 #![allow(clippy::unwrap_used)] // test helpers: a failure is a test failure
 
-mod common;
-
 use core::ffi::c_void;
 
-use common::independent_check;
 use skrull::{
     skrull_config, skrull_micro_batch, skrull_placement, skrull_plan_buffers, skrull_plan_sizes,
     skrull_schedule, skrull_sizes, skrull_status, skrull_summary,
@@ -24,6 +21,7 @@ use skrull::{
 use skrull_core::{Config, ModelShape, Policy};
 use skrull_kit::OwnedBuffers;
 use skrull_kit::batch::{DEFAULT_BATCH, DEFAULT_CONTEXT, DEFAULT_SEED, default_lengths};
+use skrull_kit::check::independent_check;
 use skrull_kit::sample::Table1Cdf;
 
 /// FNV-1a 64 over a sequence of `u32`, each as 4 little-endian bytes.

@@ -1,9 +1,8 @@
 //! An independent checker of a plan as the C ABI writes it (`skrull_schedule()`'s output
 //! buffers), trusting nothing but the placements and the lengths.
 //!
-//! Shared by the fuzz targets (`fuzz/fuzz_targets/c_abi.rs`) and the C-boundary properties
-//! (`tests/c_boundary.rs`, which includes this file with `#[path]`).
-#![allow(dead_code)]
+//! Used by the fuzz harnesses ([`crate::fuzz`]), the C-boundary properties
+//! (`tests/c_boundary.rs`) and the bad-input matrix (`tests/bad_input.rs`).
 
 use std::collections::BTreeMap;
 
@@ -13,11 +12,17 @@ use skrull_core::Config;
 /// The output buffers of one successful `skrull_schedule()` call, each at least as long as
 /// `skrull_plan_sizes()` says.
 pub struct CPlan<'a> {
+    /// One placement per sequence.
     pub placements: &'a [skrull_placement],
+    /// The micro-batch table.
     pub micro_batches: &'a [skrull_micro_batch],
+    /// The sequences of each micro-batch, grouped.
     pub members: &'a [u32],
+    /// The tokens of each CP rank, per micro-batch.
     pub rank_tokens: &'a [u32],
+    /// The micro-batch count of each DP rank.
     pub per_dp: &'a [u32],
+    /// The summary.
     pub summary: &'a skrull_summary,
 }
 

@@ -2,10 +2,8 @@
 //! malformation of the call, runs it through the C ABI (`c_abi`) or the Rust API
 //! (`rust_api`) and panics on any broken promise.
 //!
-//! Shared by the fuzz targets and `tests/regressions_fuzz.rs` (which includes this file with
-//! `#[path]`, so every crash input replays as a plain test). The including crate must also
-//! declare `mod check;` (`fuzz_targets/check.rs`).
-#![allow(dead_code)]
+//! Shared by the fuzz targets (`fuzz/fuzz_targets/`) and `tests/regressions_fuzz.rs`, so every
+//! crash input replays as a plain test.
 #![allow(clippy::panic, clippy::unwrap_used, clippy::expect_used)] // a panic is the report
 
 use core::ffi::c_void;
@@ -13,8 +11,8 @@ use core::ptr::{null, null_mut};
 
 use skrull::{
     SKRULL_PRESET_QWEN2_5_0_5B, SKRULL_PRESET_QWEN2_5_7B, skrull_config, skrull_dacp_place,
-    skrull_dacp_summary, skrull_micro_batch, skrull_placement, skrull_plan_buffers,
-    skrull_schedule, skrull_status, skrull_summary, skrull_workspace_size,
+    skrull_dacp_summary, skrull_plan_buffers, skrull_schedule, skrull_status,
+    skrull_workspace_size,
 };
 use skrull_core::config::{MAX_CP, MAX_DP};
 use skrull_core::error::Buffer;
@@ -22,7 +20,8 @@ use skrull_core::{
     Config, Error, MicroBatch, Placement, PlanBuffers, PlanSizes, Workspace, WorkspaceSizes,
 };
 
-use crate::check::{CPlan, check_c_plan, check_rust_plan};
+use crate::c_check::{CPlan, check_c_plan, check_rust_plan};
+use crate::guarded::{FILL_MB, FILL_P, FILL_S, Guarded};
 
 /// The most sequences one input decodes to (keeps executions fast).
 pub const MAX_N: usize = 1024;
@@ -33,12 +32,15 @@ pub struct Reader<'a> {
 }
 
 impl<'a> Reader<'a> {
+    /// A reader of `d`.
     pub fn new(d: &'a [u8]) -> Self {
         Reader { d }
     }
+    /// The bytes left.
     pub fn remaining(&self) -> usize {
         self.d.len()
     }
+    /// The next byte.
     pub fn u8(&mut self) -> u8 {
         match self.d.split_first() {
             Some((&b, rest)) => {
@@ -48,9 +50,11 @@ impl<'a> Reader<'a> {
             None => 0,
         }
     }
+    /// The next two bytes, little-endian.
     pub fn u16(&mut self) -> u16 {
         u16::from_le_bytes([self.u8(), self.u8()])
     }
+    /// The next four bytes, little-endian.
     pub fn u32(&mut self) -> u32 {
         u32::from_le_bytes([self.u8(), self.u8(), self.u8(), self.u8()])
     }
@@ -69,6 +73,7 @@ fn field(r: &mut Reader<'_>, small: &[u32]) -> u32 {
 /// At most one malformation of the call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Perturb {
+    /// A well-formed call.
     None,
     /// The workspace one byte short (Rust: slice `which % 6` one element short).
     WorkspaceShort(u8),
@@ -92,8 +97,11 @@ pub enum Perturb {
 /// A decoded fuzz input.
 #[derive(Debug, Clone)]
 pub struct Input {
+    /// The configuration, as C passes it.
     pub cfg: skrull_config,
+    /// The malformation of the call.
     pub perturb: Perturb,
+    /// The batch.
     pub lengths: Vec<u32>,
 }
 
@@ -160,68 +168,6 @@ pub fn decode(data: &[u8]) -> Input {
         lengths,
     }
 }
-
-/// Guard elements on each side of every buffer.
-const G: usize = 8;
-
-/// A buffer of `len` elements with `G` guard elements on each side, all set to `fill`.
-struct Guarded<T: Copy + PartialEq + core::fmt::Debug> {
-    v: Vec<T>,
-    len: usize,
-    fill: T,
-}
-
-impl<T: Copy + PartialEq + core::fmt::Debug> Guarded<T> {
-    fn new(len: usize, fill: T) -> Self {
-        Guarded {
-            v: vec![fill; len + 2 * G],
-            len,
-            fill,
-        }
-    }
-    fn ptr(&mut self) -> *mut T {
-        self.v[G..].as_mut_ptr()
-    }
-    fn body(&self) -> &[T] {
-        &self.v[G..G + self.len]
-    }
-    /// The guards are intact, and so is everything from element `written` on.
-    fn assert_untouched_from(&self, written: usize, what: &str) {
-        let fill = self.fill;
-        assert!(
-            self.v[..G].iter().all(|&x| x == fill),
-            "{what}: front guard written"
-        );
-        assert!(
-            self.v[G + written.min(self.len)..]
-                .iter()
-                .all(|&x| x == fill),
-            "{what}: written past element {written} (or the back guard)"
-        );
-    }
-}
-
-const FILL_P: skrull_placement = skrull_placement {
-    dp_rank: 0xDEAD_BEEF,
-    micro_batch: 0xDEAD_BEEF,
-    cp_rank: -7,
-    tokens_per_gpu: 0xDEAD_BEEF,
-};
-const FILL_MB: skrull_micro_batch = skrull_micro_batch {
-    dp_rank: 0xDEAD_BEEF,
-    index: 0xDEAD_BEEF,
-    first: 0xDEAD_BEEF,
-    count: 0xDEAD_BEEF,
-};
-const FILL_S: skrull_summary = skrull_summary {
-    total_tokens: 0xDEAD_BEEF_DEAD_BEEF,
-    sequences: 0xDEAD_BEEF,
-    micro_batches: 0xDEAD_BEEF,
-    sharded: 0xDEAD_BEEF,
-    rollbacks: 0xDEAD_BEEF,
-    peak_rank_tokens: 0xDEAD_BEEF,
-    _reserved: 0xDEAD_BEEF,
-};
 
 /// Statuses `skrull_schedule()` must never return.
 fn assert_valid_schedule_status(st: skrull_status) {
@@ -457,14 +403,14 @@ pub fn c_abi(data: &[u8]) -> skrull_status {
     };
     assert_valid_schedule_status(st);
     assert_eq!(lens, lengths, "lengths were written");
-    workspace.assert_untouched_from(ws_bytes + 1, "workspace");
+    workspace.untouched_from(ws_bytes + 1, "workspace");
     if st != skrull_status::Ok {
-        placements.assert_untouched_from(0, "placements");
-        micro_batches.assert_untouched_from(0, "micro_batches");
-        members.assert_untouched_from(0, "members");
-        rank_tokens.assert_untouched_from(0, "rank_tokens");
-        per_dp.assert_untouched_from(0, "micro_batches_per_dp");
-        summary.assert_untouched_from(0, "summary");
+        placements.untouched_from(0, "placements");
+        micro_batches.untouched_from(0, "micro_batches");
+        members.untouched_from(0, "members");
+        rank_tokens.untouched_from(0, "rank_tokens");
+        per_dp.untouched_from(0, "micro_batches_per_dp");
+        summary.untouched_from(0, "summary");
         if perturb == Perturb::None || perturb == Perturb::OddWorkspace {
             // A well-formed call fails exactly as the Rust API does.
             let core = c.to_core();
@@ -485,12 +431,12 @@ pub fn c_abi(data: &[u8]) -> skrull_status {
     let cfg = c.to_core().expect("OK implies a valid configuration");
     let s = summary.body()[0];
     let mbs = s.micro_batches as usize;
-    placements.assert_untouched_from(n, "placements");
-    micro_batches.assert_untouched_from(mbs, "micro_batches");
-    members.assert_untouched_from(n, "members");
-    rank_tokens.assert_untouched_from(mbs * cp, "rank_tokens");
-    per_dp.assert_untouched_from(dp, "micro_batches_per_dp");
-    summary.assert_untouched_from(1, "summary");
+    placements.untouched_from(n, "placements");
+    micro_batches.untouched_from(mbs, "micro_batches");
+    members.untouched_from(n, "members");
+    rank_tokens.untouched_from(mbs * cp, "rank_tokens");
+    per_dp.untouched_from(dp, "micro_batches_per_dp");
+    summary.untouched_from(1, "summary");
     let plan = CPlan {
         placements: placements.body(),
         micro_batches: micro_batches.body(),
@@ -698,8 +644,8 @@ fn dacp_both(cfg: &Config, lengths: &[u32]) {
             assert_eq!(c_ranks.body(), &ranks[..], "C and Rust DACP differ");
             let s = sum.body()[0];
             assert_eq!((s.sharded, s.rollbacks), (o.sharded, o.rollbacks));
-            c_ranks.assert_untouched_from(n, "cp_ranks");
-            sum.assert_untouched_from(1, "dacp summary");
+            c_ranks.untouched_from(n, "cp_ranks");
+            sum.untouched_from(1, "dacp summary");
             let mut load = vec![0u64; cfg.cp as usize];
             let mut sharded = 0;
             for (k, &rk) in ranks.iter().enumerate() {
@@ -728,8 +674,8 @@ fn dacp_both(cfg: &Config, lengths: &[u32]) {
                 skrull_status::from(e),
                 "C and Rust DACP fail differently"
             );
-            c_ranks.assert_untouched_from(0, "cp_ranks");
-            sum.assert_untouched_from(0, "dacp summary");
+            c_ranks.untouched_from(0, "cp_ranks");
+            sum.untouched_from(0, "dacp summary");
         }
     }
 }

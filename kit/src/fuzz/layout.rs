@@ -22,9 +22,7 @@
 //! positions), `[1]` corruption kind, `[2..4]` its index, `[4..8]` its value, `[8]` call
 //! malformation, `[9]` its argument, `[10..16]` the one GPU (three little-endian u16).
 //!
-//! Used by `fuzz_targets/layout.rs` and replayed by `tests/regressions_fuzz.rs` (which
-//! includes `harness.rs`, `check.rs` and this file with `#[path]`).
-#![allow(dead_code)]
+//! Used by `fuzz/fuzz_targets/layout.rs` and replayed by `tests/regressions_fuzz.rs`.
 #![allow(clippy::panic, clippy::unwrap_used, clippy::expect_used)] // a panic is the report
 
 use core::ffi::c_void;
@@ -40,56 +38,13 @@ use skrull_core::config::{MAX_CP, MAX_DP};
 use skrull_core::plan::layout::{self, Gpu, LayoutBuffer, LayoutBuffers, LayoutError, LayoutSizes};
 use skrull_core::{Config, MicroBatch, Placement, Plan, PlanParts, ShardPadding};
 
-use crate::harness::{Reader, decode};
+use super::harness::{Reader, decode};
+use crate::guarded::Guarded;
 
 /// At most this many GPUs are laid out per input (whole micro-batches only).
 const MAX_GPUS: usize = 256;
 /// Position arrays longer than this are skipped (the spans carry the same ranges).
 const MAX_POSITIONS: usize = 1 << 18;
-/// Guard elements on each side of every buffer.
-const G: usize = 4;
-
-/// A buffer of `len` elements between guards, all set to `fill`.
-struct Guarded<T: Copy + PartialEq + core::fmt::Debug> {
-    v: Vec<T>,
-    len: usize,
-    fill: T,
-}
-
-impl<T: Copy + PartialEq + core::fmt::Debug> Guarded<T> {
-    fn new(len: usize, fill: T) -> Self {
-        Guarded {
-            v: vec![fill; len + 2 * G],
-            len,
-            fill,
-        }
-    }
-    fn ptr(&mut self) -> *mut T {
-        self.v[G..].as_mut_ptr()
-    }
-    fn body(&self) -> &[T] {
-        &self.v[G..G + self.len]
-    }
-    fn reset(&mut self) {
-        let fill = self.fill;
-        self.v.iter_mut().for_each(|x| *x = fill);
-    }
-    /// The guards hold, and so does everything from element `written` on.
-    fn untouched_from(&self, written: usize, what: &str) {
-        let fill = self.fill;
-        assert!(
-            self.v[..G].iter().all(|&x| x == fill),
-            "{what}: front guard"
-        );
-        assert!(
-            self.v[G + written.min(self.len)..]
-                .iter()
-                .all(|&x| x == fill),
-            "{what}: written past element {written} (or the back guard)"
-        );
-    }
-}
-
 /// A plan as a C caller holds it, with the capacities it declares (never above what is
 /// allocated: a corruption may only shrink them).
 #[derive(Clone, Debug, PartialEq)]
@@ -131,10 +86,8 @@ fn schedule(c: &skrull_config, lengths: &[u32]) -> Result<Held, skrull_status> {
     let (dp, cp) = (c.dp.clamp(1, MAX_DP), c.cp.clamp(1, MAX_CP));
     let mut sz = skrull_sizes::default();
     // SAFETY: `sz` is a live, aligned skrull_sizes.
-    assert_eq!(
-        unsafe { skrull_plan_sizes(n, dp, cp, &mut sz) },
-        skrull_status::Ok
-    );
+    let st = unsafe { skrull_plan_sizes(n, dp, cp, &mut sz) };
+    assert_eq!(st, skrull_status::Ok);
     let mut h = Held {
         placements: vec![skrull_placement::default(); sz.placements],
         micro_batches: vec![skrull_micro_batch::default(); sz.micro_batches],
