@@ -20,7 +20,7 @@ use skrull::{
 use skrull_core::Config;
 use skrull_kit::c_check::{CPlan, check_c_plan};
 use skrull_kit::cases::{Case, POLICIES, cases, with_policy};
-use skrull_kit::fuzz::harness;
+use skrull_kit::fuzz::c_abi::{c_as_rust, rust_plan};
 
 /// The output buffers and workspace of one C call, sized by `skrull_plan_sizes()` and
 /// pre-filled with fixed patterns.
@@ -181,9 +181,9 @@ fn c_matches_rust(case: &Case, policy: skrull_core::Policy) -> Result<(), String
         return Err(format!("{policy:?}: skrull_schedule returned {st:?}"));
     }
     check_c_plan(&cfg, &case.lengths, &a.plan()).map_err(|e| format!("{policy:?}: {e}"))?;
-    let rust = harness::rust_plan(&cfg, &case.lengths)
+    let rust = rust_plan(&cfg, &case.lengths)
         .map_err(|e| format!("{policy:?}: Rust API failed with {e:?}"))?;
-    if rust != harness::c_as_rust(&a.plan(), cfg.cp as usize) {
+    if rust != c_as_rust(&a.plan(), cfg.cp as usize) {
         return Err(format!("{policy:?}: C plan differs from the Rust API's"));
     }
     let mut b = COut::new(n, &cfg, 0x5A);

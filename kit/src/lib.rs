@@ -12,10 +12,10 @@
 //! - [`guarded`]: [`Guarded`] buffers (fill value, guard elements, "untouched" checks) and
 //!   the fill values of plan records;
 //! - [`check`]: the independent checker of a Rust API plan;
-//! - [`cases`] (feature `quickcheck`): the random configurations and batches of the property
+//! - `cases` (feature `quickcheck`): the random configurations and batches of the property
 //!   tests;
-//! - [`c_check`] (feature `ffi`): the independent checker of a plan as the C ABI writes it;
-//! - [`fuzz`] (feature `ffi`): the fuzz harnesses (bytes to calls to checks) behind the
+//! - `c_check` (feature `ffi`): the independent checker of a plan as the C ABI writes it;
+//! - `fuzz` (feature `ffi`): the fuzz harnesses (bytes to calls to checks) behind the
 //!   cargo-fuzz targets and `tests/regressions_fuzz.rs`.
 //!
 //! The CLI uses the default features (no C ABI, no quickcheck); the tests, benchmarks and fuzz
