@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 
 use skrull::{skrull_micro_batch, skrull_placement, skrull_summary};
-use skrull_core::Config;
+use skrull_core::{Config, MicroBatch, Placement};
 
 /// The output buffers of one successful `skrull_schedule()` call, each at least as long as
 /// `skrull_plan_sizes()` says.
@@ -197,6 +197,25 @@ pub fn check_c_plan(cfg: &Config, lengths: &[u32], p: &CPlan<'_>) -> Result<(), 
         return Err(format!("seq {m} is not listed in any micro-batch"));
     }
     Ok(())
+}
+
+/// A C placement in the Rust API's type (`tokens_per_gpu` dropped).
+pub fn core_placement(p: &skrull_placement) -> Placement {
+    Placement {
+        dp_rank: p.dp_rank,
+        micro_batch: p.micro_batch,
+        cp_rank: p.cp_rank,
+    }
+}
+
+/// A C micro-batch record in the Rust API's type.
+pub fn core_micro_batch(m: &skrull_micro_batch) -> MicroBatch {
+    MicroBatch {
+        dp_rank: m.dp_rank,
+        index: m.index,
+        first: m.first,
+        count: m.count,
+    }
 }
 
 /// Checks a Rust API plan with the same checker: the plan is rewritten in the C records

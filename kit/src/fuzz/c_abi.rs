@@ -14,7 +14,7 @@ use skrull_core::{Config, Error, MicroBatch, Placement};
 
 use super::decode::{Perturb, decode};
 use crate::OwnedBuffers;
-use crate::c_check::{CPlan, check_c_plan, check_rust_plan};
+use crate::c_check::{CPlan, check_c_plan, check_rust_plan, core_micro_batch, core_placement};
 use crate::guarded::{FILL_MB, FILL_P, FILL_S, Guarded};
 
 /// Statuses `skrull_schedule()` must never return.
@@ -282,23 +282,11 @@ pub fn c_as_rust(p: &CPlan<'_>, cp: usize) -> RustPlan {
     let n = p.summary.sequences as usize;
     let mbs = p.summary.micro_batches as usize;
     (
-        p.placements[..n]
-            .iter()
-            .map(|x| Placement {
-                dp_rank: x.dp_rank,
-                micro_batch: x.micro_batch,
-                cp_rank: x.cp_rank,
-            })
-            .collect(),
+        p.placements[..n].iter().map(core_placement).collect(),
         p.per_dp.to_vec(),
         p.micro_batches[..mbs]
             .iter()
-            .map(|m| MicroBatch {
-                dp_rank: m.dp_rank,
-                index: m.index,
-                first: m.first,
-                count: m.count,
-            })
+            .map(core_micro_batch)
             .collect(),
         p.members[..n].to_vec(),
         p.rank_tokens[..mbs * cp].to_vec(),

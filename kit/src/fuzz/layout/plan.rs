@@ -11,6 +11,8 @@ use skrull::{
 use skrull_core::config::{MAX_CP, MAX_DP};
 use skrull_core::{Config, MicroBatch, Placement, Plan, PlanParts};
 
+use crate::c_check::{core_micro_batch, core_placement};
+
 /// A plan as a C caller holds it, with the capacities it declares (never above what is
 /// allocated: a corruption may only shrink them).
 #[derive(Clone, Debug, PartialEq)]
@@ -118,21 +120,12 @@ pub(super) fn stage(cfg: &Config, lengths: &[u32], h: &Held) -> Option<Staged> {
             } else {
                 len
             };
-            (p.tokens_per_gpu == want).then_some(Placement {
-                dp_rank: p.dp_rank,
-                micro_batch: p.micro_batch,
-                cp_rank: p.cp_rank,
-            })
+            (p.tokens_per_gpu == want).then(|| core_placement(p))
         })
         .collect::<Option<Vec<_>>>()?;
     let micro_batches = h.micro_batches[..mbs]
         .iter()
-        .map(|m| MicroBatch {
-            dp_rank: m.dp_rank,
-            index: m.index,
-            first: m.first,
-            count: m.count,
-        })
+        .map(core_micro_batch)
         .collect();
     Some(Staged {
         placements,
