@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes the committed seed corpus: fuzz/corpus/{c_abi,rust_api,layout}/seed-*.
 
-Input format (fuzz_targets/harness.rs `decode`): a mode byte (0x80: Qwen2.5-7B preset,
+Input format (kit/src/fuzz/decode.rs `decode`): a mode byte (0x80: Qwen2.5-7B preset,
 0x40: model fields follow, 0x20: "fit" lengths), selector bytes for dp, cp, bucket, policy,
 victim, flops, shard_padding, max_micro_batches (a byte >= 0xF0 is followed by a raw
 little-endian u32), a perturbation byte (+ its argument), then 2-byte lengths (0xFFF0 and
@@ -59,7 +59,7 @@ SEEDS = {
     "seed-empty-batch": cfg() + b"\x00",
 }
 
-# The layout target (fuzz_targets/layout_harness.rs): 16 header bytes (GPU mode, corruption
+# The layout target (kit/src/fuzz/layout/mod.rs): 16 header bytes (GPU mode, corruption
 # kind, index u16, value u32, call malformation, its argument, one GPU as three u16), then
 # the c_abi format above (its perturbation byte is unused).
 def hdr(mode=0, kind=0, index=0, value=0, mal=0, arg=0, gpu=(0, 0, 0)):
@@ -91,7 +91,7 @@ LAYOUT_SEEDS = {
     # int32 overflow of the sharded cu_seqlens: two sequences of 2^31 - 2 tokens.
     "seed-int32-overflow": hdr(mode=1) + cfg(mode=0x00, dp=0, cp=1, bucket=10, policy=2)
     + b"\x00" + lens(0x7FFFFFFE, 0x7FFFFFFE),
-    # Corrupted plans, one entry each (kinds: layout_harness.rs `corrupt`).
+    # Corrupted plans, one entry each (kinds: kit/src/fuzz/layout/plan.rs `corrupt`).
     "seed-summary-reserved": hdr(kind=19, value=1) + REPORT,
     "seed-cp-rank": hdr(kind=3, index=4, value=5) + REPORT,
     "seed-tokens-per-gpu": hdr(kind=4, index=8, value=7) + REPORT,
@@ -103,7 +103,7 @@ LAYOUT_SEEDS = {
     "seed-summary-rollbacks": hdr(kind=17, value=9) + REPORT,
     "seed-capacity-shrunk": hdr(kind=20, index=2, value=1) + REPORT,
     "seed-sharded-flip": hdr(kind=21, index=0) + REPORT,
-    # Malformed calls (kinds: layout_harness.rs `malform`).
+    # Malformed calls (kinds: kit/src/fuzz/layout/call.rs `malform`).
     "seed-plan-reserved": hdr(mal=1) + REPORT,
     "seed-out-reserved": hdr(mal=2) + REPORT,
     "seed-out-struct-size": hdr(mal=3, arg=2) + REPORT,

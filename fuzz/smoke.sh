@@ -9,7 +9,7 @@
 #   cd fuzz && nice -n 19 cargo +nightly fuzz run c_abi -- -max_total_time=1800 -print_final_stats=1
 # Replay one input:   cd fuzz && cargo +nightly fuzz run c_abi artifacts/c_abi/crash-<hash>
 # Every crash becomes a named test in tests/regressions_fuzz.rs (it replays the bytes through
-# the same harness, fuzz/fuzz_targets/harness.rs or layout_harness.rs).
+# the same harness, skrull_kit::fuzz in kit/src/fuzz/; the targets only wrap it).
 set -euo pipefail
 
 secs="${1:-60}"

@@ -42,7 +42,7 @@
 
 /**
  * Policy: cost-aware `balanced` (placement, DP balance and micro-batch grouping chosen on the
- * cost model's estimated time; issue 8).
+ * cost model's estimated time).
  */
 #define SKRULL_POLICY_BALANCED 4
 

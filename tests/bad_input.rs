@@ -10,117 +10,26 @@
 #![allow(clippy::unwrap_used, clippy::panic)] // test helpers: a failure is a test failure
 #![allow(clippy::type_complexity, clippy::needless_range_loop)] // case tables
 
-#[path = "../fuzz/fuzz_targets/check.rs"]
-mod check;
-mod common;
-
 use core::ffi::{CStr, c_void};
 use core::ptr::{null, null_mut};
 
-use check::{CPlan, check_c_plan};
-use common::independent_check;
 use skrull::{
     SKRULL_CONFIG_SIZE_V1, SKRULL_MAX_STRUCT_SIZE, SKRULL_PRESET_QWEN2_5_0_5B,
     SKRULL_PRESET_QWEN2_5_7B, skrull_config, skrull_config_default, skrull_config_init,
     skrull_config_preset, skrull_config_preset_init, skrull_dacp_place, skrull_dacp_summary,
-    skrull_micro_batch, skrull_placement, skrull_plan_buffers, skrull_plan_sizes, skrull_schedule,
-    skrull_sizes, skrull_status, skrull_status_str, skrull_summary, skrull_workspace_size,
+    skrull_plan_buffers, skrull_plan_sizes, skrull_schedule, skrull_sizes, skrull_status,
+    skrull_status_str, skrull_summary, skrull_workspace_size,
 };
 use skrull_core::config::{MAX_BUCKET, MAX_CP, MAX_DP, MAX_SEQ_LEN, MAX_SEQS};
 use skrull_core::error::{Buffer, ShapeField};
 use skrull_core::{
-    Config, Error, FlopsFormula, MicroBatch, ModelShape, Placement, PlanBuffers, PlanSizes, Policy,
-    ShardPadding, Workspace, WorkspaceSizes,
+    Config, Error, FlopsFormula, ModelShape, PlanBuffers, PlanSizes, Policy, ShardPadding,
+    Workspace, WorkspaceSizes,
 };
-
-// ---------------------------------------------------------------------------------------
-// Guarded buffers
-// ---------------------------------------------------------------------------------------
-
-/// Guard elements on each side of every buffer.
-const G: usize = 8;
-
-/// `len` elements with `G` guard elements on each side; everything starts as `fill` (or the
-/// given contents, for inputs).
-struct Guarded<T: Copy + PartialEq + core::fmt::Debug> {
-    v: Vec<T>,
-    len: usize,
-    fill: T,
-}
-
-impl<T: Copy + PartialEq + core::fmt::Debug> Guarded<T> {
-    fn new(len: usize, fill: T) -> Self {
-        Guarded {
-            v: vec![fill; len + 2 * G],
-            len,
-            fill,
-        }
-    }
-    fn with(data: &[T], fill: T) -> Self {
-        let mut g = Guarded::new(data.len(), fill);
-        g.v[G..G + data.len()].copy_from_slice(data);
-        g
-    }
-    fn ptr(&mut self) -> *mut T {
-        self.v[G..].as_mut_ptr()
-    }
-    fn body(&self) -> &[T] {
-        &self.v[G..G + self.len]
-    }
-    fn body_mut(&mut self) -> &mut [T] {
-        &mut self.v[G..G + self.len]
-    }
-    /// Guards intact, and nothing written from element `from` on.
-    fn untouched_from(&self, from: usize, what: &str, case: &str) {
-        let fill = self.fill;
-        assert!(
-            self.v[..G].iter().all(|&x| x == fill),
-            "{case}: {what}: front guard written"
-        );
-        assert!(
-            self.v[G + from.min(self.len)..].iter().all(|&x| x == fill),
-            "{case}: {what}: written from element {from} on (or the back guard)"
-        );
-    }
-    /// Guards intact (for inputs and the workspace, whose body may differ).
-    fn guards_intact(&self, what: &str, case: &str) {
-        self.untouched_from(self.len, what, case);
-    }
-}
-
-const FILL: u32 = 0xDEAD_BEEF;
-const FILL_P: skrull_placement = skrull_placement {
-    dp_rank: FILL,
-    micro_batch: FILL,
-    cp_rank: -7,
-    tokens_per_gpu: FILL,
-};
-const FILL_MB: skrull_micro_batch = skrull_micro_batch {
-    dp_rank: FILL,
-    index: FILL,
-    first: FILL,
-    count: FILL,
-};
-const FILL_S: skrull_summary = skrull_summary {
-    total_tokens: 0xDEAD_BEEF_DEAD_BEEF,
-    sequences: FILL,
-    micro_batches: FILL,
-    sharded: FILL,
-    rollbacks: FILL,
-    peak_rank_tokens: FILL,
-    _reserved: FILL,
-};
-const FILL_RP: Placement = Placement {
-    dp_rank: FILL,
-    micro_batch: FILL,
-    cp_rank: -7,
-};
-const FILL_RMB: MicroBatch = MicroBatch {
-    dp_rank: FILL,
-    index: FILL,
-    first: FILL,
-    count: FILL,
-};
+use skrull_kit::Guarded;
+use skrull_kit::c_check::{CPlan, check_c_plan};
+use skrull_kit::check::independent_check;
+use skrull_kit::guarded::{FILL, FILL_MB, FILL_P, FILL_RMB, FILL_RP, FILL_S};
 
 /// The docs' example batch (docs/c_api.md): DP 2, CP 4, BucketSize 24.
 const EXAMPLE: [u32; 10] = [1, 2, 2, 3, 4, 6, 9, 14, 30, 5];
@@ -635,19 +544,19 @@ fn run_rust(c: &RCase) {
         (Err(e), Err(w)) => assert_eq!(e, w, "{name}"),
         (g, w) => panic!("{name}: got {:?}, want {w:?}", g.as_ref().map(|_| ())),
     }
-    placements.guards_intact("placements", &name);
-    micro_batches.guards_intact("micro_batches", &name);
-    members.guards_intact("members", &name);
-    rank_tokens.guards_intact("rank_tokens", &name);
-    per_dp.guards_intact("micro_batches_per_dp", &name);
-    keys.guards_intact("keys", &name);
-    seqs.guards_intact("seqs", &name);
-    scratch.guards_intact("scratch", &name);
-    loads.guards_intact("dp_loads", &name);
-    heap.guards_intact("dp_heap", &name);
-    start.guards_intact("dp_start", &name);
-    costs.guards_intact("costs", &name);
-    marks.guards_intact("marks", &name);
+    placements.guards_intact(&format!("{name}: placements"));
+    micro_batches.guards_intact(&format!("{name}: micro_batches"));
+    members.guards_intact(&format!("{name}: members"));
+    rank_tokens.guards_intact(&format!("{name}: rank_tokens"));
+    per_dp.guards_intact(&format!("{name}: micro_batches_per_dp"));
+    keys.guards_intact(&format!("{name}: keys"));
+    seqs.guards_intact(&format!("{name}: seqs"));
+    scratch.guards_intact(&format!("{name}: scratch"));
+    loads.guards_intact(&format!("{name}: dp_loads"));
+    heap.guards_intact(&format!("{name}: dp_heap"));
+    start.guards_intact(&format!("{name}: dp_start"));
+    costs.guards_intact(&format!("{name}: costs"));
+    marks.guards_intact(&format!("{name}: marks"));
 }
 
 #[test]
@@ -863,8 +772,8 @@ fn rust_dacp_matrix() {
             (Err(e), Err(w)) => assert_eq!(e, w, "dacp {name}"),
             (g, w) => panic!("dacp {name}: got {g:?}, want {w:?}"),
         }
-        order.guards_intact("order", name);
-        out.guards_intact("out", name);
+        order.guards_intact(&format!("{name}: order"));
+        out.guards_intact(&format!("{name}: out"));
     }
 }
 
@@ -1053,25 +962,25 @@ fn run_c(name: &str, spec: &CSpec) -> skrull_status {
         &spec.lengths[..],
         "{name}: lengths were written"
     );
-    lengths.guards_intact("lengths", name);
-    workspace.guards_intact("workspace", name);
+    lengths.guards_intact(&format!("{name}: lengths"));
+    workspace.guards_intact(&format!("{name}: workspace"));
     if st != skrull_status::Ok {
-        placements.untouched_from(0, "placements", name);
-        micro_batches.untouched_from(0, "micro_batches", name);
-        members.untouched_from(0, "members", name);
-        rank_tokens.untouched_from(0, "rank_tokens", name);
-        per_dp.untouched_from(0, "micro_batches_per_dp", name);
-        summary.untouched_from(0, "summary", name);
+        placements.untouched_from(0, &format!("{name}: placements"));
+        micro_batches.untouched_from(0, &format!("{name}: micro_batches"));
+        members.untouched_from(0, &format!("{name}: members"));
+        rank_tokens.untouched_from(0, &format!("{name}: rank_tokens"));
+        per_dp.untouched_from(0, &format!("{name}: micro_batches_per_dp"));
+        summary.untouched_from(0, &format!("{name}: summary"));
         return st;
     }
     let s = summary.body()[0];
     let (k, mbs) = (spec.lengths.len(), s.micro_batches as usize);
-    placements.untouched_from(k, "placements", name);
-    micro_batches.untouched_from(mbs, "micro_batches", name);
-    members.untouched_from(k, "members", name);
-    rank_tokens.untouched_from(mbs * cp as usize, "rank_tokens", name);
-    per_dp.untouched_from(dp as usize, "micro_batches_per_dp", name);
-    summary.untouched_from(1, "summary", name);
+    placements.untouched_from(k, &format!("{name}: placements"));
+    micro_batches.untouched_from(mbs, &format!("{name}: micro_batches"));
+    members.untouched_from(k, &format!("{name}: members"));
+    rank_tokens.untouched_from(mbs * cp as usize, &format!("{name}: rank_tokens"));
+    per_dp.untouched_from(dp as usize, &format!("{name}: micro_batches_per_dp"));
+    summary.untouched_from(1, &format!("{name}: summary"));
     let cfg = spec.cfg.to_core().unwrap();
     let plan = CPlan {
         placements: placements.body(),
@@ -1564,9 +1473,9 @@ fn c_plan_sizes_and_workspace_size_matrix() {
                 (n, n, n, n * cp as usize, dp as usize),
                 "{name}"
             );
-            out.guards_intact("sizes", name);
+            out.guards_intact(&format!("{name}: sizes"));
         } else {
-            out.untouched_from(0, "sizes", name);
+            out.untouched_from(0, &format!("{name}: sizes"));
         }
     }
 }
@@ -1666,9 +1575,9 @@ fn c_config_initialisers_matrix() {
                     // The fields past version 1 keep the caller's bytes.
                     assert_eq!((c.pad_multiple, c.lockstep), (FILL, FILL), "{name}");
                 }
-                out.guards_intact("config", name);
+                out.guards_intact(&format!("{name}: config"));
             } else {
-                out.untouched_from(0, "config", name);
+                out.untouched_from(0, &format!("{name}: config"));
             }
         }
     }
@@ -1843,16 +1752,16 @@ fn c_dacp_place_matrix() {
         };
         assert_eq!(st, want, "dacp {name}");
         assert_eq!(lens.body(), &lengths[..], "{name}: lengths written");
-        lens.guards_intact("lengths", name);
-        ws.guards_intact("workspace", name);
+        lens.guards_intact(&format!("{name}: lengths"));
+        ws.guards_intact(&format!("{name}: workspace"));
         if st == S::Ok {
-            ranks.guards_intact("cp_ranks", name);
-            sum.guards_intact("summary", name);
+            ranks.guards_intact(&format!("{name}: cp_ranks"));
+            sum.guards_intact(&format!("{name}: summary"));
             let sharded = ranks.body().iter().filter(|&&r| r == -1).count() as u32;
             assert_eq!(sum.body()[0].sharded, sharded, "{name}");
         } else {
-            ranks.untouched_from(0, "cp_ranks", name);
-            sum.untouched_from(0, "summary", name);
+            ranks.untouched_from(0, &format!("{name}: cp_ranks"));
+            sum.untouched_from(0, &format!("{name}: summary"));
         }
     }
 }

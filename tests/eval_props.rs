@@ -3,19 +3,16 @@
 //! is drawn at random within the budget; a longer sequence never makes a plan cheaper; every
 //! plan over BucketSize is flagged.
 
-mod common;
-
 use std::collections::BTreeMap;
 
-use common::{Case, POLICIES, cases};
 use quickcheck::{QuickCheck, TestResult};
-use skrull_cli::OwnedBuffers;
-use skrull_cli::evaluate::OwnedEval;
-use skrull_cli::sample::Rng;
 use skrull_core::model::CostModel;
 use skrull_core::model::cost::Overlap;
 use skrull_core::plan::SHARDED;
 use skrull_core::{Config, Placement};
+use skrull_kit::cases::{Case, POLICIES, cases, with_policy};
+use skrull_kit::sample::Rng;
+use skrull_kit::{OwnedBuffers, OwnedEval};
 
 /// Whether every sequence passes the core's up-front check, its shard within BucketSize (the
 /// generator can draw a few that do not, e.g. zigzag padding with BucketSize 1, where a
@@ -126,7 +123,7 @@ fn evaluated_time_is_never_below_the_lower_bound_for_any_policy() {
             return TestResult::discard();
         }
         for policy in POLICIES {
-            let cfg = common::with_policy(&case.cfg, policy);
+            let cfg = with_policy(&case.cfg, policy);
             let mut bufs = OwnedBuffers::for_batch(case.lengths.len(), &cfg);
             let plan = match bufs.schedule(&cfg, &case.lengths) {
                 Ok(p) => p,

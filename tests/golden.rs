@@ -12,19 +12,12 @@
 //! decisions, update the values from the failure messages and say why in the commit.
 #![allow(clippy::unwrap_used)] // test helpers: a failure is a test failure
 
-mod common;
-
-use core::ffi::c_void;
-
-use common::independent_check;
-use skrull::{
-    skrull_config, skrull_micro_batch, skrull_placement, skrull_plan_buffers, skrull_plan_sizes,
-    skrull_schedule, skrull_sizes, skrull_status, skrull_summary,
-};
-use skrull_cli::OwnedBuffers;
-use skrull_cli::plan_cmd::{DEFAULT_BATCH, DEFAULT_CONTEXT, DEFAULT_SEED, default_lengths};
-use skrull_cli::sample::Table1Cdf;
+use skrull::{skrull_config, skrull_status};
 use skrull_core::{Config, ModelShape, Policy};
+use skrull_kit::OwnedBuffers;
+use skrull_kit::batch::{DEFAULT_BATCH, DEFAULT_SEED, default_lengths, table1_lengths};
+use skrull_kit::c_plan::OwnedCPlan;
+use skrull_kit::check::independent_check;
 
 /// FNV-1a 64 over a sequence of `u32`, each as 4 little-endian bytes.
 fn fnv1a(words: impl IntoIterator<Item = u32>) -> u64 {
@@ -68,10 +61,13 @@ fn batches() -> Vec<(&'static str, Config, Vec<u32>)> {
     // The default `skrull plan` batch: 256 LMsys-like sequences, seed 20250526.
     let lmsys = default_lengths(paper.cp, paper.bucket);
     // A ChatQA2-like batch (Table 1), same seed and clip.
-    let clip = DEFAULT_CONTEXT.min(paper.cp * paper.bucket);
-    let chatqa2 = Table1Cdf::by_name("chatqa2")
-        .unwrap()
-        .batch(DEFAULT_SEED, DEFAULT_BATCH, clip);
+    let chatqa2 = table1_lengths(
+        "chatqa2",
+        DEFAULT_SEED,
+        DEFAULT_BATCH,
+        paper.cp,
+        paper.bucket,
+    );
     // A small hand-made batch (docs/c_api.md's C example): DP 2, CP 4, BucketSize 24.
     let small = vec![1, 2, 2, 3, 4, 6, 9, 14, 30, 5];
     vec![
@@ -144,54 +140,18 @@ fn hash_of(cfg: &Config, lengths: &[u32]) -> (u64, Option<String>) {
 
 /// The same hash over `skrull_schedule()`'s output.
 fn c_hash(cfg: &Config, lengths: &[u32]) -> u64 {
-    let n = lengths.len();
-    let c = skrull_config::from_core(cfg);
-    let mut s = skrull_sizes::default();
-    // SAFETY: `s` is a live, aligned skrull_sizes.
+    let mut out = OwnedCPlan::new(lengths.len(), cfg, 0);
     assert_eq!(
-        unsafe { skrull_plan_sizes(n, cfg.dp, cfg.cp, &mut s) },
+        out.schedule(&skrull_config::from_core(cfg), lengths),
         skrull_status::Ok
     );
-    let mut placements = vec![skrull_placement::default(); s.placements];
-    let mut micro_batches = vec![skrull_micro_batch::default(); s.micro_batches];
-    let mut members = vec![0u32; s.members];
-    let mut rank_tokens = vec![0u32; s.rank_tokens];
-    let mut per_dp = vec![0u32; s.micro_batches_per_dp];
-    let mut summary = skrull_summary::default();
-    let mut ws = vec![0u8; s.workspace_bytes];
-    let out = skrull_plan_buffers {
-        struct_size: size_of::<skrull_plan_buffers>() as u32,
-        _reserved: 0,
-        placements: placements.as_mut_ptr(),
-        placements_len: placements.len(),
-        micro_batches: micro_batches.as_mut_ptr(),
-        micro_batches_len: micro_batches.len(),
-        members: members.as_mut_ptr(),
-        members_len: members.len(),
-        rank_tokens: rank_tokens.as_mut_ptr(),
-        rank_tokens_len: rank_tokens.len(),
-        micro_batches_per_dp: per_dp.as_mut_ptr(),
-        micro_batches_per_dp_len: per_dp.len(),
-        summary: &mut summary,
-        error: std::ptr::null_mut(),
-    };
-    // SAFETY: every pointer is valid for the length it is given, nothing overlaps.
-    let st = unsafe {
-        skrull_schedule(
-            &c,
-            lengths.as_ptr(),
-            n,
-            ws.as_mut_ptr().cast::<c_void>(),
-            ws.len(),
-            &out,
-        )
-    };
-    assert_eq!(st, skrull_status::Ok);
-    let p: Vec<(u32, u32, i32)> = placements
+    let plan = out.plan();
+    let p: Vec<(u32, u32, i32)> = plan
+        .placements
         .iter()
         .map(|p| (p.dp_rank, p.micro_batch, p.cp_rank))
         .collect();
-    plan_hash(&p, &per_dp)
+    plan_hash(&p, plan.per_dp)
 }
 
 #[test]

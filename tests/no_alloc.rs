@@ -5,11 +5,11 @@
 use std::alloc::{GlobalAlloc, Layout as AllocLayout, System};
 use std::cell::Cell;
 
-use skrull_cli::OwnedBuffers;
-use skrull_cli::sample::TABLE1;
-use skrull_core::model::eval::{self, EvalBuffers, EvalSizes, MicroBatchTime, RankSlot};
+use skrull_core::model::eval;
 use skrull_core::plan::layout::{self, Gpu, LayoutBuffers, LayoutSizes, Span};
 use skrull_core::{Config, ModelShape, Policy, ShardPadding, policy::dacp};
+use skrull_kit::sample::TABLE1;
+use skrull_kit::{OwnedBuffers, OwnedEval};
 
 /// Counts allocations per thread, so the test harness's own threads do not disturb it.
 struct Counting;
@@ -163,24 +163,9 @@ fn layout_fill_and_evaluate_do_not_allocate() {
         }
         assert_eq!(filled, cfg.dp * cfg.cp);
         // The evaluator on the same plan.
-        let es = EvalSizes::for_batch(lengths.len(), &cfg);
-        let mut mbs = vec![MicroBatchTime::default(); es.micro_batches];
-        let mut ranks = vec![RankSlot::default(); es.ranks];
-        let mut dp_times = vec![0f64; es.dp_times];
-        let mut dp_offsets = vec![0u32; es.dp_offsets];
+        let mut ev = OwnedEval::for_batch(lengths.len(), &cfg);
         let (n, r) = allocations_during(|| {
-            eval::evaluate(
-                &cfg,
-                &lengths,
-                &plan,
-                EvalBuffers {
-                    micro_batches: &mut mbs,
-                    ranks: &mut ranks,
-                    dp_times: &mut dp_times,
-                    dp_offsets: &mut dp_offsets,
-                },
-            )
-            .map(|e| e.report.iteration_time)
+            eval::evaluate(&cfg, &lengths, &plan, ev.buffers()).map(|e| e.report.iteration_time)
         });
         assert!(r.is_ok(), "{r:?}");
         assert_eq!(n, 0, "evaluate allocated");

@@ -1,15 +1,14 @@
 //! Properties of every policy over random batches and configurations, checked by an
 //! independent checker that trusts only the placements.
 
-mod common;
-
-use common::{Case, POLICIES, cases, independent_check};
 use quickcheck::{QuickCheck, TestResult};
-use skrull_cli::OwnedBuffers;
 use skrull_core::{Placement, Policy, plan};
+use skrull_kit::OwnedBuffers;
+use skrull_kit::cases::{Case, POLICIES, cases, with_policy};
+use skrull_kit::check::independent_check;
 
 fn plan_of(case: &Case, policy: Policy) -> Result<(Vec<Placement>, Vec<u32>), String> {
-    let cfg = common::with_policy(&case.cfg, policy);
+    let cfg = with_policy(&case.cfg, policy);
     let mut bufs = OwnedBuffers::for_batch(case.lengths.len(), &cfg);
     let plan = bufs
         .schedule(&cfg, &case.lengths)
@@ -67,7 +66,7 @@ fn skrull_plan_follows_a_permutation_of_distinct_lengths() {
             return TestResult::discard();
         }
         // A seeded shuffle (Fisher-Yates with SplitMix).
-        let mut rng = skrull_cli::sample::Rng::new(seed);
+        let mut rng = skrull_kit::sample::Rng::new(seed);
         let mut perm: Vec<usize> = (0..lengths.len()).collect();
         for i in (1..perm.len()).rev() {
             perm.swap(i, rng.below(i as u64 + 1) as usize);

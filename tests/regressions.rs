@@ -1,11 +1,9 @@
 //! Named regression tests: every bug or counterexample found in skrull gets one here, next to
 //! the paper's worked examples run through the full scheduler.
 
-mod common;
-
-use common::independent_check;
-use skrull_cli::OwnedBuffers;
 use skrull_core::{Config, Error, ModelShape, Policy, ShardPadding, Victim, plan};
+use skrull_kit::OwnedBuffers;
+use skrull_kit::check::independent_check;
 
 const EXAMPLE: [u32; 9] = [1, 2, 2, 3, 4, 6, 9, 14, 30];
 

@@ -1,16 +1,11 @@
 //! Fuzz regressions: every input that ever crashed a fuzz target (`fuzz/`) replays here as a
-//! named test, through the same harness (`fuzz/fuzz_targets/harness.rs`), so the bug stays
-//! fixed without nightly or cargo-fuzz. The committed seed corpus replays too.
+//! named test, through the same harness (`skrull_kit::fuzz`, `kit/src/fuzz/`), so the bug
+//! stays fixed without nightly or cargo-fuzz. The committed seed corpus replays too.
 #![allow(clippy::unwrap_used)] // test helpers: a failure is a test failure
 
-#[path = "../fuzz/fuzz_targets/check.rs"]
-mod check;
-#[path = "../fuzz/fuzz_targets/harness.rs"]
-mod harness;
-#[path = "../fuzz/fuzz_targets/layout_harness.rs"]
-mod layout_harness;
-
 use std::path::Path;
+
+use skrull_kit::fuzz;
 
 /// Every committed seed (`fuzz/corpus/<target>/seed-*`) passes its target's harness.
 #[test]
@@ -33,12 +28,12 @@ fn committed_seed_corpus_replays_clean() {
             let data = std::fs::read(&p).unwrap();
             match target {
                 "c_abi" => {
-                    let _ = harness::c_abi(&data);
+                    let _ = fuzz::c_abi(&data);
                 }
                 "layout" => {
-                    let _ = layout_harness::layout(&data);
+                    let _ = fuzz::layout(&data);
                 }
-                _ => harness::rust_api(&data),
+                _ => fuzz::rust_api(&data),
             }
             replayed += 1;
         }
@@ -59,7 +54,7 @@ fn committed_seed_corpus_replays_clean() {
 fn layout_seeds_reach_what_they_are_named_after() {
     use skrull::skrull_status as S;
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus/layout");
-    let run = |name: &str| layout_harness::layout(&std::fs::read(dir.join(name)).unwrap());
+    let run = |name: &str| fuzz::layout(&std::fs::read(dir.join(name)).unwrap());
     for seed in [
         "seed-every-gpu-skrull",
         "seed-every-gpu-balanced",

@@ -5,10 +5,11 @@ use std::hint::black_box;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use skrull_benches::floor::Floor;
-use skrull_benches::{OwnedEval, chatqa2, config, lmsys};
-use skrull_cli::OwnedBuffers;
+use skrull_benches::{chatqa2, config, lmsys};
 use skrull_core::model::eval;
 use skrull_core::{Config, Policy, policy::dacp};
+use skrull_kit::batch::{DEFAULT_SEED, table1_lengths};
+use skrull_kit::{OwnedBuffers, OwnedEval};
 
 /// Times one full `schedule` call (validation, every DP rank's plan) on fixed inputs.
 fn bench_schedule(c: &mut Criterion, group: &str, id: &str, cfg: Config, lengths: &[u32]) {
@@ -146,8 +147,7 @@ fn scaling(c: &mut Criterion) {
 /// (DP 4, CP 8, BucketSize 26K), beside `skrull` on the same batch.
 fn balanced(c: &mut Criterion) {
     for name in ["wikipedia", "lmsys", "chatqa2"] {
-        let lengths =
-            skrull_benches::lengths(name, skrull_cli::plan_cmd::DEFAULT_SEED, 256, 8, 26 * 1024);
+        let lengths = table1_lengths(name, DEFAULT_SEED, 256, 8, 26 * 1024);
         for p in [Policy::Balanced, Policy::Skrull] {
             let id = format!("{}_{name}_256_dp4", p.name());
             bench_schedule(c, "balanced", &id, config(4, p), &lengths);

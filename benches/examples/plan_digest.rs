@@ -10,9 +10,9 @@
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
 
-use skrull_cli::OwnedBuffers;
-use skrull_cli::sample::{Rng, TABLE1};
 use skrull_core::{Config, FlopsFormula, ModelShape, Policy, ShardPadding, Victim, policy::dacp};
+use skrull_kit::OwnedBuffers;
+use skrull_kit::sample::{Rng, TABLE1};
 
 /// A fixed list (not `Policy::ALL`, which grows), so the digest compares across versions.
 const POLICIES: [Policy; 4] = [

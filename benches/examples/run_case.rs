@@ -5,8 +5,8 @@ use std::hint::black_box;
 
 use skrull_benches::floor::Floor;
 use skrull_benches::{chatqa2, config, lmsys};
-use skrull_cli::OwnedBuffers;
 use skrull_core::{Policy, policy::dacp};
+use skrull_kit::OwnedBuffers;
 
 fn main() {
     let mut args = std::env::args().skip(1);

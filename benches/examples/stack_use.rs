@@ -7,8 +7,8 @@
 use std::hint::black_box;
 
 use skrull_benches::{chatqa2, config, lmsys};
-use skrull_cli::OwnedBuffers;
 use skrull_core::{Config, Policy, policy::dacp};
+use skrull_kit::OwnedBuffers;
 
 const PATTERN: u64 = 0x5AFE_C0DE_D00D_F00D;
 /// Bytes painted below the measuring frame (the thread has 8 MiB).

@@ -4,57 +4,11 @@
 use std::fmt::Write;
 
 use serde_json::Value;
-use skrull_core::model::eval::{
-    EvalError, EvalSizes, Evaluation, MicroBatchTime, RankSlot, Report, evaluate_placements,
-};
+use skrull_core::model::eval::{Evaluation, Report};
 use skrull_core::{Config, FlopsFormula, ModelShape, Placement, Policy, ShardPadding, Victim};
+use skrull_kit::OwnedEval;
 
 use crate::args::{Flags, config_over, cost_label, model_name, parse_model, read_lengths};
-
-/// Heap-backed evaluation buffers: allocate once, evaluate many plans.
-#[derive(Debug, Default, Clone)]
-pub struct OwnedEval {
-    micro_batches: Vec<MicroBatchTime>,
-    ranks: Vec<RankSlot>,
-    dp_times: Vec<f64>,
-    dp_offsets: Vec<u32>,
-}
-
-fn grow<T: Default + Clone>(v: &mut Vec<T>, n: usize) {
-    if v.len() < n {
-        v.resize(n, T::default());
-    }
-}
-
-impl OwnedEval {
-    /// Evaluates `placements` of `lengths` under `cfg` (and its cost model), growing the
-    /// buffers first.
-    ///
-    /// # Errors
-    /// Whatever [`evaluate_placements`] returns.
-    pub fn evaluate(
-        &mut self,
-        cfg: &Config,
-        lengths: &[u32],
-        placements: &[Placement],
-    ) -> Result<Evaluation<'_>, EvalError> {
-        cfg.validate().map_err(EvalError::Config)?;
-        if lengths.len() <= skrull_core::config::MAX_SEQS {
-            let s = EvalSizes::for_batch(lengths.len(), cfg);
-            grow(&mut self.micro_batches, s.micro_batches);
-            grow(&mut self.ranks, s.ranks);
-            grow(&mut self.dp_times, s.dp_times);
-            grow(&mut self.dp_offsets, s.dp_offsets);
-        }
-        let out = skrull_core::model::eval::EvalBuffers {
-            micro_batches: &mut self.micro_batches,
-            ranks: &mut self.ranks,
-            dp_times: &mut self.dp_times,
-            dp_offsets: &mut self.dp_offsets,
-        };
-        evaluate_placements(cfg, lengths, placements, out)
-    }
-}
 
 /// A plan read from `skrull plan --format json`.
 #[derive(Debug, Clone, PartialEq)]
@@ -378,8 +332,8 @@ pub fn run(flags: &Flags) -> Result<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::OwnedBuffers;
     use crate::json::plan_json;
+    use skrull_kit::OwnedBuffers;
 
     #[test]
     fn plan_json_round_trips_into_placements() {

@@ -265,8 +265,8 @@ pub fn layout_table(cfg: &Config, g: &GpuLayout) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::buffers::OwnedBuffers;
     use skrull_core::{ModelShape, ShardPadding};
+    use skrull_kit::OwnedBuffers;
 
     #[test]
     fn parses_three_numbers() {

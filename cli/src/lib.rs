@@ -1,15 +1,12 @@
-//! The std side of skrull: buffers, samplers, argument and file parsing, JSON output and the
-//! `skrull` subcommands. No scheduling logic lives here: it calls `skrull-core`.
+//! The `skrull` command: argument and file parsing, JSON output and the subcommands. No
+//! scheduling logic lives here: it calls `skrull-core`, with the buffers and samplers of
+//! `skrull-kit`.
 
 pub mod args;
-pub mod buffers;
 pub mod calibrate;
 pub mod evaluate;
 pub mod json;
 pub mod layout_out;
 pub mod plan_cmd;
-pub mod sample;
 pub mod simulate;
 pub mod svg;
-
-pub use buffers::OwnedBuffers;

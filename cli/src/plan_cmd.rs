@@ -1,25 +1,11 @@
 //! `skrull plan`: read lengths (or draw the built-in default batch) and print the plan.
 
+use skrull_kit::OwnedBuffers;
+use skrull_kit::batch::default_lengths;
+
 use crate::args::{Flags, config_from, read_lengths};
-use crate::buffers::OwnedBuffers;
 use crate::json::{plan_json, plan_table};
 use crate::layout_out::{compute, layout_json, layout_table, parse_gpu};
-use crate::sample::Table1Cdf;
-
-/// Sequences in the built-in default batch (DP 4 x BatchSize 64, as in the paper).
-pub const DEFAULT_BATCH: usize = 256;
-/// Seed of the built-in default batch.
-pub const DEFAULT_SEED: u64 = 20_250_526;
-/// Context limit the default batch is clipped at (before the `N x C` clip).
-pub const DEFAULT_CONTEXT: u32 = 128 * 1024;
-
-/// The built-in default batch: 256 LMsys-Chat-1M-like lengths (Table 1) from a fixed seed,
-/// clipped at 128K and at `cp x bucket`.
-pub fn default_lengths(cp: u32, bucket: u32) -> Vec<u32> {
-    let clip = DEFAULT_CONTEXT.min(cp.saturating_mul(bucket));
-    let lmsys = Table1Cdf::by_name("lmsys").unwrap_or(&crate::sample::TABLE1[1]);
-    lmsys.batch(DEFAULT_SEED, DEFAULT_BATCH, clip)
-}
 
 /// Usage text of `skrull plan`.
 pub const USAGE: &str = "\

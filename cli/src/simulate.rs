@@ -11,12 +11,11 @@ use std::time::Instant;
 
 use skrull_core::model::{CostModel, TimeModel};
 use skrull_core::{Config, ModelShape, Policy};
+use skrull_kit::sample::{Dataset, Rng};
+use skrull_kit::{OwnedBuffers, OwnedEval};
 
-use crate::OwnedBuffers;
 use crate::args::{Flags, model_name, options_over, parse_model};
 use crate::calibrate::cost_from_flags;
-use crate::evaluate::OwnedEval;
-use crate::sample::{Dataset, Rng};
 use crate::svg::{Panel, gantt};
 
 /// A parallel layout and budget from the paper.
@@ -281,7 +280,7 @@ impl Default for Options {
     fn default() -> Options {
         Options {
             iterations: 20,
-            seed: crate::plan_cmd::DEFAULT_SEED,
+            seed: skrull_kit::batch::DEFAULT_SEED,
             context: 128 * K,
             policies: SimPolicy::ALL.to_vec(),
             template: Config::new(1, 1, 1, ModelShape::QWEN2_5_0_5B),

@@ -7,12 +7,11 @@
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
-use skrull_cli::OwnedBuffers;
 use skrull_cli::calibrate::parse_cost_model;
-use skrull_cli::evaluate::OwnedEval;
 use skrull_core::model::fit::SKRULL_TABLE5_ALL_GATHER;
 use skrull_core::model::{CostModel, TimeModel};
 use skrull_core::{Config, ModelShape, ShardPadding};
+use skrull_kit::{OwnedBuffers, OwnedEval};
 
 fn skrull(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_skrull"))
@@ -356,7 +355,7 @@ fn evaluate_matches_the_core_evaluator_on_a_plan_from_skrull_plan() {
 
     // The same plan through the library.
     let cfg = Config::new(4, 8, 26 * 1024, ModelShape::QWEN2_5_0_5B);
-    let lengths = skrull_cli::plan_cmd::default_lengths(cfg.cp, cfg.bucket);
+    let lengths = skrull_kit::batch::default_lengths(cfg.cp, cfg.bucket);
     let mut bufs = OwnedBuffers::for_batch(lengths.len(), &cfg);
     let plan = bufs.schedule(&cfg, &lengths).expect("plan");
     let mut ev = OwnedEval::default();

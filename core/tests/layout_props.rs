@@ -9,10 +9,8 @@ use quickcheck::{Arbitrary, Gen, QuickCheck};
 use skrull_core::plan::layout::{
     self, Gpu, LOCAL_CHUNK, Layout, LayoutBuffers, LayoutError, LayoutSizes, Span, zigzag_chunk,
 };
-use skrull_core::{
-    Config, MicroBatch, ModelShape, Placement, Plan, PlanBuffers, PlanSizes, Policy, ShardPadding,
-    Workspace, WorkspaceSizes, schedule,
-};
+use skrull_core::{Config, ModelShape, Plan, Policy, ShardPadding};
+use skrull_kit::OwnedBuffers;
 
 /// A random batch and configuration whose BucketSize fits every sequence sharded.
 #[derive(Debug, Clone)]
@@ -80,48 +78,6 @@ impl Arbitrary for Case {
             })
         }))
     }
-}
-
-/// Owned plan storage.
-struct Store {
-    placements: Vec<Placement>,
-    micro_batches: Vec<MicroBatch>,
-    members: Vec<u32>,
-    rank_tokens: Vec<u32>,
-    per_dp: Vec<u32>,
-}
-
-fn plan_of<'a>(cfg: &Config, lengths: &[u32], st: &'a mut Store) -> Plan<'a> {
-    let ws = WorkspaceSizes::for_any_policy(lengths.len(), cfg);
-    let (mut keys, mut seqs, mut scratch) = (
-        vec![0u64; ws.keys],
-        vec![0u32; ws.seqs],
-        vec![0u32; ws.scratch],
-    );
-    let (mut loads, mut heap, mut start) = (
-        vec![0u128; ws.dp_loads],
-        vec![0u32; ws.dp_heap],
-        vec![0u32; ws.dp_start],
-    );
-    let (mut costs, mut marks) = (vec![0u64; ws.costs], vec![0u32; ws.marks]);
-    let mut work = Workspace {
-        keys: &mut keys,
-        seqs: &mut seqs,
-        scratch: &mut scratch,
-        dp_loads: &mut loads,
-        dp_heap: &mut heap,
-        dp_start: &mut start,
-        costs: &mut costs,
-        marks: &mut marks,
-    };
-    let out = PlanBuffers {
-        placements: &mut st.placements,
-        micro_batches: &mut st.micro_batches,
-        members: &mut st.members,
-        rank_tokens: &mut st.rank_tokens,
-        micro_batches_per_dp: &mut st.per_dp,
-    };
-    schedule(cfg, lengths, &mut work, out).expect("the case fits")
 }
 
 /// One GPU's layout, trimmed to what `fill` wrote.
@@ -330,15 +286,8 @@ fn prop(case: Case) {
     let cfg = case.config();
     let lengths = &case.lengths;
     let n = lengths.len();
-    let ps = PlanSizes::for_batch(n, &cfg);
-    let mut st = Store {
-        placements: vec![Placement::default(); ps.placements],
-        micro_batches: vec![MicroBatch::default(); ps.micro_batches],
-        members: vec![0; ps.members],
-        rank_tokens: vec![0; ps.rank_tokens],
-        per_dp: vec![0; ps.micro_batches_per_dp],
-    };
-    let plan = plan_of(&cfg, lengths, &mut st);
+    let mut bufs = OwnedBuffers::for_batch(n, &cfg);
+    let plan = bufs.schedule_no_grow(&cfg, lengths).expect("the case fits");
     let max = LayoutSizes::max_for(n, &cfg);
     let cp = cfg.cp;
     let two_n = 2 * cp as usize;

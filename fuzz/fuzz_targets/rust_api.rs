@@ -1,9 +1,7 @@
-//! Fuzz target `rust_api`: see `harness.rs` for the input format and what is asserted.
+//! Fuzz target `rust_api`: see `skrull_kit::fuzz::harness` (`kit/src/fuzz/harness.rs`) for the
+//! input format and what is asserted.
 #![no_main]
 
-mod check;
-mod harness;
-
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
-    harness::rust_api(data);
+    skrull_kit::fuzz::rust_api(data);
 });

@@ -224,7 +224,7 @@ static void overlap_is_checked_on_declared_capacities(void) {
 }
 
 /*
- * The corruptions the layout fuzz target (fuzz/fuzz_targets/layout_harness.rs) applies, from
+ * The corruptions the layout fuzz target (kit/src/fuzz/layout/plan.rs, `corrupt`) applies, from
  * C: every edited entry of a plan is PLAN_INVALID with nothing written, except an edit that
  * leaves a valid plan of the batch (the rollback count, which no array records), which is laid
  * out exactly as before.

@@ -1,16 +1,15 @@
-//! Shared helpers for the integration tests: random cases and an independent plan checker
-//! that trusts nothing but the placements.
-#![allow(dead_code)]
-
-use std::collections::{BTreeMap, HashSet};
+//! The random cases of the property tests: a quickcheck [`Case`] (a configuration and a batch
+//! that always pass validation), the policies to run them under and the case count.
 
 use quickcheck::{Arbitrary, Gen};
-use skrull_core::{Config, ModelShape, Plan, Policy, Victim};
+use skrull_core::{Config, ModelShape, Policy, Victim};
 
 /// A random configuration and batch that always passes validation.
 #[derive(Debug, Clone)]
 pub struct Case {
+    /// The configuration.
     pub cfg: Config,
+    /// The batch: every length fits `cfg` sharded.
     pub lengths: Vec<u32>,
 }
 
@@ -112,110 +111,6 @@ impl Arbitrary for Case {
         }
         Box::new(out.into_iter().map(move |lengths| Case { cfg, lengths }))
     }
-}
-
-/// Checks a plan from scratch: every sequence exactly once, ranks in range, micro-batch
-/// indices dense per DP rank, every GPU at most BucketSize, every micro-batch at most C x N,
-/// the recorded token loads equal to the recount. Returns a description of the first problem.
-pub fn independent_check(cfg: &Config, lengths: &[u32], plan: &Plan<'_>) -> Result<(), String> {
-    let n = lengths.len();
-    let (dp, cp, c) = (cfg.dp, cfg.cp, u64::from(cfg.bucket));
-    if plan.placements().len() != n {
-        return Err(format!(
-            "{} placements for {n} sequences",
-            plan.placements().len()
-        ));
-    }
-    // Recount from placements only.
-    let mut gpu: BTreeMap<(u32, u32, u32), u64> = BTreeMap::new();
-    let mut mb_total: BTreeMap<(u32, u32), u64> = BTreeMap::new();
-    let mut used_mbs: BTreeMap<u32, HashSet<u32>> = BTreeMap::new();
-    for (i, p) in plan.placements().iter().enumerate() {
-        if p.dp_rank >= dp {
-            return Err(format!("seq {i}: dp rank {} >= {dp}", p.dp_rank));
-        }
-        let len = u64::from(lengths[i]);
-        used_mbs.entry(p.dp_rank).or_default().insert(p.micro_batch);
-        *mb_total.entry((p.dp_rank, p.micro_batch)).or_default() += len;
-        if p.cp_rank == -1 {
-            let share = u64::from(cfg.shard_tokens(lengths[i]));
-            for r in 0..cp {
-                *gpu.entry((p.dp_rank, p.micro_batch, r)).or_default() += share;
-            }
-        } else if p.cp_rank >= 0 && (p.cp_rank as u32) < cp {
-            *gpu.entry((p.dp_rank, p.micro_batch, p.cp_rank as u32))
-                .or_default() += u64::from(cfg.local_tokens(lengths[i]));
-        } else {
-            return Err(format!("seq {i}: cp rank {} out of range", p.cp_rank));
-        }
-    }
-    for (&(d, m, r), &t) in &gpu {
-        if t > c {
-            return Err(format!("dp {d} mb {m} cp {r}: {t} tokens > bucket {c}"));
-        }
-    }
-    for (&(d, m), &t) in &mb_total {
-        if t > c * u64::from(cp) {
-            return Err(format!("dp {d} mb {m}: {t} tokens > C x N"));
-        }
-    }
-    // Micro-batch indices of each DP rank are 0..count, and count matches the plan (with
-    // lockstep: every rank declares the most any rank uses).
-    let most = (0..dp)
-        .map(|d| used_mbs.get(&d).map_or(0, HashSet::len) as u32)
-        .max()
-        .unwrap_or(0);
-    for d in 0..dp {
-        let used = used_mbs.get(&d).map_or(0, HashSet::len) as u32;
-        let declared = plan.micro_batches_per_dp()[d as usize];
-        let expected = if cfg.lockstep { most } else { used };
-        if declared != expected {
-            return Err(format!(
-                "dp {d}: {used} micro-batches used, {declared} declared"
-            ));
-        }
-        if let Some(set) = used_mbs.get(&d)
-            && (0..used).any(|m| !set.contains(&m))
-        {
-            return Err(format!("dp {d}: micro-batch indices are not dense"));
-        }
-    }
-    // The grouped view lists every sequence once, under its own micro-batch, with the loads
-    // the recount gives.
-    let mut seen = vec![false; n];
-    for (g, mb) in plan.micro_batches().iter().enumerate() {
-        for &s in plan.members_of(mb) {
-            let s = s as usize;
-            if s >= n || seen[s] {
-                return Err(format!("seq {s} listed twice or out of range"));
-            }
-            seen[s] = true;
-            let p = plan.placements()[s];
-            if (p.dp_rank, p.micro_batch) != (mb.dp_rank, mb.index) {
-                return Err(format!("seq {s} listed under the wrong micro-batch"));
-            }
-        }
-        for r in 0..cp {
-            let want = gpu.get(&(mb.dp_rank, mb.index, r)).copied().unwrap_or(0);
-            if u64::from(plan.rank_tokens(g)[r as usize]) != want {
-                return Err(format!(
-                    "micro-batch {g} cp {r}: recorded load differs from recount"
-                ));
-            }
-        }
-    }
-    if let Some(s) = seen.iter().position(|&x| !x) {
-        return Err(format!("seq {s} is not listed in any micro-batch"));
-    }
-    if cfg.max_micro_batches != 0
-        && plan
-            .micro_batches_per_dp()
-            .iter()
-            .any(|&m| m > cfg.max_micro_batches)
-    {
-        return Err("micro-batch limit exceeded".into());
-    }
-    Ok(())
 }
 
 /// `cfg` under `policy`, with the options that policy refuses reset to their defaults

@@ -1,23 +1,28 @@
 //! An independent checker of a plan as the C ABI writes it (`skrull_schedule()`'s output
 //! buffers), trusting nothing but the placements and the lengths.
 //!
-//! Shared by the fuzz targets (`fuzz/fuzz_targets/c_abi.rs`) and the C-boundary properties
-//! (`tests/c_boundary.rs`, which includes this file with `#[path]`).
-#![allow(dead_code)]
+//! Used by the fuzz harnesses ([`crate::fuzz`]), the C-boundary properties
+//! (`tests/c_boundary.rs`) and the bad-input matrix (`tests/bad_input.rs`).
 
 use std::collections::BTreeMap;
 
 use skrull::{skrull_micro_batch, skrull_placement, skrull_summary};
-use skrull_core::Config;
+use skrull_core::{Config, MicroBatch, Placement};
 
 /// The output buffers of one successful `skrull_schedule()` call, each at least as long as
 /// `skrull_plan_sizes()` says.
 pub struct CPlan<'a> {
+    /// One placement per sequence.
     pub placements: &'a [skrull_placement],
+    /// The micro-batch table.
     pub micro_batches: &'a [skrull_micro_batch],
+    /// The sequences of each micro-batch, grouped.
     pub members: &'a [u32],
+    /// The tokens of each CP rank, per micro-batch.
     pub rank_tokens: &'a [u32],
+    /// The micro-batch count of each DP rank.
     pub per_dp: &'a [u32],
+    /// The summary.
     pub summary: &'a skrull_summary,
 }
 
@@ -192,6 +197,25 @@ pub fn check_c_plan(cfg: &Config, lengths: &[u32], p: &CPlan<'_>) -> Result<(), 
         return Err(format!("seq {m} is not listed in any micro-batch"));
     }
     Ok(())
+}
+
+/// A C placement in the Rust API's type (`tokens_per_gpu` dropped).
+pub fn core_placement(p: &skrull_placement) -> Placement {
+    Placement {
+        dp_rank: p.dp_rank,
+        micro_batch: p.micro_batch,
+        cp_rank: p.cp_rank,
+    }
+}
+
+/// A C micro-batch record in the Rust API's type.
+pub fn core_micro_batch(m: &skrull_micro_batch) -> MicroBatch {
+    MicroBatch {
+        dp_rank: m.dp_rank,
+        index: m.index,
+        first: m.first,
+        count: m.count,
+    }
 }
 
 /// Checks a Rust API plan with the same checker: the plan is rewritten in the C records

@@ -90,7 +90,8 @@ impl OwnedBuffers {
     }
 }
 
-fn grow<T: Default + Clone>(v: &mut Vec<T>, n: usize) {
+/// Resizes `v` to `n` default elements if it is shorter (never shrinks).
+pub(crate) fn grow<T: Default + Clone>(v: &mut Vec<T>, n: usize) {
     if v.len() < n {
         v.resize(n, T::default());
     }

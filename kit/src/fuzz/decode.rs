@@ -1,0 +1,152 @@
+//! The input format of the `c_abi` and `rust_api` fuzz targets (and of the `layout` target
+//! after its 16 header bytes): a mode byte, the configuration fields, one malformation of the
+//! call, then the lengths. The committed corpora (`fuzz/corpus/`) mean what this decoder
+//! makes of them: a change here changes every seed.
+
+use skrull::{SKRULL_PRESET_QWEN2_5_0_5B, SKRULL_PRESET_QWEN2_5_7B, skrull_config};
+
+/// The most sequences one input decodes to (keeps executions fast).
+pub const MAX_N: usize = 1024;
+
+/// Reads little-endian integers off the input, giving zeros once it runs out.
+pub struct Reader<'a> {
+    d: &'a [u8],
+}
+
+impl<'a> Reader<'a> {
+    /// A reader of `d`.
+    pub fn new(d: &'a [u8]) -> Self {
+        Reader { d }
+    }
+    /// The bytes left.
+    pub fn remaining(&self) -> usize {
+        self.d.len()
+    }
+    /// The next byte.
+    pub fn u8(&mut self) -> u8 {
+        match self.d.split_first() {
+            Some((&b, rest)) => {
+                self.d = rest;
+                b
+            }
+            None => 0,
+        }
+    }
+    /// The next two bytes, little-endian.
+    pub fn u16(&mut self) -> u16 {
+        u16::from_le_bytes([self.u8(), self.u8()])
+    }
+    /// The next four bytes, little-endian.
+    pub fn u32(&mut self) -> u32 {
+        u32::from_le_bytes([self.u8(), self.u8(), self.u8(), self.u8()])
+    }
+}
+
+/// One selector byte: below 0xF0 it picks from `small`, otherwise a raw `u32` follows.
+fn field(r: &mut Reader<'_>, small: &[u32]) -> u32 {
+    let s = r.u8();
+    if s >= 0xF0 {
+        r.u32()
+    } else {
+        small[s as usize % small.len()]
+    }
+}
+
+/// At most one malformation of the call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Perturb {
+    /// A well-formed call.
+    None,
+    /// The workspace one byte short (Rust: slice `which % 6` one element short).
+    WorkspaceShort(u8),
+    /// Output buffer `which % 5` one element short.
+    OutputShort(u8),
+    /// Pointer `which % 8` NULL: placements, micro_batches, members, rank_tokens, per_dp,
+    /// summary, workspace, lengths.
+    Null(u8),
+    /// `out.struct_size` replaced.
+    OutStructSize(u32),
+    /// `out._reserved` nonzero.
+    OutReserved,
+    /// `config.struct_size = 128` with one nonzero byte past the known fields.
+    ConfigTail(u8),
+    /// `config.struct_size` replaced.
+    ConfigStructSize(u32),
+    /// The workspace starts at an odd address (allowed: any alignment).
+    OddWorkspace,
+}
+
+/// A decoded fuzz input.
+#[derive(Debug, Clone)]
+pub struct Input {
+    /// The configuration, as C passes it.
+    pub cfg: skrull_config,
+    /// The malformation of the call.
+    pub perturb: Perturb,
+    /// The batch.
+    pub lengths: Vec<u32>,
+}
+
+/// Decodes bytes: a mode byte, the configuration fields, one perturbation, then lengths
+/// (2 bytes each; 0xFFF0 and above is followed by a raw 4-byte length; in "fit" mode the
+/// 2-byte value is folded into `1..=cp x bucket`).
+pub fn decode(data: &[u8]) -> Input {
+    let mut r = Reader::new(data);
+    let mode = r.u8();
+    let preset = if mode & 0x80 != 0 {
+        SKRULL_PRESET_QWEN2_5_7B
+    } else {
+        SKRULL_PRESET_QWEN2_5_0_5B
+    };
+    let mut cfg = skrull_config::preset(preset).expect("presets exist");
+    cfg.dp = field(&mut r, &[1, 2, 3, 4, 5, 8, 16, 64]);
+    cfg.cp = field(&mut r, &[1, 2, 3, 4, 7, 8, 16, 256]);
+    cfg.bucket_tokens = field(
+        &mut r,
+        &[1, 2, 3, 7, 10, 64, 100, 1000, 4096, 26_624, i32::MAX as u32],
+    );
+    cfg.policy = field(&mut r, &[0, 1, 2, 3]);
+    cfg.victim = field(&mut r, &[0, 1]);
+    cfg.flops = field(&mut r, &[0, 1]);
+    cfg.shard_padding = field(&mut r, &[0, 1]);
+    cfg.max_micro_batches = field(&mut r, &[0, 0, 0, 1, 2, 3, 8]);
+    if mode & 0x40 != 0 {
+        let m = &mut cfg.model;
+        m.hidden = field(&mut r, &[896, 3584, 1, 64, 1 << 16]);
+        m.kv_hidden = field(&mut r, &[128, 512, 1, 64]);
+        m.ffn = field(&mut r, &[4864, 18_944, 1, 1 << 18]);
+        m.layers = field(&mut r, &[24, 28, 1, 1 << 10]);
+        m.vocab = field(&mut r, &[151_936, 1, 1 << 22]);
+        m.swiglu = field(&mut r, &[0, 1]);
+    }
+    let perturb = match r.u8() % 16 {
+        9 => Perturb::WorkspaceShort(r.u8()),
+        10 => Perturb::OutputShort(r.u8()),
+        11 => Perturb::Null(r.u8()),
+        12 => Perturb::OutStructSize(field(&mut r, &[0, 8, 95, 97, 104, 4096, 4097])),
+        13 => Perturb::OutReserved,
+        14 => Perturb::ConfigTail(r.u8()),
+        15 => Perturb::ConfigStructSize(field(&mut r, &[0, 56, 59, 61, 64, 4096, 4097])),
+        8 => Perturb::OddWorkspace,
+        _ => Perturb::None,
+    };
+    let fit = mode & 0x20 != 0;
+    let cap = u64::from(cfg.cp.max(1)) * u64::from(cfg.bucket_tokens.max(1));
+    let mut lengths = Vec::new();
+    while r.remaining() >= 2 && lengths.len() < MAX_N {
+        let v = r.u16();
+        let len = if v >= 0xFFF0 {
+            r.u32()
+        } else if fit {
+            (1 + u64::from(v) % cap) as u32
+        } else {
+            u32::from(v)
+        };
+        lengths.push(len);
+    }
+    Input {
+        cfg,
+        perturb,
+        lengths,
+    }
+}

@@ -1,0 +1,272 @@
+//! The checks of one GPU's layout: the core's layout with exactly sized buffers
+//! ([`CoreLayout`]), its own consistency, and the C outputs equal to it.
+
+use skrull::{skrull_layout, skrull_span};
+use skrull_core::plan::layout::{self, Gpu, LayoutBuffer, LayoutBuffers, LayoutError, LayoutSizes};
+use skrull_core::{Config, Plan};
+
+use super::call::Outs;
+use super::padded;
+use super::plan::Held;
+
+/// One GPU's layout from the core, with exactly sized buffers.
+pub(super) struct CoreLayout {
+    l: layout::Layout,
+    pub(super) spans: Vec<layout::Span>,
+    local_cu: Vec<i32>,
+    sharded_cu: Vec<i32>,
+    sharded_cu_padded: Vec<i32>,
+    rank_cu: Vec<i32>,
+    positions: Vec<i32>,
+    local_cu_padded: Vec<i32>,
+    gather: Vec<i64>,
+}
+
+pub(super) fn core_fill(
+    cfg: &Config,
+    lengths: &[u32],
+    plan: &Plan<'_>,
+    gpu: Gpu,
+    with_positions: bool,
+) -> Result<CoreLayout, LayoutError> {
+    let z = LayoutSizes::for_gpu(cfg, lengths, plan, gpu)?;
+    let npos = if with_positions {
+        z.positions as usize
+    } else {
+        0
+    };
+    let mut c = CoreLayout {
+        l: layout::Layout::default(),
+        spans: vec![layout::Span::default(); z.spans as usize],
+        local_cu: vec![7; z.local_cu_seqlens as usize],
+        sharded_cu: vec![7; z.sharded_cu_seqlens as usize],
+        sharded_cu_padded: vec![7; z.sharded_cu_seqlens as usize],
+        rank_cu: vec![7; z.sharded_cu_seqlens as usize],
+        positions: vec![7; npos],
+        local_cu_padded: vec![
+            7;
+            if with_positions {
+                z.local_cu_seqlens as usize
+            } else {
+                0
+            }
+        ],
+        gather: vec![7; npos],
+    };
+    // One buffer one short must be BufferTooSmall naming it, with nothing written.
+    if z.spans > 0 {
+        let mut short = vec![layout::Span::default(); z.spans as usize - 1];
+        let r = layout::fill(
+            cfg,
+            lengths,
+            plan,
+            gpu,
+            LayoutBuffers {
+                spans: &mut short,
+                local_cu_seqlens: &mut c.local_cu,
+                sharded_cu_seqlens: &mut c.sharded_cu,
+                sharded_cu_seqlens_padded: &mut c.sharded_cu_padded,
+                rank_cu_seqlens: &mut c.rank_cu,
+                positions: &mut c.positions,
+                local_cu_seqlens_padded: &mut c.local_cu_padded,
+                gather_index: &mut c.gather,
+            },
+        );
+        match r {
+            Err(LayoutError::BufferTooSmall {
+                buffer: LayoutBuffer::Spans,
+                ..
+            })
+            | Err(LayoutError::Overflow { .. }) => {}
+            other => panic!("core fill with short spans gave {other:?}"),
+        }
+        assert!(short.iter().all(|s| *s == layout::Span::default()));
+        assert!(c.local_cu.iter().all(|&x| x == 7), "written on error");
+    }
+    c.l = layout::fill(
+        cfg,
+        lengths,
+        plan,
+        gpu,
+        LayoutBuffers {
+            spans: &mut c.spans,
+            local_cu_seqlens: &mut c.local_cu,
+            sharded_cu_seqlens: &mut c.sharded_cu,
+            sharded_cu_seqlens_padded: &mut c.sharded_cu_padded,
+            rank_cu_seqlens: &mut c.rank_cu,
+            positions: &mut c.positions,
+            local_cu_seqlens_padded: &mut c.local_cu_padded,
+            gather_index: &mut c.gather,
+        },
+    )?;
+    Ok(c)
+}
+
+/// Checks one GPU's layout on its own: counts, `cu_seqlens`, positions, membership.
+pub(super) fn check_gpu(cfg: &Config, lengths: &[u32], h: &Held, gpu: Gpu, c: &CoreLayout) {
+    let l = &c.l;
+    let (cp, r) = (cfg.cp, gpu.cp_rank);
+    assert_eq!(
+        (l.dp_rank, l.micro_batch, l.cp_rank),
+        (gpu.dp_rank, gpu.micro_batch, r)
+    );
+    assert_eq!(l.spans as usize, c.spans.len());
+    assert_eq!(l.spans, l.local_seqs + 2 * l.sharded_seqs);
+    assert_eq!(l.tokens, l.local_tokens + l.sharded_tokens);
+    assert_eq!(l.loss_tokens, l.tokens - l.pad_tokens);
+    let g = l.micro_batch_global as usize;
+    assert_eq!(
+        l.charged_tokens,
+        h.rank_tokens[g * cp as usize + r as usize]
+    );
+    assert!(l.charged_tokens <= cfg.bucket);
+    assert_eq!(l.global_tokens, h.summary.total_tokens);
+    let mut at = 0u64;
+    let (mut pads, mut local_max, mut rank_max) = (0u64, 0u32, 0u32);
+    for (k, s) in c.spans.iter().enumerate() {
+        let p = &h.placements[s.seq as usize];
+        assert_eq!((p.dp_rank, p.micro_batch), (gpu.dp_rank, gpu.micro_batch));
+        assert_eq!(u64::from(s.offset), at, "span {k} not contiguous");
+        let len = lengths[s.seq as usize];
+        if k < l.local_seqs as usize {
+            assert_eq!((s.chunk, s.start, s.len, s.pad), (-1, 0, len, 0));
+            assert_eq!(p.cp_rank, r as i32);
+            assert_eq!(c.local_cu[k + 1] - c.local_cu[k], len as i32);
+            local_max = local_max.max(len);
+        } else {
+            let j = k - l.local_seqs as usize;
+            let want = if j.is_multiple_of(2) {
+                r
+            } else {
+                2 * cp - 1 - r
+            };
+            assert_eq!(s.chunk, want as i32, "span {k}");
+            assert_eq!(p.cp_rank, -1);
+            // Real tokens end by the length; padding only after it.
+            assert!(s.len == 0 || u64::from(s.start) + u64::from(s.len) <= u64::from(len));
+            if s.pad > 0 {
+                assert!(u64::from(s.start) + u64::from(s.len) >= u64::from(len));
+            }
+            if j % 2 == 1 {
+                let prev = &c.spans[k - 1];
+                assert_eq!(prev.seq, s.seq);
+                let q = j / 2;
+                let part = prev.len + prev.pad + s.len + s.pad;
+                assert_eq!(c.rank_cu[q + 1] - c.rank_cu[q], part as i32);
+                assert_eq!(c.sharded_cu[q + 1] - c.sharded_cu[q], len as i32);
+                let pl = padded(cfg, len) as i32;
+                assert_eq!(c.sharded_cu_padded[q + 1] - c.sharded_cu_padded[q], pl);
+                rank_max = rank_max.max(part);
+            }
+        }
+        pads += u64::from(s.pad);
+        if !c.positions.is_empty() {
+            for i in 0..s.len + s.pad {
+                assert_eq!(
+                    c.positions[(at + u64::from(i)) as usize],
+                    (s.start + i) as i32
+                );
+            }
+        }
+        at += u64::from(s.len) + u64::from(s.pad);
+    }
+    assert_eq!(at, u64::from(l.tokens));
+    assert_eq!(pads, u64::from(l.pad_tokens));
+    assert_eq!(c.local_cu.first(), Some(&0));
+    assert_eq!(c.local_cu.last(), Some(&(l.local_tokens as i32)));
+    assert_eq!(c.rank_cu.first(), Some(&0));
+    assert_eq!(c.rank_cu.last(), Some(&(l.sharded_tokens as i32)));
+    for cu in [&c.sharded_cu, &c.sharded_cu_padded] {
+        assert_eq!(cu.first(), Some(&0));
+        assert!(
+            cu.windows(2).all(|w| w[0] <= w[1]),
+            "cu_seqlens not monotone"
+        );
+    }
+    assert_eq!(l.local_max_seqlen, local_max as i32);
+    assert_eq!(l.rank_max_seqlen, rank_max as i32);
+    let sharded = c.spans[l.local_seqs as usize..].iter().step_by(2);
+    let longest = sharded.map(|s| lengths[s.seq as usize]).max().unwrap_or(0);
+    assert_eq!(l.sharded_max_seqlen, longest as i32);
+    let longest_padded = if longest == 0 {
+        0
+    } else {
+        padded(cfg, longest)
+    };
+    assert_eq!(
+        i64::from(l.sharded_max_seqlen_padded),
+        longest_padded as i64
+    );
+}
+
+/// Checks that the C outputs equal the core's layout and nothing else was written.
+pub(super) fn check_c_equals_core(o: &Outs, c: &CoreLayout, with_positions: bool) {
+    let l = &c.l;
+    let want: Vec<skrull_span> = c
+        .spans
+        .iter()
+        .map(|s| skrull_span {
+            seq: s.seq,
+            chunk: s.chunk,
+            offset: s.offset,
+            start: s.start,
+            len: s.len,
+            pad: s.pad,
+        })
+        .collect();
+    assert_eq!(&o.spans.body()[..want.len()], &want[..], "C spans differ");
+    o.spans.untouched_from(want.len(), "spans");
+    for (g, v, what) in [
+        (&o.local_cu, &c.local_cu, "local_cu_seqlens"),
+        (&o.sharded_cu, &c.sharded_cu, "sharded_cu_seqlens"),
+        (
+            &o.sharded_cu_padded,
+            &c.sharded_cu_padded,
+            "sharded_cu_seqlens_padded",
+        ),
+        (&o.rank_cu, &c.rank_cu, "rank_cu_seqlens"),
+    ] {
+        assert_eq!(&g.body()[..v.len()], &v[..], "C {what} differ");
+        g.untouched_from(v.len(), what);
+    }
+    if with_positions {
+        assert_eq!(&o.positions.body()[..c.positions.len()], &c.positions[..]);
+        o.positions.untouched_from(c.positions.len(), "positions");
+        assert_eq!(&o.gather.body()[..c.gather.len()], &c.gather[..]);
+        o.gather.untouched_from(c.gather.len(), "gather_index");
+        let n = c.local_cu_padded.len();
+        assert_eq!(&o.local_cu_padded.body()[..n], &c.local_cu_padded[..]);
+        o.local_cu_padded
+            .untouched_from(n, "local_cu_seqlens_padded");
+    } else {
+        o.positions.untouched_from(0, "positions (skipped)");
+        o.gather.untouched_from(0, "gather_index (skipped)");
+        o.local_cu_padded
+            .untouched_from(0, "local_cu_seqlens_padded (skipped)");
+    }
+    let cl = o.layout.body()[0];
+    let mirror = skrull_layout {
+        dp_rank: l.dp_rank,
+        micro_batch: l.micro_batch,
+        cp_rank: l.cp_rank,
+        micro_batch_global: l.micro_batch_global,
+        local_seqs: l.local_seqs,
+        sharded_seqs: l.sharded_seqs,
+        spans: l.spans,
+        local_tokens: l.local_tokens,
+        sharded_tokens: l.sharded_tokens,
+        tokens: l.tokens,
+        pad_tokens: l.pad_tokens,
+        charged_tokens: l.charged_tokens,
+        local_max_seqlen: l.local_max_seqlen,
+        sharded_max_seqlen: l.sharded_max_seqlen,
+        sharded_max_seqlen_padded: l.sharded_max_seqlen_padded,
+        rank_max_seqlen: l.rank_max_seqlen,
+        loss_tokens: l.loss_tokens,
+        _reserved: 0,
+        micro_batch_tokens: l.micro_batch_tokens,
+        global_tokens: l.global_tokens,
+    };
+    assert_eq!(cl, mirror, "C layout record differs");
+    o.layout.untouched_from(1, "layout");
+}
