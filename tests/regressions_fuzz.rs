@@ -119,3 +119,48 @@ fn layout_seeds_reach_what_they_are_named_after() {
     let r = run("seed-summary-rollbacks");
     assert!(r.corrupted && r.plan_valid && r.tiled, "{r:?}");
 }
+
+/// Decodes a base64 fuzz input (standard alphabet, padded).
+fn base64(text: &str) -> Vec<u8> {
+    let value = |c: u8| match c {
+        b'A'..=b'Z' => c - b'A',
+        b'a'..=b'z' => c - b'a' + 26,
+        b'0'..=b'9' => c - b'0' + 52,
+        b'+' => 62,
+        _ => 63,
+    };
+    let digits: Vec<u8> = text.bytes().filter(|&c| c != b'=').map(value).collect();
+    let mut out = Vec::new();
+    for chunk in digits.chunks(4) {
+        let mut acc = 0u32;
+        for (i, &d) in chunk.iter().enumerate() {
+            acc |= u32::from(d) << (18 - 6 * i);
+        }
+        for i in 0..chunk.len().saturating_sub(1) {
+            out.push((acc >> (16 - 8 * i)) as u8);
+        }
+    }
+    out
+}
+
+/// Regression (fuzz `c_abi`, found while moving the harnesses): the harness corrupted byte
+/// 60 of the configuration as "past the struct", but the struct grew past 60 bytes, so the
+/// corrupted byte was a real field and the call legitimately succeeded. The harness now
+/// corrupts the bytes past the struct as the library sees it.
+#[test]
+#[cfg_attr(miri, ignore)]
+fn fuzz_c_abi_config_tail_past_the_grown_struct() {
+    let _ = fuzz::c_abi(&base64("A8oDynsJIIDT3gAA"));
+}
+
+/// Regression (fuzz `layout`): `packed` at DP 1, CP 1, zigzag padding, one-token sequences.
+/// Zigzag at CP 1 pads nothing (nothing is exchanged), but the harness still expected the old
+/// rule's padding to 2 tokens; it now writes the padding rule out in full, pad multiple
+/// included.
+#[test]
+#[cfg_attr(miri, ignore)]
+fn fuzz_layout_sharded_at_cp_1() {
+    let _ = fuzz::layout(&base64(
+        "AwAAAAAAAAAAAPYAAAAAACAAAAB6BQAFeAC4CyAD6P0RAJQR5gCMI0CcNABYAuDS9ABYGywAlBHmAIwjQJwzAFgC4NL0AFgbLAEBAA==",
+    ));
+}

@@ -17,6 +17,9 @@ use crate::OwnedBuffers;
 use crate::c_check::{CPlan, check_c_plan, check_rust_plan, core_micro_batch, core_placement};
 use crate::guarded::{FILL_MB, FILL_P, FILL_S, Guarded};
 
+// The configuration-tail perturbation writes past the struct inside a 128-byte buffer.
+const _: () = assert!(size_of::<skrull_config>() < 128);
+
 /// Statuses `skrull_schedule()` must never return.
 fn assert_valid_schedule_status(st: skrull_status) {
     assert!(
@@ -93,9 +96,13 @@ pub fn c_abi(data: &[u8]) -> skrull_status {
     match perturb {
         Perturb::ConfigTail(k) => {
             cfg_mem[0] = (cfg_mem[0] & !0xFFFF_FFFF) | 128;
+            // A byte past the struct as this library knows it (not past version 1's 60
+            // bytes: the struct grew, and those bytes are fields now).
+            let known = size_of::<skrull_config>();
             let bytes = cfg_mem.as_mut_ptr().cast::<u8>();
-            // SAFETY: 60 + 67 < 128 < the buffer's size.
-            unsafe { bytes.add(60 + usize::from(k) % 68).write(1) };
+            // SAFETY: known + (127 - known) < 128 < the buffer's size (known < 128 is checked
+            // at compile time below).
+            unsafe { bytes.add(known + usize::from(k) % (128 - known)).write(1) };
             must_fail = true;
         }
         Perturb::ConfigStructSize(s) => {

@@ -47,11 +47,21 @@ const MAX_POSITIONS: usize = 1 << 18;
 
 /// The independent padded length of a sharded sequence.
 fn padded(cfg: &Config, len: u32) -> u64 {
-    let two_n = 2 * u64::from(cfg.cp);
-    match cfg.shard_padding {
-        ShardPadding::Zigzag => u64::from(len).div_ceil(two_n) * two_n,
-        _ => u64::from(len),
-    }
+    // The rule of docs/layout.md, written out independently of the library's `Budget`: the
+    // shard unit is lcm(2N, M) when N > 1 and the sequence is padded at all (zigzag, or a
+    // pad multiple M > 1), else M (at N = 1 zigzag pads nothing).
+    let (n, m) = (u64::from(cfg.cp), u64::from(cfg.pad_multiple.max(1)));
+    let padded_at_all = cfg.shard_padding == ShardPadding::Zigzag || m > 1;
+    let unit = if n > 1 && padded_at_all {
+        let (mut a, mut b) = (2 * n, m);
+        while b != 0 {
+            (a, b) = (b, a % b);
+        }
+        2 * n / a * m
+    } else {
+        m
+    };
+    u64::from(len).div_ceil(unit) * unit
 }
 
 /// What one input exercised (for tests that pin a seed to what it is named after).
