@@ -2,10 +2,12 @@
 """Writes the committed seed corpus: fuzz/corpus/{c_abi,rust_api,layout}/seed-*.
 
 Input format (kit/src/fuzz/decode.rs `decode`): a mode byte (0x80: Qwen2.5-7B preset,
-0x40: model fields follow, 0x20: "fit" lengths), selector bytes for dp, cp, bucket, policy,
-victim, flops, shard_padding, max_micro_batches (a byte >= 0xF0 is followed by a raw
-little-endian u32), a perturbation byte (+ its argument), then 2-byte lengths (0xFFF0 and
-above: a raw 4-byte length follows). Run: python3 fuzz/make_seeds.py
+0x40: model fields follow, 0x20: "fit" lengths, 0x10: pad_multiple/pad_local/lockstep
+selectors follow, 0x08: a caller cost model follows (a field byte and its selector), 0x04:
+the call passes a skrull_error_info), selector bytes for dp, cp, bucket, policy, victim,
+flops, shard_padding, max_micro_batches (a byte >= 0xF0 is followed by a raw little-endian
+u32), the optional parts in that order, a perturbation byte (+ its argument), then 2-byte
+lengths (0xFFF0 and above: a raw 4-byte length follows). Run: python3 fuzz/make_seeds.py
 """
 import os
 import struct
@@ -57,6 +59,18 @@ SEEDS = {
     "seed-config-struct-size": cfg() + bytes([15, 4]) + lens(1, 2),
     "seed-odd-workspace": cfg() + bytes([8]) + lens(*LMSYS_LIKE),
     "seed-empty-batch": cfg() + b"\x00",
+    # The default policy, balanced (policy selector 4).
+    "seed-default-balanced": cfg(policy=4) + b"\x00" + lens(*LMSYS_LIKE),
+    # Pad multiple 16 with local padding and lockstep (selectors 5, 1, 1), balanced.
+    "seed-pad-lockstep": cfg(mode=0x30, dp=1, cp=3, bucket=6, policy=4) + bytes([5, 1, 1])
+    + b"\x00" + lens(*LMSYS_LIKE),
+    # A caller cost model: CP 16 on 16-GPU nodes (field 0 = gpus_per_node, selector 4).
+    "seed-cost-topology": cfg(mode=0x28, dp=1, cp=6, policy=4) + bytes([0, 4]) + b"\x00"
+    + lens(*LMSYS_LIKE),
+    # A caller cost model with a bad field (inter-node bandwidth 0), error details asked for.
+    "seed-cost-invalid": cfg(mode=0x2C, policy=4) + bytes([1, 3]) + b"\x00" + lens(1, 2, 3),
+    # Error details of a sequence too long for the budget.
+    "seed-error-details": cfg(mode=0x04, bucket=2) + b"\x00" + lens(5, 0x7FFF, 6),
 }
 
 # The layout target (kit/src/fuzz/layout/mod.rs): 16 header bytes (GPU mode, corruption

@@ -164,3 +164,33 @@ fn fuzz_layout_sharded_at_cp_1() {
         "AwAAAAAAAAAAAPYAAAAAACAAAAB6BQAFeAC4CyAD6P0RAJQR5gCMI0CcNABYAuDS9ABYGywAlBHmAIwjQJwzAFgC4NL0AFgbLAEBAA==",
     ));
 }
+
+/// The seeds of the wider input format reach what they are named after: `balanced`, a pad
+/// multiple with lockstep, a caller cost model (valid and not) and error details.
+#[test]
+#[cfg_attr(miri, ignore)]
+fn c_abi_option_seeds_reach_what_they_are_named_after() {
+    use skrull::skrull_status as S;
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus/c_abi");
+    let run = |name: &str| fuzz::c_abi(&std::fs::read(dir.join(name)).unwrap());
+    for (seed, want) in [
+        ("seed-default-balanced", S::Ok),
+        ("seed-pad-lockstep", S::Ok),
+        ("seed-cost-topology", S::Ok),
+        ("seed-cost-invalid", S::InvalidCostModel),
+        ("seed-error-details", S::SequenceTooLong),
+    ] {
+        assert_eq!(run(seed), want, "{seed}");
+    }
+    let input = fuzz::decode::decode(&std::fs::read(dir.join("seed-pad-lockstep")).unwrap());
+    let cfg = input.core_config().unwrap();
+    assert_eq!(
+        (cfg.pad_multiple, cfg.pad_local, cfg.lockstep),
+        (16, true, true)
+    );
+    let input = fuzz::decode::decode(&std::fs::read(dir.join("seed-cost-topology")).unwrap());
+    assert_eq!(input.core_config().unwrap().cost.unwrap().gpus_per_node, 16);
+    assert!(
+        fuzz::decode::decode(&std::fs::read(dir.join("seed-error-details")).unwrap()).error_details
+    );
+}

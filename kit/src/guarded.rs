@@ -98,12 +98,12 @@ pub const FILL_RMB: MicroBatch = MicroBatch {
 };
 
 #[cfg(feature = "ffi")]
-pub use c_fill::{FILL_MB, FILL_P, FILL_S};
+pub use c_fill::{FILL_E, FILL_MB, FILL_P, FILL_S};
 
 /// The fill values of the C plan records.
 #[cfg(feature = "ffi")]
 mod c_fill {
-    use skrull::{skrull_micro_batch, skrull_placement, skrull_summary};
+    use skrull::{skrull_error_info, skrull_micro_batch, skrull_placement, skrull_summary};
 
     use super::FILL;
 
@@ -132,5 +132,14 @@ mod c_fill {
         rollbacks: FILL,
         peak_rank_tokens: FILL,
         _reserved: FILL,
+    };
+
+    /// The fill value of a C `skrull_error_info`.
+    pub const FILL_E: skrull_error_info = skrull_error_info {
+        status: FILL,
+        field: FILL,
+        index: -7,
+        value: 0xDEAD_BEEF_DEAD_BEEF,
+        limit: 0xDEAD_BEEF_DEAD_BEEF,
     };
 }

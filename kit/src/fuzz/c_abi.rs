@@ -15,7 +15,7 @@ use skrull_core::{Config, Error, MicroBatch, Placement};
 use super::decode::{Perturb, decode};
 use crate::OwnedBuffers;
 use crate::c_check::{CPlan, check_c_plan, check_rust_plan, core_micro_batch, core_placement};
-use crate::guarded::{FILL_MB, FILL_P, FILL_S, Guarded};
+use crate::guarded::{FILL_E, FILL_MB, FILL_P, FILL_S, Guarded};
 
 // The configuration-tail perturbation writes past the struct inside a 128-byte buffer.
 const _: () = assert!(size_of::<skrull_config>() < 128);
@@ -78,7 +78,12 @@ pub fn rust_plan(cfg: &Config, lengths: &[u32]) -> Result<RustPlan, Error> {
 /// outputs on failure. Returns the status.
 pub fn c_abi(data: &[u8]) -> skrull_status {
     let input = decode(data);
-    let (c, lengths, perturb) = (input.cfg, input.lengths, input.perturb);
+    let (mut c, lengths, perturb) = (input.cfg, input.lengths.clone(), input.perturb);
+    // The caller's cost model lives here through the call.
+    let cost = input.cost;
+    if let Some(m) = &cost {
+        c.cost_model = m;
+    }
     let n = lengths.len();
     let (dp, cp) = (
         c.dp.clamp(1, MAX_DP) as usize,
@@ -118,6 +123,7 @@ pub fn c_abi(data: &[u8]) -> skrull_status {
     let mut rank_tokens = Guarded::new(n * cp, 0xDEAD_BEEFu32);
     let mut per_dp = Guarded::new(dp, 0xDEAD_BEEFu32);
     let mut summary = Guarded::new(1, FILL_S);
+    let mut details = Guarded::new(1, FILL_E);
     let mut workspace = Guarded::new(ws_bytes + 1, 0xA5u8);
     let lens = lengths.clone();
 
@@ -138,7 +144,11 @@ pub fn c_abi(data: &[u8]) -> skrull_status {
         micro_batches_per_dp: per_dp.ptr(),
         micro_batches_per_dp_len: dp,
         summary: summary.ptr(),
-        error: std::ptr::null_mut(),
+        error: if input.error_details {
+            details.ptr()
+        } else {
+            null_mut()
+        },
     };
     match perturb {
         Perturb::WorkspaceShort(_) => {
@@ -228,6 +238,19 @@ pub fn c_abi(data: &[u8]) -> skrull_status {
     assert_valid_schedule_status(st);
     assert_eq!(lens, lengths, "lengths were written");
     workspace.untouched_from(ws_bytes + 1, "workspace");
+    // The details are written exactly when the call fails and its plan-buffers struct is
+    // large enough to carry the pointer (a perturbed struct_size may end before it).
+    let reported = input.error_details
+        && st != skrull_status::Ok
+        && out.struct_size as usize >= size_of::<skrull_plan_buffers>()
+        && out.struct_size <= 4096
+        && !matches!(perturb, Perturb::OutReserved);
+    if reported {
+        details.untouched_from(1, "error details");
+        assert_eq!(details.body()[0].status, st as u32, "error details' status");
+    } else if st == skrull_status::Ok || !input.error_details {
+        details.untouched_from(0, "error details");
+    }
     if st != skrull_status::Ok {
         placements.untouched_from(0, "placements");
         micro_batches.untouched_from(0, "micro_batches");
@@ -237,7 +260,7 @@ pub fn c_abi(data: &[u8]) -> skrull_status {
         summary.untouched_from(0, "summary");
         if perturb == Perturb::None || perturb == Perturb::OddWorkspace {
             // A well-formed call fails exactly as the Rust API does.
-            let core = c.to_core();
+            let core = input.core_config();
             match core {
                 Err(e) => assert_eq!(st, e, "option integer error"),
                 Ok(cfg) => {
@@ -252,7 +275,9 @@ pub fn c_abi(data: &[u8]) -> skrull_status {
         return st;
     }
     assert!(!must_fail, "malformed call {perturb:?} returned OK");
-    let cfg = c.to_core().expect("OK implies a valid configuration");
+    let cfg = input
+        .core_config()
+        .expect("OK implies a valid configuration");
     let s = summary.body()[0];
     let mbs = s.micro_batches as usize;
     placements.untouched_from(n, "placements");

@@ -3,7 +3,11 @@
 //! call, then the lengths. The committed corpora (`fuzz/corpus/`) mean what this decoder
 //! makes of them: a change here changes every seed.
 
-use skrull::{SKRULL_PRESET_QWEN2_5_0_5B, SKRULL_PRESET_QWEN2_5_7B, skrull_config};
+use skrull::{
+    SKRULL_PRESET_QWEN2_5_0_5B, SKRULL_PRESET_QWEN2_5_7B, skrull_config, skrull_cost_model,
+    skrull_status,
+};
+use skrull_core::{Config, CostModel, ModelShape};
 
 /// The most sequences one input decodes to (keeps executions fast).
 pub const MAX_N: usize = 1024;
@@ -79,8 +83,13 @@ pub enum Perturb {
 /// A decoded fuzz input.
 #[derive(Debug, Clone)]
 pub struct Input {
-    /// The configuration, as C passes it.
+    /// The configuration, as C passes it (its `cost_model` pointer NULL: point it at
+    /// [`Input::cost`] right before the call).
     pub cfg: skrull_config,
+    /// A caller cost model, one field perhaps out of range or unusual (mode bit `0x08`).
+    pub cost: Option<skrull_cost_model>,
+    /// Whether the call passes a `skrull_error_info` for the details (mode bit `0x04`).
+    pub error_details: bool,
     /// The malformation of the call.
     pub perturb: Perturb,
     /// The batch.
@@ -105,7 +114,7 @@ pub fn decode(data: &[u8]) -> Input {
         &mut r,
         &[1, 2, 3, 7, 10, 64, 100, 1000, 4096, 26_624, i32::MAX as u32],
     );
-    cfg.policy = field(&mut r, &[0, 1, 2, 3]);
+    cfg.policy = field(&mut r, &[0, 1, 2, 3, 4]);
     cfg.victim = field(&mut r, &[0, 1]);
     cfg.flops = field(&mut r, &[0, 1]);
     cfg.shard_padding = field(&mut r, &[0, 1]);
@@ -119,6 +128,14 @@ pub fn decode(data: &[u8]) -> Input {
         m.vocab = field(&mut r, &[151_936, 1, 1 << 22]);
         m.swiglu = field(&mut r, &[0, 1]);
     }
+    if mode & 0x10 != 0 {
+        // Pad multiple (0: none, as C reads it; 65,537: out of range), local padding and
+        // lockstep (2: not a flag).
+        cfg.pad_multiple = field(&mut r, &[1, 0, 2, 3, 8, 16, 64, 65_536, 65_537]);
+        cfg.pad_local = field(&mut r, &[0, 1, 2]);
+        cfg.lockstep = field(&mut r, &[0, 1, 2]);
+    }
+    let cost = (mode & 0x08 != 0).then(|| cost_model(&mut r, &cfg));
     let perturb = match r.u8() % 16 {
         9 => Perturb::WorkspaceShort(r.u8()),
         10 => Perturb::OutputShort(r.u8()),
@@ -146,7 +163,47 @@ pub fn decode(data: &[u8]) -> Input {
     }
     Input {
         cfg,
+        cost,
+        error_details: mode & 0x04 != 0,
         perturb,
         lengths,
+    }
+}
+
+/// The H100 preset for the configuration's model (the 0.5B shape when it is not a valid
+/// one), with one field set from the input: topology, ring costs, overlap, tile, kernel
+/// overhead, some of them out of range.
+fn cost_model(r: &mut Reader<'_>, cfg: &skrull_config) -> skrull_cost_model {
+    let shape = cfg
+        .to_core()
+        .ok()
+        .map(|c| c.model)
+        .filter(|m| m.validate().is_ok())
+        .unwrap_or(ModelShape::QWEN2_5_0_5B);
+    let mut c = skrull_cost_model::from_core(&CostModel::h100(&shape));
+    let pick = |r: &mut Reader<'_>, xs: &[f64]| xs[r.u8() as usize % xs.len()];
+    match r.u8() % 8 {
+        0 => c.gpus_per_node = field(r, &[8, 1, 2, 4, 16, 0]),
+        1 => c.inter_node_bandwidth = pick(r, &[45e9, 1e6, 1e12, 0.0, f64::NAN]),
+        2 => c.ring_step_latency_s = pick(r, &[6e-6, 0.0, 1.0, -1.0, f64::INFINITY]),
+        3 => c.inter_node_ring_step_latency_s = pick(r, &[1e-3, 0.0, 1e-9, -1e-6]),
+        4 => c.overlap = field(r, &[0, 1, 7]),
+        5 => c.attention_tile = field(r, &[128, 1, 64, 4096, 0]),
+        6 => c.kernel_launch_s = pick(r, &[5e-6, 0.0, 1e3, f64::NAN]),
+        _ => c.attention_fwd_flops[r.u8() as usize % 6] = pick(r, &[1e12, 1e16, 0.0, -1.0]),
+    }
+    c
+}
+
+impl Input {
+    /// The core configuration a correct library plans this input with, or the status it
+    /// must refuse the configuration with first (option integers, then the cost model's
+    /// enum; range errors are the core's `validate`, inside `schedule`).
+    pub fn core_config(&self) -> Result<Config, skrull_status> {
+        let mut cfg = self.cfg.to_core()?;
+        if let Some(c) = &self.cost {
+            cfg.cost = Some(c.to_core()?);
+        }
+        Ok(cfg)
     }
 }

@@ -7,11 +7,14 @@
 use core::ffi::c_void;
 
 use skrull::skrull_workspace_size;
-use skrull::{skrull_config, skrull_dacp_place, skrull_dacp_summary, skrull_status};
+use skrull::{
+    skrull_config, skrull_cost_model, skrull_dacp_place, skrull_dacp_summary, skrull_status,
+};
 use skrull_core::config::{MAX_CP, MAX_DP};
 use skrull_core::error::Buffer;
 use skrull_core::{
-    Config, Error, MicroBatch, Placement, PlanBuffers, PlanSizes, Workspace, WorkspaceSizes,
+    Config, Error, FlopsFormula, MicroBatch, Placement, PlanBuffers, PlanSizes, Policy, Workspace,
+    WorkspaceSizes,
 };
 
 use super::decode::{Perturb, decode};
@@ -22,7 +25,7 @@ use crate::guarded::Guarded;
 /// `dacp::place` on the whole batch as one micro-batch, and `skrull_dacp_place` with it.
 pub fn rust_api(data: &[u8]) {
     let input = decode(data);
-    let Ok(cfg) = input.cfg.to_core() else {
+    let Ok(cfg) = input.core_config() else {
         return;
     };
     let lengths = &input.lengths;
@@ -115,6 +118,12 @@ pub fn rust_api(data: &[u8]) {
             assert_eq!((*buffer, *needed, *got), (b, sizes[k] + 1, sizes[k]));
         }
         (r, Ok(()), Some(k)) => panic!("buffer {k} one short gave {r:?}"),
+        (Err(Error::Unsupported { policy, option }), Ok(()), _) => {
+            // `balanced` balances time, not FLOPs: it refuses another FLOPs formula first.
+            assert_eq!((*policy, *option), (Policy::Balanced, "flops"));
+            assert_eq!(cfg.policy, Policy::Balanced);
+            assert_ne!(cfg.flops, FlopsFormula::Paper);
+        }
         (Err(Error::MicroBatchLimit { .. }), Ok(()), None) => {
             assert_ne!(cfg.max_micro_batches, 0, "limit error without a limit");
         }
@@ -128,17 +137,20 @@ pub fn rust_api(data: &[u8]) {
             }
         }
     }
-    dacp_both(&cfg, lengths);
+    dacp_both(&cfg, input.cost.as_ref(), lengths);
 }
 
 /// DACP alone on the whole batch as one micro-batch, through the Rust API and the C ABI:
 /// the same decision, loads within the budget, and only the documented errors.
-fn dacp_both(cfg: &Config, lengths: &[u32]) {
+fn dacp_both(cfg: &Config, cost: Option<&skrull_cost_model>, lengths: &[u32]) {
     let n = lengths.len();
     let mut order = vec![0u32; n];
     let mut ranks = vec![7i32; n];
     let r = skrull_core::policy::dacp::place(cfg, lengths, &mut order, &mut ranks);
-    let c = skrull_config::from_core(cfg);
+    let mut c = skrull_config::from_core(cfg);
+    if let Some(m) = cost {
+        c.cost_model = m;
+    }
     let (dp, cp) = (cfg.dp.clamp(1, MAX_DP), cfg.cp.clamp(1, MAX_CP));
     // SAFETY: no preconditions.
     let wsb = unsafe { skrull_workspace_size(n, dp, cp) };

@@ -92,7 +92,12 @@ pub fn layout(data: &[u8]) -> Run {
         cp_rank: u32::from(r.u16()),
     };
     let input = decode(data.get(16..).unwrap_or(&[]));
-    let (c, lengths) = (input.cfg, input.lengths);
+    let (mut c, lengths) = (input.cfg, input.lengths.clone());
+    // The caller's cost model lives here through every call.
+    let cost = input.cost;
+    if let Some(m) = &cost {
+        c.cost_model = m;
+    }
     let n = lengths.len();
 
     // The maximum sizes: the configuration's errors exactly as skrull_schedule reports them.
@@ -119,7 +124,7 @@ pub fn layout(data: &[u8]) -> Run {
         }
     };
     assert_eq!(st_max, skrull_status::Ok);
-    let cfg = c.to_core().expect("planned, so valid");
+    let cfg = input.core_config().expect("planned, so valid");
     let max = LayoutSizes::max_for(n, &cfg);
     assert_eq!(
         (
