@@ -534,9 +534,9 @@ typedef struct skrull_placement {
      */
     int32_t cp_rank;
     /**
-     * Tokens it occupies on each GPU that holds it: its length when local; its shard when
-     * sharded (`ceil(len / cp)`, or the zigzag-padded shard with
-     * `SKRULL_SHARD_PADDING_ZIGZAG`).
+     * Tokens it occupies on each GPU that holds it: its length when local (padded to
+     * `pad_multiple` with `pad_local`); its share when sharded (`ceil(len / cp)`, or the
+     * padded share with `SKRULL_SHARD_PADDING_ZIGZAG` or a pad multiple above 1).
      */
     uint32_t tokens_per_gpu;
 } skrull_placement;

@@ -194,3 +194,25 @@ fn c_abi_option_seeds_reach_what_they_are_named_after() {
         fuzz::decode::decode(&std::fs::read(dir.join("seed-error-details")).unwrap()).error_details
     );
 }
+
+/// Regression (fuzz `c_abi`, wider decoder): `out.struct_size = 97` was accepted as version 1
+/// plus one byte, so the library read one byte of the error-details pointer into a NULL
+/// default and wrote the details to address 0x80. A size that ends inside a field is now
+/// `BAD_STRUCT_SIZE`, and nothing is written through a half-read pointer.
+#[test]
+#[cfg_attr(miri, ignore)]
+fn fuzz_c_abi_struct_size_inside_a_field() {
+    let _ = fuzz::c_abi(&base64("JgAAAwAAANzc3Nzc3N////cAgAAAAAA="));
+}
+
+/// Regression (fuzz `layout`, wider decoder): with `pad_local` and a pad multiple a local
+/// sequence occupies its padded length, which the library reports in `tokens_per_gpu`, but the
+/// harness still expected the bare length and called the plan invalid.
+#[test]
+#[cfg_attr(miri, ignore)]
+fn fuzz_layout_pad_local_tokens_per_gpu() {
+    let run = fuzz::layout(&base64(
+        "AAAAAAAAuLi4uB+4uLi4uLi4uLi4uLi4Pbi4uDYiIiIiIiIiIgAAAACqAAAAACAAFwAAAAAAAAAGAAAAAAAAAAIEBQIAEQABBgAAAAA=",
+    ));
+    assert!(run.plan_valid);
+}

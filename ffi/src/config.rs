@@ -128,6 +128,16 @@ unsafe impl Sync for skrull_config {}
 /// `sizeof(skrull_config)` of ABI version 1, the smallest accepted `struct_size`.
 pub const SKRULL_CONFIG_SIZE_V1: u32 = 60;
 
+/// The `struct_size` values below the current size that end on a field boundary: version 1
+/// and each appended field. Any other smaller size would cut a field in two.
+pub(crate) const CONFIG_SIZES: [usize; 5] = [
+    SKRULL_CONFIG_SIZE_V1 as usize,
+    core::mem::offset_of!(skrull_config, pad_local),
+    core::mem::offset_of!(skrull_config, lockstep),
+    core::mem::offset_of!(skrull_config, cost_model),
+    size_of::<skrull_config>(),
+];
+
 /// The largest `skrull_config.pad_multiple`.
 pub const SKRULL_MAX_PAD_MULTIPLE: u32 = 65_536;
 
@@ -266,7 +276,7 @@ impl skrull_config {
 /// is its size in bytes, and the whole `struct_size` bytes must be readable.
 pub(crate) unsafe fn read_sized<T: Copy>(
     ptr: *const T,
-    v1_size: usize,
+    sizes: &[usize],
     default: T,
 ) -> Result<T, skrull_status> {
     if ptr.is_null() {
@@ -278,6 +288,7 @@ pub(crate) unsafe fn read_sized<T: Copy>(
     // SAFETY: non-null, aligned for T (so for its leading u32), and the caller guarantees at
     // least the 4 bytes of `struct_size` are readable.
     let size = unsafe { ptr.cast::<u32>().read() };
+    let v1_size = sizes.first().copied().unwrap_or(size_of::<T>());
     if size < v1_size as u32 || size > SKRULL_MAX_STRUCT_SIZE {
         return Err(skrull_status::BadStructSize);
     }
@@ -290,6 +301,9 @@ pub(crate) unsafe fn read_sized<T: Copy>(
         if tail.iter().any(|&b| b != 0) {
             return Err(skrull_status::BadStructSize);
         }
+    } else if size < known && !sizes.contains(&size) {
+        // A size that ends inside a field would read part of it (half a pointer, say).
+        return Err(skrull_status::BadStructSize);
     }
     let mut out = default;
     // SAFETY: `min(size, known)` bytes are readable at `ptr` (caller contract) and writable
@@ -313,7 +327,7 @@ pub(crate) unsafe fn read_config(ptr: *const skrull_config) -> Result<Config, Fa
     let default =
         skrull_config::preset(SKRULL_PRESET_QWEN2_5_0_5B).ok_or(skrull_status::Internal)?;
     // SAFETY: forwarded caller contract.
-    let c = unsafe { read_sized(ptr, SKRULL_CONFIG_SIZE_V1 as usize, default) }?;
+    let c = unsafe { read_sized(ptr, &CONFIG_SIZES, default) }?;
     let mut cfg = c.to_core()?;
     // SAFETY: forwarded caller contract (the pointer, unless NULL, is a readable cost model).
     cfg.cost = unsafe { read_cost_model(c.cost_model) }?;

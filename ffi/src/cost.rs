@@ -212,7 +212,7 @@ pub(crate) unsafe fn read_cost_model(
     }
     let base = skrull_cost_model::from_core(&CostModel::H100_QWEN2_5_7B);
     // SAFETY: forwarded caller contract.
-    let c = unsafe { read_sized(ptr, SKRULL_COST_MODEL_SIZE_V1 as usize, base) }?;
+    let c = unsafe { read_sized(ptr, &[SKRULL_COST_MODEL_SIZE_V1 as usize], base) }?;
     Ok(Some(c.to_core()?))
 }
 

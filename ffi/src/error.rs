@@ -10,7 +10,7 @@ use skrull_core::plan::layout::LayoutError;
 
 use crate::boundary::Span;
 use crate::config::read_sized;
-use crate::plan::{PLAN_BUFFERS_SIZE_V1, skrull_plan_buffers};
+use crate::plan::{PLAN_BUFFERS_SIZES, skrull_plan_buffers};
 use crate::status::skrull_status;
 
 /// Details of a failed call (frozen layout, 32 bytes).
@@ -251,7 +251,7 @@ pub(crate) unsafe fn target(
 ) -> *mut skrull_error_info {
     let none = core::ptr::null_mut();
     // SAFETY: forwarded caller contract.
-    let Ok(bufs) = (unsafe { read_sized(plan, PLAN_BUFFERS_SIZE_V1, skrull_plan_buffers::EMPTY) })
+    let Ok(bufs) = (unsafe { read_sized(plan, &PLAN_BUFFERS_SIZES, skrull_plan_buffers::EMPTY) })
     else {
         return none;
     };

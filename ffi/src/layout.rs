@@ -19,7 +19,7 @@ use crate::boundary::{Span, any_overlap, check_out, declared, guard, lengths};
 use crate::config::{read_config, read_sized, skrull_config};
 use crate::error::{Failure, finish, info_span, target};
 use crate::plan::{
-    PLAN_BUFFERS_SIZE_V1, skrull_micro_batch, skrull_placement, skrull_plan_buffers, skrull_summary,
+    PLAN_BUFFERS_SIZES, skrull_micro_batch, skrull_placement, skrull_plan_buffers, skrull_summary,
 };
 use crate::status::skrull_status;
 use crate::workspace::Carver;
@@ -207,6 +207,14 @@ pub struct skrull_layout_buffers {
 /// `sizeof(skrull_layout_buffers)` of ABI version 1, the smallest accepted `struct_size`, on
 /// this platform (112 bytes on 64-bit): everything before `gather_index`.
 pub const LAYOUT_BUFFERS_SIZE_V1: usize = 8 + 13 * size_of::<usize>();
+
+/// The `struct_size` values of `skrull_layout_buffers` below the current size that end on a
+/// field boundary: version 1, then each appended pointer with its length.
+pub(crate) const LAYOUT_BUFFERS_SIZES: [usize; 3] = [
+    LAYOUT_BUFFERS_SIZE_V1,
+    core::mem::offset_of!(skrull_layout_buffers, local_cu_seqlens_padded),
+    size_of::<skrull_layout_buffers>(),
+];
 
 const _: () = assert!(
     size_of::<skrull_layout_buffers>() == LAYOUT_BUFFERS_SIZE_V1 + 4 * size_of::<usize>(),
@@ -446,7 +454,7 @@ unsafe fn read_head(
     // SAFETY: forwarded caller contract for `config`.
     let cfg = unsafe { read_config(config) }?;
     // SAFETY: forwarded caller contract for `plan`.
-    let bufs = unsafe { read_sized(plan, PLAN_BUFFERS_SIZE_V1, skrull_plan_buffers::EMPTY) }?;
+    let bufs = unsafe { read_sized(plan, &PLAN_BUFFERS_SIZES, skrull_plan_buffers::EMPTY) }?;
     if bufs._reserved != 0 {
         return Err(skrull_status::InvalidArg.into());
     }
@@ -718,7 +726,7 @@ unsafe fn fill(
     // SAFETY: forwarded caller contract.
     let (cfg, bufs) = unsafe { read_head(config, plan) }?;
     // SAFETY: forwarded caller contract for `out`.
-    let o = unsafe { read_sized(out, LAYOUT_BUFFERS_SIZE_V1, skrull_layout_buffers::EMPTY) }?;
+    let o = unsafe { read_sized(out, &LAYOUT_BUFFERS_SIZES, skrull_layout_buffers::EMPTY) }?;
     if o._reserved != 0 {
         return Err(skrull_status::InvalidArg.into());
     }

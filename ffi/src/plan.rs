@@ -19,9 +19,9 @@ pub struct skrull_placement {
     /// `SKRULL_SHARDED` (-1): split over every CP rank of the group; otherwise the CP rank
     /// that holds it whole.
     pub cp_rank: i32,
-    /// Tokens it occupies on each GPU that holds it: its length when local; its shard when
-    /// sharded (`ceil(len / cp)`, or the zigzag-padded shard with
-    /// `SKRULL_SHARD_PADDING_ZIGZAG`).
+    /// Tokens it occupies on each GPU that holds it: its length when local (padded to
+    /// `pad_multiple` with `pad_local`); its share when sharded (`ceil(len / cp)`, or the
+    /// padded share with `SKRULL_SHARD_PADDING_ZIGZAG` or a pad multiple above 1).
     pub tokens_per_gpu: u32,
 }
 
@@ -123,6 +123,11 @@ pub struct skrull_plan_buffers {
 /// `sizeof(skrull_plan_buffers)` of ABI version 1, the smallest accepted `struct_size`, on
 /// this platform (96 bytes on 64-bit): everything before `error`.
 pub const PLAN_BUFFERS_SIZE_V1: usize = 8 + 11 * size_of::<usize>();
+
+/// The `struct_size` values of `skrull_plan_buffers` below the current size that end on a
+/// field boundary: version 1 and the current one.
+pub(crate) const PLAN_BUFFERS_SIZES: [usize; 2] =
+    [PLAN_BUFFERS_SIZE_V1, size_of::<skrull_plan_buffers>()];
 
 const _: () = assert!(
     size_of::<skrull_plan_buffers>() == PLAN_BUFFERS_SIZE_V1 + size_of::<usize>(),

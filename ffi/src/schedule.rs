@@ -10,7 +10,7 @@ use crate::boundary::{Span, any_overlap, check_out, declared, guard, lengths};
 use crate::config::{read_config, read_sized, skrull_config};
 use crate::error::{Failure, finish, info_span, target};
 use crate::plan::{
-    PLAN_BUFFERS_SIZE_V1, skrull_micro_batch, skrull_placement, skrull_plan_buffers, skrull_summary,
+    PLAN_BUFFERS_SIZES, skrull_micro_batch, skrull_placement, skrull_plan_buffers, skrull_summary,
 };
 use crate::status::skrull_status;
 use crate::workspace::{Carver, Layout};
@@ -86,7 +86,7 @@ unsafe fn schedule(
     // SAFETY: forwarded caller contract for `config`.
     let cfg = unsafe { read_config(config) }?;
     // SAFETY: forwarded caller contract for `out`.
-    let bufs = unsafe { read_sized(out, PLAN_BUFFERS_SIZE_V1, skrull_plan_buffers::EMPTY) }?;
+    let bufs = unsafe { read_sized(out, &PLAN_BUFFERS_SIZES, skrull_plan_buffers::EMPTY) }?;
     if bufs._reserved != 0 {
         return Err(skrull_status::InvalidArg.into());
     }

@@ -278,7 +278,46 @@ static void corrupted_plan_entries_are_plan_invalid(void) {
     store_free(&s);
 }
 
+/* Regression (fuzz c_abi): a struct_size that ends inside a field was accepted, so the
+ * library read part of a pointer (one byte of `error` into a NULL default) and wrote the
+ * error details to address 0x80. Sizes that cut a field are BAD_STRUCT_SIZE, for the plan
+ * buffers and for the configuration; field boundaries and the full size are accepted. */
+static void struct_size_inside_a_field_is_refused(void) {
+    skrull_config c = config();
+    plan_store s;
+    store_init(&s, N, c.dp, c.cp);
+    skrull_error_info e;
+    s.bufs.error = &e;
+    const uint32_t full = (uint32_t)sizeof s.bufs;
+    const uint32_t v1 = (uint32_t)offsetof(skrull_plan_buffers, error);
+    const uint32_t cut[] = {v1 + 1, v1 + 4, full - 1};
+    for (size_t k = 0; k < sizeof cut / sizeof cut[0]; k++) {
+        s.bufs.struct_size = cut[k];
+        memset(&e, 0xA5, sizeof e);
+        CHECK_STATUS(store_schedule(&s, &c, LENGTHS, N), SKRULL_STATUS_BAD_STRUCT_SIZE);
+        CHECK(e.status == 0xA5A5A5A5u); /* the pointer was cut: nothing written through it */
+    }
+    s.bufs.struct_size = v1;
+    CHECK_STATUS(store_schedule(&s, &c, LENGTHS, N), SKRULL_STATUS_OK);
+    s.bufs.struct_size = full;
+    CHECK_STATUS(store_schedule(&s, &c, LENGTHS, N), SKRULL_STATUS_OK);
+    const uint32_t config_cut[] = {61, 62, 63, 65, 69, 73, 79};
+    for (size_t k = 0; k < sizeof config_cut / sizeof config_cut[0]; k++) {
+        skrull_config d = c;
+        d.struct_size = config_cut[k];
+        CHECK_STATUS(store_schedule(&s, &d, LENGTHS, N), SKRULL_STATUS_BAD_STRUCT_SIZE);
+    }
+    const uint32_t config_ok[] = {60, 64, 68, 72, (uint32_t)sizeof c};
+    for (size_t k = 0; k < sizeof config_ok / sizeof config_ok[0]; k++) {
+        skrull_config d = c;
+        d.struct_size = config_ok[k];
+        CHECK_STATUS(store_schedule(&s, &d, LENGTHS, N), SKRULL_STATUS_OK);
+    }
+    store_free(&s);
+}
+
 int main(void) {
+    struct_size_inside_a_field_is_refused();
     summary_reserved_is_plan_invalid();
     overlap_is_checked_on_declared_capacities();
     corrupted_plan_entries_are_plan_invalid();

@@ -129,7 +129,14 @@ pub(super) fn check_gpu(cfg: &Config, lengths: &[u32], h: &Held, gpu: Gpu, c: &C
         assert_eq!(u64::from(s.offset), at, "span {k} not contiguous");
         let len = lengths[s.seq as usize];
         if k < l.local_seqs as usize {
-            assert_eq!((s.chunk, s.start, s.len, s.pad), (-1, 0, len, 0));
+            // With `pad_local` a local sequence is padded to the pad multiple.
+            let m = cfg.pad_multiple.max(1);
+            let local_pad = if cfg.pad_local {
+                len.div_ceil(m) * m - len
+            } else {
+                0
+            };
+            assert_eq!((s.chunk, s.start, s.len, s.pad), (-1, 0, len, local_pad));
             assert_eq!(p.cp_rank, r as i32);
             assert_eq!(c.local_cu[k + 1] - c.local_cu[k], len as i32);
             local_max = local_max.max(len);
@@ -173,7 +180,12 @@ pub(super) fn check_gpu(cfg: &Config, lengths: &[u32], h: &Held, gpu: Gpu, c: &C
     assert_eq!(at, u64::from(l.tokens));
     assert_eq!(pads, u64::from(l.pad_tokens));
     assert_eq!(c.local_cu.first(), Some(&0));
-    assert_eq!(c.local_cu.last(), Some(&(l.local_tokens as i32)));
+    // Real lengths: the local tokens less the local padding.
+    let local_real: u64 = c.spans[..l.local_seqs as usize]
+        .iter()
+        .map(|s| u64::from(s.len))
+        .sum();
+    assert_eq!(c.local_cu.last(), Some(&(local_real as i32)));
     assert_eq!(c.rank_cu.first(), Some(&0));
     assert_eq!(c.rank_cu.last(), Some(&(l.sharded_tokens as i32)));
     for cu in [&c.sharded_cu, &c.sharded_cu_padded] {

@@ -115,8 +115,13 @@ pub(super) fn stage(cfg: &Config, lengths: &[u32], h: &Held) -> Option<Staged> {
         .iter()
         .zip(lengths)
         .map(|(p, &len)| {
+            // A local sequence occupies its length, padded to the pad multiple with
+            // `pad_local` (written out here, not read from the library's budget).
+            let m = cfg.pad_multiple.max(1);
             let want = if p.cp_rank == -1 {
                 cfg.shard_tokens(len)
+            } else if cfg.pad_local {
+                len.div_ceil(m) * m
             } else {
                 len
             };
