@@ -216,3 +216,38 @@ fn fuzz_layout_pad_local_tokens_per_gpu() {
     ));
     assert!(run.plan_valid);
 }
+/// Regression (fuzz `c_abi`, wider decoder): with `config.struct_size` 72 the library reads
+/// no cost-model pointer and plans with the preset, but the harness compared against a plan
+/// made with the caller's (invalid) cost model. It now reads the configuration as the
+/// library does, field by field up to the given size.
+#[test]
+#[cfg_attr(miri, ignore)]
+fn fuzz_c_abi_small_config_drops_later_fields() {
+    let f = std::fs::read(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../fuzz/corpus/c_abi/seed-regression-small-config"),
+    )
+    .unwrap();
+    let _ = fuzz::c_abi(&f);
+}
+
+/// Regression (fuzz `rust_api`): a caller cost model with a 1,000 s kernel launch saturated
+/// `balanced`'s sums and the call failed with `DacpFailed`.
+#[test]
+#[cfg_attr(miri, ignore)]
+fn fuzz_rust_api_saturated_cost_model() {
+    fuzz::rust_api(&base64(
+        "KIAGGQQAABAIPgK9AAAsAGhoaGhoaGggAAAAAAAG6APo/RUFlAAAAA==",
+    ));
+}
+
+/// Regression (fuzz `layout`): a local sequence padded by `pad_local` covers its padded
+/// length; the harness's tiling check expected the bare length.
+#[test]
+#[cfg_attr(miri, ignore)]
+fn fuzz_layout_pad_local_tiling() {
+    let run = fuzz::layout(&base64(
+        "BgAAAAAOCAAAAAAAdnZ2dnZ2CgoAAAAAAAAAAADKysrKAHZ2dnZ2dnZ2dnY=",
+    ));
+    assert!(run.plan_valid);
+}

@@ -85,8 +85,8 @@ impl IntModel {
             tm: *tm,
             budget,
             gemm_fp: to_fp(tm.gemm_compute(1)),
-            stream_ps: to_ps(tm.weight_stream()),
-            fixed_ps: to_ps(tm.fixed()),
+            stream_ps: to_ps(tm.weight_stream()).min(CAP),
+            fixed_ps: to_ps(tm.fixed()).min(CAP),
             all_attention: cost.overlap == Overlap::AllAttention,
             tile,
             unit_lo: unit(lo_q),
@@ -204,7 +204,7 @@ impl IntModel {
     /// The integer cost of `ring` (resolve it once per micro-batch or DP rank).
     pub fn link(&self, ring: Ring) -> Link {
         Link {
-            latency_ps: to_ps(self.tm.comm_latency(ring)),
+            latency_ps: to_ps(self.tm.comm_latency(ring)).min(CAP),
             per_token_fp: to_fp(self.tm.comm_per_token(ring)),
         }
     }

@@ -277,8 +277,9 @@ fn attempt(
     ranks::shard_first(slots, s, budget, rooms, ledger);
     match ranks::place(slots, s, budget, cfg.victim, rooms, ledger) {
         Ok(_) => {
+            // Without a bound yet any time is kept (a saturated one too).
             let t = ledger.time();
-            (t < ledger.bound).then_some(t)
+            (ledger.bound == u64::MAX || t < ledger.bound).then_some(t)
         }
         Err(Stop::Failed { .. } | Stop::Abandoned) => None,
     }
@@ -588,7 +589,9 @@ fn run_grouping(
         let members = gather.get(first..next).unwrap_or(&[]);
         let t = placer.micro_batch(members, &mut marks.cur[..k], &mut marks.best[..k])?;
         total = total.saturating_add(t);
-        if total >= stop {
+        // Without a best total yet (`stop == u64::MAX`) the grouping always completes, even
+        // when its total saturates.
+        if stop != u64::MAX && total >= stop {
             return None;
         }
         for (&s, &d) in members.iter().zip(marks.best.iter()) {
@@ -647,10 +650,11 @@ impl DpSearch<'_, '_> {
             self.tried_single = true;
         }
         let stop = self.best.unwrap_or(u64::MAX);
-        if (m as u64)
-            .saturating_mul(p.ledger.im.fixed())
-            .saturating_add(self.work)
-            >= stop
+        if stop != u64::MAX
+            && (m as u64)
+                .saturating_mul(p.ledger.im.fixed())
+                .saturating_add(self.work)
+                >= stop
         {
             return;
         }
@@ -1153,6 +1157,31 @@ mod tests {
             let cfg = Config::new(dp, cp, 26 * 1024, ModelShape::QWEN2_5_0_5B);
             let lengths = long_tail(&mut rng, 64 + i * 7, cp * 26 * 1024);
             same_with_and_without_skipping(&cfg, &lengths);
+        }
+    }
+
+    /// Regression (fuzz `rust_api`, a caller cost model with a 1,000 s kernel launch): the
+    /// fixed cost of a micro-batch saturated the search's sums, so every grouping looked no
+    /// better than "no plan yet" and the policy returned `DacpFailed`. Absurd models must
+    /// still give a valid plan.
+    #[test]
+    fn saturated_cost_models_still_plan() {
+        use crate::model::CostModel;
+        let lengths = [1u32, 45, 73, 73, 73, 9, 1, 1, 81, 105, 41, 70, 37, 1];
+        let shape = ModelShape::QWEN2_5_0_5B;
+        let edits: [fn(&mut CostModel); 4] = [
+            |c| c.kernel_launch_s = 1000.0,
+            |c| c.micro_batch_extra_s = 1e9,
+            |c| c.ring_step_latency_s = 1e6,
+            |c| c.hbm_bandwidth = 1e-3,
+        ];
+        for edit in edits {
+            let mut cost = CostModel::h100(&shape);
+            edit(&mut cost);
+            for (dp, cp, bucket) in [(1, 16, 7), (2, 4, 64), (1, 1, 200)] {
+                let cfg = Config::new(dp, cp, bucket, shape).with_cost(cost);
+                run(&cfg, &lengths).unwrap();
+            }
         }
     }
 

@@ -102,6 +102,11 @@ pub fn c_abi(data: &[u8]) -> skrull_status {
     // SAFETY: `cfg_mem` is 8-aligned and larger than a skrull_config.
     unsafe { cfg_mem.as_mut_ptr().cast::<skrull_config>().write(c) };
     let mut must_fail = false;
+    // The configuration size the library reads (a smaller one drops the later fields).
+    let read_as = match perturb {
+        Perturb::ConfigStructSize(s) => s,
+        _ => u32::MAX,
+    };
     match perturb {
         Perturb::ConfigTail(k) => {
             cfg_mem[0] = (cfg_mem[0] & !0xFFFF_FFFF) | 128;
@@ -271,7 +276,7 @@ pub fn c_abi(data: &[u8]) -> skrull_status {
         summary.untouched_from(0, "summary");
         if perturb == Perturb::None || perturb == Perturb::OddWorkspace {
             // A well-formed call fails exactly as the Rust API does.
-            let core = input.core_config();
+            let core = input.core_config_sized(read_as);
             match core {
                 Err(e) => assert_eq!(st, e, "option integer error"),
                 Ok(cfg) => {
@@ -287,7 +292,7 @@ pub fn c_abi(data: &[u8]) -> skrull_status {
     }
     assert!(!must_fail, "malformed call {perturb:?} returned OK");
     let cfg = input
-        .core_config()
+        .core_config_sized(read_as)
         .expect("OK implies a valid configuration");
     let s = summary.body()[0];
     let mbs = s.micro_batches as usize;

@@ -200,9 +200,26 @@ impl Input {
     /// must refuse the configuration with first (option integers, then the cost model's
     /// enum; range errors are the core's `validate`, inside `schedule`).
     pub fn core_config(&self) -> Result<Config, skrull_status> {
-        let mut cfg = self.cfg.to_core()?;
-        if let Some(c) = &self.cost {
-            cfg.cost = Some(c.to_core()?);
+        self.core_config_sized(u32::MAX)
+    }
+
+    /// [`Input::core_config`] as a library reads it from a `struct_size` of `size` bytes:
+    /// the fields that end past it keep their defaults (pad multiple 1, no local padding, no
+    /// lockstep, no cost model). Offsets written out: 60 (version 1), 64, 68, 72, 80.
+    pub fn core_config_sized(&self, size: u32) -> Result<Config, skrull_status> {
+        let mut c = self.cfg;
+        if size < 64 {
+            c.pad_multiple = 1;
+        }
+        if size < 68 {
+            c.pad_local = 0;
+        }
+        if size < 72 {
+            c.lockstep = 0;
+        }
+        let mut cfg = c.to_core()?;
+        if let (Some(m), true) = (&self.cost, size >= 80) {
+            cfg.cost = Some(m.to_core()?);
         }
         Ok(cfg)
     }

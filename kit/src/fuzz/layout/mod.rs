@@ -324,7 +324,14 @@ pub fn layout(data: &[u8]) -> Run {
                 "local sequence {seq} laid out {} times",
                 ranges.len()
             );
-            assert_eq!(ranges[0], (0, u64::from(len), pl.cp_rank as u32));
+            // Its length, padded to the pad multiple with `pad_local`.
+            let m = u64::from(cfg.pad_multiple.max(1));
+            let held = if cfg.pad_local {
+                u64::from(len).div_ceil(m) * m
+            } else {
+                u64::from(len)
+            };
+            assert_eq!(ranges[0], (0, held, pl.cp_rank as u32));
             continue;
         }
         assert_eq!(ranges.len(), 2 * cfg.cp as usize, "sharded {seq}: spans");
