@@ -5,10 +5,13 @@ pub mod args;
 pub mod buffers;
 pub mod calibrate;
 pub mod evaluate;
+pub mod fits;
 pub mod json;
 pub mod layout_out;
 pub mod plan_cmd;
+pub mod profile_cmd;
 pub mod sample;
+pub mod samples;
 pub mod simulate;
 pub mod svg;
 
