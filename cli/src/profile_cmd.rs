@@ -16,6 +16,9 @@ torch (`python -m skrull.profile`, installed with the skrull package), so this c
 prints the commands to run: the profile, which writes the samples CSV and calls
 `skrull calibrate` itself, and the calibrate and plan steps by hand. See docs/profiling.md.";
 
+/// The fraction of the memory limit `python -m skrull.profile` keeps free by default.
+const MARGIN: f64 = 0.1;
+
 /// The model presets `python -m skrull.profile --model` knows.
 const MODELS: [&str; 2] = ["qwen2.5-0.5b", "qwen2.5-7b"];
 
@@ -39,10 +42,12 @@ pub fn run(flags: &Flags) -> Result<String, String> {
     }
     let out = flags.get("--out").unwrap_or("profile.csv");
     let limit = flags.get("--memory-limit");
-    if let Some(v) = limit {
-        crate::calibrate::parse_bytes(v)
-            .ok_or_else(|| format!("--memory-limit: '{v}' is not a byte count"))?;
-    }
+    let limit_bytes = limit
+        .map(|v| {
+            crate::calibrate::parse_bytes(v)
+                .ok_or_else(|| format!("--memory-limit: '{v}' is not a byte count"))
+        })
+        .transpose()?;
     let python = flags.get("--python").unwrap_or("python3");
     flags.finish()?;
     let model_file = match out.strip_suffix(".csv") {
@@ -52,8 +57,14 @@ pub fn run(flags: &Flags) -> Result<String, String> {
     let limit_flag = limit
         .map(|l| format!(" --memory-limit {l}"))
         .unwrap_or_default();
+    // By hand, calibrate takes the usable bytes: the limit less the profiler's default 10%
+    // margin, or a placeholder.
+    let usable = limit_bytes.map_or_else(
+        || "BYTES".to_string(),
+        |b| format!("{}", (b * (1.0 - MARGIN)).floor()),
+    );
     let default_limit = if device == "cuda" {
-        "the GPU's free memory less a 10% margin"
+        "the GPU's free memory"
     } else {
         "80G, an assumption on CPU"
     };
@@ -63,10 +74,9 @@ pub fn run(flags: &Flags) -> Result<String, String> {
          # (add --quick for a reduced grid; launch with torchrun --nproc-per-node N to measure\n\
          # collectives too). It writes {out}, runs skrull calibrate on it, writes the model to\n\
          # {model_file} and prints the BucketSize under the memory limit (default:\n\
-         # {default_limit}). The same by hand:\n\
-         skrull calibrate --samples {out} --model {model}{} > {model_file}\n\
-         skrull plan --model {model} --bucket TOKENS --cost-model {model_file}\n",
-        limit_flag
+         # {default_limit}) less a 10% margin. The same by hand:\n\
+         skrull calibrate --samples {out} --model {model} --memory-limit {usable} > {model_file}\n\
+         skrull plan --model {model} --bucket TOKENS --cost-model {model_file}\n"
     ))
 }
 
@@ -86,7 +96,8 @@ mod tests {
             "python3 -m skrull.profile --model qwen2.5-0.5b --device cuda --out profile.csv\n"
         ));
         assert!(text.contains(
-            "skrull calibrate --samples profile.csv --model qwen2.5-0.5b > profile.json"
+            "skrull calibrate --samples profile.csv --model qwen2.5-0.5b --memory-limit BYTES > \
+             profile.json"
         ));
         let text = run(&flags(&[
             "--model",
@@ -102,7 +113,8 @@ mod tests {
         assert!(text.contains(
             "-m skrull.profile --model qwen2.5-7b --device cpu --out h.csv --memory-limit 80G\n"
         ));
-        assert!(text.contains("--memory-limit 80G > h.json"));
+        // 80 GiB less 10%.
+        assert!(text.contains("--memory-limit 77309411328 > h.json"));
         assert!(text.contains("--cost-model h.json"));
         assert!(run(&flags(&["--model", "llama"])).is_err());
         assert!(run(&flags(&["--device", "tpu"])).is_err());

@@ -75,7 +75,9 @@ fn profile_prints_the_python_command_and_exits_0() {
         out.contains("python3 -m skrull.profile --model qwen2.5-0.5b --device cpu --out cpu.csv"),
         "{out}"
     );
-    assert!(out.contains("skrull calibrate --samples cpu.csv --model qwen2.5-0.5b > cpu.json"));
+    assert!(out.contains(
+        "skrull calibrate --samples cpu.csv --model qwen2.5-0.5b --memory-limit BYTES > cpu.json"
+    ));
     let help = ok(&["help"], None);
     assert!(help.contains("profile"), "{help}");
     let bad = skrull(&["profile", "--device", "tpu"], None);
