@@ -10,20 +10,39 @@ use skrull_core::model::cost::{ATTN_POINTS, AttentionTable, CostModel, Overlap};
 use skrull_core::model::fit::{CollectiveFit, ComputeFit, fit_collective, fit_compute};
 
 use crate::args::{Flags, model_name, parse_model};
+use crate::fits::{AttentionFit, MemoryFit, fit_attention, fit_compute_over, fit_memory};
+use crate::samples::Scope;
+pub use crate::samples::{Samples, parse_samples};
 
 /// Usage text of `skrull calibrate`.
 pub const USAGE: &str = "\
 skrull calibrate --samples CSV [--model qwen2.5-0.5b] [--gpu h100|h200] [--cost-model BASE]
-                 [--group 8]
+                 [--group 8] [--memory-limit BYTES]
 
 Fits the cost model to measured samples by least squares (relative error) and prints it in
-the format --cost-model FILE accepts. CSV rows (a header line and # comments are skipped):
+the format --cost-model FILE accepts. `python -m skrull.profile` measures and writes the CSV
+(docs/profiling.md). Rows (a header line and # comments are skipped):
 
-  LENGTH,SECONDS               one forward+backward of one LENGTH-token sequence, whole on
-  compute,LENGTH,SECONDS       one GPU (at least 3 distinct lengths): fits the fixed cost per
-                               micro-batch and the GEMM and attention speeds
-  collective,BYTES,SECONDS     one all-gather of BYTES on --group GPUs of one node (at least 2
-                               sizes): fits the ring step latency and bandwidth
+  LENGTH,SECONDS                 one forward+backward of the whole model on one LENGTH-token
+  compute,LENGTH,SECONDS         sequence, whole on one GPU: fits the fixed cost per
+                                 micro-batch and the GEMM and attention speeds (at least 3
+                                 lengths; 2 with attention rows)
+  layer,TOKENS,SECONDS           the same for one decoder layer, and for the final norm, LM
+  head,TOKENS,SECONDS            head and loss: layers x layer + head is a compute sample
+  attention,LENGTH,SECONDS[,N]   one layer's causal attention, forward+backward, over N packed
+                                 sequences of LENGTH tokens (at least 2 lengths): replaces the
+                                 attention table, whose level the compute fit then fits
+                                 jointly with the whole-model samples
+  collective,BYTES,SECONDS[,GROUP][,intra|inter]
+                                 one all-gather of BYTES on GROUP GPUs (default --group), in
+                                 one node or across nodes (at least 2 sizes per scope): fits
+                                 the ring step latency and bandwidth of that scope
+  memory,TOKENS,BYTES[,plain|checkpoint]
+                                 peak memory of one GPU for a micro-batch of TOKENS tokens,
+                                 with or without activation checkpointing (at least 2 counts
+                                 per mode): fits BYTES = a + b x TOKENS, written to the file's
+                                 \"_memory\" object with, given --memory-limit (bytes, or 80G),
+                                 the BucketSize: the most tokens whose fitted memory fits
 
 Coefficients without samples keep the base model (--cost-model BASE, else the --gpu preset
 for --model).";
@@ -59,9 +78,19 @@ fn list<T: Copy>(xs: &[T], f: impl Fn(T) -> String) -> String {
 
 /// The cost-model file form of `cost` (JSON; `comment` goes into a `_comment` field).
 pub fn cost_model_json(cost: &CostModel, comment: &str) -> String {
+    cost_model_json_with(cost, comment, &[])
+}
+
+/// [`cost_model_json`] with more fields after the comment: `(name, JSON text)`; names start
+/// with `_`, so readers of the file skip them.
+fn cost_model_json_with(cost: &CostModel, comment: &str, extra: &[(&str, String)]) -> String {
     let a = &cost.attention;
     let mut s = String::from("{\n");
     let _ = writeln!(s, "  \"_comment\": {},", Value::from(comment));
+    for (k, v) in extra {
+        debug_assert!(k.starts_with('_'));
+        let _ = writeln!(s, "  \"{k}\": {v},");
+    }
     let fields: [(&str, String); 20] = [
         ("peak_flops", num(cost.peak_flops)),
         ("gemm_efficiency", num(cost.gemm_efficiency)),
@@ -209,112 +238,165 @@ pub fn cost_from_flags(flags: &Flags, shape: &ModelShape) -> Result<CostModel, S
     Ok(crate::args::cost_over(flags, shape, None)?.unwrap_or_else(|| CostModel::h100(shape)))
 }
 
-/// Samples read from a calibration CSV.
-#[derive(Debug, Default, Clone, PartialEq)]
-pub struct Samples {
-    /// `(length, seconds)`: whole-sequence forward + backward on one GPU.
-    pub compute: Vec<(u32, f64)>,
-    /// `(bytes, seconds)`: one collective.
-    pub collective: Vec<(f64, f64)>,
-}
-
-/// Parses a calibration CSV (see [`USAGE`]).
-///
-/// # Errors
-/// A message naming the bad line.
-pub fn parse_samples(text: &str) -> Result<Samples, String> {
-    let mut out = Samples::default();
-    for (no, raw) in text.lines().enumerate() {
-        let line = raw.split('#').next().unwrap_or("").trim();
-        if line.is_empty() {
-            continue;
-        }
-        let cells: Vec<&str> = line.split(',').map(str::trim).collect();
-        let bad = || {
-            format!(
-                "line {}: expected LENGTH,SECONDS or KIND,SIZE,SECONDS: '{raw}'",
-                no + 1
-            )
-        };
-        let (kind, x, t) = match cells.as_slice() {
-            [x, t] => ("compute", *x, *t),
-            [k, x, t] => (*k, *x, *t),
-            _ => return Err(bad()),
-        };
-        let (Ok(xv), Ok(tv)) = (x.parse::<f64>(), t.parse::<f64>()) else {
-            // A header line (first non-comment line that is not numeric) is skipped.
-            if out.compute.is_empty() && out.collective.is_empty() {
-                continue;
-            }
-            return Err(bad());
-        };
-        if !(xv.is_finite() && xv > 0.0 && tv.is_finite() && tv > 0.0) {
-            return Err(format!("line {}: sizes and times must be positive", no + 1));
-        }
-        match kind {
-            "compute" => {
-                if xv.fract() != 0.0 || xv > f64::from(u32::MAX) {
-                    return Err(format!("line {}: '{x}' is not a token count", no + 1));
-                }
-                out.compute.push((xv as u32, tv));
-            }
-            "collective" => out.collective.push((xv, tv)),
-            other => {
-                return Err(format!(
-                    "line {}: unknown kind '{other}' (compute, collective)",
-                    no + 1
-                ));
-            }
-        }
-    }
-    Ok(out)
-}
-
 /// What [`calibrate`] fitted.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Calibration {
     /// The fitted model.
     pub cost: CostModel,
-    /// The compute fit, when compute samples were given.
+    /// The compute fit, when compute (or layer and head) samples were given.
     pub compute: Option<ComputeFit>,
-    /// The collective fit, when collective samples were given.
-    pub collective: Option<CollectiveFit>,
+    /// Whole-model compute samples composed from `layer` and `head` rows.
+    pub composed: usize,
+    /// The attention table fit, when attention samples were given.
+    pub attention: Option<AttentionFit>,
+    /// The intra-node collective fit and its group size.
+    pub collective: Option<(CollectiveFit, u32)>,
+    /// The inter-node collective fit and its group size.
+    pub inter_node: Option<(CollectiveFit, u32)>,
+    /// One memory fit per checkpointing mode sampled, plain first.
+    pub memory: Vec<MemoryFit>,
 }
 
-/// Fits `base` to `samples` for `shape`, collectives measured on `group` GPUs.
+/// The collective fit of one scope's samples, and their common group size.
+fn fit_scope(
+    samples: &Samples,
+    scope: Scope,
+    group: u32,
+) -> Result<Option<(CollectiveFit, u32)>, String> {
+    let rows: Vec<_> = samples
+        .collective
+        .iter()
+        .filter(|c| c.scope == scope)
+        .collect();
+    let Some(first) = rows.first() else {
+        return Ok(None);
+    };
+    let default = match scope {
+        Scope::Intra => Some(group),
+        Scope::Inter => None,
+    };
+    let g = first.group.or(default).ok_or(
+        "inter-node collective rows need their group size (collective,BYTES,SECONDS,GROUP,inter)",
+    )?;
+    if rows.iter().any(|c| c.group.or(default) != Some(g)) {
+        return Err(format!(
+            "the {} collective rows mix group sizes: fit one group at a time",
+            scope.name()
+        ));
+    }
+    // Sizes scaled to at most 1: the singularity test of the normal equations compares
+    // their diagonal entries, and bytes squared dwarf the latency's column.
+    let b_ref = rows.iter().map(|c| c.bytes).fold(0.0, f64::max);
+    let points: Vec<(f64, f64)> = rows.iter().map(|c| (c.bytes / b_ref, c.seconds)).collect();
+    let mut fit =
+        fit_collective(&points).map_err(|e| format!("{} collective fit: {e}", scope.name()))?;
+    fit.algorithm_bandwidth *= b_ref;
+    Ok(Some((fit, g)))
+}
+
+/// Fits `base` to `samples` for `shape`: intra-node collectives without a group cell were
+/// measured on `group` GPUs. In order: the attention table from `attention` rows; the compute
+/// fit on `compute` rows plus the whole-model samples composed from `layer` and `head` rows
+/// (over the measured table when there is one, else the core's three-coefficient fit); the
+/// ring parameters from each scope's collectives; a memory line per checkpointing mode.
 ///
 /// # Errors
-/// A message from the fit, or when there are no samples at all.
+/// A message from a fit, or when there are no samples at all.
 pub fn calibrate(
     base: &CostModel,
     shape: &ModelShape,
     samples: &Samples,
     group: u32,
 ) -> Result<Calibration, String> {
-    if samples.compute.is_empty() && samples.collective.is_empty() {
+    if samples.is_empty() {
         return Err("no samples".into());
     }
     let mut cost = *base;
+    let mut attention = None;
+    if !samples.attention.is_empty() {
+        let (table, fit) = fit_attention(&cost, shape, &samples.attention)?;
+        cost.attention = table;
+        attention = Some(fit);
+    }
+    let whole = samples.whole_model(shape.layers, shape.vocab)?;
     let mut compute = None;
-    let mut collective = None;
-    if !samples.compute.is_empty() {
-        let (c, fit) =
-            fit_compute(&cost, shape, &samples.compute).map_err(|e| format!("compute fit: {e}"))?;
+    if !whole.is_empty() {
+        let (c, fit) = if attention.is_some() {
+            fit_compute_over(&cost, shape, &whole, &samples.attention)?
+        } else {
+            fit_compute(&cost, shape, &whole).map_err(|e| format!("compute fit: {e}"))?
+        };
         cost = c;
         compute = Some(fit);
     }
-    if !samples.collective.is_empty() {
-        let fit =
-            fit_collective(&samples.collective).map_err(|e| format!("collective fit: {e}"))?;
-        fit.apply(&mut cost, group);
-        collective = Some(fit);
+    let collective = fit_scope(samples, Scope::Intra, group)?;
+    if let Some((fit, g)) = collective {
+        fit.apply(&mut cost, g);
     }
+    let inter_node = fit_scope(samples, Scope::Inter, group)?;
+    if let Some((fit, g)) = inter_node {
+        let g = f64::from(g);
+        cost.inter_node_ring_step_latency_s = fit.latency_s / (g - 1.0);
+        cost.inter_node_bandwidth = fit.algorithm_bandwidth * (g - 1.0) / g;
+    }
+    let memory = fit_memory(&samples.memory)?;
     cost.validate().map_err(|e| e.to_string())?;
     Ok(Calibration {
         cost,
         compute,
+        composed: whole.len() - samples.compute.len(),
+        attention,
         collective,
+        inter_node,
+        memory,
     })
+}
+
+/// Parses a byte count: a whole number, or a number with a binary suffix `K`, `M`, `G` or `T`
+/// (optionally followed by `iB` or `B`: `80G`, `80GiB` and `80GB` all mean 80 x 2^30).
+pub fn parse_bytes(s: &str) -> Option<f64> {
+    let s = s.trim();
+    let body = s
+        .strip_suffix("iB")
+        .or_else(|| s.strip_suffix('B'))
+        .unwrap_or(s);
+    let (digits, mult) = match body.char_indices().last() {
+        Some((i, c)) if c.is_ascii_alphabetic() => {
+            let m = match c.to_ascii_uppercase() {
+                'K' => 1u64 << 10,
+                'M' => 1 << 20,
+                'G' => 1 << 30,
+                'T' => 1 << 40,
+                _ => return None,
+            };
+            (&body[..i], m)
+        }
+        _ => (body, 1),
+    };
+    let v: f64 = digits.parse().ok()?;
+    let bytes = v * mult as f64;
+    (bytes.is_finite() && bytes >= 0.0 && !digits.is_empty()).then_some(bytes)
+}
+
+/// The `_memory` object of a calibrated model file: each mode's line and, with a limit, its
+/// BucketSize.
+fn memory_json(fits: &[MemoryFit], limit: Option<f64>) -> Value {
+    let mut obj = serde_json::Map::new();
+    obj.insert("limit_bytes".into(), limit.map_or(Value::Null, Value::from));
+    for f in fits {
+        let bucket = limit.map_or(Value::Null, |l| Value::from(f.bucket(l)));
+        obj.insert(
+            f.mode.name().into(),
+            serde_json::json!({
+                "fixed_bytes": f.fixed_bytes,
+                "bytes_per_token": f.bytes_per_token,
+                "rms_relative_error": f.rms_relative_error,
+                "samples": f.samples,
+                "bucket_tokens": bucket,
+            }),
+        );
+    }
+    Value::Object(obj)
 }
 
 /// Runs `skrull calibrate`; returns the cost-model file to print.
@@ -330,38 +412,112 @@ pub fn run(flags: &Flags) -> Result<String, String> {
     if group < 2 {
         return Err("--group must be at least 2".into());
     }
+    let limit = flags
+        .get("--memory-limit")
+        .map(|v| parse_bytes(v).ok_or_else(|| format!("--memory-limit: '{v}' is not a byte count")))
+        .transpose()?;
     flags.finish()?;
     let text = std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?;
     let samples = parse_samples(&text).map_err(|e| format!("{path}: {e}"))?;
+    if limit.is_some() && samples.memory.is_empty() {
+        return Err(format!(
+            "--memory-limit given but {path} has no memory samples"
+        ));
+    }
     let cal = calibrate(&base, &shape, &samples, group)?;
     let mut comment = format!(
-        "skrull calibrate: {} compute and {} collective samples from {path}, model {}",
+        "skrull calibrate: {} compute, {} layer, {} head, {} attention, {} collective and {} \
+         memory samples from {path}, model {}",
         samples.compute.len(),
+        samples.layer.len(),
+        samples.head.len(),
+        samples.attention.len(),
         samples.collective.len(),
+        samples.memory.len(),
         model_name(&shape)
     );
+    if let Some(f) = cal.attention {
+        let _ = write!(
+            comment,
+            "; attention table measured at {} lengths ({} to {} tokens), rms relative error \
+             {:.1}%",
+            f.lengths,
+            f.range.0,
+            f.range.1,
+            f.rms_relative_error * 100.0
+        );
+    }
     if let Some(f) = cal.compute {
         let _ = write!(
             comment,
-            "; compute fit: fixed {:.3} ms per micro-batch, GEMM x{:.3}, attention x{:.3} the \
-             base model's time, rms relative error {:.1}%",
+            "; compute fit ({} whole-model samples, {} of them layers x {} + head): fixed {:.3} \
+             ms per micro-batch, GEMM x{:.3}",
+            cal.composed + samples.compute.len(),
+            cal.composed,
+            shape.layers,
             f.fixed_s * 1e3,
-            f.gemm_scale,
-            f.attention_scale,
-            f.rms_relative_error * 100.0
+            f.gemm_scale
         );
-    }
-    if let Some(f) = cal.collective {
+        let attention = if cal.attention.is_some() {
+            format!(
+                "the base model's time, attention x{:.3} the measured table's",
+                f.attention_scale
+            )
+        } else {
+            format!(
+                "and attention x{:.3} the base model's time",
+                f.attention_scale
+            )
+        };
         let _ = write!(
             comment,
-            "; collective fit: {:.1} us + bytes / {:.1} GB/s, rms relative error {:.1}%",
-            f.latency_s * 1e6,
-            f.algorithm_bandwidth / 1e9,
+            " {attention}, rms relative error {:.1}%",
             f.rms_relative_error * 100.0
         );
     }
-    Ok(cost_model_json(&cal.cost, &comment))
+    for (name, fit) in [
+        ("collective", cal.collective),
+        ("inter-node collective", cal.inter_node),
+    ] {
+        if let Some((f, g)) = fit {
+            let _ = write!(
+                comment,
+                "; {name} fit on {g} GPUs: {:.1} us + bytes / {:.3} GB/s, rms relative error \
+                 {:.1}%",
+                f.latency_s * 1e6,
+                f.algorithm_bandwidth / 1e9,
+                f.rms_relative_error * 100.0
+            );
+        }
+    }
+    for f in &cal.memory {
+        let _ = write!(
+            comment,
+            "; memory ({}): {:.3} GiB + {:.1} KiB per token, rms relative error {:.1}%",
+            f.mode.name(),
+            f.fixed_bytes / GIB,
+            f.bytes_per_token / 1024.0,
+            f.rms_relative_error * 100.0
+        );
+        if let Some(l) = limit {
+            let _ = write!(
+                comment,
+                ", BucketSize {} under {:.3} GiB",
+                f.bucket(l),
+                l / GIB
+            );
+        }
+    }
+    let extra = if cal.memory.is_empty() {
+        Vec::new()
+    } else {
+        vec![("_memory", memory_json(&cal.memory, limit).to_string())]
+    };
+    Ok(cost_model_json_with(&cal.cost, &comment, &extra))
 }
+
+/// Bytes in a GiB.
+const GIB: f64 = (1u64 << 30) as f64;
 
 #[cfg(test)]
 mod tests {
@@ -407,16 +563,14 @@ mod tests {
     }
 
     #[test]
-    fn samples_parse_with_header_comments_and_kinds() {
-        let s = parse_samples(
-            "length,seconds\n# c\n1024,0.01\ncompute,2048, 0.02\ncollective,1e6,5e-5\n",
-        )
-        .unwrap();
-        assert_eq!(s.compute, vec![(1024, 0.01), (2048, 0.02)]);
-        assert_eq!(s.collective, vec![(1e6, 5e-5)]);
-        assert!(parse_samples("1024,0.01\nx,y\n").is_err());
-        assert!(parse_samples("1024,-1\n").is_err());
-        assert!(parse_samples("gpu,1,1\n").is_err());
-        assert!(parse_samples("1.5,1\n").is_err());
+    fn byte_counts_take_binary_suffixes() {
+        assert_eq!(parse_bytes("1024"), Some(1024.0));
+        assert_eq!(parse_bytes("80G"), Some(80.0 * GIB));
+        assert_eq!(parse_bytes("80GiB"), Some(80.0 * GIB));
+        assert_eq!(parse_bytes("1.5k"), Some(1536.0));
+        assert_eq!(parse_bytes("2TB"), Some(2.0 * 1024.0 * GIB));
+        for bad in ["", "G", "-1", "80X", "eighty", "1e400"] {
+            assert_eq!(parse_bytes(bad), None, "{bad}");
+        }
     }
 }

@@ -5,8 +5,11 @@
 pub mod args;
 pub mod calibrate;
 pub mod evaluate;
+pub mod fits;
 pub mod json;
 pub mod layout_out;
 pub mod plan_cmd;
+pub mod profile_cmd;
+pub mod samples;
 pub mod simulate;
 pub mod svg;

@@ -1,9 +1,10 @@
-//! `skrull`: plan, simulate, evaluate and calibrate long-context batch schedules.
+//! `skrull`: plan, simulate, evaluate and calibrate long-context batch schedules, and point
+//! to the offline profiler.
 
 use std::process::ExitCode;
 
 use skrull_cli::args::Flags;
-use skrull_cli::{calibrate, evaluate, plan_cmd, simulate};
+use skrull_cli::{calibrate, evaluate, plan_cmd, profile_cmd, simulate};
 
 const USAGE: &str = "\
 skrull <command> [flags]
@@ -12,7 +13,8 @@ commands:
   plan       plan one global batch (default: a paper-sized LMsys batch) and print it
   simulate   run every policy on sampled batches and compare them on the cost model
   evaluate   estimate the iteration time and lower bound of a plan (JSON)
-  calibrate  fit the cost model to measured (length, time) samples
+  calibrate  fit the cost model (and memory against tokens) to measured samples
+  profile    print the commands that measure this machine (python -m skrull.profile)
   help       print this text
 
 `skrull <command> --help` describes a command's flags.";
@@ -46,6 +48,10 @@ fn main() -> ExitCode {
         "calibrate" => (
             calibrate::USAGE,
             calibrate::run as fn(&Flags) -> Result<String, String>,
+        ),
+        "profile" => (
+            profile_cmd::USAGE,
+            profile_cmd::run as fn(&Flags) -> Result<String, String>,
         ),
         "help" | "--help" | "-h" => {
             println!("{USAGE}");
