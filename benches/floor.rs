@@ -71,6 +71,7 @@ impl Floor {
                 dp_rank: 0,
                 micro_batch: pos as u32,
                 cp_rank: SHARDED,
+                ..Placement::default()
             };
         }
         &self.placements[..n]

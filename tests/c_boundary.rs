@@ -22,7 +22,11 @@ use skrull_kit::fuzz::c_abi::{c_as_rust, rust_plan};
 /// The case's configuration under `policy`, as the C struct (asserting the translation
 /// round-trips, so a policy the C ABI cannot name fails here).
 fn c_config(case: &Case, policy: skrull_core::Policy) -> (Config, skrull_config) {
-    let cfg = with_policy(&case.cfg, policy);
+    // Sub-group sharding is opt-in through the C ABI (the caller must read the groups).
+    let cfg = Config {
+        subgroups: false,
+        ..with_policy(&case.cfg, policy)
+    };
     let c = skrull_config::from_core(&cfg);
     assert_eq!(
         c.to_core(),

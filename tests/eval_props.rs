@@ -84,6 +84,7 @@ fn random_plan(cfg: &Config, lengths: &[u32], seed: u64) -> Vec<Placement> {
             dp_rank: d,
             micro_batch: mb as u32,
             cp_rank,
+            ..Placement::default()
         };
     }
     out

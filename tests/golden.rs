@@ -124,7 +124,12 @@ fn hash_of(cfg: &Config, lengths: &[u32]) -> (u64, Option<String>) {
         .collect();
     let rust = plan_hash(&placements, plan.micro_batches_per_dp());
     let pname = cfg.policy.name();
-    if skrull_config::from_core(cfg).to_core() != Ok(*cfg) {
+    if skrull_config::from_core(cfg).to_core()
+        != Ok(Config {
+            subgroups: false,
+            ..*cfg
+        })
+    {
         return (
             rust,
             Some(format!(

@@ -6,7 +6,7 @@ use std::alloc::{GlobalAlloc, Layout as AllocLayout, System};
 use std::cell::Cell;
 
 use skrull_core::model::eval;
-use skrull_core::plan::layout::{self, Gpu, LayoutBuffers, LayoutSizes, Span};
+use skrull_core::plan::layout::{self, Gpu, LayoutBuffers, LayoutRing, LayoutSizes, Span};
 use skrull_core::{Config, ModelShape, Policy, ShardPadding, policy::dacp};
 use skrull_kit::sample::TABLE1;
 use skrull_kit::{OwnedBuffers, OwnedEval};
@@ -153,6 +153,7 @@ fn layout_fill_and_evaluate_do_not_allocate() {
                             positions: &mut positions,
                             local_cu_seqlens_padded: &mut [],
                             gather_index: &mut [],
+                            rings: &mut [LayoutRing::default(); 8],
                         },
                     )
                 });

@@ -101,6 +101,7 @@ pub fn parse_plan(text: &str) -> Result<PlanFile, String> {
             dp_rank: field_u32(p, "dp", &ctx)?,
             micro_batch: field_u32(p, "micro_batch", &ctx)?,
             cp_rank: cp,
+            ..Placement::default()
         };
         match placements.get_mut(seq) {
             Some(slot @ None) => *slot = Some(placement),

@@ -3,7 +3,9 @@
 
 use std::fmt::Write;
 
-use skrull_core::plan::layout::{self, Gpu, LOCAL_CHUNK, Layout, LayoutBuffers, LayoutSizes, Span};
+use skrull_core::plan::layout::{
+    self, Gpu, LOCAL_CHUNK, Layout, LayoutBuffers, LayoutRing, LayoutSizes, MAX_RINGS, Span,
+};
 use skrull_core::{Config, Plan};
 
 use crate::json::config_json;
@@ -27,6 +29,8 @@ pub struct GpuLayout {
     pub rank_cu_seqlens: Vec<i32>,
     /// Position id of every token in the buffer.
     pub positions: Vec<i32>,
+    /// The rings of the sharded group (whole group first, then sub-groups).
+    pub rings: Vec<LayoutRing>,
 }
 
 /// Parses `DP,MB,CP` (three whole numbers).
@@ -67,6 +71,7 @@ pub fn compute(
         sharded_cu_seqlens_padded: vec![0; s.sharded_cu_seqlens as usize],
         rank_cu_seqlens: vec![0; s.sharded_cu_seqlens as usize],
         positions: vec![0; s.positions as usize],
+        rings: vec![LayoutRing::default(); MAX_RINGS as usize],
         ..GpuLayout::default()
     };
     let out = LayoutBuffers {
@@ -78,8 +83,10 @@ pub fn compute(
         rank_cu_seqlens: &mut g.rank_cu_seqlens,
         positions: &mut g.positions,
         gather_index: &mut [],
+        rings: &mut g.rings,
     };
     g.layout = layout::fill(cfg, lengths, plan, gpu, out).map_err(|e| e.to_string())?;
+    g.rings.truncate(g.layout.rings as usize);
     Ok(g)
 }
 

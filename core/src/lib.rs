@@ -87,7 +87,7 @@ pub use error::Error;
 pub use model::CostModel;
 pub use plan::layout::{Gpu, Layout, LayoutBuffers, LayoutError, LayoutSizes, Span};
 pub use plan::{
-    MicroBatch, Placement, Plan, PlanBuffers, PlanParts, PlanSizes, Summary, Workspace,
+    CpGroup, MicroBatch, Placement, Plan, PlanBuffers, PlanParts, PlanSizes, Summary, Workspace,
     WorkspaceSizes,
 };
 pub use policy::schedule;

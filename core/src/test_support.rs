@@ -50,6 +50,7 @@ impl OwnedPlan {
             dp_rank: g.wrapping_mul(7),
             micro_batch: g.wrapping_mul(9),
             cp_rank: g as i32 * 3,
+            ..Placement::default()
         };
         OwnedPlan {
             keys: vec![u64::from(g); ws.keys],

@@ -7,7 +7,8 @@
 
 use quickcheck::{Arbitrary, Gen, QuickCheck};
 use skrull_core::plan::layout::{
-    self, Gpu, LOCAL_CHUNK, Layout, LayoutBuffers, LayoutError, LayoutSizes, Span, zigzag_chunk,
+    self, Gpu, LOCAL_CHUNK, Layout, LayoutBuffers, LayoutError, LayoutRing, LayoutSizes, Span,
+    zigzag_chunk,
 };
 use skrull_core::{Config, ModelShape, Plan, Policy, ShardPadding};
 use skrull_kit::OwnedBuffers;
@@ -113,6 +114,7 @@ fn layout_of(cfg: &Config, lengths: &[u32], plan: &Plan<'_>, gpu: Gpu, max: Layo
         positions: &mut positions,
         local_cu_seqlens_padded: &mut local_cu_padded,
         gather_index: &mut gather,
+        rings: &mut [LayoutRing::default(); 8],
     };
     let l = layout::fill(cfg, lengths, plan, gpu, out).expect("layout of an existing GPU");
     let exact = LayoutSizes::for_gpu(cfg, lengths, plan, gpu).expect("sizes");

@@ -260,6 +260,7 @@ impl skrull_config {
         cfg.pad_multiple = self.pad_multiple.max(1);
         cfg.pad_local = flag(self.pad_local)?;
         cfg.lockstep = flag(self.lockstep)?;
+        cfg.subgroups = false;
         Ok(cfg)
     }
 }
@@ -448,13 +449,24 @@ mod tests {
 
     #[test]
     fn presets_translate_to_the_core_presets() {
+        // Sub-group sharding is off through the C ABI unless the caller asks for it.
+        let c_preset = |cfg: Config| Config {
+            subgroups: false,
+            ..cfg
+        };
         let c = default_cfg().to_core().unwrap();
-        assert_eq!(c, Config::new(4, 8, 26_624, ModelShape::QWEN2_5_0_5B));
+        assert_eq!(
+            c,
+            c_preset(Config::new(4, 8, 26_624, ModelShape::QWEN2_5_0_5B))
+        );
         let c7 = skrull_config::preset(SKRULL_PRESET_QWEN2_5_7B)
             .unwrap()
             .to_core()
             .unwrap();
-        assert_eq!(c7, Config::new(4, 8, 13_312, ModelShape::QWEN2_5_7B));
+        assert_eq!(
+            c7,
+            c_preset(Config::new(4, 8, 13_312, ModelShape::QWEN2_5_7B))
+        );
         assert_eq!(skrull_config::preset(2), None);
     }
 

@@ -385,6 +385,7 @@ unsafe fn read_plan<'a>(
             dp_rank: c.dp_rank,
             micro_batch: c.micro_batch,
             cp_rank: c.cp_rank,
+            ..Placement::default()
         };
     }
     let staged_mb: &'a mut [MicroBatch] = carver.take(mbs)?;
@@ -808,6 +809,7 @@ unsafe fn fill(
             rank_cu_seqlens: output(o.rank_cu_seqlens, nsharded),
             positions: output(o.positions, npos),
             gather_index: output(o.gather_index, ngather),
+            rings: &mut [],
         }
     };
     // Every check `fill` makes already passed above (and it writes nothing on error).

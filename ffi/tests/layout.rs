@@ -239,6 +239,7 @@ fn core_layout(s: &Sched, gpu: skrull_gpu) -> (layout::Layout, Vec<Span>, [Vec<i
             dp_rank: p.dp_rank,
             micro_batch: p.micro_batch,
             cp_rank: p.cp_rank,
+            ..skrull_core::Placement::default()
         })
         .collect();
     let micro_batches: Vec<_> = s.micro_batches[..mbs]
@@ -285,6 +286,7 @@ fn core_layout(s: &Sched, gpu: skrull_gpu) -> (layout::Layout, Vec<Span>, [Vec<i
         positions: e,
         local_cu_seqlens_padded: f,
         gather_index: &mut gather,
+        rings: &mut [],
     };
     let l = layout::fill(&cfg, &s.lengths, &plan, g, out).unwrap();
     (l, spans, arrays, gather)

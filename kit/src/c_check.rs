@@ -205,6 +205,7 @@ pub fn core_placement(p: &skrull_placement) -> Placement {
         dp_rank: p.dp_rank,
         micro_batch: p.micro_batch,
         cp_rank: p.cp_rank,
+        ..Placement::default()
     }
 }
 

@@ -3,7 +3,25 @@
 
 use std::collections::{BTreeMap, HashSet};
 
-use skrull_core::{Config, Plan};
+use skrull_core::{Config, Plan, ShardPadding};
+
+/// Tokens each of `g` GPUs holds of a sequence of `len` tokens sharded over them, written out
+/// from the padding rule: padded to `lcm(2g, M)` when `g > 1` and padded at all (zigzag, or a
+/// pad multiple `M > 1`), else to `M`, then split evenly (rounding up).
+fn share_over(cfg: &Config, len: u32, g: u32) -> u64 {
+    let (g, m) = (u64::from(g.max(1)), u64::from(cfg.pad_multiple.max(1)));
+    let padded_at_all = cfg.shard_padding == ShardPadding::Zigzag || m > 1;
+    let unit = if g > 1 && padded_at_all {
+        let (mut a, mut b) = (2 * g, m);
+        while b != 0 {
+            (a, b) = (b, a % b);
+        }
+        2 * g / a * m
+    } else {
+        m
+    };
+    (u64::from(len).div_ceil(unit) * unit).div_ceil(g)
+}
 
 /// Checks a plan from scratch: every sequence exactly once, ranks in range, micro-batch
 /// indices dense per DP rank, every GPU at most BucketSize, every micro-batch at most C x N,
@@ -29,10 +47,27 @@ pub fn independent_check(cfg: &Config, lengths: &[u32], plan: &Plan<'_>) -> Resu
         used_mbs.entry(p.dp_rank).or_default().insert(p.micro_batch);
         *mb_total.entry((p.dp_rank, p.micro_batch)).or_default() += len;
         if p.cp_rank == -1 {
-            let share = u64::from(cfg.shard_tokens(lengths[i]));
-            for r in 0..cp {
+            // The whole group (cp_size 0 or N) or an aligned power-of-two sub-group.
+            let (first, size) = match u32::from(p.cp_size) {
+                0 => (0, cp),
+                g => (u32::from(p.cp_first), g),
+            };
+            let aligned = size == cp && first == 0
+                || (size >= 2
+                    && size < cp
+                    && size.is_power_of_two()
+                    && cp % size == 0
+                    && first % size == 0
+                    && first + size <= cp);
+            if !aligned || (!cfg.subgroups && size != cp) {
+                return Err(format!("seq {i}: bad CP group {first}+{size} of {cp}"));
+            }
+            let share = share_over(cfg, lengths[i], size);
+            for r in first..first + size {
                 *gpu.entry((p.dp_rank, p.micro_batch, r)).or_default() += share;
             }
+        } else if p.cp_first != 0 || p.cp_size != 0 {
+            return Err(format!("seq {i}: a local sequence names a CP group"));
         } else if p.cp_rank >= 0 && (p.cp_rank as u32) < cp {
             *gpu.entry((p.dp_rank, p.micro_batch, p.cp_rank as u32))
                 .or_default() += u64::from(cfg.local_tokens(lengths[i]));

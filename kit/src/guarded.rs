@@ -87,6 +87,8 @@ pub const FILL_RP: Placement = Placement {
     dp_rank: FILL,
     micro_batch: FILL,
     cp_rank: -7,
+    cp_first: 0xBEEF,
+    cp_size: 0xBEEF,
 };
 
 /// The fill value of a Rust [`MicroBatch`].

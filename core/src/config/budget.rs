@@ -27,6 +27,8 @@ use crate::error::Error;
 pub struct Budget {
     bucket: u32,
     cp: u32,
+    padding: ShardPadding,
+    pad_multiple: u32,
     shard_unit: u32,
     local_unit: u32,
     /// `log2 cp` when `cp` is a power of two.
@@ -82,6 +84,8 @@ impl Budget {
         Budget {
             bucket,
             cp,
+            padding,
+            pad_multiple: pad_multiple.max(1),
             shard_unit,
             local_unit: if pad_local { pad_multiple.max(1) } else { 1 },
             cp_shift: cp.is_power_of_two().then(|| cp.trailing_zeros()),
@@ -100,6 +104,14 @@ impl Budget {
     #[inline]
     pub fn cp(&self) -> u32 {
         self.cp
+    }
+
+    /// The same rules for a CP (sub-)group of `g` GPUs: what a sequence sharded over `g`
+    /// ranks costs each of them ([`Budget::share`] of the result), its padded length and its
+    /// zigzag chunks over `2g`. `for_group(cp())` is this budget.
+    pub fn for_group(&self, g: u32) -> Budget {
+        let local_pad = self.local_unit != 1;
+        Budget::with(self.bucket, g, self.padding, self.pad_multiple, local_pad)
     }
 
     /// The shard unit `u`: a sharded sequence's padded length is a multiple of it.

@@ -258,6 +258,12 @@ pub struct Config {
     /// any rank needs); a rank's extra micro-batches are empty. Trainers whose micro-batch loop
     /// count is global (Megatron, verl) need this.
     pub lockstep: bool,
+    /// Whether a policy may shard a sequence over an aligned sub-group of `g` CP ranks (`g` a
+    /// power of two dividing the CP size, [`CpGroup`](crate::plan::CpGroup)) instead of the
+    /// whole group, where its cost model says that is faster. `balanced` uses it; the paper's
+    /// policies and the baselines only ever use 1 and N. Default: on (the C ABI: off unless
+    /// the caller sets it, because the caller must then read each placement's group).
+    pub subgroups: bool,
     /// The cost model that plans (`balanced`) and evaluates: hardware, kernels and topology
     /// (GPUs per node, intra- and inter-node ring latency and bandwidth). `None`: the H100
     /// preset for [`Config::model`] ([`Config::cost_model`]).
@@ -281,6 +287,7 @@ impl Config {
             pad_multiple: 1,
             pad_local: false,
             lockstep: false,
+            subgroups: true,
             cost: None,
         }
     }

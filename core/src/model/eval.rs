@@ -98,7 +98,20 @@ pub struct RankSlot {
     pub exposed_comm: f64,
     /// This rank's time in the micro-batch, seconds.
     pub time: f64,
+    /// Tokens this GPU holds of sequences sharded over sub-groups it belongs to.
+    pub group_tokens: u64,
+    /// Attention time of those shards, seconds.
+    pub group_attention: f64,
+    /// Communication of the sub-group rings through this rank, seconds (each ring is one
+    /// more ring-attention call on its ranks, after the whole group's).
+    pub group_comm: f64,
+    /// Tokens sharded over this rank's sub-group of `2^(l+1)` ranks, per `l`.
+    pub group_len: [u64; GROUP_LEVELS],
 }
+
+/// Sub-group sizes a rank can belong to: `2, 4, ..., 128` (a sub-group is smaller than the
+/// CP group, which has at most 256 ranks).
+pub const GROUP_LEVELS: usize = 7;
 
 /// Which caller buffer of [`EvalBuffers`] was too small.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -422,7 +435,11 @@ pub fn evaluate_placements<'b>(
     dp_times.fill(0.0);
     for (seq, p) in placements.iter().enumerate() {
         let d = p.dp_rank as usize;
-        let cp_ok = p.cp_rank == SHARDED || (p.cp_rank >= 0 && (p.cp_rank as usize) < cp);
+        let cp_ok = if p.cp_rank == SHARDED {
+            p.group(cfg.cp).is_valid_shard(cfg.cp)
+        } else {
+            p.cp_rank >= 0 && (p.cp_rank as usize) < cp
+        };
         if d >= dp || !cp_ok {
             return Err(EvalError::OutOfRange { seq });
         }
@@ -469,7 +486,22 @@ pub fn evaluate_placements<'b>(
         let mb = &mut mbs[g];
         mb.sequences += 1;
         report.total_tokens += u64::from(len);
-        if p.cp_rank == SHARDED {
+        if p.is_subgroup(cfg.cp) {
+            // One more ring over the sub-group: its ranks hold a larger share each.
+            let group = p.group(cfg.cp);
+            let level = group.size.trailing_zeros() as usize - 1;
+            let share = u64::from(tm.shard_tokens_in(len, group.size));
+            let attention = tm.attention_shard_in(len, group.size);
+            mb.sharded += 1;
+            report.sharded_sequences += 1;
+            report.sharded_tokens += u64::from(len);
+            let at = g * cp + group.first as usize;
+            for slot in &mut ranks[at..at + group.size as usize] {
+                slot.group_tokens += share;
+                slot.group_attention += attention;
+                slot.group_len[level] += u64::from(len);
+            }
+        } else if p.cp_rank == SHARDED {
             mb.sharded += 1;
             mb.sharded_tokens += u64::from(tm.shard_tokens(len));
             mb.sharded_len += u64::from(len);
@@ -502,17 +534,33 @@ pub fn evaluate_placements<'b>(
             }
             used += 1;
             mb.comm = tm.comm(mb.sharded_len, tm.group_ring(d as u32));
+            let whole_comm = mb.comm;
             let mut best = (f64::NEG_INFINITY, 0usize);
             for (r, slot) in ranks[g * cp..(g + 1) * cp].iter_mut().enumerate() {
+                // The sub-group rings through this rank; each counts once in the
+                // micro-batch's total, at its first rank.
+                slot.group_comm = 0.0;
+                for (level, &len) in slot.group_len.iter().enumerate() {
+                    if len == 0 {
+                        continue;
+                    }
+                    let size = 2u32 << level;
+                    let first = r as u32 & !(size - 1);
+                    let c = tm.comm(len, tm.ring(d as u32, first, size));
+                    slot.group_comm += c;
+                    if first == r as u32 {
+                        mb.comm += c;
+                    }
+                }
                 let load = RankLoad {
                     local_tokens: slot.local_tokens,
                     local_attention: slot.local_attention,
-                    sharded_tokens: mb.sharded_tokens,
-                    sharded_attention: mb.sharded_attention,
-                    comm: mb.comm,
+                    sharded_tokens: mb.sharded_tokens + slot.group_tokens,
+                    sharded_attention: mb.sharded_attention + slot.group_attention,
+                    comm: whole_comm + slot.group_comm,
                 };
                 let t = tm.rank(&load);
-                slot.tokens = slot.local_tokens + mb.sharded_tokens;
+                slot.tokens = slot.local_tokens + mb.sharded_tokens + slot.group_tokens;
                 slot.gemm = t.gemm;
                 slot.exposed_comm = t.exposed_comm;
                 slot.time = t.total;
@@ -597,19 +645,54 @@ fn cheapest_group_ring(tm: &TimeModel, cfg: &Config) -> Ring {
     }
 }
 
-/// [`lower_bound`] with a prepared [`TimeModel`] and unchecked inputs.
+/// The cheapest ring of an aligned sub-group of `g` ranks: an in-node one when some DP
+/// rank has such a block inside a node.
+fn cheapest_subgroup_ring(tm: &TimeModel, cfg: &Config, g: u32) -> Ring {
+    let period = cfg.dp.min(tm.cost.gpus_per_node.max(1));
+    let crosses =
+        (0..period).all(|d| (0..cfg.cp / g.max(1)).all(|b| tm.ring(d, b * g, g).crosses_nodes));
+    Ring {
+        size: g,
+        crosses_nodes: crosses,
+    }
+}
+
+/// The sub-group sizes `g < N` a sequence may be sharded over under `cfg` (powers of two
+/// dividing the CP size), smallest first; none without [`Config::subgroups`].
+fn subgroup_sizes(cfg: &Config) -> impl Iterator<Item = u32> + '_ {
+    (1..8)
+        .map(|l| 1u32 << l)
+        .take_while(move |&g| g < cfg.cp)
+        .filter(move |&g| cfg.subgroups && cfg.cp.is_multiple_of(g))
+}
+
+/// [`lower_bound`] with a prepared [`TimeModel`] and unchecked inputs. With
+/// [`Config::subgroups`] every sub-group a sequence may be sharded over counts as an option.
 pub fn lower_bound_with(tm: &TimeModel, cfg: &Config, lengths: &[u32]) -> LowerBound {
     let ring = cheapest_group_ring(tm, cfg);
     let n_cp = f64::from(cfg.cp.max(1));
     let n_dp = f64::from(cfg.dp.max(1));
     let bucket = cfg.bucket;
+    let budget = cfg.budget();
+    let mut sub_rings = [Ring::default(); 7];
+    for g in subgroup_sizes(cfg) {
+        sub_rings[g.trailing_zeros() as usize - 1] = cheapest_subgroup_ring(tm, cfg, g);
+    }
     let mut work = 0.0f64;
     let mut total = 0u64;
     let mut longest = (0.0f64, 0usize);
     for (s, &len) in lengths.iter().enumerate() {
         total += u64::from(len);
         let fits_whole = len <= bucket;
-        let sharded_attn = n_cp * tm.attention_shard(len);
+        let mut sharded_attn = n_cp * tm.attention_shard(len);
+        let mut sharded_alone = tm.alone_sharded(len, ring);
+        for g in subgroup_sizes(cfg) {
+            if budget.for_group(g).share(len) <= bucket {
+                sharded_attn = sharded_attn.min(f64::from(g) * tm.attention_shard_in(len, g));
+                let sub = sub_rings[g.trailing_zeros() as usize - 1];
+                sharded_alone = sharded_alone.min(tm.alone_sharded(len, sub));
+            }
+        }
         let attn = if fits_whole {
             tm.attention_whole(len).min(sharded_attn)
         } else {
@@ -617,9 +700,9 @@ pub fn lower_bound_with(tm: &TimeModel, cfg: &Config, lengths: &[u32]) -> LowerB
         };
         work += tm.gemm_compute(u64::from(len)) + attn;
         let alone = if fits_whole {
-            tm.alone_whole(len).min(tm.alone_sharded(len, ring))
+            tm.alone_whole(len).min(sharded_alone)
         } else {
-            tm.alone_sharded(len, ring)
+            sharded_alone
         };
         if alone > longest.0 {
             longest = (alone, s);
@@ -743,6 +826,7 @@ mod tests {
             dp_rank: 0,
             micro_batch: 0,
             cp_rank,
+            ..Placement::default()
         };
         let placements = [p(0), p(2), p(SHARDED)];
         let cost = CostModel::h100(&cfg.model);
@@ -777,16 +861,19 @@ mod tests {
                 dp_rank: 0,
                 micro_batch: 0,
                 cp_rank: 0,
+                ..Placement::default()
             },
             Placement {
                 dp_rank: 0,
                 micro_batch: 0,
                 cp_rank: 0,
+                ..Placement::default()
             },
             Placement {
                 dp_rank: 0,
                 micro_batch: 1,
                 cp_rank: 1,
+                ..Placement::default()
             },
         ];
         let mut b = Bufs::new(3, &cfg);

@@ -87,7 +87,7 @@ pub struct TimeModel {
 }
 
 /// A ring over a group of GPUs: how many there are, and whether they span nodes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct Ring {
     /// GPUs in the ring (`g`; 1: no communication).
     pub size: u32,
@@ -148,6 +148,16 @@ impl TimeModel {
         self.budget.share(len)
     }
 
+    /// Tokens each of `g` GPUs holds of a sequence sharded over a group of `g` ranks
+    /// ([`TimeModel::shard_tokens`] for `g = N`).
+    pub fn shard_tokens_in(&self, len: u32, g: u32) -> u32 {
+        if g == self.cp {
+            self.budget.share(len)
+        } else {
+            self.budget.for_group(g).share(len)
+        }
+    }
+
     /// Tokens a local sequence occupies on its GPU (padding included).
     pub fn local_tokens(&self, len: u32) -> u32 {
         self.budget.local(len)
@@ -206,6 +216,11 @@ impl TimeModel {
     /// Attention time of one GPU's shard of a sequence sharded over the CP group.
     pub fn attention_shard(&self, len: u32) -> f64 {
         self.attention(self.shard_tokens(len), len)
+    }
+
+    /// Attention time of one GPU's shard of a sequence sharded over a group of `g` ranks.
+    pub fn attention_shard_in(&self, len: u32, g: u32) -> f64 {
+        self.attention(self.shard_tokens_in(len, g), len)
     }
 
     /// The ring of `size` CP ranks from CP rank `first` of DP rank `dp_rank`: GPUs
@@ -302,11 +317,12 @@ impl TimeModel {
     }
 
     /// Time of a micro-batch that holds only this sequence, sharded over `ring` (the whole
-    /// CP group).
+    /// CP group or a sub-group: its size is the ring's).
     pub fn alone_sharded(&self, len: u32, ring: Ring) -> f64 {
+        let g = ring.size.max(1);
         self.rank(&RankLoad {
-            sharded_tokens: u64::from(self.shard_tokens(len)),
-            sharded_attention: self.attention_shard(len),
+            sharded_tokens: u64::from(self.shard_tokens_in(len, g)),
+            sharded_attention: self.attention_shard_in(len, g),
             comm: self.comm(u64::from(len), ring),
             ..RankLoad::default()
         })

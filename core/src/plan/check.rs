@@ -72,6 +72,13 @@ pub fn check(cfg: &Config, lengths: &[u32], plan: &Plan<'_>) -> Result<(), Check
         let per_dp = plan.micro_batches_per_dp.get(p.dp_rank as usize);
         let in_range = per_dp.is_some_and(|&c| p.micro_batch < c)
             && (p.cp_rank == SHARDED || (p.cp_rank >= 0 && (p.cp_rank as usize) < cp));
+        // A sharded sequence names a valid group; a local one names none.
+        let group_ok = if p.cp_rank == SHARDED {
+            p.group(cfg.cp).is_valid_shard(cfg.cp) && (cfg.subgroups || !p.is_subgroup(cfg.cp))
+        } else {
+            (p.cp_first, p.cp_size) == (0, 0)
+        };
+        let in_range = in_range && group_ok;
         if !in_range {
             return Err(CheckError::OutOfRange { seq });
         }
@@ -122,8 +129,10 @@ pub fn check(cfg: &Config, lengths: &[u32], plan: &Plan<'_>) -> Result<(), Check
                 return Err(CheckError::Membership { seq: s });
             }
             if p.cp_rank == SHARDED {
-                let share = u64::from(budget.share(len));
-                tokens.iter_mut().take(cp).for_each(|t| *t += share);
+                let group = p.group(cfg.cp);
+                let share = u64::from(budget.for_group(group.size).share(len));
+                let ranks = tokens.iter_mut().take(cp).skip(group.first as usize);
+                ranks.take(group.size as usize).for_each(|t| *t += share);
             } else if let Some(t) = tokens.get_mut(p.cp_rank as usize) {
                 *t += u64::from(budget.local(len));
             }

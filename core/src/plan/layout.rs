@@ -22,12 +22,25 @@
 //!    communication: run it with a plain varlen attention call (`flash_attn_varlen_func`) with
 //!    `local_cu_seqlens` (real lengths), `local_cu_seqlens_padded` (buffer offsets) and
 //!    [`Layout::local_max_seqlen`].
-//! 2. **Sharded group**: for every sequence the plan shards over the CP group, in plan order,
-//!    rank `r`'s two zigzag chunks, front then back: always exactly two [`Span`]s per sharded
-//!    sequence (a chunk may be empty when `S < 2N`). Run it with the CP attention kernel
-//!    (ring / all-gather, e.g. TransformerEngine THD) with `sharded_cu_seqlens` (global, real
-//!    lengths), `sharded_cu_seqlens_padded` (global, padded) and `rank_cu_seqlens` (this rank's
-//!    part of each sequence), all relative to the start of the sharded group.
+//! 2. **Sharded group**: for every sequence the plan shards over a CP group this rank belongs
+//!    to, rank `r`'s two zigzag chunks, front then back: always exactly two [`Span`]s per
+//!    sharded sequence (a chunk may be empty when `S < 2N`). Run it with the CP attention
+//!    kernel (ring / all-gather, e.g. TransformerEngine THD) with `sharded_cu_seqlens` (global,
+//!    real lengths), `sharded_cu_seqlens_padded` (global, padded) and `rank_cu_seqlens` (this
+//!    rank's part of each sequence), all relative to the start of the sharded group.
+//!
+//! # Sub-group rings
+//!
+//! A plan may shard a sequence over an aligned sub-group of `g` ranks
+//! ([`Placement::cp_size`](crate::plan::Placement::cp_size)); such a sequence is one more ring
+//! (one more CP attention call, over that sub-group's process group) on the `g` ranks that hold
+//! it, cut into `2g` zigzag chunks, rank `first + j` holding chunks `j` and `2g - 1 - j`. The
+//! sharded group then holds one block per ring this GPU belongs to: the whole CP group's
+//! sequences first, then those of its sub-group of `N/2` ranks, `N/4`, ... down to 2, each block
+//! in plan order. The `cu_seqlens` arrays run on across the blocks, and [`LayoutBuffers::rings`]
+//! says where each block starts ([`LayoutRing`]): run the CP kernel once per ring on
+//! `cu_seqlens[offset..=offset + seqs]` (minus its first entry) over that ring's ranks. Without
+//! sub-groups there is at most one ring, the whole group, and `rings` may be left empty.
 //!
 //! # Zigzag sharding
 //!
@@ -90,7 +103,7 @@ use core::fmt;
 use crate::config::Config;
 use crate::config::budget::Budget;
 use crate::error::Error;
-use crate::plan::{MicroBatch, Plan, SHARDED};
+use crate::plan::{CpGroup, MicroBatch, Plan, SHARDED};
 
 /// [`Span::chunk`] of a local (whole) sequence.
 pub const LOCAL_CHUNK: i32 = -1;
@@ -139,6 +152,24 @@ pub struct Span {
     pub pad: u32,
 }
 
+/// One ring (CP group) of a GPU's sharded group: the sequences sharded over ranks
+/// `first..first + size`, entries `offset..=offset + seqs` of the sharded `cu_seqlens` arrays.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct LayoutRing {
+    /// The group's first CP rank.
+    pub first: u32,
+    /// The group's size `g` (the CP size for the whole group).
+    pub size: u32,
+    /// Index of the ring's first sequence in the sharded `cu_seqlens` arrays.
+    pub offset: u32,
+    /// Sequences in the ring.
+    pub seqs: u32,
+}
+
+/// Most rings one GPU belongs to: the whole group and one sub-group per power of two below
+/// the CP size (at most 256).
+pub const MAX_RINGS: u32 = 8;
+
 /// Element counts of the [`LayoutBuffers`] slices.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct LayoutSizes {
@@ -153,6 +184,10 @@ pub struct LayoutSizes {
     /// Each of [`LayoutBuffers::positions`] and [`LayoutBuffers::gather_index`]: tokens in the
     /// GPU buffer, padding included.
     pub positions: u32,
+    /// [`LayoutBuffers::rings`]: the rings of the sharded group when one is a sub-group (the
+    /// slice is then required); 0 otherwise (an empty slice skips it, a longer one gets the
+    /// whole group's ring).
+    pub rings: u32,
 }
 
 impl LayoutSizes {
@@ -167,6 +202,7 @@ impl LayoutSizes {
             local_cu_seqlens: n.saturating_add(1),
             sharded_cu_seqlens: n.saturating_add(1),
             positions: cfg.bucket,
+            rings: if cfg.subgroups { MAX_RINGS } else { 1 },
         }
     }
 
@@ -220,6 +256,7 @@ impl LayoutSizes {
                 optional(out.gather_index.len(), self.positions),
                 out.gather_index.len(),
             ),
+            (LayoutBuffer::Rings, self.rings, out.rings.len()),
         ];
         for (buffer, needed, got) in pairs {
             if got < needed as usize {
@@ -260,6 +297,10 @@ pub struct LayoutBuffers<'a> {
     /// Source offset of every token in the DP rank's token stream, `-1` for padding (empty:
     /// skip). See the [module documentation](self).
     pub gather_index: &'a mut [i64],
+    /// The rings of the sharded group, whole group first, then sub-groups largest first (see
+    /// [sub-group rings](self#sub-group-rings); empty: skip, allowed when no sequence on this
+    /// GPU is sharded over a sub-group).
+    pub rings: &'a mut [LayoutRing],
 }
 
 /// What [`fill`] wrote, with the counts, maxima and loss weights of one GPU's layout.
@@ -276,8 +317,11 @@ pub struct Layout {
     pub micro_batch_global: u32,
     /// Sequences held whole on this GPU.
     pub local_seqs: u32,
-    /// Sequences sharded over the CP group (this GPU holds two chunks of each).
+    /// Sequences sharded over a CP group this GPU belongs to (it holds two chunks of each).
     pub sharded_seqs: u32,
+    /// Rings (CP groups) those sequences ride: 0 without sharded sequences, 1 with only the
+    /// whole group's, more with sub-groups ([`LayoutBuffers::rings`]).
+    pub rings: u32,
     /// Spans written: `local_seqs + 2 * sharded_seqs`.
     pub spans: u32,
     /// Tokens of the local group, padding included (buffer offsets `0..local_tokens`).
@@ -329,6 +373,8 @@ pub enum LayoutBuffer {
     Positions,
     /// [`LayoutBuffers::gather_index`].
     GatherIndex,
+    /// [`LayoutBuffers::rings`].
+    Rings,
 }
 
 /// Why [`fill`] or [`LayoutSizes::for_gpu`] refused.
@@ -467,6 +513,21 @@ pub fn dp_sequences<'a>(plan: &Plan<'a>, dp_rank: u32) -> &'a [u32] {
     plan.members().get(start..end).unwrap_or(&[])
 }
 
+/// The rings of one GPU in fill order: the whole group, then its sub-groups of `N/2`, `N/4`,
+/// ... 2 ranks (as `(first, size)`; a size that does not divide `N` or is not a power of two is
+/// skipped).
+fn gpu_rings(cp: u32, rank: u32) -> impl Iterator<Item = CpGroup> {
+    let whole = CpGroup { first: 0, size: cp };
+    let subs = (1..8u32).rev().map(|l| 1u32 << l).filter_map(move |g| {
+        let group = CpGroup {
+            first: rank & !(g - 1),
+            size: g,
+        };
+        (g < cp && group.is_valid_shard(cp)).then_some(group)
+    });
+    core::iter::once(whole).chain(subs)
+}
+
 /// Totals of one GPU's layout, from the counting pass.
 #[derive(Default)]
 struct Totals {
@@ -488,6 +549,10 @@ struct Totals {
     sharded_max_padded: u64,
     rank_max: u64,
     mb_tokens: u64,
+    /// Sharded sequences per ring of [`gpu_rings`], in its order.
+    ring_seqs: [u32; MAX_RINGS as usize],
+    /// Whether a sub-group ring holds a sequence.
+    has_subgroup: bool,
 }
 
 fn to_i32(buffer: LayoutBuffer, value: u64) -> Result<i32, LayoutError> {
@@ -504,14 +569,20 @@ fn members<'p>(
     plan: &Plan<'p>,
     lengths: &'p [u32],
     mb: &MicroBatch,
-) -> impl Iterator<Item = Result<(u32, i32, u32), LayoutError>> + 'p {
-    let (dp_rank, index) = (mb.dp_rank, mb.index);
+) -> impl Iterator<Item = Result<(u32, i32, CpGroup, u32), LayoutError>> + 'p {
+    let (dp_rank, index, cp) = (mb.dp_rank, mb.index, plan.cp());
     let placements = plan.placements();
     plan.members_of(mb).iter().map(move |&seq| {
         let s = seq as usize;
         match (placements.get(s), lengths.get(s)) {
             (Some(p), Some(&len)) if p.dp_rank == dp_rank && p.micro_batch == index => {
-                Ok((seq, p.cp_rank, len))
+                let group = p.group(cp);
+                let valid = p.cp_rank != SHARDED || group.is_valid_shard(cp);
+                if valid {
+                    Ok((seq, p.cp_rank, group, len))
+                } else {
+                    Err(LayoutError::PlanMismatch)
+                }
             }
             _ => Err(LayoutError::PlanMismatch),
         }
@@ -554,6 +625,7 @@ fn measure(
             local_cu_seqlens: 1,
             sharded_cu_seqlens: 1,
             positions: 0,
+            rings: 0,
         };
         return Ok((empty, t));
     };
@@ -573,18 +645,25 @@ fn measure(
             .sum();
     }
     for member in members(plan, lengths, mb) {
-        let (_, cp_rank, len) = member?;
+        let (_, cp_rank, group, len) = member?;
         let len64 = u64::from(len);
         t.mb_tokens += len64;
-        if cp_rank == SHARDED {
-            let [front, back] = zigzag_chunks(&budget, len, gpu.cp_rank);
-            let padded = budget.padded(len);
+        if cp_rank == SHARDED && group.contains(gpu.cp_rank) {
+            let rb = budget.for_group(group.size);
+            let [front, back] = zigzag_chunks(&rb, len, gpu.cp_rank - group.first);
+            let padded = rb.padded(len);
             let pad = u64::from(front.pad) + u64::from(back.pad);
             let share = u64::from(front.len) + u64::from(back.len) + pad;
+            if let Some(k) = gpu_rings(cfg.cp, gpu.cp_rank).position(|g| g == group)
+                && let Some(c) = t.ring_seqs.get_mut(k)
+            {
+                *c += 1;
+            }
+            t.has_subgroup |= group.size < cfg.cp;
             t.sharded_seqs += 1;
             t.sharded_tokens += share;
             t.pad_tokens += pad;
-            t.charged += u64::from(budget.share(len));
+            t.charged += u64::from(rb.share(len));
             t.real_sum += len64;
             t.padded_sum += padded;
             t.sharded_max = t.sharded_max.max(len64);
@@ -614,6 +693,11 @@ fn measure(
         local_cu_seqlens: to_u32(t.local_seqs + 1),
         sharded_cu_seqlens: to_u32(t.sharded_seqs + 1),
         positions: to_u32(tokens),
+        rings: if t.has_subgroup {
+            t.ring_seqs.iter().filter(|&&c| c > 0).count() as u32
+        } else {
+            0
+        },
     };
     Ok((sizes, t))
 }
@@ -695,6 +779,7 @@ pub fn fill(
         rank_cu_seqlens,
         positions,
         gather_index,
+        rings,
     } = out;
     for cu in [
         &mut *local_cu_seqlens,
@@ -713,13 +798,14 @@ pub fn fill(
         offset: 0,
     };
     let budget = cfg.budget();
+    let mut t_rings = 0u32;
     let mb = t.g.and_then(|g| plan.micro_batches().get(g));
     if let Some(mb) = mb {
         // Local group: whole sequences on this rank, in plan order.
         let (mut n_local, mut real) = (0usize, 0u32);
         let mut base = t.stream_base;
         for member in members(plan, lengths, mb) {
-            let (seq, cp_rank, len) = member?;
+            let (seq, cp_rank, _, len) = member?;
             if cp_rank != SHARDED && u32::try_from(cp_rank) == Ok(gpu.cp_rank) {
                 let span = Span {
                     seq,
@@ -738,37 +824,55 @@ pub fn fill(
             }
             base += u64::from(len);
         }
-        // Sharded group: this rank's front and back chunk of every sharded sequence.
+        // Sharded group: this rank's front and back chunk of every sequence sharded over a
+        // group it belongs to, ring by ring.
         let group_start = w.offset;
         let (mut n_sharded, mut real_sum, mut padded_sum) = (0usize, 0u64, 0u64);
-        let n = cfg.cp;
-        let mut base = t.stream_base;
-        for member in members(plan, lengths, mb) {
-            let (seq, cp_rank, len) = member?;
-            if cp_rank == SHARDED {
-                let chunks = zigzag_chunks(&budget, len, gpu.cp_rank);
-                let indices = [gpu.cp_rank, 2 * n - 1 - gpu.cp_rank];
-                for (c, k) in chunks.into_iter().zip(indices) {
-                    let span = Span {
-                        seq,
-                        chunk: k as i32,
-                        offset: w.offset,
-                        start: c.start,
-                        len: c.len,
-                        pad: c.pad,
-                    };
-                    w.push(span, base);
+        let mut n_rings = 0usize;
+        for ring in gpu_rings(cfg.cp, gpu.cp_rank) {
+            let offset = n_sharded;
+            let rb = budget.for_group(ring.size);
+            let j = gpu.cp_rank - ring.first;
+            let mut base = t.stream_base;
+            for member in members(plan, lengths, mb) {
+                let (seq, cp_rank, group, len) = member?;
+                if cp_rank == SHARDED && group == ring {
+                    let chunks = zigzag_chunks(&rb, len, j);
+                    let indices = [j, 2 * ring.size - 1 - j];
+                    for (c, k) in chunks.into_iter().zip(indices) {
+                        let span = Span {
+                            seq,
+                            chunk: k as i32,
+                            offset: w.offset,
+                            start: c.start,
+                            len: c.len,
+                            pad: c.pad,
+                        };
+                        w.push(span, base);
+                    }
+                    n_sharded += 1;
+                    real_sum += u64::from(len);
+                    padded_sum += rb.padded(len);
+                    // All three sums were bounded by i32::MAX in `measure`.
+                    set(sharded_cu_seqlens, n_sharded, real_sum as i32);
+                    set(sharded_cu_seqlens_padded, n_sharded, padded_sum as i32);
+                    set(rank_cu_seqlens, n_sharded, (w.offset - group_start) as i32);
                 }
-                n_sharded += 1;
-                real_sum += u64::from(len);
-                padded_sum += budget.padded(len);
-                // All three sums were bounded by i32::MAX in `measure`.
-                set(sharded_cu_seqlens, n_sharded, real_sum as i32);
-                set(sharded_cu_seqlens_padded, n_sharded, padded_sum as i32);
-                set(rank_cu_seqlens, n_sharded, (w.offset - group_start) as i32);
+                base += u64::from(len);
             }
-            base += u64::from(len);
+            if n_sharded > offset {
+                if let Some(slot) = rings.get_mut(n_rings) {
+                    *slot = LayoutRing {
+                        first: ring.first,
+                        size: ring.size,
+                        offset: offset as u32,
+                        seqs: (n_sharded - offset) as u32,
+                    };
+                }
+                n_rings += 1;
+            }
         }
+        t_rings = n_rings as u32;
     }
     let tokens = to_u32(t.local_tokens + t.sharded_tokens);
     Ok(Layout {
@@ -778,6 +882,7 @@ pub fn fill(
         micro_batch_global: t.g.map_or(NO_MICRO_BATCH, |g| to_u32(g as u64)),
         local_seqs: to_u32(t.local_seqs),
         sharded_seqs: to_u32(t.sharded_seqs),
+        rings: t_rings,
         spans: sizes.spans,
         local_tokens: to_u32(t.local_tokens),
         sharded_tokens: to_u32(t.sharded_tokens),
@@ -846,6 +951,7 @@ mod tests {
             rank_cu_seqlens: &mut rank_cu,
             positions: &mut positions,
             gather_index: &mut gather,
+            rings: &mut [LayoutRing::default(); 8],
         };
         let layout = fill(cfg, lengths, plan, gpu, out).unwrap();
         Owned {
@@ -1128,6 +1234,7 @@ mod tests {
             rank_cu_seqlens: &mut e,
             positions: &mut p,
             gather_index: &mut [],
+            rings: &mut [LayoutRing::default(); 8],
         };
         let err = fill(&cfg, &lengths, &plan, gpu(d, 0, 0), out).unwrap_err();
         assert_eq!(
@@ -1151,6 +1258,7 @@ mod tests {
             rank_cu_seqlens: &mut e,
             positions: &mut [],
             gather_index: &mut [],
+            rings: &mut [LayoutRing::default(); 8],
         };
         let l = fill(&cfg, &lengths, &plan, gpu(d, 0, 0), out).unwrap();
         assert_eq!(l.tokens, 3);
@@ -1202,7 +1310,8 @@ mod tests {
                 spans: 22,
                 local_cu_seqlens: 12,
                 sharded_cu_seqlens: 12,
-                positions: 64
+                positions: 64,
+                rings: MAX_RINGS
             }
         );
         for mb in plan.micro_batches() {

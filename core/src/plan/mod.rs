@@ -11,6 +11,8 @@ pub mod workspace;
 pub(crate) mod writer;
 
 pub use check::{CheckError, check};
-pub use types::{MicroBatch, Placement, Plan, PlanBuffers, PlanParts, PlanSizes, SHARDED, Summary};
+pub use types::{
+    CpGroup, MicroBatch, Placement, Plan, PlanBuffers, PlanParts, PlanSizes, SHARDED, Summary,
+};
 pub use workspace::{Workspace, WorkspaceSizes};
 pub(crate) use writer::PlanWriter;

@@ -17,12 +17,76 @@ pub struct Placement {
     pub micro_batch: u32,
     /// [`SHARDED`] (-1), or the CP rank that holds the sequence whole.
     pub cp_rank: i32,
+    /// For a sharded sequence: the first CP rank of the sub-group it is split over (see
+    /// [`Placement::cp_size`]); 0 otherwise.
+    pub cp_first: u16,
+    /// For a sharded sequence: the size `g` of that sub-group, or 0 for the whole CP group
+    /// (what every policy but `balanced` writes). A sub-group is aligned and contiguous:
+    /// `g` a power of two that divides the CP size, `cp_first` a multiple of `g`
+    /// ([`CpGroup::is_valid_shard`]). 0 for a local sequence.
+    pub cp_size: u16,
 }
 
 impl Placement {
-    /// Whether the sequence is sharded over the CP group.
+    /// Whether the sequence is sharded (over the whole CP group or a sub-group).
     pub fn is_sharded(&self) -> bool {
         self.cp_rank == SHARDED
+    }
+
+    /// The CP ranks that hold the sequence in a CP group of `cp` ranks: `(r, 1)` for a local
+    /// sequence on rank `r`, `(0, cp)` for the whole group, else its sub-group.
+    pub fn group(&self, cp: u32) -> CpGroup {
+        if self.cp_rank >= 0 {
+            CpGroup {
+                first: self.cp_rank as u32,
+                size: 1,
+            }
+        } else if self.cp_size == 0 || u32::from(self.cp_size) == cp {
+            CpGroup { first: 0, size: cp }
+        } else {
+            CpGroup {
+                first: u32::from(self.cp_first),
+                size: u32::from(self.cp_size),
+            }
+        }
+    }
+
+    /// Whether the sequence is sharded over a proper sub-group of the `cp` ranks.
+    pub fn is_subgroup(&self, cp: u32) -> bool {
+        self.is_sharded() && self.group(cp).size < cp
+    }
+}
+
+/// Consecutive CP ranks `first..first + size` that hold one sequence.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
+pub struct CpGroup {
+    /// The first rank.
+    pub first: u32,
+    /// How many ranks (1: a local sequence).
+    pub size: u32,
+}
+
+impl CpGroup {
+    /// Whether rank `r` is in the group.
+    #[inline]
+    pub fn contains(&self, r: u32) -> bool {
+        r >= self.first && r - self.first < self.size
+    }
+
+    /// Whether a sequence may be sharded over this group in a CP group of `cp` ranks: the
+    /// whole group, or an aligned block of `g` ranks with `g` a power of two, `2 <= g < cp`,
+    /// `g` dividing `cp` and `first` a multiple of `g` (Megatron's hybrid-CP convention).
+    pub fn is_valid_shard(&self, cp: u32) -> bool {
+        let g = self.size;
+        if g == cp {
+            return self.first == 0;
+        }
+        g >= 2
+            && g < cp
+            && g.is_power_of_two()
+            && cp.is_multiple_of(g)
+            && self.first.is_multiple_of(g)
+            && self.first + g <= cp
     }
 }
 

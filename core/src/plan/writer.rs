@@ -64,8 +64,17 @@ impl<'b> PlanWriter<'b> {
     }
 
     /// Adds sequence `seq` of `len` tokens to the open micro-batch, local on `cp_rank` or
-    /// [`SHARDED`].
+    /// [`SHARDED`] over the whole CP group.
     pub(crate) fn push(&mut self, seq: u32, len: u32, cp_rank: i32) {
+        self.push_in(seq, len, cp_rank, 0, 0);
+    }
+
+    /// [`PlanWriter::push`] for a sequence sharded over the sub-group of `size` ranks from
+    /// `first` (`size` 0 or the CP size: the whole group); `first` and `size` are ignored for a
+    /// local sequence. The group must be valid ([`crate::plan::CpGroup::is_valid_shard`]).
+    pub(crate) fn push_in(&mut self, seq: u32, len: u32, cp_rank: i32, first: u32, size: u32) {
+        let whole = cp_rank != SHARDED || size == 0 || size == self.cp;
+        let (first, size) = if whole { (0, 0) } else { (first, size) };
         let Some(g) = self.n_mbs.checked_sub(1) else {
             return;
         };
@@ -78,6 +87,8 @@ impl<'b> PlanWriter<'b> {
                 dp_rank: mb.dp_rank,
                 micro_batch: mb.index,
                 cp_rank,
+                cp_first: first as u16,
+                cp_size: size as u16,
             };
         }
         if let Some(m) = self.out.members.get_mut(self.n_members) {
@@ -88,7 +99,15 @@ impl<'b> PlanWriter<'b> {
         let Some(tokens) = self.out.rank_tokens.get_mut(g * cp..(g + 1) * cp) else {
             return;
         };
-        if cp_rank == SHARDED {
+        if cp_rank == SHARDED && size != 0 {
+            self.summary.sharded += 1;
+            let share = self.budget.for_group(size).share(len);
+            let group = tokens.iter_mut().skip(first as usize).take(size as usize);
+            for t in group {
+                *t = t.saturating_add(share);
+                self.summary.peak_rank_tokens = self.summary.peak_rank_tokens.max(*t);
+            }
+        } else if cp_rank == SHARDED {
             self.summary.sharded += 1;
             let share = self.budget.share(len);
             for t in tokens.iter_mut() {
@@ -137,11 +156,14 @@ impl<'b> PlanWriter<'b> {
             let Some(p) = self.out.placements.get_mut(seq as usize) else {
                 continue;
             };
+            // Whole-group shards only (the policies that call this never use sub-groups).
             let cp_rank = p.cp_rank;
             *p = Placement {
                 dp_rank,
                 micro_batch,
                 cp_rank,
+                cp_first: 0,
+                cp_size: 0,
             };
             if cp_rank == SHARDED {
                 sharded += 1;

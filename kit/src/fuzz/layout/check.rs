@@ -70,6 +70,7 @@ pub(super) fn core_fill(
                 positions: &mut c.positions,
                 local_cu_seqlens_padded: &mut c.local_cu_padded,
                 gather_index: &mut c.gather,
+                rings: &mut [],
             },
         );
         match r {
@@ -97,6 +98,7 @@ pub(super) fn core_fill(
             positions: &mut c.positions,
             local_cu_seqlens_padded: &mut c.local_cu_padded,
             gather_index: &mut c.gather,
+            rings: &mut [],
         },
     )?;
     Ok(c)
