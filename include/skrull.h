@@ -1351,7 +1351,7 @@ const char *skrull_version(void);
  *
  * The same size is enough for `skrull_dacp_place()` with `n` sequences. Returns 0 when `n`,
  * `dp` or `cp` is out of range (see `skrull_plan_sizes()` for the status that says which).
- * The size grows linearly: about `(88 + 4 cp) n + 28 dp` bytes (30 KiB for 256 sequences
+ * The size grows linearly: about `(96 + 4 cp) n + 28 dp` bytes (32 KiB for 256 sequences
  * on DP 4 x CP 8); it fits every policy (`balanced` keeps per-sequence costs in it).
  *
  * # Safety

@@ -419,7 +419,7 @@ fn rust_cases() -> Vec<RCase> {
     // Every buffer one element short, named exactly, for every policy.
     let n = EXAMPLE.len();
     // The last two (costs, marks) only `balanced` needs.
-    let needed = [n, n, n, n * 4, 2, n, n, n, 2, 2, 3, 3 * n, 4 * n];
+    let needed = [n, n, n, n * 4, 2, n, n, n, 2, 2, 3, 4 * n, 4 * n];
     let which = [
         Buffer::Placements,
         Buffer::MicroBatches,

@@ -35,7 +35,7 @@ impl Layout {
         let mut c = Cursor(0);
         c.skip::<u128>(dp);
         c.skip::<u64>(n);
-        c.skip::<u64>(3 * n); // costs (balanced)
+        c.skip::<u64>(4 * n); // costs (balanced)
         c.skip::<Placement>(n);
         c.skip::<MicroBatch>(n);
         c.skip::<u32>(n); // members
@@ -162,7 +162,7 @@ impl Layout {
         Ok(Regions {
             dp_loads: c.take(dp)?,
             keys: c.take(n)?,
-            costs: c.take(3 * n)?,
+            costs: c.take(4 * n)?,
             placements: c.take(n)?,
             micro_batches: c.take(n)?,
             members: c.take(n)?,
@@ -187,7 +187,7 @@ impl Layout {
 ///
 /// The same size is enough for `skrull_dacp_place()` with `n` sequences. Returns 0 when `n`,
 /// `dp` or `cp` is out of range (see `skrull_plan_sizes()` for the status that says which).
-/// The size grows linearly: about `(88 + 4 cp) n + 28 dp` bytes (30 KiB for 256 sequences
+/// The size grows linearly: about `(96 + 4 cp) n + 28 dp` bytes (32 KiB for 256 sequences
 /// on DP 4 x CP 8); it fits every policy (`balanced` keeps per-sequence costs in it).
 ///
 /// # Safety

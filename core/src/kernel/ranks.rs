@@ -16,10 +16,29 @@ use heapless::Vec as HVec;
 
 use crate::config::budget::Budget;
 use crate::config::{MAX_CP, Victim};
-use crate::plan::SHARDED;
+use crate::plan::{CpGroup, SHARDED};
 
 /// Decision of a sequence not placed yet.
 pub(crate) const UNSET: i32 = i32::MIN;
+
+/// The decision "sharded over the sub-group of `g = 2^l` ranks from `first`" as a slot value:
+/// below [`SHARDED`], never [`UNSET`] (`first < 512`, `l < 8`).
+pub(crate) fn group_code(group: CpGroup) -> i32 {
+    let l = group.size.trailing_zeros() as i32;
+    -2 - ((group.first as i32 & 0x1FF) | (l << 9))
+}
+
+/// The sub-group of a slot value made by [`group_code`]; `None` for anything else.
+pub(crate) fn decode_group(code: i32) -> Option<CpGroup> {
+    if code >= SHARDED || code == UNSET {
+        return None;
+    }
+    let c = -2 - code;
+    Some(CpGroup {
+        first: (c & 0x1FF) as u32,
+        size: 1 << ((c >> 9) & 0x7),
+    })
+}
 
 /// Where a placement routine reads lengths and records decisions, by position `k` in the
 /// processing order.
@@ -121,6 +140,15 @@ impl Rooms {
     fn give(&mut self, r: usize, tokens: u32) {
         if let Some(x) = self.room.get_mut(r) {
             *x += i64::from(tokens);
+        }
+    }
+
+    /// Charges `tokens` to every rank of `group`.
+    #[inline]
+    pub(crate) fn take_group(&mut self, group: CpGroup, tokens: u32) {
+        let ranks = self.room.iter_mut().skip(group.first as usize);
+        for x in ranks.take(group.size as usize) {
+            *x -= i64::from(tokens);
         }
     }
 
@@ -279,6 +307,13 @@ pub(crate) fn recount<S: Slots>(slots: &S, budget: &Budget) -> Result<(), Stop> 
         let len = slots.len_at(k);
         match slots.get(k) {
             SHARDED => shared += u64::from(budget.share(len)),
+            code if code < SHARDED => {
+                if let Some(group) = decode_group(code) {
+                    let share = u64::from(budget.for_group(group.size).share(len));
+                    let ranks = tokens.iter_mut().skip(group.first as usize);
+                    ranks.take(group.size as usize).for_each(|t| *t += share);
+                }
+            }
             r => {
                 if let Some(t) = tokens.get_mut(r as usize) {
                     *t += u64::from(budget.local(len));

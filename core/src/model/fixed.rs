@@ -53,6 +53,8 @@ pub struct Link {
 pub struct IntModel {
     tm: TimeModel,
     budget: Budget,
+    /// The budget of a sub-group of `2^(l+1)` ranks, per `l` (built once).
+    groups: [Budget; 7],
     gemm_fp: u64,
     stream_ps: u64,
     fixed_ps: u64,
@@ -81,9 +83,11 @@ impl IntModel {
         let hi_q = pad(cost.attention.seqlen[ATTN_POINTS - 1]);
         let tiles = (hi_q / tile).saturating_sub(lo_q / tile);
         let unit = |q: u64| to_fp(tm.attention_unit(q.min(u64::from(u32::MAX)) as u32));
+        let groups = core::array::from_fn(|l| budget.for_group(2 << l));
         IntModel {
             tm: *tm,
             budget,
+            groups,
             gemm_fp: to_fp(tm.gemm_compute(1)),
             stream_ps: to_ps(tm.weight_stream()).min(CAP),
             fixed_ps: to_ps(tm.fixed()).min(CAP),
@@ -113,6 +117,20 @@ impl IntModel {
     #[inline]
     pub fn share(&self, len: u32) -> u32 {
         self.budget.share(len)
+    }
+
+    /// Tokens each of `g` GPUs holds of a sequence sharded over a group of `g` ranks
+    /// ([`IntModel::share`] when `g` is the CP size).
+    #[inline]
+    pub fn share_in(&self, len: u32, g: u32) -> u32 {
+        if g == self.cp() {
+            return self.share(len);
+        }
+        let l = (g.trailing_zeros() as usize).wrapping_sub(1);
+        match self.groups.get(l) {
+            Some(b) if g.is_power_of_two() => b.share(len),
+            _ => self.budget.for_group(g).share(len),
+        }
     }
 
     /// Tokens a local sequence occupies on its GPU.

@@ -1297,6 +1297,93 @@ mod tests {
         );
     }
 
+    /// A plan with sub-group shards (`balanced` on DP 2 x CP 16, where the whole group's ring
+    /// crosses nodes): on every GPU the rings come whole group first, then sub-groups largest
+    /// first, contiguous in the `cu_seqlens` arrays; and the chunks of each sharded sequence,
+    /// over all the GPUs of its group, tile its padded length exactly once.
+    #[test]
+    fn subgroup_rings_tile_every_sequence_once() {
+        let cfg = Config::new(2, 16, 13 * 1024, crate::config::ModelShape::QWEN2_5_7B)
+            .with_policy(crate::config::Policy::Balanced);
+        let base = [
+            100_000u32, 90_000, 61_000, 40_000, 35_000, 20_000, 18_000, 9_000, 5_000, 3_000, 800,
+            120,
+        ];
+        let lengths: Vec<u32> = base.iter().chain(&base).map(|&l| l - 7).collect();
+        let mut st = store(lengths.len(), &cfg);
+        let plan = plan_of(&cfg, &lengths, &mut st);
+        assert_eq!(crate::plan::check(&cfg, &lengths, &plan), Ok(()));
+        assert!(
+            plan.placements().iter().any(|p| p.is_subgroup(16)),
+            "the test needs a sub-group shard"
+        );
+        let mut cover: Vec<Vec<(u32, u32)>> = vec![Vec::new(); lengths.len()];
+        for mb in plan.micro_batches() {
+            for r in 0..16 {
+                let gpu = gpu(mb.dp_rank, mb.index, r);
+                let s = LayoutSizes::for_gpu(&cfg, &lengths, &plan, gpu).unwrap();
+                let mut spans = vec![Span::default(); s.spans as usize];
+                let mut cu = [
+                    vec![0; s.local_cu_seqlens as usize],
+                    vec![0; s.local_cu_seqlens as usize],
+                    vec![0; s.sharded_cu_seqlens as usize],
+                    vec![0; s.sharded_cu_seqlens as usize],
+                    vec![0; s.sharded_cu_seqlens as usize],
+                ];
+                let mut rings = vec![LayoutRing::default(); s.rings as usize];
+                let [a, b, c, d, e] = &mut cu;
+                let out = LayoutBuffers {
+                    spans: &mut spans,
+                    local_cu_seqlens: a,
+                    local_cu_seqlens_padded: b,
+                    sharded_cu_seqlens: c,
+                    sharded_cu_seqlens_padded: d,
+                    rank_cu_seqlens: e,
+                    positions: &mut [],
+                    gather_index: &mut [],
+                    rings: &mut rings,
+                };
+                let l = fill(&cfg, &lengths, &plan, gpu, out).unwrap();
+                if s.rings > 0 {
+                    assert_eq!(l.rings, s.rings);
+                    let mut next = 0;
+                    for (k, ring) in rings.iter().enumerate() {
+                        assert_eq!(ring.offset, next, "rings are contiguous");
+                        assert!(ring.seqs > 0 && ring.first <= r && r < ring.first + ring.size);
+                        if k > 0 {
+                            assert!(ring.size < rings[k - 1].size, "largest group first");
+                        }
+                        next += ring.seqs;
+                    }
+                    assert_eq!(next, l.sharded_seqs);
+                }
+                for span in &spans[l.local_seqs as usize..] {
+                    cover[span.seq as usize].push((span.start, span.start + span.len + span.pad));
+                }
+            }
+        }
+        let budget = cfg.budget();
+        for (seq, p) in plan.placements().iter().enumerate() {
+            if !p.is_sharded() {
+                continue;
+            }
+            let g = p.group(16).size;
+            let mut ranges = core::mem::take(&mut cover[seq]);
+            assert_eq!(
+                ranges.len() as u32,
+                2 * g,
+                "seq {seq}: two chunks per GPU of its group"
+            );
+            ranges.sort_unstable();
+            let mut at = 0;
+            for (start, end) in ranges {
+                assert_eq!(start, at, "seq {seq}: gap or overlap");
+                at = end;
+            }
+            assert_eq!(u64::from(at), budget.for_group(g).padded(lengths[seq]));
+        }
+    }
+
     #[test]
     fn max_sizes_bound_every_gpu() {
         let cfg = Config::new(2, 4, 64, ModelShape::QWEN2_5_0_5B);

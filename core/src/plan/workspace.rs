@@ -18,7 +18,7 @@ pub struct WorkspaceSizes {
     pub dp_heap: usize,
     /// `dp + 1`: offsets of each DP rank's sequences in `seqs`.
     pub dp_start: usize,
-    /// `balanced`: `3n` per-sequence costs; 0 for the other policies.
+    /// `balanced`: `4n` per-sequence costs; 0 for the other policies.
     pub costs: usize,
     /// `balanced`: `4n` per-sequence and per-member decision words; 0 for the others.
     pub marks: usize,
@@ -37,7 +37,7 @@ impl WorkspaceSizes {
             dp_loads: dp,
             dp_heap: dp,
             dp_start: dp + 1,
-            costs: if balanced { 3 * n } else { 0 },
+            costs: if balanced { 4 * n } else { 0 },
             marks: if balanced { 4 * n } else { 0 },
         }
     }

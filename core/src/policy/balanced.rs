@@ -39,9 +39,10 @@ use crate::kernel::group::{max_strided_sum, next_fit};
 use crate::kernel::lpt::{group_by_dp, lpt};
 use crate::kernel::ranks::{self, Ledger, Rooms, Slots, Stop, UNSET};
 use crate::kernel::sort::{key_index, sort_ascending_radix};
+use crate::model::eval::GROUP_LEVELS;
 use crate::model::fixed::{CAP, IntModel, Link};
 use crate::model::time::{Ring, TimeModel};
-use crate::plan::{Plan, PlanBuffers, PlanWriter, SHARDED, Workspace};
+use crate::plan::{CpGroup, Plan, PlanBuffers, PlanWriter, SHARDED, Workspace};
 
 /// Most bins of the LPT grouping (its state lives on the stack).
 const MAX_BINS: usize = 256;
@@ -56,6 +57,10 @@ struct Rows<'a> {
     ash: &'a [u64],
     /// [`work`] per sequence, ps.
     work: &'a [u64],
+    /// Per sequence, the least of `g` times one GPU's share and shard attention over the
+    /// groups it may be sharded over (the whole group and, with sub-groups, every aligned
+    /// sub-group its share fits), ps.
+    grp: &'a [u64],
 }
 
 impl Rows<'_> {
@@ -74,6 +79,10 @@ impl Rows<'_> {
     #[inline(always)]
     fn work(&self, seq: u32) -> u64 {
         self.work.get(seq as usize).copied().unwrap_or(0)
+    }
+    #[inline(always)]
+    fn grp(&self, seq: u32) -> u64 {
+        self.grp.get(seq as usize).copied().unwrap_or(0)
     }
 }
 
@@ -109,6 +118,25 @@ impl Prefix {
         self.tok += u64::from(im.share(len));
         self.attn = self.attn.saturating_add(rows.ash(seq));
     }
+}
+
+/// The least of `g` times one GPU's share and shard attention of a sequence of `len` tokens
+/// over the groups it may be sharded over: the whole group, and every sub-group size whose
+/// share fits `bucket`, ps.
+fn cheapest_group(im: &IntModel, bucket: u32, len: u32) -> u64 {
+    let n = im.cp();
+    let sizes = (1..8u32)
+        .map(|l| 1u32 << l)
+        .filter(|&g| g < n && n.is_multiple_of(g));
+    core::iter::once(n)
+        .chain(sizes)
+        .filter_map(|g| {
+            let share = im.share_in(len, g);
+            let cost = im.attention(share, len) + im.gemm_linear(u64::from(share));
+            (share <= bucket).then(|| u64::from(g).saturating_mul(cost))
+        })
+        .min()
+        .unwrap_or(0)
 }
 
 /// One micro-batch's members (heaviest first) with their working decisions, for the CP-rank
@@ -161,6 +189,19 @@ struct TimeLedger<'a> {
     comm: u64,
     /// Stop as soon as a rank reaches this time (the best candidate so far).
     bound: u64,
+    /// Sub-group rings: the DP rank being planned (where its rings sit), the links of a
+    /// sub-group ring of `2^(l+1)` ranks inside a node and across nodes, and per rank the
+    /// shard attention and ring communication of the sub-groups through it (their shares
+    /// are in `tok`). `ring_len` holds the tokens sharded over each sub-group ring.
+    dp: u32,
+    sub_links: [(Link, Link); GROUP_LEVELS],
+    sub_attn: HVec<u64, { MAX_CP as usize }>,
+    sub_comm: HVec<u64, { MAX_CP as usize }>,
+    ring_len: HVec<u64, { MAX_CP as usize }>,
+    /// Whether a sub-group holds a sequence in this attempt (else the fast `pick`).
+    has_sub: bool,
+    /// Whether the DP rank's whole-group ring crosses nodes.
+    crosses: bool,
 }
 
 impl TimeLedger<'_> {
@@ -169,7 +210,93 @@ impl TimeLedger<'_> {
     fn rank_time(&self, r: usize) -> u64 {
         let a = self.attn.get(r).copied().unwrap_or(0);
         let t = self.tok.get(r).copied().unwrap_or(0);
-        self.im.rank(a, t + self.sh_tok, self.sh_attn, self.comm)
+        if self.has_sub {
+            let sa = self.sub_attn.get(r).copied().unwrap_or(0);
+            let sc = self.sub_comm.get(r).copied().unwrap_or(0);
+            self.im
+                .rank(a, t + self.sh_tok, self.sh_attn + sa, self.comm + sc)
+        } else {
+            self.im.rank(a, t + self.sh_tok, self.sh_attn, self.comm)
+        }
+    }
+
+    /// Where sub-group ring `group` keeps its tokens in `ring_len`: groups of `g` ranks
+    /// follow those of every smaller size (`N - 2N/g` of them), by first rank.
+    fn ring_index(&self, group: CpGroup) -> usize {
+        let n = self.im.cp() as usize;
+        let g = group.size as usize;
+        n - 2 * n / g + group.first as usize / g
+    }
+
+    /// The link of sub-group ring `group` of the DP rank being planned.
+    fn sub_link(&self, group: CpGroup) -> Link {
+        let level = group.size.trailing_zeros() as usize - 1;
+        let crosses = self
+            .im
+            .time_model()
+            .ring(self.dp, group.first, group.size)
+            .crosses_nodes;
+        self.sub_links.get(level).map_or(
+            Link::default(),
+            |&(intra, inter)| if crosses { inter } else { intra },
+        )
+    }
+
+    /// Times of rank `r` if a sequence of `len` tokens were sharded over `group` (a
+    /// sub-group through `r`, or the whole group), ps.
+    fn rank_time_with(&self, r: usize, group: CpGroup, len: u32, share: u64, attn: u64) -> u64 {
+        let a = self.attn.get(r).copied().unwrap_or(0);
+        let t = self.tok.get(r).copied().unwrap_or(0);
+        let sa = self.sub_attn.get(r).copied().unwrap_or(0);
+        let sc = self.sub_comm.get(r).copied().unwrap_or(0);
+        if group.size == self.im.cp() {
+            let comm = self.im.comm(&self.link, self.sh_len + u64::from(len));
+            return self.im.rank(
+                a,
+                t + self.sh_tok + share,
+                self.sh_attn + attn + sa,
+                comm + sc,
+            );
+        }
+        let at = self.ring_index(group);
+        let held = self.ring_len.get(at).copied().unwrap_or(0);
+        let link = self.sub_link(group);
+        let grown = self.im.comm(&link, held + u64::from(len)) - self.im.comm(&link, held);
+        self.im.rank(
+            a,
+            t + self.sh_tok + share,
+            self.sh_attn + sa + attn,
+            self.comm + sc + grown,
+        )
+    }
+
+    /// Shards sequence `seq` (`len` tokens) over sub-group `group`.
+    fn group(&mut self, seq: u32, len: u32, group: CpGroup) {
+        let share = u64::from(self.im.share_in(len, group.size));
+        let attn = self.im.attention(share as u32, len);
+        let _ = seq;
+        let at = self.ring_index(group);
+        let link = self.sub_link(group);
+        let Some(held) = self.ring_len.get_mut(at) else {
+            return;
+        };
+        let before = self.im.comm(&link, *held);
+        *held += u64::from(len);
+        let grown = self.im.comm(&link, *held) - before;
+        for r in group.first as usize..(group.first + group.size) as usize {
+            if let (Some(t), Some(g), Some(sa), Some(sc)) = (
+                self.tok.get_mut(r),
+                self.gl.get_mut(r),
+                self.sub_attn.get_mut(r),
+                self.sub_comm.get_mut(r),
+            ) {
+                *t += share;
+                *g = self.im.gemm_linear(*t);
+                *sa += attn;
+                *sc += grown;
+            }
+        }
+        self.has_sub = true;
     }
 
     /// The micro-batch's time: its slowest rank's, ps.
@@ -202,6 +329,18 @@ impl TimeLedger<'_> {
 impl Ledger for TimeLedger<'_> {
     fn reset(&mut self, cp: usize) {
         let cp = cp.min(MAX_CP as usize);
+        if self.has_sub {
+            for v in [&mut self.sub_attn, &mut self.sub_comm, &mut self.ring_len] {
+                v.fill(0);
+            }
+            self.has_sub = false;
+        }
+        for v in [&mut self.sub_attn, &mut self.sub_comm, &mut self.ring_len] {
+            if v.len() != cp {
+                v.clear();
+                let _ = v.resize(cp, 0);
+            }
+        }
         for v in [&mut self.attn, &mut self.tok, &mut self.gl] {
             if v.len() != cp {
                 v.clear();
@@ -225,6 +364,25 @@ impl Ledger for TimeLedger<'_> {
         // The rank whose time grows least among those with room (lowest index on ties):
         // every term is below 2^46, so a rank without room can take u64::MAX as its time.
         let (mut best, mut at) = (u64::MAX, usize::MAX);
+        if self.has_sub {
+            // Sub-group rings through a rank add their communication and, when the window
+            // holds all attention, their shard attention.
+            for (r, &rb) in room.iter().enumerate() {
+                let (attn, gl) = (self.attn[r], self.gl[r]);
+                let (sa, sc) = (self.sub_attn[r], self.sub_comm[r]);
+                let extra = if self.im.all_attention() {
+                    extra + sa
+                } else {
+                    0
+                };
+                let t = (self.comm + sc).max(attn + aw + extra) + gl + glen;
+                let t = if rb >= need { t } else { u64::MAX };
+                if t < best {
+                    (best, at) = (t, r);
+                }
+            }
+            return (at != usize::MAX).then_some(at);
+        }
         let ranks = room.iter().zip(self.attn.iter().zip(&self.gl)).enumerate();
         for (r, (&rb, (&attn, &gl))) in ranks {
             let t = self.comm.max(attn + aw + extra) + gl + glen;
@@ -260,6 +418,22 @@ impl Ledger for TimeLedger<'_> {
         // (`u64::MAX`) nothing is abandoned, and the comparison is skipped.
         self.bound != u64::MAX && self.rank_time(r) >= self.bound
     }
+}
+
+/// The links of a sub-group ring of `2^(l+1)` ranks, inside a node and across nodes.
+fn sub_links(im: &IntModel, cp: u32) -> [(Link, Link); GROUP_LEVELS] {
+    let mut links = [(Link::default(), Link::default()); GROUP_LEVELS];
+    for (l, slot) in links.iter_mut().enumerate() {
+        let size = 2u32 << l;
+        if size < cp {
+            let ring = |crosses_nodes| Ring {
+                size,
+                crosses_nodes,
+            };
+            *slot = (im.link(ring(false)), im.link(ring(true)));
+        }
+    }
+    links
 }
 
 /// Plans one micro-batch attempt that shards its `s` heaviest members first; its time, or
@@ -400,7 +574,164 @@ impl Placer<'_> {
                 best.copy_from_slice(cur);
             }
         }
+        // A lower bound on a sub-group attempt sharding the first `s` members: as `lower`'s
+        // average, with each of those members at its cheapest group (the whole group or a
+        // sub-group its share fits: `g` ranks hold its share and its shard attention).
+        let lower_groups = |s: usize| {
+            let mut summed = work_all;
+            for &seq in members.get(..s).unwrap_or(members) {
+                summed = summed
+                    .saturating_add(rows.grp(seq))
+                    .saturating_sub(rows.work(seq));
+            }
+            if summed.saturating_add(k as u64) < CAP {
+                im.fixed().saturating_add(summed / n.max(1))
+            } else {
+                0
+            }
+        };
+        // Sub-group attempts: the same sharded counts, each sharded member on the group (the
+        // whole group or an aligned sub-group) that grows the ranks' time least. Kept only when
+        // strictly faster, so a plan without sub-groups is never replaced by an equal one.
+        // Only where the whole group's ring crosses nodes: there a sub-group's ring can stay in
+        // a node, which is where they pay (inside a node they gained at most 3 % on the
+        // measured rows and cost three times the planning time).
+        if self.cfg.subgroups && self.cfg.cp >= 4 && self.ledger.crosses {
+            // The bounds of the two sharded counts tried, once each.
+            let (lower_k0, lower_k) = (lower_groups(k0), lower_groups(k));
+            for (c, &s, rule) in cands
+                .iter()
+                .enumerate()
+                .flat_map(|(c, s)| [(c, s, GroupRule::Total), (c, s, GroupRule::Balance)])
+            {
+                if s == 0 || s > k || cands[..c].contains(&s) || c == 1 || c == 2 {
+                    continue;
+                }
+                let bound = if c == 0 { lower_k0 } else { lower_k };
+                if found.is_some_and(|f| bound >= f) {
+                    continue;
+                }
+                self.ledger.bound = found.unwrap_or(u64::MAX);
+                let mut slots = MemberSlots {
+                    members,
+                    lengths: rows.lengths,
+                    cur: &mut *cur,
+                };
+                let (cfg, budget) = (self.cfg, &self.budget);
+                let t = attempt_groups(
+                    cfg,
+                    budget,
+                    &mut slots,
+                    s,
+                    &mut self.rooms,
+                    &mut self.ledger,
+                    rule,
+                );
+                if let Some(t) = t
+                    && found.is_none_or(|f| t < f)
+                {
+                    found = Some(t);
+                    best.copy_from_slice(cur);
+                }
+            }
+        }
         found
+    }
+}
+
+/// How [`attempt_groups`] ranks the groups a member may be sharded over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum GroupRule {
+    /// The least summed time of every rank, then the least slowest rank.
+    Total,
+    /// The least slowest-rank time plus average-rank time.
+    Balance,
+}
+
+/// Like [`attempt`], but each of the `s` heaviest members is sharded over the group of the
+/// CP ranks (the whole group, or an aligned sub-group with room for its share) that adds the
+/// least to the slowest rank's time plus the average rank's time (so that a second long
+/// sequence goes to the other half of the group rather than on top of the first); the rest are
+/// placed as in [`attempt`].
+fn attempt_groups(
+    cfg: &Config,
+    budget: &Budget,
+    slots: &mut MemberSlots<'_>,
+    s: usize,
+    rooms: &mut Rooms,
+    ledger: &mut TimeLedger<'_>,
+    rule: GroupRule,
+) -> Option<u64> {
+    rooms.reset(cfg.cp, budget.bucket());
+    ledger.reset(cfg.cp as usize);
+    let n = cfg.cp;
+    let im = ledger.im;
+    for k in 0..s.min(slots.count()) {
+        let (seq, len) = (slots.seq_at(k), slots.len_at(k));
+        let now: HVec<u64, { MAX_CP as usize }> =
+            (0..n as usize).map(|r| ledger.rank_time(r)).collect();
+        // Options: the whole group, then sub-groups largest first (first rank ascending).
+        let mut pick: Option<((u64, u64), u64, CpGroup)> = None;
+        let whole = CpGroup { first: 0, size: n };
+        let sizes = (1..8u32).rev().map(|l| 1u32 << l);
+        let subs = sizes
+            .filter(|&g| g < n && n.is_multiple_of(g))
+            .flat_map(|g| {
+                (0..n / g).map(move |b| CpGroup {
+                    first: b * g,
+                    size: g,
+                })
+            });
+        for group in core::iter::once(whole).chain(subs) {
+            let share = im.share_in(len, group.size);
+            let room = rooms.as_slice();
+            let fits = (group.first..group.first + group.size)
+                .all(|r| room.get(r as usize).is_some_and(|&x| x >= i64::from(share)));
+            if !fits {
+                continue;
+            }
+            let attn = im.attention(share, len);
+            let (mut most, mut sum) = (0u64, 0u64);
+            for (r, &t) in now.iter().enumerate() {
+                let t = if group.contains(r as u32) {
+                    ledger.rank_time_with(r, group, len, u64::from(share), attn)
+                } else {
+                    t
+                };
+                most = most.max(t);
+                sum = sum.saturating_add(t);
+            }
+            // Least total time (every rank's), then the least slowest rank; or the slowest
+            // rank plus the average one.
+            let cost = match rule {
+                GroupRule::Total => (sum, most),
+                GroupRule::Balance => (most.saturating_add(sum / u64::from(n)), 0),
+            };
+            if pick.is_none_or(|(c, _, _)| cost < c) {
+                pick = Some((cost, most, group));
+            }
+        }
+        let (_, most, group) = pick?;
+        // Rank times only grow from here: past the best time so far, give up.
+        if ledger.bound != u64::MAX && most >= ledger.bound {
+            return None;
+        }
+        if group.size == n {
+            rooms.take_group(group, budget.share(len));
+            ledger.shard(seq, len);
+            slots.set(k, SHARDED);
+        } else {
+            rooms.take_group(group, im.share_in(len, group.size));
+            ledger.group(seq, len, group);
+            slots.set(k, ranks::group_code(group));
+        }
+    }
+    match ranks::place(slots, s, budget, cfg.victim, rooms, ledger) {
+        Ok(_) => {
+            let t = ledger.time();
+            (ledger.bound == u64::MAX || t < ledger.bound).then_some(t)
+        }
+        Err(Stop::Failed { .. } | Stop::Abandoned) => None,
     }
 }
 
@@ -709,7 +1040,13 @@ fn plan_with<'b>(
     // Per-sequence costs, once per distinct length: whole and shard attention, and work.
     let (aw, rest) = ws.costs.split_at_mut(n);
     let (ash, rest) = rest.split_at_mut(n);
-    let wk = &mut rest[..n];
+    let (wk, rest) = rest.split_at_mut(n);
+    let gc = &mut rest[..n];
+    // Sub-groups are tried only on DP ranks whose ring crosses nodes (see `micro_batch`); the
+    // pattern of crossings repeats within `gpus_per_node` DP ranks.
+    let crossing =
+        (0..cfg.dp.min(tm.cost.gpus_per_node.max(1))).any(|d| tm.group_ring(d).crosses_nodes);
+    let subs = cfg.subgroups && cfg.cp >= 4 && crossing;
     let per_mb = u64::from(cfg.bucket)
         .saturating_mul(u64::from(cfg.cp))
         .max(1);
@@ -723,20 +1060,30 @@ fn plan_with<'b>(
         u128::from(w) + by_tokens
     };
     let mut total = 0u128;
-    let mut prev: Option<(u32, u64, u64, u64)> = None;
+    let mut prev: Option<(u32, u64, u64, u64, u64)> = None;
     for &key in &ws.keys[..n] {
         let len = (key >> 32) as u32;
-        let (a, s, w) = match prev {
-            Some((l, a, s, w)) if l == len => (a, s, w),
+        let (a, s, w, c) = match prev {
+            Some((l, a, s, w, c)) if l == len => (a, s, w, c),
             _ => {
                 let (a, s) = (im.attn_whole(len), im.attn_shard(len));
-                (a, s, work(&im, len, a, s))
+                let c = if subs {
+                    cheapest_group(&im, cfg.bucket, len)
+                } else {
+                    0
+                };
+                (a, s, work(&im, len, a, s), c)
             }
         };
-        prev = Some((len, a, s, w));
+        prev = Some((len, a, s, w, c));
         let seq = key_index(key);
-        if let (Some(x), Some(y), Some(z)) = (aw.get_mut(seq), ash.get_mut(seq), wk.get_mut(seq)) {
-            (*x, *y, *z) = (a, s, w);
+        if let (Some(x), Some(y), Some(z), Some(q)) = (
+            aw.get_mut(seq),
+            ash.get_mut(seq),
+            wk.get_mut(seq),
+            gc.get_mut(seq),
+        ) {
+            (*x, *y, *z, *q) = (a, s, w, c);
         }
         total += weight(len, w);
     }
@@ -780,6 +1127,7 @@ fn plan_with<'b>(
         aw: &*aw,
         ash: &*ash,
         work: &*wk,
+        grp: &*gc,
     };
     let mut placer = Placer {
         cfg,
@@ -798,6 +1146,13 @@ fn plan_with<'b>(
             sh_attn: 0,
             comm: 0,
             bound: u64::MAX,
+            dp: 0,
+            sub_links: sub_links(&im, cfg.cp),
+            sub_attn: HVec::new(),
+            sub_comm: HVec::new(),
+            ring_len: HVec::new(),
+            has_sub: false,
+            crosses: false,
         },
     };
     // A DP rank's ring is its whole CP group, within a node or across nodes: two links.
@@ -824,6 +1179,8 @@ fn plan_with<'b>(
         let m_min = (sum.div_ceil(cap).max(1) as usize).min(k);
         let ring = tm.group_ring(d as u32);
         placer.ledger.link = if ring.crosses_nodes { links.1 } else { links.0 };
+        placer.ledger.dp = d as u32;
+        placer.ledger.crosses = ring.crosses_nodes;
         let mut search = DpSearch {
             placer: &mut placer,
             sub,
@@ -958,7 +1315,11 @@ fn write_plan<'b>(
                 count += 1;
                 for &seq in order.get(start..end).unwrap_or(&[]) {
                     let cp = cps.get(seq as usize).map_or(SHARDED, |&c| c as i32);
-                    w.push(seq, lengths.get(seq as usize).copied().unwrap_or(0), cp);
+                    let len = lengths.get(seq as usize).copied().unwrap_or(0);
+                    match ranks::decode_group(cp) {
+                        Some(g) => w.push_in(seq, len, SHARDED, g.first, g.size),
+                        None => w.push(seq, len, cp),
+                    }
                 }
                 start = end;
             }
@@ -1183,6 +1544,57 @@ mod tests {
                 run(&cfg, &lengths).unwrap();
             }
         }
+    }
+
+    /// Sub-groups on CP 16 (rings across two 8-GPU nodes): plans stay valid, use sub-groups on
+    /// long-sequence batches, and are never slower under the evaluator than the same policy
+    /// without them; inside a node (CP 8) they are not tried.
+    #[test]
+    fn subgroups_are_never_slower_and_only_where_rings_cross_nodes() {
+        use crate::model::eval::{
+            EvalBuffers, EvalSizes, MicroBatchTime, RankSlot, evaluate_placements,
+        };
+        let time = |cfg: &Config, lengths: &[u32]| {
+            let (p, _) = run(cfg, lengths).unwrap();
+            let es = EvalSizes::for_batch(lengths.len(), cfg);
+            let mut a = vec![MicroBatchTime::default(); es.micro_batches];
+            let mut b = vec![RankSlot::default(); es.ranks];
+            let mut d = vec![0.0; es.dp_times];
+            let mut o = vec![0u32; es.dp_offsets];
+            let out = EvalBuffers {
+                micro_batches: &mut a,
+                ranks: &mut b,
+                dp_times: &mut d,
+                dp_offsets: &mut o,
+            };
+            let ev = evaluate_placements(cfg, lengths, &p, out).unwrap();
+            assert!(ev.report.within_budget());
+            let subs = p.iter().filter(|x| x.is_subgroup(cfg.cp)).count();
+            (ev.report.iteration_time, subs)
+        };
+        let mut rng = Rng(14);
+        let mut used = 0;
+        for i in 0..12 {
+            let (dp, model, bucket) = [
+                (2, ModelShape::QWEN2_5_7B, 13 * 1024),
+                (1, ModelShape::QWEN2_5_0_5B, 26 * 1024),
+            ][i % 2];
+            let on = Config::new(dp, 16, bucket, model);
+            let off = Config {
+                subgroups: false,
+                ..on
+            };
+            let lengths = long_tail(&mut rng, 40, 16 * bucket);
+            let (t_on, subs) = time(&on, &lengths);
+            let (t_off, none) = time(&off, &lengths);
+            assert_eq!(none, 0);
+            assert!(t_on <= t_off * (1.0 + 1e-9), "{t_on} > {t_off}");
+            used += subs;
+            let inside = Config::new(2, 8, bucket, model);
+            let fit: Vec<u32> = lengths.iter().map(|&l| l.min(8 * bucket)).collect();
+            assert_eq!(time(&inside, &fit).1, 0);
+        }
+        assert!(used > 0, "no batch used a sub-group");
     }
 
     /// Against the evaluator: on long-tail batches `balanced` is never slower than `packed`
