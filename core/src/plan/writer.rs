@@ -65,6 +65,7 @@ impl<'b> PlanWriter<'b> {
 
     /// Adds sequence `seq` of `len` tokens to the open micro-batch, local on `cp_rank` or
     /// [`SHARDED`] over the whole CP group.
+    #[inline]
     pub(crate) fn push(&mut self, seq: u32, len: u32, cp_rank: i32) {
         self.push_in(seq, len, cp_rank, 0, 0);
     }
@@ -72,6 +73,7 @@ impl<'b> PlanWriter<'b> {
     /// [`PlanWriter::push`] for a sequence sharded over the sub-group of `size` ranks from
     /// `first` (`size` 0 or the CP size: the whole group); `first` and `size` are ignored for a
     /// local sequence. The group must be valid ([`crate::plan::CpGroup::is_valid_shard`]).
+    #[inline]
     pub(crate) fn push_in(&mut self, seq: u32, len: u32, cp_rank: i32, first: u32, size: u32) {
         let whole = cp_rank != SHARDED || size == 0 || size == self.cp;
         let (first, size) = if whole { (0, 0) } else { (first, size) };
