@@ -10,7 +10,7 @@ use std::process::{Command, Output};
 use skrull_cli::calibrate::parse_cost_model;
 use skrull_core::model::fit::SKRULL_TABLE5_ALL_GATHER;
 use skrull_core::model::{CostModel, TimeModel};
-use skrull_core::{Config, ModelShape, ShardPadding};
+use skrull_core::{Config, ModelShape, Placement, Policy, ShardPadding};
 use skrull_kit::{OwnedBuffers, OwnedEval};
 
 fn skrull(args: &[&str]) -> Output {
@@ -404,6 +404,8 @@ fn evaluate_flags_a_plan_over_budget() {
     let mut v: serde_json::Value = serde_json::from_str(&plan).expect("json");
     for p in v["placements"].as_array_mut().expect("placements") {
         p["cp"] = 0.into();
+        p["cp_first"] = 0.into();
+        p["cp_size"] = 1.into();
         p["micro_batch"] = 0.into();
     }
     let path = tmp("over.json");
@@ -427,10 +429,173 @@ fn evaluate_flags_a_plan_over_budget() {
     );
     let mut bad = v.clone();
     bad["placements"][0]["cp"] = 9.into();
+    bad["placements"][0]["cp_first"] = 9.into();
     std::fs::write(&path, bad.to_string()).expect("write");
     let out = skrull(&["evaluate", "--plan", p]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("out of range"));
+}
+
+#[test]
+fn evaluate_reads_sub_group_shards_and_matches_the_core_evaluator() {
+    let (_, plan) = write_plan("deepspeed");
+    let mut v: serde_json::Value = serde_json::from_str(&plan).expect("json");
+    assert_eq!(v["config"]["subgroups"], serde_json::Value::Bool(true));
+    // Deepspeed shards every sequence over the whole group; move one in three (those that
+    // fit) onto a half of the CP group (4 ranks of 8) and another one in three onto a pair.
+    let cfg = Config::new(4, 8, 26 * 1024, ModelShape::QWEN2_5_0_5B).with_policy(Policy::DeepSpeed);
+    let mut placements = Vec::new();
+    let mut lengths = Vec::new();
+    for (i, p) in v["placements"]
+        .as_array_mut()
+        .expect("placements")
+        .iter_mut()
+        .enumerate()
+    {
+        assert_eq!(
+            (
+                p["cp"].as_i64(),
+                p["cp_first"].as_u64(),
+                p["cp_size"].as_u64()
+            ),
+            (Some(-1), Some(0), Some(8))
+        );
+        let len = p["len"].as_u64().expect("len") as u32;
+        let (first, size) = match i % 3 {
+            1 if len <= 4 * cfg.bucket => (4 * (i as u16 / 3 % 2), 4),
+            2 if len <= 2 * cfg.bucket => (2 * (i as u16 / 3 % 4), 2),
+            _ => (0, 0),
+        };
+        if size > 0 {
+            p["cp_first"] = first.into();
+            p["cp_size"] = size.into();
+        } else if i % 2 == 0 {
+            // A whole-group shard may also leave the group out.
+            let o = p.as_object_mut().expect("object");
+            o.remove("cp_first");
+            o.remove("cp_size");
+        }
+        placements.push(Placement {
+            dp_rank: p["dp"].as_u64().expect("dp") as u32,
+            micro_batch: p["micro_batch"].as_u64().expect("mb") as u32,
+            cp_rank: -1,
+            cp_first: first,
+            cp_size: size,
+        });
+        lengths.push(len);
+    }
+    let subgroups = placements.iter().filter(|p| p.cp_size > 0).count();
+    assert!(subgroups > 50, "{subgroups}");
+    let path = tmp("subgroups.json");
+    std::fs::write(&path, v.to_string()).expect("write");
+    let p = path.to_str().expect("utf-8");
+    let json: serde_json::Value =
+        serde_json::from_str(&ok(&["evaluate", "--plan", p, "--format", "json"])).expect("json");
+    assert_eq!(json["subgroup_sequences"], subgroups);
+    let mut ev = OwnedEval::default();
+    let e = ev.evaluate(&cfg, &lengths, &placements).expect("eval");
+    let same = |a: f64, b: f64| (a - b).abs() <= 4.0 * f64::EPSILON * a.abs();
+    let r = &e.report;
+    for (key, want) in [
+        ("iteration_time_s", r.iteration_time),
+        ("lower_bound_s", r.lower_bound.value),
+        ("comm_s", r.comm),
+        ("exposed_comm_s", r.exposed_comm),
+    ] {
+        let got = json[key].as_f64().expect(key);
+        assert!(same(got, want), "{key}: {got} vs {want}");
+    }
+    let dp: Vec<f64> = json["dp_times_s"]
+        .as_array()
+        .expect("dp times")
+        .iter()
+        .map(|t| t.as_f64().expect("time"))
+        .collect();
+    assert!(dp.iter().zip(e.dp_times.iter()).all(|(&a, &b)| same(a, b)));
+    assert_eq!(json["peak_tokens"], r.peak_tokens);
+    // Sub-groups make the plan faster than sharding everything over the whole group.
+    let (whole, _) = write_plan("deepspeed");
+    let whole: serde_json::Value = serde_json::from_str(&ok(&[
+        "evaluate",
+        "--plan",
+        whole.to_str().expect("utf-8"),
+        "--format",
+        "json",
+    ]))
+    .expect("json");
+    assert!(json["iteration_time_s"].as_f64() < whole["iteration_time_s"].as_f64());
+    let text = ok(&["evaluate", "--plan", p]);
+    assert!(
+        text.contains(&format!("256 sequences ({subgroups} over sub-groups)")),
+        "{text}"
+    );
+
+    // Sub-groups off (flag or plan config) refuse the plan; bad groups are named.
+    let err = |v: &serde_json::Value, extra: &[&str]| {
+        std::fs::write(&path, v.to_string()).expect("write");
+        let mut args = vec!["evaluate", "--plan", p];
+        args.extend_from_slice(extra);
+        let out = skrull(&args);
+        assert!(!out.status.success(), "{args:?} succeeded");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let e = err(&v, &["--subgroups", "off"]);
+    assert!(e.contains("but sub-groups are off"), "{e}");
+    let mut off = v.clone();
+    off["config"]["subgroups"] = false.into();
+    assert!(err(&off, &[]).contains("but sub-groups are off"));
+    std::fs::write(&path, off.to_string()).expect("write");
+    ok(&["evaluate", "--plan", p, "--subgroups", "on"]);
+    for (first, size, needle) in [
+        (2, 4, "CP ranks 2-5 are not a valid group of CP 8"),
+        (0, 3, "a sub-group size 2, 4 with cp_first a multiple of it"),
+        (6, 1, "is local (\"cp\": 6)"),
+        (4, 8, "starts at rank 0"),
+    ] {
+        let mut bad = v.clone();
+        bad["placements"][1]["cp_first"] = first.into();
+        bad["placements"][1]["cp_size"] = size.into();
+        let e = err(&bad, &[]);
+        assert!(e.contains("plan: sequence 1 (cp -1"), "{e}");
+        assert!(e.contains(needle), "{needle}: {e}");
+    }
+    let e = err(&v, &["--subgroups", "maybe"]);
+    assert!(e.contains("'maybe' is not on|off"), "{e}");
+    // --cp 16 turns the pairs and halves into other groups of a larger CP group: still valid,
+    // a group of 8 is now a sub-group too.
+    std::fs::write(&path, v.to_string()).expect("write");
+    ok(&["evaluate", "--plan", p, "--cp", "16"]);
+}
+
+#[test]
+fn plan_json_carries_the_groups_and_the_subgroups_switch() {
+    let on: serde_json::Value =
+        serde_json::from_str(&ok(&["plan", "--format", "json", "--policy", "balanced"]))
+            .expect("json");
+    assert_eq!(on["config"]["subgroups"], serde_json::Value::Bool(true));
+    let mut kinds = [0; 2];
+    for p in on["placements"].as_array().expect("placements") {
+        let (cp, first, size) = (
+            p["cp"].as_i64().expect("cp"),
+            p["cp_first"].as_i64().expect("cp_first"),
+            p["cp_size"].as_i64().expect("cp_size"),
+        );
+        if cp == -1 {
+            assert_eq!((first, size), (0, 8));
+            kinds[0] += 1;
+        } else {
+            assert_eq!((first, size), (cp, 1));
+            kinds[1] += 1;
+        }
+    }
+    assert!(kinds[0] > 0 && kinds[1] > 0, "{kinds:?}");
+    let off: serde_json::Value =
+        serde_json::from_str(&ok(&["plan", "--format", "json", "--subgroups", "off"]))
+            .expect("json");
+    assert_eq!(off["config"]["subgroups"], serde_json::Value::Bool(false));
+    let out = skrull(&["plan", "--subgroups", "compare"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("skrull simulate only"));
 }
 
 #[test]
