@@ -255,6 +255,60 @@ fn one_cell_with_a_policy_list_and_the_same_output_for_the_same_seed() {
 }
 
 #[test]
+fn simulate_compares_sub_groups_on_request_only() {
+    let args = |extra: &[&'static str]| {
+        let mut a = vec!["simulate", "--setup", "7b-cp16", "--iterations", "2"];
+        a.extend_from_slice(extra);
+        a
+    };
+    let strip = |s: &str| {
+        s.lines()
+            .filter(|l| !l.contains("scheduled and evaluated"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    let plain = ok(&args(&[]));
+    assert!(!plain.contains("Sub-groups"), "{plain}");
+    assert_eq!(strip(&plain), strip(&ok(&args(&["--subgroups", "on"]))));
+    let cmp = ok(&args(&["--subgroups", "compare"]));
+    // The default output, unchanged, with one section added before the closing line.
+    let start = cmp.find("Sub-groups: ").expect("the comparison section");
+    let end = start + cmp[start..].find("|\n\n").expect("its end") + 3;
+    let section = &cmp[start..end];
+    assert_eq!(
+        strip(&format!("{}{}", &cmp[..start], &cmp[end..])),
+        strip(&plain)
+    );
+    for needle in [
+        "| setup | dataset | without sub-groups (ms) | with sub-groups (ms) | speedup \
+         | without ÷ lower bound | with ÷ lower bound | sub-group shards per iteration |",
+        "| **CP-16 geometric mean** (3 rows) | | | | **",
+    ] {
+        assert!(section.contains(needle), "missing {needle:?} in\n{section}");
+    }
+    // 'with' is the balanced row of the default table, 'without' that of --subgroups off.
+    let off = ok(&args(&["--subgroups", "off"]));
+    let cell = |text: &str, prefix: &str, col: usize| -> String {
+        let row = text
+            .lines()
+            .find(|l| l.starts_with(prefix))
+            .unwrap_or_else(|| panic!("no row {prefix:?} in\n{text}"));
+        row.split('|').nth(col).expect("column").trim().to_string()
+    };
+    for dataset in ["wikipedia", "lmsys", "chatqa2"] {
+        let row = format!("| 7B DP2 CP16 BS40 C13K | {dataset} | ");
+        let balanced = format!("{row}balanced |");
+        assert_eq!(cell(section, &row, 4), cell(&plain, &balanced, 4));
+        assert_eq!(cell(section, &row, 3), cell(&off, &balanced, 4));
+        assert_eq!(cell(section, &row, 7), cell(&plain, &balanced, 7));
+        assert_eq!(cell(section, &row, 6), cell(&off, &balanced, 7));
+    }
+    let out = skrull(&args(&["--subgroups", "both"]));
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("'both' is not on|off|compare"));
+}
+
+#[test]
 fn simulate_draws_a_well_formed_gantt_chart() {
     let svg = tmp("gantt.svg");
     let path = svg.to_str().expect("utf-8 path");
