@@ -423,14 +423,7 @@ pub fn run_cell(
                     r.iteration_time * 1e3,
                     r.lower_bound.value * 1e3
                 );
-                drawn.push(Panel::new(
-                    title,
-                    cfg.dp,
-                    cfg.cp,
-                    &ev,
-                    tm.fixed(),
-                    cost.overlap,
-                ));
+                drawn.push(Panel::new(title, cfg.dp, cfg.cp, &ev, &tm));
             }
         }
         let k = list.len().max(1) as f64;

@@ -361,6 +361,102 @@ fn simulate_draws_a_well_formed_gantt_chart() {
     assert!(doc.contains("DP3 (CP0-7)") && doc.contains("sorted:"));
 }
 
+/// The `y` of every `<rect>` filled with `color`.
+fn rect_ys(doc: &str, color: &str) -> Vec<f64> {
+    doc.lines()
+        .flat_map(|l| l.split("<rect ").skip(1))
+        .filter(|r| r.contains(&format!("fill=\"{color}\"")))
+        .map(|r| {
+            let y = &r[r.find(" y=\"").expect("y") + 4..];
+            y[..y.find('"').expect("end")].parse().expect("number")
+        })
+        .collect()
+}
+
+#[test]
+fn the_gantt_chart_draws_sub_group_shards_in_their_lanes() {
+    use skrull_cli::svg::{Panel, gantt};
+    use skrull_core::model::cost::Overlap;
+    let cfg = Config::new(1, 8, 26 * 1024, ModelShape::QWEN2_5_0_5B);
+    let lengths = [60_000u32, 40_000, 9000, 5000, 700];
+    let p = |micro_batch, cp_rank, cp_first, cp_size| Placement {
+        dp_rank: 0,
+        micro_batch,
+        cp_rank,
+        cp_first,
+        cp_size,
+    };
+    // Micro-batch 0: one shard over all 8 ranks, one over ranks 4-7, one over 0-1, one local
+    // on rank 2; micro-batch 1: a single shard over all 8.
+    let placements = [
+        p(0, -1, 0, 0),
+        p(0, -1, 4, 4),
+        p(0, -1, 0, 2),
+        p(0, 2, 0, 0),
+        p(1, -1, 0, 0),
+    ];
+    for overlap in [Overlap::LocalAttention, Overlap::AllAttention] {
+        let mut cost = CostModel::h100(&cfg.model);
+        cost.overlap = overlap;
+        let cfg = cfg.with_cost(cost);
+        let tm = TimeModel::new(&cost, &cfg);
+        let mut bufs = OwnedEval::default();
+        let ev = bufs.evaluate(&cfg, &lengths, &placements).expect("eval");
+        let panel = Panel::new("by hand".into(), 1, 8, &ev, &tm);
+        assert!(panel.has_subgroups());
+        assert_eq!(panel.rings[1], []);
+        let rings: Vec<(u32, u32, u64)> = panel.rings[0]
+            .iter()
+            .map(|r| (r.first, r.size, r.tokens))
+            .collect();
+        assert_eq!(rings, [(0, 2, 9000), (4, 4, 40_000)]);
+        // The whole group's ring plus the sub-groups' make the micro-batch's communication.
+        let total = panel.whole_comm[0] + panel.rings[0].iter().map(|r| r.comm).sum::<f64>();
+        assert!((total - ev.micro_batches[0].comm).abs() <= 1e-12 * total);
+        let doc = gantt("sub-groups", &[panel]);
+        assert_eq!(check_xml(&doc), Ok("svg".to_string()));
+        for needle in [
+            "sub-group shard attention",
+            "sub-group shard GEMMs",
+            "sub-group ring comm (top stripe)",
+            "sub-group ring: the ranks a sequence is sharded over",
+            "DP 0 micro-batch 0: ring over CP ranks 4-7 (40000 tokens sharded over 4 ranks",
+            "DP 0 micro-batch 0: ring over CP ranks 0-1 (9000 tokens sharded over 2 ranks",
+        ] {
+            assert!(doc.contains(needle), "missing {needle}");
+        }
+        // Lanes are 12 px from y = 96 + 22 (three legend rows, the panel title); the legend's
+        // swatches sit above them.
+        let lanes = |color: &str| {
+            let mut v: Vec<i64> = rect_ys(&doc, color)
+                .into_iter()
+                .filter(|&y| y >= 118.0)
+                .map(|y| ((y - 118.0) / 12.0).floor() as i64)
+                .collect();
+            v.sort_unstable();
+            v.dedup();
+            v
+        };
+        // Sub-group attention, GEMMs and ring communication in the groups' lanes only.
+        for color in ["#6a3d9a", "#c5a8e0", "#e377c2"] {
+            assert_eq!(lanes(color), [0, 1, 4, 5, 6, 7], "{color} {overlap:?}");
+        }
+        // The whole group's shards on every lane, and its ring: hidden under every lane's
+        // attention, or (hidden under local attention only) exposed where there is none.
+        let ring = match overlap {
+            Overlap::AllAttention => "#ff9f1c",
+            Overlap::LocalAttention => "#d62728",
+        };
+        for color in ["#1f5fb4", "#8fb8e8", ring] {
+            assert_eq!(
+                lanes(color),
+                (0..8).collect::<Vec<_>>(),
+                "{color} {overlap:?}"
+            );
+        }
+    }
+}
+
 #[test]
 fn simulate_rejects_bad_flags() {
     for args in [
