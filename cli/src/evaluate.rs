@@ -223,9 +223,9 @@ pub fn check_groups(cfg: &Config, placements: &mut [Placement]) -> Result<(), St
         }
         if !cfg.subgroups {
             return Err(format!(
-                "{ctx}: the sequence is sharded over the sub-group {}, but sub-groups are off \
-                 (the plan's config or --subgroups off)",
-                crate::json::shard_label(group)
+                "{ctx}: the sequence is sharded over the sub-group of CP ranks {first}-{}, but \
+                 sub-groups are off (the plan's config or --subgroups off)",
+                first + size - 1
             ));
         }
     }
@@ -595,7 +595,10 @@ mod tests {
             ..Placement::default()
         }];
         let err = check_groups(&off, &mut p).unwrap_err();
-        assert!(err.contains("shard 8-15, but sub-groups are off"), "{err}");
+        assert!(
+            err.contains("CP ranks 8-15, but sub-groups are off"),
+            "{err}"
+        );
         let odd = Config::new(1, 6, 4096, ModelShape::QWEN2_5_7B);
         let mut p = [Placement {
             cp_rank: SHARDED,
