@@ -177,7 +177,7 @@ pub fn config_from(flags: &Flags, default_policy: Policy) -> Result<Config, Stri
 
 /// The one place the CLI turns flags into a [`Config`]: `base` with every flag given applied
 /// on top (`--dp --cp --bucket --model --policy --victim --flops --shard-padding
-/// --max-micro-batches --pad-multiple --pad-local --lockstep`, and the cost model: `--gpu
+/// --max-micro-batches --pad-multiple --pad-local --lockstep --subgroups`, and the cost model: `--gpu
 /// --cost-model --gpus-per-node --overlap`, see [`cost_over`]), then validated. `skrull plan`
 /// starts from the paper's defaults, `skrull evaluate` from the plan file's configuration,
 /// `skrull simulate` from each setup's.
@@ -201,13 +201,63 @@ pub fn config_over(flags: &Flags, base: Config) -> Result<Config, String> {
     Ok(cfg)
 }
 
+/// What `--subgroups` asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Subgroups {
+    /// `on`: policies may shard a sequence over an aligned sub-group of the CP ranks
+    /// ([`Config::subgroups`], the default).
+    On,
+    /// `off`: a sharded sequence always spans the whole CP group.
+    Off,
+    /// `compare` (`skrull simulate` only): plan with sub-groups, and also run `balanced`
+    /// without them to show what they change.
+    Compare,
+}
+
+impl Subgroups {
+    /// Whether plans may use sub-groups under this choice.
+    pub fn enabled(self) -> bool {
+        self != Subgroups::Off
+    }
+}
+
+/// The value of `--subgroups` (`on|off`, and `compare` when `compare` allows it), `None` when
+/// the flag is absent.
+///
+/// # Errors
+/// A message naming the bad value.
+pub fn subgroups_flag(flags: &Flags, compare: bool) -> Result<Option<Subgroups>, String> {
+    let Some(v) = flags.get("--subgroups") else {
+        return Ok(None);
+    };
+    match v {
+        "on" => Ok(Some(Subgroups::On)),
+        "off" => Ok(Some(Subgroups::Off)),
+        "compare" if compare => Ok(Some(Subgroups::Compare)),
+        "compare" => Err("--subgroups: 'compare' is for skrull simulate only (on|off)".into()),
+        _ if compare => Err(format!("--subgroups: '{v}' is not on|off|compare")),
+        _ => Err(format!("--subgroups: '{v}' is not on|off")),
+    }
+}
+
 /// `base` with the option flags applied (everything but the policy, the layout, the model
 /// and the cost model), not validated: what `skrull simulate` applies to every setup.
 ///
 /// # Errors
 /// A message naming the bad flag and value.
 pub fn options_over(flags: &Flags, base: Config) -> Result<Config, String> {
+    options_with(flags, base, false)
+}
+
+/// [`options_over`], with `--subgroups compare` accepted (as sub-groups on) when `compare`.
+///
+/// # Errors
+/// A message naming the bad flag and value.
+pub fn options_with(flags: &Flags, base: Config, compare: bool) -> Result<Config, String> {
     let mut cfg = base;
+    if let Some(s) = subgroups_flag(flags, compare)? {
+        cfg.subgroups = s.enabled();
+    }
     if let Some(v) = flags.get("--victim") {
         cfg.victim = Victim::from_name(v)
             .ok_or_else(|| format!("--victim: '{v}' is not shortest|longest"))?;
@@ -367,5 +417,36 @@ mod tests {
         assert_eq!(f.tokens("--dp", 1), Ok(2));
         assert_eq!(f.finish(), Err("unknown flag --dpp".into()));
         assert!(Flags::parse(&["--dp".into()]).is_err());
+    }
+
+    #[test]
+    fn subgroups_flag_sets_the_config() {
+        let flags = |v: &str| Flags::parse(&["--subgroups".into(), v.into()]).unwrap();
+        let base = Config::new(1, 8, 1024, ModelShape::QWEN2_5_0_5B);
+        assert!(base.subgroups, "on by default");
+        assert!(
+            config_from(&Flags::default(), Policy::Balanced)
+                .unwrap()
+                .subgroups
+        );
+        assert!(!config_over(&flags("off"), base).unwrap().subgroups);
+        let mut off = base;
+        off.subgroups = false;
+        assert!(config_over(&flags("on"), off).unwrap().subgroups);
+        let err = config_over(&flags("compare"), base).unwrap_err();
+        assert!(err.contains("skrull simulate only"), "{err}");
+        assert!(
+            options_with(&flags("compare"), off, true)
+                .unwrap()
+                .subgroups
+        );
+        assert_eq!(
+            subgroups_flag(&flags("compare"), true),
+            Ok(Some(Subgroups::Compare))
+        );
+        let err = config_over(&flags("yes"), base).unwrap_err();
+        assert_eq!(err, "--subgroups: 'yes' is not on|off");
+        let err = subgroups_flag(&flags("maybe"), true).unwrap_err();
+        assert_eq!(err, "--subgroups: 'maybe' is not on|off|compare");
     }
 }

@@ -5,7 +5,10 @@ use std::fmt::Write;
 
 use serde_json::Value;
 use skrull_core::model::eval::{Evaluation, Report};
-use skrull_core::{Config, FlopsFormula, ModelShape, Placement, Policy, ShardPadding, Victim};
+use skrull_core::plan::SHARDED;
+use skrull_core::{
+    Config, CpGroup, FlopsFormula, ModelShape, Placement, Policy, ShardPadding, Victim,
+};
 use skrull_kit::OwnedEval;
 
 use crate::args::{Flags, config_over, cost_label, model_name, parse_model, read_lengths};
@@ -66,12 +69,33 @@ fn parse_config(c: &Value) -> Result<Config, String> {
     }
     cfg.pad_local = c.get("pad_local").and_then(Value::as_bool).unwrap_or(false);
     cfg.lockstep = c.get("lockstep").and_then(Value::as_bool).unwrap_or(false);
+    // Absent in plans written before sub-groups: the default (on).
+    cfg.subgroups = c
+        .get("subgroups")
+        .and_then(Value::as_bool)
+        .unwrap_or(cfg.subgroups);
     Ok(cfg)
+}
+
+/// An optional whole-number field that must fit a `u16` (a CP rank or group size).
+fn field_u16(obj: &Value, key: &str, ctx: &str) -> Result<Option<u16>, String> {
+    match obj.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => v
+            .as_u64()
+            .and_then(|v| u16::try_from(v).ok())
+            .map(Some)
+            .ok_or_else(|| format!("{ctx}: \"{key}\" must be a whole number below 65536")),
+    }
 }
 
 /// Parses the JSON form of a plan. Placements may come in any order but must name every
 /// sequence `0..n` once (`seq`); `dp`, `micro_batch` and `cp` (-1: sharded) are required,
-/// `len` and the `config` object are optional.
+/// `len` and the `config` object are optional. `cp_first` and `cp_size` name the CP ranks
+/// that hold a sharded sequence (absent: the whole group, as `0` and `0` or `0` and `N` are);
+/// for a local sequence on rank `r` they may be absent, `r` and `1`, or `0` and `0`. The
+/// groups are checked against the CP size later ([`check_groups`]), once flags have had
+/// their say.
 ///
 /// # Errors
 /// A message naming the bad entry.
@@ -97,11 +121,30 @@ pub fn parse_plan(text: &str) -> Result<PlanFile, String> {
             .and_then(|c| i32::try_from(c).ok())
             .filter(|&c| c >= -1)
             .ok_or_else(|| format!("{ctx}: \"cp\" must be -1 (sharded) or a CP rank"))?;
+        let first = field_u16(p, "cp_first", &ctx)?;
+        let size = field_u16(p, "cp_size", &ctx)?;
+        let (cp_first, cp_size) = if cp == SHARDED {
+            (first.unwrap_or(0), size.unwrap_or(0))
+        } else {
+            // A local sequence names its own rank, or nothing.
+            let named = (first.unwrap_or(cp as u16), size.unwrap_or(1));
+            let plain = (first.unwrap_or(0), size.unwrap_or(0)) == (0, 0);
+            if named != (cp as u16, 1) && !plain {
+                return Err(format!(
+                    "{ctx}: sequence {seq} is local on CP rank {cp}: \"cp_first\" and \
+                     \"cp_size\" must be {cp} and 1 (or absent), not {} and {}",
+                    first.unwrap_or(0),
+                    size.unwrap_or(0)
+                ));
+            }
+            (0, 0)
+        };
         let placement = Placement {
             dp_rank: field_u32(p, "dp", &ctx)?,
             micro_batch: field_u32(p, "micro_batch", &ctx)?,
             cp_rank: cp,
-            ..Placement::default()
+            cp_first,
+            cp_size,
         };
         match placements.get_mut(seq) {
             Some(slot @ None) => *slot = Some(placement),
@@ -127,26 +170,101 @@ pub fn parse_plan(text: &str) -> Result<PlanFile, String> {
     })
 }
 
+/// Checks the CP group of every sharded placement against `cfg`, as the core does
+/// ([`CpGroup::is_valid_shard`], and no sub-group without [`Config::subgroups`]), and writes
+/// whole-group shards as the policies do (`cp_first = cp_size = 0`).
+///
+/// # Errors
+/// A message naming the sequence, its group and what a valid group looks like.
+pub fn check_groups(cfg: &Config, placements: &mut [Placement]) -> Result<(), String> {
+    let n = cfg.cp;
+    for (seq, p) in placements.iter_mut().enumerate() {
+        if p.cp_rank != SHARDED {
+            continue;
+        }
+        let (first, size) = (u32::from(p.cp_first), u32::from(p.cp_size));
+        let ctx = format!("plan: sequence {seq} (cp -1, cp_first {first}, cp_size {size})");
+        if size == 0 || size == n {
+            if first != 0 {
+                return Err(format!(
+                    "{ctx}: a shard over the whole CP group of {n} ranks starts at rank 0"
+                ));
+            }
+            p.cp_first = 0;
+            p.cp_size = 0;
+            continue;
+        }
+        if size == 1 {
+            return Err(format!(
+                "{ctx}: a group of one rank is not a shard; a sequence held whole on CP rank \
+                 {first} is local (\"cp\": {first})"
+            ));
+        }
+        let group = CpGroup { first, size };
+        if !group.is_valid_shard(n) {
+            let sizes: Vec<String> = (1..8)
+                .map(|l| 1u32 << l)
+                .filter(|&g| g < n && n.is_multiple_of(g))
+                .map(|g| g.to_string())
+                .collect();
+            let allowed = if sizes.is_empty() {
+                format!("CP {n} has no sub-group; cp_size must be 0 or {n} (the whole group)")
+            } else {
+                format!(
+                    "cp_size must be {n} (the whole group) or a sub-group size {} with \
+                     cp_first a multiple of it",
+                    sizes.join(", ")
+                )
+            };
+            return Err(format!(
+                "{ctx}: CP ranks {first}-{} are not a valid group of CP {n}: {allowed}",
+                first + size - 1
+            ));
+        }
+        if !cfg.subgroups {
+            return Err(format!(
+                "{ctx}: the sequence is sharded over the sub-group of CP ranks {first}-{}, but \
+                 sub-groups are off (the plan's config or --subgroups off)",
+                first + size - 1
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Usage text of `skrull evaluate`.
 pub const USAGE: &str = "\
 skrull evaluate --plan PLAN.json [--lengths FILE|-] [--dp D] [--cp N] [--bucket C]
                 [--model M] [--shard-padding none|zigzag] [--gpu h100|h200]
                 [--cost-model FILE] [--gpus-per-node 8]
-                [--overlap local-attention|all-attention]
+                [--overlap local-attention|all-attention] [--subgroups on|off]
                 [--format table|json]
 
 Estimates the iteration time of a plan in the `skrull plan --format json` form (whoever
 produced it): per DP rank and micro-batch, the CP communication it hides and exposes, the
 GPUs over BucketSize, and the lower bound for the batch. The layout comes from the plan's
 config object; flags override it. Lengths come from --lengths or the plan's `len` fields
-(both: they must agree).";
+(both: they must agree).
+
+A sharded placement (cp -1) may name a sub-group of the CP ranks with cp_first and cp_size
+(absent: the whole group): g ranks from cp_first, g a power of two below CP that divides it,
+cp_first a multiple of g. Each sub-group is one more ring on its ranks. --subgroups off (or
+\"subgroups\": false in the plan's config) refuses such plans and drops sub-groups from the
+lower bound.";
 
 fn ms(s: f64) -> String {
     format!("{:.3}", s * 1e3)
 }
 
-/// The text report of an evaluation.
-pub fn report_text(cfg: &Config, gpu: &str, lengths: &[u32], ev: &Evaluation<'_>) -> String {
+/// The text report of an evaluation; `subgroup_seqs` of the sharded sequences are sharded
+/// over sub-groups of the CP ranks.
+pub fn report_text(
+    cfg: &Config,
+    gpu: &str,
+    lengths: &[u32],
+    subgroup_seqs: usize,
+    ev: &Evaluation<'_>,
+) -> String {
     let r: &Report = &ev.report;
     let lb = r.lower_bound;
     let mut s = String::new();
@@ -201,9 +319,14 @@ pub fn report_text(cfg: &Config, gpu: &str, lengths: &[u32], ev: &Evaluation<'_>
     } else {
         0.0
     };
+    let over = if subgroup_seqs > 0 {
+        format!(" ({subgroup_seqs} over sub-groups)")
+    } else {
+        String::new()
+    };
     let _ = writeln!(
         s,
-        "sharded:                  {} sequences, {share:.1}% of tokens",
+        "sharded:                  {} sequences{over}, {share:.1}% of tokens",
         r.sharded_sequences
     );
     let _ = writeln!(
@@ -248,8 +371,8 @@ pub fn report_text(cfg: &Config, gpu: &str, lengths: &[u32], ev: &Evaluation<'_>
     s
 }
 
-/// The JSON report of an evaluation.
-pub fn report_json(cfg: &Config, ev: &Evaluation<'_>) -> String {
+/// The JSON report of an evaluation (`subgroup_seqs` as in [`report_text`]).
+pub fn report_json(cfg: &Config, subgroup_seqs: usize, ev: &Evaluation<'_>) -> String {
     let r = &ev.report;
     let lb = r.lower_bound;
     let mbs: Vec<Value> = ev
@@ -277,6 +400,7 @@ pub fn report_json(cfg: &Config, ev: &Evaluation<'_>) -> String {
         "hidden_fraction": r.hidden_fraction,
         "total_tokens": r.total_tokens, "sharded_tokens": r.sharded_tokens,
         "sharded_sequences": r.sharded_sequences,
+        "subgroup_sequences": subgroup_seqs, "subgroups": cfg.subgroups,
         "peak_tokens": r.peak_tokens, "within_budget": r.within_budget(),
         "over_budget_pairs": r.over_budget,
         "micro_batches": mbs,
@@ -299,6 +423,8 @@ pub fn run(flags: &Flags) -> Result<String, String> {
         .config
         .unwrap_or_else(|| Config::new(4, 8, 26 * 1024, ModelShape::QWEN2_5_0_5B));
     let cfg = config_over(flags, base)?;
+    let mut placements = plan.placements;
+    check_groups(&cfg, &mut placements).map_err(|e| format!("{path}: {e}"))?;
     let lengths = match (flags.get("--lengths"), &plan.lengths) {
         (Some(f), recorded) => {
             let l = read_lengths(f)?;
@@ -319,13 +445,14 @@ pub fn run(flags: &Flags) -> Result<String, String> {
     let gpu = cost_label(flags);
     let format = flags.get("--format").unwrap_or("table").to_string();
     flags.finish()?;
+    let subgroup_seqs = placements.iter().filter(|p| p.is_subgroup(cfg.cp)).count();
     let mut bufs = OwnedEval::default();
     let ev = bufs
-        .evaluate(&cfg, &lengths, &plan.placements)
+        .evaluate(&cfg, &lengths, &placements)
         .map_err(|e| e.to_string())?;
     match format.as_str() {
-        "table" => Ok(report_text(&cfg, &gpu, &lengths, &ev)),
-        "json" => Ok(report_json(&cfg, &ev)),
+        "table" => Ok(report_text(&cfg, &gpu, &lengths, subgroup_seqs, &ev)),
+        "json" => Ok(report_json(&cfg, subgroup_seqs, &ev)),
         other => Err(format!("--format: '{other}' is not table|json")),
     }
 }
@@ -334,6 +461,7 @@ pub fn run(flags: &Flags) -> Result<String, String> {
 mod tests {
     use super::*;
     use crate::json::plan_json;
+    use crate::rebuild::RebuiltPlan;
     use skrull_kit::OwnedBuffers;
 
     #[test]
@@ -343,10 +471,179 @@ mod tests {
         let mut bufs = OwnedBuffers::for_batch(lengths.len(), &cfg);
         let plan = bufs.schedule(&cfg, &lengths).unwrap();
         let text = plan_json(&cfg, &lengths, &plan);
-        let parsed = parse_plan(&text).unwrap();
+        let mut parsed = parse_plan(&text).unwrap();
         assert_eq!(parsed.config, Some(cfg));
         assert_eq!(parsed.lengths.as_deref(), Some(&lengths[..]));
+        check_groups(&cfg, &mut parsed.placements).unwrap();
         assert_eq!(parsed.placements, plan.placements());
+    }
+
+    /// A CP-16 plan with shards over the whole group and over sub-groups of 8, 4 and 2.
+    fn subgroup_plan() -> (Config, Vec<u32>, RebuiltPlan) {
+        let cfg = Config::new(2, 16, 4096, ModelShape::QWEN2_5_7B);
+        let lengths = vec![30_000u32, 16_000, 8000, 3000, 2000, 500, 20_000, 6000, 100];
+        let p = |dp_rank, micro_batch, cp_rank, cp_first, cp_size| Placement {
+            dp_rank,
+            micro_batch,
+            cp_rank,
+            cp_first,
+            cp_size,
+        };
+        let placements = [
+            p(0, 0, -1, 0, 0),
+            p(0, 0, -1, 8, 8),
+            p(0, 0, -1, 4, 4),
+            p(0, 0, -1, 2, 2),
+            p(0, 1, 3, 0, 0),
+            p(0, 1, -1, 0, 16),
+            p(1, 0, -1, 8, 8),
+            p(1, 0, -1, 0, 8),
+            p(1, 0, 15, 0, 0),
+        ];
+        let rebuilt = RebuiltPlan::new(&cfg, &lengths, &placements);
+        (cfg, lengths, rebuilt)
+    }
+
+    #[test]
+    fn a_subgroup_plan_round_trips_through_json_and_evaluates_the_same() {
+        let (cfg, lengths, rebuilt) = subgroup_plan();
+        let plan = rebuilt.plan(&cfg, &lengths).unwrap();
+        let text = plan_json(&cfg, &lengths, &plan);
+        let v: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(v["config"]["subgroups"], true);
+        let groups: Vec<(i64, u64, u64)> = v["placements"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| {
+                let f = |k: &str| p[k].as_u64().unwrap();
+                (p["cp"].as_i64().unwrap(), f("cp_first"), f("cp_size"))
+            })
+            .collect();
+        assert_eq!(
+            groups,
+            [
+                (-1, 0, 16),
+                (-1, 8, 8),
+                (-1, 4, 4),
+                (-1, 2, 2),
+                (3, 3, 1),
+                (-1, 0, 16),
+                (-1, 8, 8),
+                (-1, 0, 8),
+                (15, 15, 1)
+            ]
+        );
+        let mut parsed = parse_plan(&text).unwrap();
+        check_groups(&cfg, &mut parsed.placements).unwrap();
+        assert_eq!(parsed.placements, plan.placements());
+        let mut a = OwnedEval::default();
+        let mut b = OwnedEval::default();
+        let direct = a.evaluate(&cfg, &lengths, plan.placements()).unwrap();
+        let read = b.evaluate(&cfg, &lengths, &parsed.placements).unwrap();
+        assert_eq!(direct.report, read.report);
+        assert_eq!(direct.micro_batches, read.micro_batches);
+        // The sub-groups count as rings: every sub-group shard is a sharded sequence.
+        assert_eq!(direct.report.sharded_sequences, 7);
+        let table = report_text(&cfg, "h100", &lengths, 5, &direct);
+        assert!(table.contains("7 sequences (5 over sub-groups)"), "{table}");
+        let json: Value = serde_json::from_str(&report_json(&cfg, 5, &direct)).unwrap();
+        assert_eq!(json["subgroup_sequences"], 5);
+        // serde_json (without `float_roundtrip`) may read a printed float back one ulp off.
+        let t = json["iteration_time_s"].as_f64().unwrap();
+        assert!((t - direct.report.iteration_time).abs() <= 4.0 * f64::EPSILON * t);
+    }
+
+    #[test]
+    fn bad_groups_are_named() {
+        let cfg = Config::new(1, 16, 4096, ModelShape::QWEN2_5_7B);
+        let one = |first: u16, size: u16| {
+            let mut p = [Placement {
+                cp_rank: SHARDED,
+                cp_first: first,
+                cp_size: size,
+                ..Placement::default()
+            }];
+            check_groups(&cfg, &mut p).map(|()| p[0])
+        };
+        assert_eq!(one(0, 16).unwrap().cp_size, 0, "whole group normalised");
+        assert_eq!(one(0, 0).unwrap().cp_size, 0);
+        assert_eq!(one(12, 4).unwrap().cp_first, 12);
+        for (first, size, needle) in [
+            (4, 0, "starts at rank 0"),
+            (8, 16, "starts at rank 0"),
+            (3, 1, "is local (\"cp\": 3)"),
+            (2, 4, "CP ranks 2-5 are not a valid group of CP 16"),
+            (
+                0,
+                6,
+                "a sub-group size 2, 4, 8 with cp_first a multiple of it",
+            ),
+            (0, 32, "CP ranks 0-31"),
+            (16, 8, "CP ranks 16-23"),
+        ] {
+            let err = one(first, size).unwrap_err();
+            assert!(err.contains(needle), "{first} {size}: {err}");
+            assert!(err.contains("plan: sequence 0"), "{err}");
+        }
+        let mut off = cfg;
+        off.subgroups = false;
+        let mut p = [Placement {
+            cp_rank: SHARDED,
+            cp_first: 8,
+            cp_size: 8,
+            ..Placement::default()
+        }];
+        let err = check_groups(&off, &mut p).unwrap_err();
+        assert!(
+            err.contains("CP ranks 8-15, but sub-groups are off"),
+            "{err}"
+        );
+        let odd = Config::new(1, 6, 4096, ModelShape::QWEN2_5_7B);
+        let mut p = [Placement {
+            cp_rank: SHARDED,
+            cp_first: 0,
+            cp_size: 2,
+            ..Placement::default()
+        }];
+        assert!(check_groups(&odd, &mut p).is_ok(), "2 divides 6");
+        p[0].cp_size = 4;
+        let err = check_groups(&odd, &mut p).unwrap_err();
+        assert!(err.contains("size 2 with"), "{err}");
+        let three = Config::new(1, 3, 4096, ModelShape::QWEN2_5_7B);
+        p[0].cp_size = 2;
+        let err = check_groups(&three, &mut p).unwrap_err();
+        assert!(err.contains("CP 3 has no sub-group"), "{err}");
+    }
+
+    #[test]
+    fn local_placements_name_their_own_rank_or_nothing() {
+        let local = |extra: &str| {
+            parse_plan(&format!(
+                r#"{{"placements": [{{"seq": 0, "dp": 0, "micro_batch": 0, "cp": 5{extra}}}]}}"#
+            ))
+        };
+        for ok in [
+            "",
+            r#", "cp_first": 5, "cp_size": 1"#,
+            r#", "cp_first": 0, "cp_size": 0"#,
+            r#", "cp_size": 1"#,
+        ] {
+            let p = local(ok).unwrap().placements[0];
+            assert_eq!((p.cp_rank, p.cp_first, p.cp_size), (5, 0, 0), "{ok}");
+        }
+        for bad in [r#", "cp_first": 4, "cp_size": 1"#, r#", "cp_size": 2"#] {
+            let err = local(bad).unwrap_err();
+            assert!(err.contains("local on CP rank 5"), "{bad}: {err}");
+        }
+        let err = local(r#", "cp_first": 70000"#).unwrap_err();
+        assert!(err.contains("below 65536"), "{err}");
+        let sharded = parse_plan(
+            r#"{"placements": [{"seq": 0, "dp": 0, "micro_batch": 0, "cp": -1, "cp_size": 4}]}"#,
+        )
+        .unwrap();
+        assert_eq!(sharded.placements[0].cp_size, 4);
+        assert_eq!(sharded.placements[0].cp_first, 0);
     }
 
     #[test]

@@ -2,7 +2,7 @@
 
 use std::fmt::Write;
 
-use skrull_core::{Config, FlopsFormula, Plan};
+use skrull_core::{Config, CpGroup, FlopsFormula, Plan};
 
 use crate::args::model_name;
 
@@ -11,7 +11,7 @@ pub fn config_json(cfg: &Config) -> String {
     format!(
         "{{\"dp\": {}, \"cp\": {}, \"bucket_tokens\": {}, \"policy\": \"{}\", \"victim\": \"{}\", \
          \"model\": \"{}\", \"flops\": \"{}\", \"max_micro_batches\": {}, \"shard_padding\": \"{}\", \
-         \"pad_multiple\": {}, \"pad_local\": {}, \"lockstep\": {}}}",
+         \"pad_multiple\": {}, \"pad_local\": {}, \"lockstep\": {}, \"subgroups\": {}}}",
         cfg.dp,
         cfg.cp,
         cfg.bucket,
@@ -26,12 +26,15 @@ pub fn config_json(cfg: &Config) -> String {
         cfg.shard_padding.name(),
         cfg.pad_multiple,
         cfg.pad_local,
-        cfg.lockstep
+        cfg.lockstep,
+        cfg.subgroups
     )
 }
 
 /// The whole plan as JSON: config, summary, placements (in input order; `cp = -1` means
-/// sharded), micro-batches per DP rank and tokens per (DP rank, micro-batch, CP rank).
+/// sharded; `cp_first` and `cp_size` name the CP ranks that hold the sequence: `r, 1` for a
+/// local one, `0, N` for the whole group, else its sub-group), micro-batches per DP rank and
+/// tokens per (DP rank, micro-batch, CP rank).
 pub fn plan_json(cfg: &Config, lengths: &[u32], plan: &Plan<'_>) -> String {
     let s = plan.summary();
     let mut out = String::with_capacity(64 * lengths.len() + 256);
@@ -52,10 +55,12 @@ pub fn plan_json(cfg: &Config, lengths: &[u32], plan: &Plan<'_>) -> String {
         if seq > 0 {
             out.push_str(",\n   ");
         }
+        let group = p.group(cfg.cp);
         let _ = write!(
             out,
-            "{{\"seq\": {seq}, \"len\": {}, \"dp\": {}, \"micro_batch\": {}, \"cp\": {}}}",
-            lengths[seq], p.dp_rank, p.micro_batch, p.cp_rank
+            "{{\"seq\": {seq}, \"len\": {}, \"dp\": {}, \"micro_batch\": {}, \"cp\": {}, \
+             \"cp_first\": {}, \"cp_size\": {}}}",
+            lengths[seq], p.dp_rank, p.micro_batch, p.cp_rank, group.first, group.size
         );
     }
     out.push_str("],\n \"micro_batches_per_dp\": ");
@@ -95,9 +100,58 @@ fn push_list<'a>(out: &mut String, it: impl Iterator<Item = &'a u32>) {
     out.push(']');
 }
 
-/// A human-readable table: one line per micro-batch.
+/// `shard 8-15`: the CP ranks of a sub-group shard.
+pub fn shard_label(group: CpGroup) -> String {
+    format!("shard {}-{}", group.first, group.first + group.size - 1)
+}
+
+/// The sharded count of a micro-batch, followed by its sub-group shards when it has any:
+/// `3`, or `3 (shard 0-3, shard 8-15 x2)` (the rest span the whole group).
+fn sharded_cell(cfg: &Config, plan: &Plan<'_>, members: &[u32]) -> String {
+    let placements = plan.placements();
+    let sharded = members
+        .iter()
+        .filter(|&&q| placements[q as usize].is_sharded())
+        .count();
+    let mut groups: Vec<CpGroup> = members
+        .iter()
+        .map(|&q| placements[q as usize])
+        .filter(|p| p.is_subgroup(cfg.cp))
+        .map(|p| p.group(cfg.cp))
+        .collect();
+    if groups.is_empty() {
+        return sharded.to_string();
+    }
+    groups.sort_by_key(|g| (g.first, g.size));
+    let mut parts: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < groups.len() {
+        let same = groups[i..].iter().take_while(|&&g| g == groups[i]).count();
+        let label = shard_label(groups[i]);
+        parts.push(if same > 1 {
+            format!("{label} x{same}")
+        } else {
+            label
+        });
+        i += same;
+    }
+    format!("{sharded} ({})", parts.join(", "))
+}
+
+/// A human-readable table: one line per micro-batch. The sharded column lists the
+/// micro-batch's sub-group shards after its count (see [`sharded_cell`]).
 pub fn plan_table(cfg: &Config, lengths: &[u32], plan: &Plan<'_>) -> String {
     let s = plan.summary();
+    let in_subgroups = plan
+        .placements()
+        .iter()
+        .filter(|p| p.is_subgroup(cfg.cp))
+        .count();
+    let sharded = if in_subgroups > 0 {
+        format!("{} ({in_subgroups} over sub-groups)", s.sharded)
+    } else {
+        s.sharded.to_string()
+    };
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -113,7 +167,7 @@ pub fn plan_table(cfg: &Config, lengths: &[u32], plan: &Plan<'_>) -> String {
         out,
         "micro-batches per DP rank {:?} | sharded {} | rollbacks {} | peak {} tokens/GPU ({:.1}% of budget)",
         plan.micro_batches_per_dp(),
-        s.sharded,
+        sharded,
         s.rollbacks,
         s.peak_rank_tokens,
         100.0 * f64::from(s.peak_rank_tokens) / f64::from(cfg.bucket)
@@ -129,6 +183,7 @@ pub fn plan_table(cfg: &Config, lengths: &[u32], plan: &Plan<'_>) -> String {
             .iter()
             .filter(|&&q| plan.placements()[q as usize].is_sharded())
             .count();
+        let sharded_text = sharded_cell(cfg, plan, members);
         let longest = members
             .iter()
             .map(|&q| lengths[q as usize])
@@ -141,10 +196,82 @@ pub fn plan_table(cfg: &Config, lengths: &[u32], plan: &Plan<'_>) -> String {
             mb.index,
             members.len(),
             members.len() - sharded,
-            sharded,
+            sharded_text,
             longest,
             plan.rank_tokens(g)
         );
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rebuild::RebuiltPlan;
+    use skrull_core::{ModelShape, Placement};
+
+    #[test]
+    fn the_table_lists_sub_group_shards() {
+        let cfg = Config::new(1, 16, 8192, ModelShape::QWEN2_5_7B);
+        let lengths = [30_000u32, 16_000, 8000, 3000, 2000, 100, 900];
+        let p = |micro_batch, cp_rank, cp_first, cp_size| Placement {
+            dp_rank: 0,
+            micro_batch,
+            cp_rank,
+            cp_first,
+            cp_size,
+        };
+        let placements = [
+            p(0, -1, 0, 0),
+            p(0, -1, 8, 8),
+            p(0, -1, 8, 8),
+            p(0, -1, 0, 4),
+            p(1, -1, 0, 0),
+            p(1, 3, 0, 0),
+            p(1, 12, 0, 0),
+        ];
+        let rebuilt = RebuiltPlan::new(&cfg, &lengths, &placements);
+        let plan = rebuilt.plan(&cfg, &lengths).unwrap();
+        let table = plan_table(&cfg, &lengths, &plan);
+        assert!(
+            table.contains("| sharded 5 (3 over sub-groups) | rollbacks 0 |"),
+            "{table}"
+        );
+        assert!(
+            table.contains("| 0 | 0 | 4 | 0 | 4 (shard 0-3, shard 8-15 x2) | 30000 |"),
+            "{table}"
+        );
+        assert!(table.contains("| 0 | 1 | 3 | 2 | 1 | 2000 |"), "{table}");
+        let json = plan_json(&cfg, &lengths, &plan);
+        assert!(json.contains("\"subgroups\": true}"), "{json}");
+        assert!(
+            json.contains("\"cp\": -1, \"cp_first\": 8, \"cp_size\": 8}"),
+            "{json}"
+        );
+        assert!(
+            json.contains("\"cp\": 12, \"cp_first\": 12, \"cp_size\": 1}"),
+            "{json}"
+        );
+        assert!(
+            json.contains("\"cp\": -1, \"cp_first\": 0, \"cp_size\": 16}"),
+            "{json}"
+        );
+        // No sub-group: the table reads as before.
+        let whole = RebuiltPlan::new(&cfg, &lengths[4..], &placements[4..]);
+        let mut per_dp = whole.plan(&cfg, &lengths[4..]);
+        assert!(per_dp.is_err(), "micro-batch 0 is missing");
+        let shifted: Vec<Placement> = placements[4..]
+            .iter()
+            .map(|&q| Placement {
+                micro_batch: 0,
+                ..q
+            })
+            .collect();
+        let whole = RebuiltPlan::new(&cfg, &lengths[4..], &shifted);
+        per_dp = whole.plan(&cfg, &lengths[4..]);
+        let table = plan_table(&cfg, &lengths[4..], &per_dp.unwrap());
+        assert!(table.contains("| sharded 1 | rollbacks 0 |"), "{table}");
+        assert!(table.contains("| 0 | 0 | 3 | 2 | 1 | 2000 |"), "{table}");
+        assert_eq!(shard_label(CpGroup { first: 8, size: 8 }), "shard 8-15");
+    }
 }

@@ -6,9 +6,9 @@ use std::fmt::Write;
 use skrull_core::plan::layout::{
     self, Gpu, LOCAL_CHUNK, Layout, LayoutBuffers, LayoutRing, LayoutSizes, MAX_RINGS, Span,
 };
-use skrull_core::{Config, Plan};
+use skrull_core::{Config, CpGroup, Plan};
 
-use crate::json::config_json;
+use crate::json::{config_json, shard_label};
 
 /// One GPU's layout in owned vectors, trimmed to what [`layout::fill`] wrote.
 #[derive(Debug, Clone, Default)]
@@ -109,10 +109,43 @@ fn group(s: &Span) -> &'static str {
     }
 }
 
+impl GpuLayout {
+    /// The ring of span `i` (an index into [`GpuLayout::rings`]), `None` for a local span.
+    /// The sharded spans come in pairs, ring after ring, in the order of the sharded
+    /// `cu_seqlens`.
+    pub fn ring_of(&self, i: usize) -> Option<usize> {
+        let local = self.layout.local_seqs as usize;
+        let k = u32::try_from(i.checked_sub(local)? / 2).ok()?;
+        self.rings
+            .iter()
+            .position(|r| k >= r.offset && k - r.offset < r.seqs)
+    }
+
+    /// Whether this GPU rides a ring over a sub-group of the CP ranks.
+    pub fn has_subgroup_ring(&self, cp: u32) -> bool {
+        self.rings.iter().any(|r| r.size < cp)
+    }
+}
+
+/// `0-15 (whole group)` or `shard 8-15`: the CP ranks of a ring.
+fn ring_label(cp: u32, r: &LayoutRing) -> String {
+    if r.size >= cp {
+        format!("whole group 0-{}", cp.saturating_sub(1))
+    } else {
+        shard_label(CpGroup {
+            first: r.first,
+            size: r.size,
+        })
+    }
+}
+
 /// The layout as JSON: config, GPU, token counts, loss weights, spans (which double as the
 /// position-id ranges: buffer offsets `offset..offset+len+pad` hold positions
-/// `start..start+len+pad`, the last `pad` of them padding), and the varlen metadata of the
-/// local and sharded groups.
+/// `start..start+len+pad`, the last `pad` of them padding; a sharded span's `chunk` counts
+/// the `2g` chunks of its ring of `g` ranks, and `ring` indexes `rings`, -1 for a local
+/// span), the varlen metadata of the local and sharded groups, and the rings of the sharded
+/// group (`first`, `size`, and the `seqs` sequences from `offset` in the sharded
+/// `cu_seqlens`: one CP attention call per ring).
 pub fn layout_json(cfg: &Config, g: &GpuLayout) -> String {
     let l = &g.layout;
     let mut out = String::with_capacity(256 + 96 * g.spans.len());
@@ -148,10 +181,11 @@ pub fn layout_json(cfg: &Config, g: &GpuLayout) -> String {
         if i > 0 {
             out.push_str(",\n   ");
         }
+        let ring = g.ring_of(i).map_or(-1, |k| k as i64);
         let _ = write!(
             out,
-            "{{\"seq\": {}, \"group\": \"{}\", \"chunk\": {}, \"offset\": {}, \"start\": {}, \
-             \"len\": {}, \"pad\": {}}}",
+            "{{\"seq\": {}, \"group\": \"{}\", \"ring\": {ring}, \"chunk\": {}, \"offset\": {}, \
+             \"start\": {}, \"len\": {}, \"pad\": {}}}",
             s.seq,
             group(s),
             s.chunk,
@@ -182,16 +216,29 @@ pub fn layout_json(cfg: &Config, g: &GpuLayout) -> String {
     push_list(&mut out, &g.sharded_cu_seqlens_padded);
     out.push_str(", \"rank_cu_seqlens\": ");
     push_list(&mut out, &g.rank_cu_seqlens);
-    let _ = writeln!(
+    let _ = write!(
         out,
         ", \"max_seqlen\": {}, \"max_seqlen_padded\": {}, \"rank_max_seqlen\": {}, \
-         \"buffer_offset\": {}}}}}",
+         \"buffer_offset\": {}}},\n \"rings\": [",
         l.sharded_max_seqlen, l.sharded_max_seqlen_padded, l.rank_max_seqlen, l.local_tokens
     );
+    for (i, r) in g.rings.iter().enumerate() {
+        if i > 0 {
+            out.push_str(", ");
+        }
+        let _ = write!(
+            out,
+            "{{\"first\": {}, \"size\": {}, \"offset\": {}, \"seqs\": {}}}",
+            r.first, r.size, r.offset, r.seqs
+        );
+    }
+    out.push_str("]}\n");
     out
 }
 
-/// The layout as a human-readable table: one line per span, then the varlen metadata.
+/// The layout as a human-readable table: one line per span, then the varlen metadata. A GPU
+/// that rides a sub-group ring labels those spans with the ring's ranks (`shard 8-15`) and
+/// their chunk within the ring's `2g` (`3/8`), and gets a line per ring.
 pub fn layout_table(cfg: &Config, g: &GpuLayout) -> String {
     let l = &g.layout;
     let mut out = String::new();
@@ -227,17 +274,20 @@ pub fn layout_table(cfg: &Config, g: &GpuLayout) -> String {
         "| group | seq | chunk | buffer offsets | positions | real | pad |"
     );
     let _ = writeln!(out, "|---|---|---|---|---|---|---|");
-    for s in &g.spans {
+    for (i, s) in g.spans.iter().enumerate() {
         let n = s.len + s.pad;
-        let chunk = if s.chunk == LOCAL_CHUNK {
-            "-".to_string()
-        } else {
-            s.chunk.to_string()
+        let ring = g.ring_of(i).and_then(|k| g.rings.get(k));
+        let (label, chunk) = match ring {
+            _ if s.chunk == LOCAL_CHUNK => (group(s).to_string(), "-".to_string()),
+            Some(r) if r.size < cfg.cp => {
+                (ring_label(cfg.cp, r), format!("{}/{}", s.chunk, 2 * r.size))
+            }
+            _ => (group(s).to_string(), s.chunk.to_string()),
         };
         let _ = writeln!(
             out,
             "| {} | {} | {} | {}..{} | {}..{} | {} | {} |",
-            group(s),
+            label,
             s.seq,
             chunk,
             s.offset,
@@ -266,6 +316,26 @@ pub fn layout_table(cfg: &Config, g: &GpuLayout) -> String {
         "         rank_cu_seqlens {:?} rank_max_seqlen {} (buffer offset {})",
         g.rank_cu_seqlens, l.rank_max_seqlen, l.local_tokens
     );
+    if g.has_subgroup_ring(cfg.cp) {
+        let rings: Vec<String> = g
+            .rings
+            .iter()
+            .map(|r| {
+                format!(
+                    "{}: sequences {}..{}",
+                    ring_label(cfg.cp, r),
+                    r.offset,
+                    r.offset + r.seqs
+                )
+            })
+            .collect();
+        let _ = writeln!(
+            out,
+            "rings:   {} (one CP attention call per ring, on its ranks, over its part of the \
+             sharded cu_seqlens)",
+            rings.join(" | ")
+        );
+    }
     out
 }
 
@@ -288,6 +358,86 @@ mod tests {
         for bad in ["1,2", "1,2,3,4", "a,b,c", "-1,0,0", ""] {
             assert!(parse_gpu(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn rings_and_ring_relative_chunks() {
+        let mut cfg = Config::new(1, 8, 1024, ModelShape::QWEN2_5_0_5B);
+        cfg.shard_padding = ShardPadding::Zigzag;
+        let lengths = [1600u32, 800, 400, 100, 50];
+        let p = |cp_rank, cp_first, cp_size| skrull_core::Placement {
+            cp_rank,
+            cp_first,
+            cp_size,
+            ..skrull_core::Placement::default()
+        };
+        let placements = [
+            p(-1, 0, 0),
+            p(-1, 4, 4),
+            p(-1, 4, 2),
+            p(5, 0, 0),
+            p(-1, 0, 2),
+        ];
+        let rebuilt = crate::rebuild::RebuiltPlan::new(&cfg, &lengths, &placements);
+        let plan = rebuilt.plan(&cfg, &lengths).unwrap();
+        let g = compute(&cfg, &lengths, &plan, parse_gpu("0,0,5").unwrap()).unwrap();
+        let ring = |first, size, offset, seqs| LayoutRing {
+            first,
+            size,
+            offset,
+            seqs,
+        };
+        assert_eq!(
+            g.rings,
+            [ring(0, 8, 0, 1), ring(4, 4, 1, 1), ring(4, 2, 2, 1)]
+        );
+        assert_eq!(
+            (0..g.spans.len()).map(|i| g.ring_of(i)).collect::<Vec<_>>(),
+            [None, Some(0), Some(0), Some(1), Some(1), Some(2), Some(2)]
+        );
+        let v: serde_json::Value = serde_json::from_str(&layout_json(&cfg, &g)).unwrap();
+        assert_eq!(
+            v["rings"],
+            serde_json::json!([
+                {"first": 0, "size": 8, "offset": 0, "seqs": 1},
+                {"first": 4, "size": 4, "offset": 1, "seqs": 1},
+                {"first": 4, "size": 2, "offset": 2, "seqs": 1}
+            ])
+        );
+        let chunks: Vec<(i64, i64)> = v["spans"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| (s["ring"].as_i64().unwrap(), s["chunk"].as_i64().unwrap()))
+            .collect();
+        assert_eq!(
+            chunks,
+            [(-1, -1), (0, 5), (0, 10), (1, 1), (1, 6), (2, 1), (2, 2)]
+        );
+        let table = layout_table(&cfg, &g);
+        for needle in [
+            "| local | 3 | - |",
+            "| sharded | 0 | 5 |",
+            "| sharded | 0 | 10 |",
+            "| shard 4-7 | 1 | 1/8 |",
+            "| shard 4-7 | 1 | 6/8 |",
+            "| shard 4-5 | 2 | 1/4 |",
+            "| shard 4-5 | 2 | 2/4 |",
+            "rings:   whole group 0-7: sequences 0..1 | shard 4-7: sequences 1..2 | \
+             shard 4-5: sequences 2..3 (",
+        ] {
+            assert!(table.contains(needle), "{needle}\n{table}");
+        }
+        // Rank 0 holds only the whole group's shard and the pair 0-1's.
+        let g0 = compute(&cfg, &lengths, &plan, parse_gpu("0,0,0").unwrap()).unwrap();
+        assert_eq!(g0.rings, [ring(0, 8, 0, 1), ring(0, 2, 1, 1)]);
+        // Without a sub-group ring the table has no rings line; the JSON always lists them.
+        let whole = Config::new(1, 4, 4, ModelShape::QWEN2_5_0_5B);
+        let mut bufs = OwnedBuffers::for_batch(1, &whole);
+        let plan = bufs.schedule(&whole, &[10]).unwrap();
+        let g = compute(&whole, &[10], &plan, parse_gpu("0,0,1").unwrap()).unwrap();
+        assert_eq!(g.rings, [ring(0, 4, 0, 1)]);
+        assert!(!layout_table(&whole, &g).contains("rings:"));
     }
 
     #[test]

@@ -10,6 +10,7 @@ pub mod json;
 pub mod layout_out;
 pub mod plan_cmd;
 pub mod profile_cmd;
+pub mod rebuild;
 pub mod samples;
 pub mod simulate;
 pub mod svg;

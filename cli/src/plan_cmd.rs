@@ -12,7 +12,7 @@ pub const USAGE: &str = "\
 skrull plan [--lengths FILE|-] [--dp 4] [--cp 8] [--bucket 26K] [--model qwen2.5-0.5b]
             [--policy balanced|skrull|deepspeed|packed|roundrobin] [--victim shortest|longest]
             [--flops paper|megatron] [--shard-padding none|zigzag]
-            [--pad-multiple M] [--pad-local] [--lockstep]
+            [--pad-multiple M] [--pad-local] [--lockstep] [--subgroups on|off]
             [--gpu h100|h200] [--cost-model FILE] [--gpus-per-node 8]
             [--max-micro-batches M] [--format table|json] [--layout DP,MB,CP]
 
@@ -27,6 +27,14 @@ ranges and loss weights (see docs/layout.md).
 --pad-multiple M pads every sharded sequence to a multiple of lcm(2*CP, M) (Megatron with
 sequence parallelism: M = 2*CP*TP), --pad-local pads local sequences to a multiple of M too,
 and --lockstep gives every DP rank the same micro-batch count (the extra ones empty).
+
+--subgroups on (the default) lets the balanced policy shard a sequence over an aligned
+sub-group of the CP ranks (g ranks, g a power of two dividing CP, starting at a multiple of g)
+instead of the whole group; off keeps every shard on the whole group. In the JSON form every
+placement carries cp (-1: sharded, else the CP rank holding it whole) and the ranks that hold
+it, cp_first and cp_size (local: r and 1; whole group: 0 and CP; sub-group: its first rank and
+size); the table lists a micro-batch's sub-group shards after its sharded count, e.g.
+`3 (shard 8-15 x2)`, and the layout prints the GPU's rings.
 
 --gpu, --cost-model FILE (the format `skrull calibrate` prints) and --gpus-per-node choose the
 cost model the default policy (balanced) plans with: a calibrated model changes the plan.";

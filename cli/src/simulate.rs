@@ -14,7 +14,7 @@ use skrull_core::{Config, ModelShape, Policy};
 use skrull_kit::sample::{Dataset, Rng};
 use skrull_kit::{OwnedBuffers, OwnedEval};
 
-use crate::args::{Flags, model_name, options_over, parse_model};
+use crate::args::{Flags, Subgroups, model_name, options_with, parse_model, subgroups_flag};
 use crate::calibrate::cost_from_flags;
 use crate::svg::{Panel, gantt};
 
@@ -274,6 +274,9 @@ pub struct Options {
     pub template: Config,
     /// Whether the Gantt chart gets a `sorted` panel (its batch 0 holds other sequences).
     pub draw_sorted: bool,
+    /// Whether to also run `balanced` without and with sub-groups on every cell
+    /// (`--subgroups compare`, [`compare_subgroups`]).
+    pub compare_subgroups: bool,
 }
 
 impl Default for Options {
@@ -285,6 +288,7 @@ impl Default for Options {
             policies: SimPolicy::ALL.to_vec(),
             template: Config::new(1, 1, 1, ModelShape::QWEN2_5_0_5B),
             draw_sorted: false,
+            compare_subgroups: false,
         }
     }
 }
@@ -323,6 +327,26 @@ struct Acc {
     over: u64,
 }
 
+/// A cell's configuration (the setup over `opts.template`, with `cost`), the length its
+/// sequences are clipped at and its `opts.iterations` sampled batches of `dp x batch_size`
+/// lengths: the same for every policy and every run of the cell.
+fn sample_cell(
+    setup: &Setup,
+    dataset: Dataset,
+    cost: &CostModel,
+    opts: &Options,
+) -> Result<(Config, u32, Vec<Vec<u32>>), String> {
+    let base = config_for(setup, &opts.template).with_cost(*cost);
+    base.validate().map_err(|e| e.to_string())?;
+    let clip = opts.context.min(sharded_limit(&base)).max(1);
+    let n = (setup.dp * setup.batch_size) as usize;
+    let mut rng = Rng::new(opts.seed);
+    let batches: Vec<Vec<u32>> = (0..opts.iterations)
+        .map(|_| dataset.batch(rng.next_u64(), n, clip))
+        .collect();
+    Ok((base, clip, batches))
+}
+
 /// Simulates one cell: `opts.iterations` batches of `dp x batch_size` lengths from `dataset`,
 /// every policy on each, evaluated under `cost`. With `panels`, also draws iteration 0.
 ///
@@ -335,14 +359,8 @@ pub fn run_cell(
     opts: &Options,
     panels: bool,
 ) -> Result<CellResult, String> {
-    let base = config_for(setup, &opts.template).with_cost(*cost);
-    base.validate().map_err(|e| e.to_string())?;
-    let clip = opts.context.min(sharded_limit(&base)).max(1);
+    let (base, clip, batches) = sample_cell(setup, dataset, cost, opts)?;
     let n = (setup.dp * setup.batch_size) as usize;
-    let mut rng = Rng::new(opts.seed);
-    let batches: Vec<Vec<u32>> = (0..opts.iterations)
-        .map(|_| dataset.batch(rng.next_u64(), n, clip))
-        .collect();
     let mut policies = opts.policies.clone();
     if !policies.contains(&SimPolicy::Core(Policy::DeepSpeed)) {
         policies.push(SimPolicy::Core(Policy::DeepSpeed));
@@ -405,14 +423,7 @@ pub fn run_cell(
                     r.iteration_time * 1e3,
                     r.lower_bound.value * 1e3
                 );
-                drawn.push(Panel::new(
-                    title,
-                    cfg.dp,
-                    cfg.cp,
-                    &ev,
-                    tm.fixed(),
-                    cost.overlap,
-                ));
+                drawn.push(Panel::new(title, cfg.dp, cfg.cp, &ev, &tm));
             }
         }
         let k = list.len().max(1) as f64;
@@ -450,6 +461,153 @@ pub fn run_cell(
         results,
         panels: drawn,
     })
+}
+
+/// Mean iteration time and lower bound of one policy run over a cell's batches.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RunMeans {
+    /// Mean iteration time, seconds.
+    pub mean_time: f64,
+    /// Mean lower bound under the run's configuration, seconds.
+    pub mean_bound: f64,
+}
+
+impl RunMeans {
+    /// The mean time over the mean lower bound.
+    pub fn gap(&self) -> f64 {
+        self.mean_time / self.mean_bound.max(1e-300)
+    }
+}
+
+/// `balanced` on one cell's batches without and with sub-groups ([`Config::subgroups`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SubgroupResult {
+    /// The layout.
+    pub setup: Setup,
+    /// The dataset's name.
+    pub dataset: &'static str,
+    /// Every sharded sequence over the whole CP group.
+    pub without: RunMeans,
+    /// Sub-groups allowed. The lower bound then counts every allowed group size as an
+    /// option, so it is never above `without`'s.
+    pub with: RunMeans,
+    /// Sequences sharded over a sub-group, summed over the iterations.
+    pub subgroup_shards: u64,
+}
+
+impl SubgroupResult {
+    /// Time without sub-groups over time with them.
+    pub fn speedup(&self) -> f64 {
+        self.without.mean_time / self.with.mean_time
+    }
+}
+
+/// Runs `balanced` on the batches [`run_cell`] samples for the same cell, once with
+/// [`Config::subgroups`] off and once on (the rest of `opts.template` as given).
+///
+/// # Errors
+/// A message when the policy refuses a batch or the evaluator refuses a plan.
+pub fn compare_subgroups(
+    setup: &Setup,
+    dataset: Dataset,
+    cost: &CostModel,
+    opts: &Options,
+) -> Result<SubgroupResult, String> {
+    let (base, _, batches) = sample_cell(setup, dataset, cost, opts)?;
+    let base = base.with_policy(Policy::Balanced);
+    let n = (setup.dp * setup.batch_size) as usize;
+    let mut plan_bufs = OwnedBuffers::for_batch(n, &base);
+    let mut eval_bufs = OwnedEval::default();
+    let mut means = [RunMeans {
+        mean_time: 0.0,
+        mean_bound: 0.0,
+    }; 2];
+    let mut subgroup_shards = 0u64;
+    for (on, m) in [false, true].into_iter().zip(&mut means) {
+        let cfg = Config {
+            subgroups: on,
+            ..base
+        };
+        let (mut time, mut bound) = (0.0, 0.0);
+        for lengths in &batches {
+            let plan = plan_bufs.schedule(&cfg, lengths).map_err(|e| {
+                format!(
+                    "balanced (sub-groups {}) on {} {}: {e}",
+                    if on { "on" } else { "off" },
+                    setup.name,
+                    dataset.name()
+                )
+            })?;
+            if on {
+                let subs = plan.placements().iter().filter(|p| p.is_subgroup(cfg.cp));
+                subgroup_shards += subs.count() as u64;
+            }
+            let ev = eval_bufs
+                .evaluate(&cfg, lengths, plan.placements())
+                .map_err(|e| format!("evaluating balanced: {e}"))?;
+            time += ev.report.iteration_time;
+            bound += ev.report.lower_bound.value;
+        }
+        let k = batches.len().max(1) as f64;
+        *m = RunMeans {
+            mean_time: time / k,
+            mean_bound: bound / k,
+        };
+    }
+    Ok(SubgroupResult {
+        setup: *setup,
+        dataset: dataset.name(),
+        without: means[0],
+        with: means[1],
+        subgroup_shards,
+    })
+}
+
+/// The geometric mean of `xs` (NaN when empty).
+pub fn geometric_mean(xs: &[f64]) -> f64 {
+    if xs.is_empty() {
+        return f64::NAN;
+    }
+    (xs.iter().map(|x| x.ln()).sum::<f64>() / xs.len() as f64).exp()
+}
+
+/// The `--subgroups compare` table: per cell, `balanced`'s iteration time without and with
+/// sub-groups, the speedup, each run over its own lower bound and the sub-group shards per
+/// iteration; then the geometric mean of the speedup over the CP-16 rows.
+pub fn subgroup_table(rows: &[SubgroupResult], iterations: usize) -> String {
+    let mut s = String::from(
+        "| setup | dataset | without sub-groups (ms) | with sub-groups (ms) | speedup \
+         | without ÷ lower bound | with ÷ lower bound | sub-group shards per iteration |\n\
+         |---|---|---:|---:|---:|---:|---:|---:|\n",
+    );
+    for r in rows {
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {} | {:.2}x | {:.2} | {:.2} | {:.1} |",
+            r.setup.label(),
+            r.dataset,
+            ms(r.without.mean_time),
+            ms(r.with.mean_time),
+            r.speedup(),
+            r.without.gap(),
+            r.with.gap(),
+            r.subgroup_shards as f64 / iterations.max(1) as f64
+        );
+    }
+    let cp16: Vec<f64> = rows
+        .iter()
+        .filter(|r| r.setup.cp == 16)
+        .map(SubgroupResult::speedup)
+        .collect();
+    if !cp16.is_empty() {
+        let _ = writeln!(
+            s,
+            "| **CP-16 geometric mean** ({} rows) | | | | **{:.2}x** | | | |",
+            cp16.len(),
+            geometric_mean(&cp16)
+        );
+    }
+    s
 }
 
 fn paper_cell(setup: &str, dataset: &str) -> Option<&'static PaperCell> {
@@ -638,7 +796,7 @@ skrull simulate [--setup 0.5b|7b|7b-cp16|0.5b-cp16|7b-cp16-bs64|case-study] [--d
                 [--overlap local-attention|all-attention] [--svg FILE]
                 [--dp D --cp N --bucket C --batch-size B --model M]
                 [--victim shortest|longest] [--flops paper|megatron] [--shard-padding none|zigzag]
-                [--pad-multiple M] [--pad-local] [--lockstep]
+                [--pad-multiple M] [--pad-local] [--lockstep] [--subgroups on|off|compare]
 
 Runs every policy on the same sampled global batches, evaluates each plan on the cost model
 (docs/cost_model.md) and prints mean iteration times, speedups over deepspeed, the gap to
@@ -653,7 +811,11 @@ and 7b. --dp/--cp/--bucket/--batch-size/--model override the chosen setup.
 Datasets: wikipedia, lmsys, chatqa2 (Table 1), chatqa2-hist, lmsys-real, lmsys-model,
 wikipedia-model, llama3-sft, longalpaca, chatqa2-model.
 Lengths are clipped at --context and at N x C (nothing longer fits even sharded).
---svg FILE draws iteration 0 of the first cell as a Gantt chart, one panel per policy.";
+--svg FILE draws iteration 0 of the first cell as a Gantt chart, one panel per policy.
+--subgroups on (the default) lets balanced shard a sequence over an aligned sub-group of the
+CP ranks, off keeps every shard on the whole group; compare plans with sub-groups and adds a
+table: per cell, balanced without and with sub-groups (same batches), the speedup, each run
+over its own lower bound, and the geometric mean of the speedup over the CP-16 rows.";
 
 fn setup_by_name(name: &str) -> Result<Setup, String> {
     SETUPS
@@ -682,7 +844,7 @@ fn template_from(flags: &Flags) -> Result<Config, String> {
         flags.tokens("--bucket", 1)?,
         parse_model(flags.get("--model").unwrap_or("qwen2.5-0.5b"))?,
     );
-    options_over(flags, base)
+    options_with(flags, base, true)
 }
 
 /// Runs `skrull simulate`; returns the text to print.
@@ -713,6 +875,7 @@ pub fn run(flags: &Flags) -> Result<String, String> {
     }
     let template = template_from(flags)?;
     opts.template = template;
+    opts.compare_subgroups = subgroups_flag(flags, true)? == Some(Subgroups::Compare);
     let overrides = [
         flags.get("--dp").is_some(),
         flags.get("--cp").is_some(),
@@ -790,9 +953,13 @@ pub fn run(flags: &Flags) -> Result<String, String> {
     flags.finish()?;
 
     let mut results = Vec::new();
+    let mut compared = Vec::new();
     for (i, ((setup, dataset), cost)) in cells.iter().zip(&costs).enumerate() {
         let draw = svg.is_some() && i == 0;
         results.push(run_cell(setup, *dataset, cost, &opts, draw)?);
+        if opts.compare_subgroups {
+            compared.push(compare_subgroups(setup, *dataset, cost, &opts)?);
+        }
     }
 
     let mut out = String::new();
@@ -840,6 +1007,15 @@ pub fn run(flags: &Flags) -> Result<String, String> {
         out.push_str(&detail_table(&case, &opts.policies));
         out.push('\n');
     }
+    if !compared.is_empty() {
+        out.push_str(
+            "Sub-groups: `balanced` on the same batches with every shard over the whole CP group \
+             (without) and free to shard over an aligned sub-group (with); each run over its own \
+             lower bound (without sub-groups the bound counts whole-group shards only):\n\n",
+        );
+        out.push_str(&subgroup_table(&compared, opts.iterations));
+        out.push('\n');
+    }
     let all: Vec<&CellResult> = main.iter().chain(&case).collect();
     if let (Some(path), Some(first)) = (&svg, all.first()) {
         let title = format!(
@@ -855,7 +1031,11 @@ pub fn run(flags: &Flags) -> Result<String, String> {
             first.dataset
         );
     }
-    let plans: usize = all.iter().map(|c| c.iterations * c.results.len()).sum();
+    let plans: usize = all
+        .iter()
+        .map(|c| c.iterations * c.results.len())
+        .sum::<usize>()
+        + 2 * opts.iterations * compared.len();
     let _ = writeln!(
         out,
         "_{plans} plans scheduled and evaluated in {:.2} s._",
@@ -901,6 +1081,56 @@ mod tests {
         assert_eq!(ds.sharded_share, 1.0);
         let again = run_cell(&setup, d, &cost, &opts, false).unwrap();
         assert_eq!(again.results, c.results);
+    }
+
+    #[test]
+    fn the_subgroup_comparison_is_balanced_with_subgroups_off_and_on() {
+        let setup = SETUPS[3];
+        assert_eq!(setup.cp, 16);
+        let d = Dataset::by_name("chatqa2").unwrap();
+        let cost = CostModel::h100(&setup.model);
+        let mut opts = Options {
+            iterations: 2,
+            policies: vec![SimPolicy::Core(Policy::Balanced)],
+            ..Options::default()
+        };
+        let cmp = compare_subgroups(&setup, d, &cost, &opts).unwrap();
+        let balanced = |opts: &Options| {
+            let c = run_cell(&setup, d, &cost, opts, false).unwrap();
+            let r = c.get(SimPolicy::Core(Policy::Balanced)).unwrap().clone();
+            RunMeans {
+                mean_time: r.mean_time,
+                mean_bound: r.mean_bound,
+            }
+        };
+        assert_eq!(cmp.with, balanced(&opts));
+        opts.template.subgroups = false;
+        assert_eq!(cmp.without, balanced(&opts));
+        // The template's own switch does not matter to the comparison.
+        assert_eq!(compare_subgroups(&setup, d, &cost, &opts).unwrap(), cmp);
+        // Sub-groups only add options to the lower bound.
+        assert!(cmp.with.mean_bound <= cmp.without.mean_bound);
+        assert!(cmp.with.mean_time >= cmp.with.mean_bound);
+        let table = subgroup_table(std::slice::from_ref(&cmp), 2);
+        assert!(
+            table.contains("| 0.5B DP2 CP16 BS64 C26K | chatqa2 |"),
+            "{table}"
+        );
+        assert!(
+            table.contains(&format!(
+                "| **CP-16 geometric mean** (1 rows) | | | | **{:.2}x** |",
+                cmp.speedup()
+            )),
+            "{table}"
+        );
+        let cp8 = SubgroupResult {
+            setup: SETUPS[0],
+            ..cmp.clone()
+        };
+        assert!(!subgroup_table(&[cp8], 2).contains("geometric mean"));
+        let g = geometric_mean(&[1.0, 4.0]);
+        assert!((g - 2.0).abs() < 1e-12, "{g}");
+        assert!(geometric_mean(&[]).is_nan());
     }
 
     #[test]

@@ -1,11 +1,29 @@
 //! A Gantt chart of one iteration as SVG: one panel per plan, one row per (DP rank, CP rank),
 //! micro-batches as outlined boxes; inside each, a rank's local work, sharded work, exposed
-//! communication and fixed overhead in different colours, on one shared time axis.
+//! communication and fixed overhead in different colours, on one shared time axis. A
+//! sequence sharded over a sub-group of the CP ranks is drawn in the lanes of that group's
+//! ranks only, in its own colours, with its ring's communication there and a dashed outline
+//! around the ring's lanes.
 
 use std::fmt::Write;
 
+use skrull_core::model::TimeModel;
 use skrull_core::model::cost::Overlap;
-use skrull_core::model::eval::{Evaluation, MicroBatchTime, RankSlot};
+use skrull_core::model::eval::{Evaluation, GROUP_LEVELS, MicroBatchTime, RankSlot};
+
+/// One sub-group ring of a micro-batch: the sequences sharded over CP ranks
+/// `first..first + size`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PanelRing {
+    /// The group's first CP rank.
+    pub first: u32,
+    /// Its size.
+    pub size: u32,
+    /// Tokens of the sequences sharded over it, whole.
+    pub tokens: u64,
+    /// Its ring's communication, seconds.
+    pub comm: f64,
+}
 
 /// One plan to draw: the evaluator's per-micro-batch and per-rank results, copied.
 #[derive(Debug, Clone)]
@@ -26,28 +44,60 @@ pub struct Panel {
     pub overlap: Overlap,
     /// The iteration time, seconds.
     pub iteration_time: f64,
+    /// Per micro-batch slot: the communication of the ring over the whole CP group, seconds
+    /// (the slot's `comm` less its sub-group rings').
+    pub whole_comm: Vec<f64>,
+    /// Per micro-batch slot: its sub-group rings.
+    pub rings: Vec<Vec<PanelRing>>,
 }
 
 impl Panel {
-    /// A panel from an evaluation.
-    pub fn new(
-        title: String,
-        dp: u32,
-        cp: u32,
-        ev: &Evaluation<'_>,
-        fixed: f64,
-        overlap: Overlap,
-    ) -> Panel {
+    /// A panel from an evaluation `ev` made under `tm` (the time model of the configuration
+    /// evaluated: its fixed cost, overlap and rings).
+    pub fn new(title: String, dp: u32, cp: u32, ev: &Evaluation<'_>, tm: &TimeModel) -> Panel {
+        let n = cp as usize;
+        let mut whole_comm = Vec::with_capacity(ev.micro_batches.len());
+        let mut rings = Vec::with_capacity(ev.micro_batches.len());
+        for (g, mb) in ev.micro_batches.iter().enumerate() {
+            let d = mb.dp_rank;
+            whole_comm.push(tm.comm(mb.sharded_len, tm.group_ring(d)));
+            let slots = ev.ranks.get(g * n..(g + 1) * n).unwrap_or(&[]);
+            let mut here = Vec::new();
+            for (r, slot) in slots.iter().enumerate() {
+                for level in 0..GROUP_LEVELS {
+                    let tokens = slot.group_len[level];
+                    let size = 2u32 << level;
+                    let first = r as u32 & !(size - 1);
+                    if tokens > 0 && mb.sequences > 0 && first == r as u32 {
+                        let comm = tm.comm(tokens, tm.ring(d, first, size));
+                        here.push(PanelRing {
+                            first,
+                            size,
+                            tokens,
+                            comm,
+                        });
+                    }
+                }
+            }
+            rings.push(here);
+        }
         Panel {
             title,
             dp,
             cp,
             micro_batches: ev.micro_batches.to_vec(),
             ranks: ev.ranks.to_vec(),
-            fixed,
-            overlap,
+            fixed: tm.fixed(),
+            overlap: tm.cost.overlap,
             iteration_time: ev.report.iteration_time,
+            whole_comm,
+            rings,
         }
+    }
+
+    /// Whether some micro-batch shards a sequence over a sub-group.
+    pub fn has_subgroups(&self) -> bool {
+        self.rings.iter().any(|r| !r.is_empty())
     }
 }
 
@@ -58,6 +108,9 @@ const SHARD_GEMM: &str = "#8fb8e8";
 const EXPOSED: &str = "#d62728";
 const HIDDEN: &str = "#ff9f1c";
 const FIXED: &str = "#9a9a9a";
+const SUB_ATTN: &str = "#6a3d9a";
+const SUB_GEMM: &str = "#c5a8e0";
+const SUB_COMM: &str = "#e377c2";
 
 /// Escapes text for XML content and attribute values.
 pub fn escape(s: &str) -> String {
@@ -146,7 +199,8 @@ pub fn gantt(title: &str, panels: &[Panel]) -> String {
     let plot_w = width - left - right;
     let scale = plot_w / tmax;
     let step = tick_step(tmax, 10.0);
-    let head = 78.0;
+    let subgroups = panels.iter().any(Panel::has_subgroups);
+    let head = if subgroups { 96.0 } else { 78.0 };
     let panel_head = 22.0;
     let dp_gap = 3.0;
     let axis_h = 34.0;
@@ -206,6 +260,32 @@ pub fn gantt(title: &str, panels: &[Panel]) -> String {
         "<text x=\"{lx:.1}\" y=\"61.5\" fill=\"#444\">boxes: micro-batches; white inside a box: idle \
          (waiting for the slowest CP rank)</text>"
     );
+    if subgroups {
+        // Only charts with a sub-group shard get the third row.
+        let sub = [
+            (SUB_ATTN, "sub-group shard attention"),
+            (SUB_GEMM, "sub-group shard GEMMs"),
+            (SUB_COMM, "sub-group ring comm (top stripe)"),
+        ];
+        let mut lx = left;
+        for (color, label) in sub {
+            let _ = writeln!(
+                c.out,
+                "<rect x=\"{lx:.1}\" y=\"70\" width=\"14\" height=\"11\" fill=\"{color}\"/>\
+                 <text x=\"{:.1}\" y=\"79.5\">{}</text>",
+                lx + 18.0,
+                escape(label)
+            );
+            lx += 26.0 + 7.0 * label.len() as f64;
+        }
+        let _ = writeln!(
+            c.out,
+            "<rect x=\"{lx:.1}\" y=\"70\" width=\"14\" height=\"11\" fill=\"none\" stroke=\"{SUB_ATTN}\" \
+             stroke-dasharray=\"3,2\"/><text x=\"{:.1}\" y=\"79.5\">sub-group ring: the ranks a \
+             sequence is sharded over</text>",
+            lx + 18.0
+        );
+    }
 
     let mut y = head;
     for (p, &h) in panels.iter().zip(&heights) {
@@ -269,6 +349,7 @@ pub fn gantt(title: &str, panels: &[Panel]) -> String {
                     continue;
                 }
                 let inner = row_h - 1.0;
+                let whole_comm = p.whole_comm.get(g).copied().unwrap_or(mb.comm);
                 for (r, slot) in p.ranks.iter().skip(g * cp).take(cp).enumerate() {
                     let ry = dp_top + r as f64 * row_h + 0.5;
                     let mut t = mb.start;
@@ -279,43 +360,62 @@ pub fn gantt(title: &str, panels: &[Panel]) -> String {
                             0.0
                         }
                     };
+                    // The whole group's shards, then this rank's sub-group shards.
+                    let (sharded_attn, sub_attn) = (mb.sharded_attention, slot.group_attention);
                     let window = match p.overlap {
                         Overlap::LocalAttention => slot.local_attention,
-                        Overlap::AllAttention => slot.local_attention + mb.sharded_attention,
+                        Overlap::AllAttention => slot.local_attention + sharded_attn + sub_attn,
                     };
                     c.rect(t, slot.local_attention, ry, inner, LOCAL_ATTN);
                     if p.overlap == Overlap::AllAttention {
-                        c.rect(
-                            t + slot.local_attention,
-                            mb.sharded_attention,
-                            ry,
-                            inner,
-                            SHARD_ATTN,
-                        );
+                        let at = t + slot.local_attention;
+                        c.rect(at, sharded_attn, ry, inner, SHARD_ATTN);
+                        c.rect(at + sharded_attn, sub_attn, ry, inner, SUB_ATTN);
                     }
-                    let hidden = mb.comm.min(window);
-                    if hidden > 0.0 {
-                        c.rect(t, hidden, ry, (inner * 0.3).max(1.0), HIDDEN);
-                    }
+                    // The rings through this rank run from the micro-batch's start, the
+                    // whole group's first (its hidden part striped), then the sub-groups'
+                    // (striped whole, on top: hidden under the window, then exposed).
+                    let stripe = (inner * 0.3).max(1.0);
+                    c.rect(t, whole_comm.min(window), ry, stripe, HIDDEN);
+                    let sub_comm = t + whole_comm;
                     t += window;
                     c.rect(t, slot.exposed_comm, ry, inner, EXPOSED);
                     t += slot.exposed_comm;
-                    c.rect(
-                        t,
-                        slot.gemm * share(slot.local_tokens),
-                        ry,
-                        inner,
-                        LOCAL_GEMM,
-                    );
-                    t += slot.gemm * share(slot.local_tokens);
-                    let sharded = slot.tokens - slot.local_tokens;
-                    c.rect(t, slot.gemm * share(sharded), ry, inner, SHARD_GEMM);
-                    t += slot.gemm * share(sharded);
+                    for (tokens, color) in [
+                        (slot.local_tokens, LOCAL_GEMM),
+                        (mb.sharded_tokens, SHARD_GEMM),
+                        (slot.group_tokens, SUB_GEMM),
+                    ] {
+                        let dt = slot.gemm * share(tokens);
+                        c.rect(t, dt, ry, inner, color);
+                        t += dt;
+                    }
                     if p.overlap == Overlap::LocalAttention {
-                        c.rect(t, mb.sharded_attention, ry, inner, SHARD_ATTN);
-                        t += mb.sharded_attention;
+                        c.rect(t, sharded_attn, ry, inner, SHARD_ATTN);
+                        c.rect(t + sharded_attn, sub_attn, ry, inner, SUB_ATTN);
+                        t += sharded_attn + sub_attn;
                     }
                     c.rect(t, p.fixed, ry, inner, FIXED);
+                    c.rect(sub_comm, slot.group_comm, ry, stripe, SUB_COMM);
+                }
+                for ring in p.rings.get(g).map_or(&[][..], Vec::as_slice) {
+                    let _ = writeln!(
+                        c.out,
+                        "<rect x=\"{:.2}\" y=\"{:.2}\" width=\"{:.2}\" height=\"{:.2}\" fill=\"none\" \
+                         stroke=\"{SUB_ATTN}\" stroke-width=\"1\" stroke-dasharray=\"3,2\"><title>DP {d} \
+                         micro-batch {}: ring over CP ranks {}-{} ({} tokens sharded over {} ranks, \
+                         comm {} ms)</title></rect>",
+                        left + mb.start * scale + 0.5,
+                        dp_top + f64::from(ring.first) * row_h + 0.5,
+                        (mb.time * scale - 1.0).max(0.5),
+                        (f64::from(ring.size) * row_h - 1.0).max(0.5),
+                        mb.index,
+                        ring.first,
+                        ring.first + ring.size - 1,
+                        ring.tokens,
+                        ring.size,
+                        fmt_ms(ring.comm)
+                    );
                 }
                 let _ = writeln!(
                     c.out,

@@ -10,7 +10,7 @@ use std::process::{Command, Output};
 use skrull_cli::calibrate::parse_cost_model;
 use skrull_core::model::fit::SKRULL_TABLE5_ALL_GATHER;
 use skrull_core::model::{CostModel, TimeModel};
-use skrull_core::{Config, ModelShape, ShardPadding};
+use skrull_core::{Config, ModelShape, Placement, Policy, ShardPadding};
 use skrull_kit::{OwnedBuffers, OwnedEval};
 
 fn skrull(args: &[&str]) -> Output {
@@ -255,6 +255,60 @@ fn one_cell_with_a_policy_list_and_the_same_output_for_the_same_seed() {
 }
 
 #[test]
+fn simulate_compares_sub_groups_on_request_only() {
+    let args = |extra: &[&'static str]| {
+        let mut a = vec!["simulate", "--setup", "7b-cp16", "--iterations", "2"];
+        a.extend_from_slice(extra);
+        a
+    };
+    let strip = |s: &str| {
+        s.lines()
+            .filter(|l| !l.contains("scheduled and evaluated"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    let plain = ok(&args(&[]));
+    assert!(!plain.contains("Sub-groups"), "{plain}");
+    assert_eq!(strip(&plain), strip(&ok(&args(&["--subgroups", "on"]))));
+    let cmp = ok(&args(&["--subgroups", "compare"]));
+    // The default output, unchanged, with one section added before the closing line.
+    let start = cmp.find("Sub-groups: ").expect("the comparison section");
+    let end = start + cmp[start..].find("|\n\n").expect("its end") + 3;
+    let section = &cmp[start..end];
+    assert_eq!(
+        strip(&format!("{}{}", &cmp[..start], &cmp[end..])),
+        strip(&plain)
+    );
+    for needle in [
+        "| setup | dataset | without sub-groups (ms) | with sub-groups (ms) | speedup \
+         | without ÷ lower bound | with ÷ lower bound | sub-group shards per iteration |",
+        "| **CP-16 geometric mean** (3 rows) | | | | **",
+    ] {
+        assert!(section.contains(needle), "missing {needle:?} in\n{section}");
+    }
+    // 'with' is the balanced row of the default table, 'without' that of --subgroups off.
+    let off = ok(&args(&["--subgroups", "off"]));
+    let cell = |text: &str, prefix: &str, col: usize| -> String {
+        let row = text
+            .lines()
+            .find(|l| l.starts_with(prefix))
+            .unwrap_or_else(|| panic!("no row {prefix:?} in\n{text}"));
+        row.split('|').nth(col).expect("column").trim().to_string()
+    };
+    for dataset in ["wikipedia", "lmsys", "chatqa2"] {
+        let row = format!("| 7B DP2 CP16 BS40 C13K | {dataset} | ");
+        let balanced = format!("{row}balanced |");
+        assert_eq!(cell(section, &row, 4), cell(&plain, &balanced, 4));
+        assert_eq!(cell(section, &row, 3), cell(&off, &balanced, 4));
+        assert_eq!(cell(section, &row, 7), cell(&plain, &balanced, 7));
+        assert_eq!(cell(section, &row, 6), cell(&off, &balanced, 7));
+    }
+    let out = skrull(&args(&["--subgroups", "both"]));
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("'both' is not on|off|compare"));
+}
+
+#[test]
 fn simulate_draws_a_well_formed_gantt_chart() {
     let svg = tmp("gantt.svg");
     let path = svg.to_str().expect("utf-8 path");
@@ -305,6 +359,102 @@ fn simulate_draws_a_well_formed_gantt_chart() {
     let doc = std::fs::read_to_string(&svg).expect("svg written");
     assert_eq!(check_xml(&doc), Ok("svg".to_string()));
     assert!(doc.contains("DP3 (CP0-7)") && doc.contains("sorted:"));
+}
+
+/// The `y` of every `<rect>` filled with `color`.
+fn rect_ys(doc: &str, color: &str) -> Vec<f64> {
+    doc.lines()
+        .flat_map(|l| l.split("<rect ").skip(1))
+        .filter(|r| r.contains(&format!("fill=\"{color}\"")))
+        .map(|r| {
+            let y = &r[r.find(" y=\"").expect("y") + 4..];
+            y[..y.find('"').expect("end")].parse().expect("number")
+        })
+        .collect()
+}
+
+#[test]
+fn the_gantt_chart_draws_sub_group_shards_in_their_lanes() {
+    use skrull_cli::svg::{Panel, gantt};
+    use skrull_core::model::cost::Overlap;
+    let cfg = Config::new(1, 8, 26 * 1024, ModelShape::QWEN2_5_0_5B);
+    let lengths = [60_000u32, 40_000, 9000, 5000, 700];
+    let p = |micro_batch, cp_rank, cp_first, cp_size| Placement {
+        dp_rank: 0,
+        micro_batch,
+        cp_rank,
+        cp_first,
+        cp_size,
+    };
+    // Micro-batch 0: one shard over all 8 ranks, one over ranks 4-7, one over 0-1, one local
+    // on rank 2; micro-batch 1: a single shard over all 8.
+    let placements = [
+        p(0, -1, 0, 0),
+        p(0, -1, 4, 4),
+        p(0, -1, 0, 2),
+        p(0, 2, 0, 0),
+        p(1, -1, 0, 0),
+    ];
+    for overlap in [Overlap::LocalAttention, Overlap::AllAttention] {
+        let mut cost = CostModel::h100(&cfg.model);
+        cost.overlap = overlap;
+        let cfg = cfg.with_cost(cost);
+        let tm = TimeModel::new(&cost, &cfg);
+        let mut bufs = OwnedEval::default();
+        let ev = bufs.evaluate(&cfg, &lengths, &placements).expect("eval");
+        let panel = Panel::new("by hand".into(), 1, 8, &ev, &tm);
+        assert!(panel.has_subgroups());
+        assert_eq!(panel.rings[1], []);
+        let rings: Vec<(u32, u32, u64)> = panel.rings[0]
+            .iter()
+            .map(|r| (r.first, r.size, r.tokens))
+            .collect();
+        assert_eq!(rings, [(0, 2, 9000), (4, 4, 40_000)]);
+        // The whole group's ring plus the sub-groups' make the micro-batch's communication.
+        let total = panel.whole_comm[0] + panel.rings[0].iter().map(|r| r.comm).sum::<f64>();
+        assert!((total - ev.micro_batches[0].comm).abs() <= 1e-12 * total);
+        let doc = gantt("sub-groups", &[panel]);
+        assert_eq!(check_xml(&doc), Ok("svg".to_string()));
+        for needle in [
+            "sub-group shard attention",
+            "sub-group shard GEMMs",
+            "sub-group ring comm (top stripe)",
+            "sub-group ring: the ranks a sequence is sharded over",
+            "DP 0 micro-batch 0: ring over CP ranks 4-7 (40000 tokens sharded over 4 ranks",
+            "DP 0 micro-batch 0: ring over CP ranks 0-1 (9000 tokens sharded over 2 ranks",
+        ] {
+            assert!(doc.contains(needle), "missing {needle}");
+        }
+        // Lanes are 12 px from y = 96 + 22 (three legend rows, the panel title); the legend's
+        // swatches sit above them.
+        let lanes = |color: &str| {
+            let mut v: Vec<i64> = rect_ys(&doc, color)
+                .into_iter()
+                .filter(|&y| y >= 118.0)
+                .map(|y| ((y - 118.0) / 12.0).floor() as i64)
+                .collect();
+            v.sort_unstable();
+            v.dedup();
+            v
+        };
+        // Sub-group attention, GEMMs and ring communication in the groups' lanes only.
+        for color in ["#6a3d9a", "#c5a8e0", "#e377c2"] {
+            assert_eq!(lanes(color), [0, 1, 4, 5, 6, 7], "{color} {overlap:?}");
+        }
+        // The whole group's shards on every lane, and its ring: hidden under every lane's
+        // attention, or (hidden under local attention only) exposed where there is none.
+        let ring = match overlap {
+            Overlap::AllAttention => "#ff9f1c",
+            Overlap::LocalAttention => "#d62728",
+        };
+        for color in ["#1f5fb4", "#8fb8e8", ring] {
+            assert_eq!(
+                lanes(color),
+                (0..8).collect::<Vec<_>>(),
+                "{color} {overlap:?}"
+            );
+        }
+    }
 }
 
 #[test]
@@ -404,6 +554,8 @@ fn evaluate_flags_a_plan_over_budget() {
     let mut v: serde_json::Value = serde_json::from_str(&plan).expect("json");
     for p in v["placements"].as_array_mut().expect("placements") {
         p["cp"] = 0.into();
+        p["cp_first"] = 0.into();
+        p["cp_size"] = 1.into();
         p["micro_batch"] = 0.into();
     }
     let path = tmp("over.json");
@@ -427,10 +579,173 @@ fn evaluate_flags_a_plan_over_budget() {
     );
     let mut bad = v.clone();
     bad["placements"][0]["cp"] = 9.into();
+    bad["placements"][0]["cp_first"] = 9.into();
     std::fs::write(&path, bad.to_string()).expect("write");
     let out = skrull(&["evaluate", "--plan", p]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("out of range"));
+}
+
+#[test]
+fn evaluate_reads_sub_group_shards_and_matches_the_core_evaluator() {
+    let (_, plan) = write_plan("deepspeed");
+    let mut v: serde_json::Value = serde_json::from_str(&plan).expect("json");
+    assert_eq!(v["config"]["subgroups"], serde_json::Value::Bool(true));
+    // Deepspeed shards every sequence over the whole group; move one in three (those that
+    // fit) onto a half of the CP group (4 ranks of 8) and another one in three onto a pair.
+    let cfg = Config::new(4, 8, 26 * 1024, ModelShape::QWEN2_5_0_5B).with_policy(Policy::DeepSpeed);
+    let mut placements = Vec::new();
+    let mut lengths = Vec::new();
+    for (i, p) in v["placements"]
+        .as_array_mut()
+        .expect("placements")
+        .iter_mut()
+        .enumerate()
+    {
+        assert_eq!(
+            (
+                p["cp"].as_i64(),
+                p["cp_first"].as_u64(),
+                p["cp_size"].as_u64()
+            ),
+            (Some(-1), Some(0), Some(8))
+        );
+        let len = p["len"].as_u64().expect("len") as u32;
+        let (first, size) = match i % 3 {
+            1 if len <= 4 * cfg.bucket => (4 * (i as u16 / 3 % 2), 4),
+            2 if len <= 2 * cfg.bucket => (2 * (i as u16 / 3 % 4), 2),
+            _ => (0, 0),
+        };
+        if size > 0 {
+            p["cp_first"] = first.into();
+            p["cp_size"] = size.into();
+        } else if i % 2 == 0 {
+            // A whole-group shard may also leave the group out.
+            let o = p.as_object_mut().expect("object");
+            o.remove("cp_first");
+            o.remove("cp_size");
+        }
+        placements.push(Placement {
+            dp_rank: p["dp"].as_u64().expect("dp") as u32,
+            micro_batch: p["micro_batch"].as_u64().expect("mb") as u32,
+            cp_rank: -1,
+            cp_first: first,
+            cp_size: size,
+        });
+        lengths.push(len);
+    }
+    let subgroups = placements.iter().filter(|p| p.cp_size > 0).count();
+    assert!(subgroups > 50, "{subgroups}");
+    let path = tmp("subgroups.json");
+    std::fs::write(&path, v.to_string()).expect("write");
+    let p = path.to_str().expect("utf-8");
+    let json: serde_json::Value =
+        serde_json::from_str(&ok(&["evaluate", "--plan", p, "--format", "json"])).expect("json");
+    assert_eq!(json["subgroup_sequences"], subgroups);
+    let mut ev = OwnedEval::default();
+    let e = ev.evaluate(&cfg, &lengths, &placements).expect("eval");
+    let same = |a: f64, b: f64| (a - b).abs() <= 4.0 * f64::EPSILON * a.abs();
+    let r = &e.report;
+    for (key, want) in [
+        ("iteration_time_s", r.iteration_time),
+        ("lower_bound_s", r.lower_bound.value),
+        ("comm_s", r.comm),
+        ("exposed_comm_s", r.exposed_comm),
+    ] {
+        let got = json[key].as_f64().expect(key);
+        assert!(same(got, want), "{key}: {got} vs {want}");
+    }
+    let dp: Vec<f64> = json["dp_times_s"]
+        .as_array()
+        .expect("dp times")
+        .iter()
+        .map(|t| t.as_f64().expect("time"))
+        .collect();
+    assert!(dp.iter().zip(e.dp_times.iter()).all(|(&a, &b)| same(a, b)));
+    assert_eq!(json["peak_tokens"], r.peak_tokens);
+    // Sub-groups make the plan faster than sharding everything over the whole group.
+    let (whole, _) = write_plan("deepspeed");
+    let whole: serde_json::Value = serde_json::from_str(&ok(&[
+        "evaluate",
+        "--plan",
+        whole.to_str().expect("utf-8"),
+        "--format",
+        "json",
+    ]))
+    .expect("json");
+    assert!(json["iteration_time_s"].as_f64() < whole["iteration_time_s"].as_f64());
+    let text = ok(&["evaluate", "--plan", p]);
+    assert!(
+        text.contains(&format!("256 sequences ({subgroups} over sub-groups)")),
+        "{text}"
+    );
+
+    // Sub-groups off (flag or plan config) refuse the plan; bad groups are named.
+    let err = |v: &serde_json::Value, extra: &[&str]| {
+        std::fs::write(&path, v.to_string()).expect("write");
+        let mut args = vec!["evaluate", "--plan", p];
+        args.extend_from_slice(extra);
+        let out = skrull(&args);
+        assert!(!out.status.success(), "{args:?} succeeded");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let e = err(&v, &["--subgroups", "off"]);
+    assert!(e.contains("but sub-groups are off"), "{e}");
+    let mut off = v.clone();
+    off["config"]["subgroups"] = false.into();
+    assert!(err(&off, &[]).contains("but sub-groups are off"));
+    std::fs::write(&path, off.to_string()).expect("write");
+    ok(&["evaluate", "--plan", p, "--subgroups", "on"]);
+    for (first, size, needle) in [
+        (2, 4, "CP ranks 2-5 are not a valid group of CP 8"),
+        (0, 3, "a sub-group size 2, 4 with cp_first a multiple of it"),
+        (6, 1, "is local (\"cp\": 6)"),
+        (4, 8, "starts at rank 0"),
+    ] {
+        let mut bad = v.clone();
+        bad["placements"][1]["cp_first"] = first.into();
+        bad["placements"][1]["cp_size"] = size.into();
+        let e = err(&bad, &[]);
+        assert!(e.contains("plan: sequence 1 (cp -1"), "{e}");
+        assert!(e.contains(needle), "{needle}: {e}");
+    }
+    let e = err(&v, &["--subgroups", "maybe"]);
+    assert!(e.contains("'maybe' is not on|off"), "{e}");
+    // --cp 16 turns the pairs and halves into other groups of a larger CP group: still valid,
+    // a group of 8 is now a sub-group too.
+    std::fs::write(&path, v.to_string()).expect("write");
+    ok(&["evaluate", "--plan", p, "--cp", "16"]);
+}
+
+#[test]
+fn plan_json_carries_the_groups_and_the_subgroups_switch() {
+    let on: serde_json::Value =
+        serde_json::from_str(&ok(&["plan", "--format", "json", "--policy", "balanced"]))
+            .expect("json");
+    assert_eq!(on["config"]["subgroups"], serde_json::Value::Bool(true));
+    let mut kinds = [0; 2];
+    for p in on["placements"].as_array().expect("placements") {
+        let (cp, first, size) = (
+            p["cp"].as_i64().expect("cp"),
+            p["cp_first"].as_i64().expect("cp_first"),
+            p["cp_size"].as_i64().expect("cp_size"),
+        );
+        if cp == -1 {
+            assert_eq!((first, size), (0, 8));
+            kinds[0] += 1;
+        } else {
+            assert_eq!((first, size), (cp, 1));
+            kinds[1] += 1;
+        }
+    }
+    assert!(kinds[0] > 0 && kinds[1] > 0, "{kinds:?}");
+    let off: serde_json::Value =
+        serde_json::from_str(&ok(&["plan", "--format", "json", "--subgroups", "off"]))
+            .expect("json");
+    assert_eq!(off["config"]["subgroups"], serde_json::Value::Bool(false));
+    let out = skrull(&["plan", "--subgroups", "compare"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("skrull simulate only"));
 }
 
 #[test]
