@@ -435,11 +435,8 @@ pub fn evaluate_placements<'b>(
     dp_times.fill(0.0);
     for (seq, p) in placements.iter().enumerate() {
         let d = p.dp_rank as usize;
-        let cp_ok = if p.cp_rank == SHARDED {
-            p.group(cfg.cp).is_valid_shard(cfg.cp)
-        } else {
-            p.cp_rank >= 0 && (p.cp_rank as usize) < cp
-        };
+        let cp_ok = p.group_is_valid(cfg.cp)
+            && (p.cp_rank == SHARDED || (p.cp_rank >= 0 && (p.cp_rank as usize) < cp));
         if d >= dp || !cp_ok {
             return Err(EvalError::OutOfRange { seq });
         }

@@ -73,11 +73,7 @@ pub fn check(cfg: &Config, lengths: &[u32], plan: &Plan<'_>) -> Result<(), Check
         let in_range = per_dp.is_some_and(|&c| p.micro_batch < c)
             && (p.cp_rank == SHARDED || (p.cp_rank >= 0 && (p.cp_rank as usize) < cp));
         // A sharded sequence names a valid group; a local one names none.
-        let group_ok = if p.cp_rank == SHARDED {
-            p.group(cfg.cp).is_valid_shard(cfg.cp) && (cfg.subgroups || !p.is_subgroup(cfg.cp))
-        } else {
-            (p.cp_first, p.cp_size) == (0, 0)
-        };
+        let group_ok = p.group_is_valid(cfg.cp) && (cfg.subgroups || !p.is_subgroup(cfg.cp));
         let in_range = in_range && group_ok;
         if !in_range {
             return Err(CheckError::OutOfRange { seq });
@@ -338,6 +334,35 @@ mod tests {
         let mut longer = LENGTHS;
         longer[1] = 60; // a different batch of the same size: over budget or recount differs
         assert!(Plan::from_parts(&cfg, &longer, good.parts()).is_err());
+    }
+
+    /// A sharded placement that names the whole group must not name a first rank, and a
+    /// local one no group at all; a sub-group must be aligned (found reviewing the CLI's own
+    /// check, which was stricter than the core's).
+    #[test]
+    fn group_fields_must_be_well_formed() {
+        let cfg = Config::new(2, 2, 24, ModelShape::QWEN2_5_0_5B);
+        let good = scheduled(&cfg, &LENGTHS);
+        let sharded = good.placements.iter().position(|p| p.is_sharded()).unwrap();
+        let local = good
+            .placements
+            .iter()
+            .position(|p| !p.is_sharded())
+            .unwrap();
+        type Edit = fn(&mut Placement);
+        let edits: [(usize, Edit); 3] = [
+            (sharded, |p| p.cp_first = 1),
+            (local, |p| p.cp_size = 1),
+            (local, |p| p.cp_first = 1),
+        ];
+        for (seq, edit) in edits {
+            let mut o = good.clone();
+            edit(&mut o.placements[seq]);
+            assert_eq!(
+                Plan::from_parts(&cfg, &LENGTHS, o.parts()).unwrap_err(),
+                CheckError::OutOfRange { seq }
+            );
+        }
     }
 
     /// Regression (found by the corruption test below): a micro-batch count near `u32::MAX`

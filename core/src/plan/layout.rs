@@ -577,7 +577,7 @@ fn members<'p>(
         match (placements.get(s), lengths.get(s)) {
             (Some(p), Some(&len)) if p.dp_rank == dp_rank && p.micro_batch == index => {
                 let group = p.group(cp);
-                let valid = p.cp_rank != SHARDED || group.is_valid_shard(cp);
+                let valid = p.group_is_valid(cp);
                 if valid {
                     Ok((seq, p.cp_rank, group, len))
                 } else {

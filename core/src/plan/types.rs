@@ -51,6 +51,22 @@ impl Placement {
         }
     }
 
+    /// Whether the placement's group fields are well formed for a CP group of `cp` ranks: a
+    /// local sequence names none (`cp_first = cp_size = 0`); a sharded one names the whole
+    /// group (`cp_size` 0 or `cp`, `cp_first` 0) or a valid sub-group
+    /// ([`CpGroup::is_valid_shard`]).
+    pub fn group_is_valid(&self, cp: u32) -> bool {
+        if self.cp_rank != SHARDED {
+            return self.cp_first == 0 && self.cp_size == 0;
+        }
+        let whole = self.cp_size == 0 || u32::from(self.cp_size) == cp;
+        if whole {
+            self.cp_first == 0
+        } else {
+            self.group(cp).is_valid_shard(cp)
+        }
+    }
+
     /// Whether the sequence is sharded over a proper sub-group of the `cp` ranks.
     pub fn is_subgroup(&self, cp: u32) -> bool {
         self.is_sharded() && self.group(cp).size < cp
