@@ -224,8 +224,9 @@ pub fn c_abi(data: &[u8]) -> skrull_status {
                 lens_ptr = null();
                 must_fail = n > 0;
             }
-            // Optional without sub-groups (then not written), required with them.
-            _ => out.cp_groups = null_mut(),
+            // No groups, as a caller without them passes it (NULL, capacity 0): optional
+            // without sub-groups, required with them.
+            _ => (out.cp_groups, out.cp_groups_len) = (null_mut(), 0),
         },
         Perturb::OutStructSize(s) => {
             out.struct_size = s;

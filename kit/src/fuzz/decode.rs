@@ -67,7 +67,7 @@ pub enum Perturb {
     /// rank_tokens, per_dp, cp_groups (the Rust API: `which % 5`, the first five).
     OutputShort(u8),
     /// Pointer `which % 9` NULL: placements, micro_batches, members, rank_tokens, per_dp,
-    /// summary, workspace, lengths, cp_groups.
+    /// summary, workspace, lengths, cp_groups (with capacity 0).
     Null(u8),
     /// `out.struct_size` replaced.
     OutStructSize(u32),
