@@ -10,8 +10,13 @@
 // For each of its micro-batches it then asks skrull_layout_fill() for its execution layout:
 // the token spans it packs (local sequences whole, then its two zigzag chunks of every sharded
 // sequence), the cu_seqlens / max_seqlen of the local varlen attention call and of the
-// sharded (context-parallel) call, the position-id range of every span (for RoPE), and the
-// loss weight (its real tokens over the global token count).
+// sharded (context-parallel) calls, one per ring, the position-id range of every span (for
+// RoPE), and the loss weight (its real tokens over the global token count).
+//
+// It asks for sub-groups (cfg.subgroups = 1): the planner may then shard a sequence over an
+// aligned sub-group of the CP ranks instead of all of them. Each sequence's ranks come back in
+// cp_groups, and each GPU's sharded group in rings: one CP attention call per ring, over that
+// ring's process group, on the ring's slice of the sharded cu_seqlens.
 //
 // The program checks the plan's invariants for the whole job (every sequence exactly once,
 // every GPU within BucketSize, per-GPU counts consistent, the layouts of all CP ranks tile
@@ -88,6 +93,15 @@ int check_layouts(const skrull::Planner &p, skrull::GpuLayout &l, const skrull_c
                        info.local_tokens;
                 bad += static_cast<uint32_t>(l.rank_cu_seqlens()[info.sharded_seqs]) !=
                        info.sharded_tokens;
+                // The rings split the sharded group, block after block, each on CP ranks
+                // that include this one.
+                uint32_t ring_seqs = 0;
+                for (const skrull_layout_ring &ring : l.rings()) {
+                    bad += ring.offset != ring_seqs || ring.seqs == 0;
+                    bad += r < ring.first || r - ring.first >= ring.size;
+                    ring_seqs += ring.seqs;
+                }
+                bad += ring_seqs != info.sharded_seqs;
                 for (const skrull_span &s : l.spans()) {
                     real[s.seq] += s.len;
                     for (uint32_t i = 0; i < s.len + s.pad; i++) {
@@ -120,8 +134,9 @@ void print_cu(const char *name, skrull::Range<int32_t> cu, int32_t max_seqlen) {
     std::printf(" max %" PRId32, max_seqlen);
 }
 
-// Prints what GPU (dp_rank, micro-batch j, cp_rank) passes to its varlen attention calls.
-void print_varlen(const skrull::GpuLayout &l) {
+// Prints what GPU (dp_rank, micro-batch j, cp_rank) passes to its varlen attention calls (CP
+// size `cp`).
+void print_varlen(const skrull::GpuLayout &l, uint32_t cp) {
     const skrull_layout &info = l.info();
     std::printf("      buffer %" PRIu32 " tokens = local %" PRIu32 " + sharded %" PRIu32
                 " (%" PRIu32 " padding); loss weight %" PRIu32 "/%" PRIu64 " = %.6f\n",
@@ -162,6 +177,18 @@ void print_varlen(const skrull::GpuLayout &l) {
     }
     print_cu("rank", l.rank_cu_seqlens(), info.rank_max_seqlen);
     std::printf("\n");
+    // One CP attention call per ring, over the process group of its ranks, on its slices of
+    // the sharded cu_seqlens (rebased to start at 0).
+    for (const skrull_layout_ring &ring : l.rings()) {
+        skrull::Range<int32_t> cu = skrull::GpuLayout::ring_slice(l.sharded_cu_seqlens(), ring);
+        skrull::Range<int32_t> rank = skrull::GpuLayout::ring_slice(l.rank_cu_seqlens(), ring);
+        std::printf("      ring CP %" PRIu32 "..%" PRIu32 "%s: %" PRIu32
+                    " sequence%s, %" PRId32 " tokens (%" PRId32 " on this rank)\n",
+                    ring.first, ring.first + ring.size - 1,
+                    ring.size == cp ? " (whole group)" : " (sub-group)", ring.seqs,
+                    ring.seqs == 1 ? "" : "s", cu[ring.seqs] - cu[0],
+                    rank[ring.seqs] - rank[0]);
+    }
 }
 
 // Checks the whole job's plan from the placements alone; returns the number of violations.
@@ -186,8 +213,15 @@ int check_invariants(const skrull::Planner &p, const skrull_config &cfg,
                 const skrull_placement &pl = p.placement(seq);
                 bad += pl.dp_rank != d || pl.micro_batch != j;
                 if (pl.cp_rank == SKRULL_SHARDED) {
-                    for (uint64_t &l : load) {
-                        l += pl.tokens_per_gpu;
+                    // Its group: the whole CP group, or an aligned sub-group.
+                    const skrull_cp_group &grp = p.group(seq);
+                    bool aligned = grp.size == cfg.cp ? grp.first == 0
+                                                      : grp.size >= 2 && cfg.cp % grp.size == 0 &&
+                                                            grp.first % grp.size == 0 &&
+                                                            grp.first + grp.size <= cfg.cp;
+                    bad += !aligned;
+                    for (uint32_t r = grp.first; aligned && r < grp.first + grp.size; r++) {
+                        load[r] += pl.tokens_per_gpu;
                     }
                 } else if (pl.cp_rank >= 0 && static_cast<uint32_t>(pl.cp_rank) < cfg.cp) {
                     load[static_cast<std::size_t>(pl.cp_rank)] += lengths[seq];
@@ -237,10 +271,17 @@ int print_my_work(const skrull::Planner &p, skrull::GpuLayout &layout, const skr
         std::printf("%s", local != 0 ? " whole;" : " nothing whole;");
         for (uint32_t seq : p.members(g)) {
             const skrull_placement &pl = p.placement(seq);
-            if (pl.cp_rank == SKRULL_SHARDED) {
+            const skrull_cp_group &grp = p.group(seq);
+            bool here = cp_rank >= grp.first && cp_rank - grp.first < grp.size;
+            if (pl.cp_rank == SKRULL_SHARDED && here) {
                 if (shards++ < kShow) {
-                    std::printf(" #%" PRIu32 "(%" PRIu32 "->%" PRIu32 ")", seq, lengths[seq],
+                    std::printf(" #%" PRIu32 "(%" PRIu32 "->%" PRIu32, seq, lengths[seq],
                                 pl.tokens_per_gpu);
+                    if (grp.size != cfg.cp) {
+                        std::printf(" on CP %" PRIu32 "..%" PRIu32, grp.first,
+                                    grp.first + grp.size - 1);
+                    }
+                    std::printf(")");
                 }
                 mine += pl.tokens_per_gpu;
             }
@@ -260,7 +301,7 @@ int print_my_work(const skrull::Planner &p, skrull::GpuLayout &layout, const skr
             std::fprintf(stderr, "skrull_layout_fill: %s\n", st.message());
             return 1;
         }
-        print_varlen(layout);
+        print_varlen(layout, cfg.cp);
     }
     return 0;
 }
@@ -283,8 +324,11 @@ int main(int argc, char **argv) {
         return 1;
     }
     // The paper's 0.5B layout: DP 4 x CP 8, BucketSize 26K tokens per GPU per micro-batch,
-    // planned with the cost-aware policy (SKRULL_POLICY_SKRULL gives the paper's own).
+    // planned with the cost-aware policy (SKRULL_POLICY_SKRULL gives the paper's own), which
+    // may shard a sequence over a sub-group of the CP ranks: this trainer reads the groups and
+    // runs one CP attention call per ring.
     cfg.policy = SKRULL_POLICY_BALANCED;
+    cfg.subgroups = 1;
     if (my_dp >= cfg.dp || my_cp >= cfg.cp) {
         std::fprintf(stderr, "rank (%" PRIu32 ", %" PRIu32 ") outside DP %" PRIu32
                      " x CP %" PRIu32 "\n", my_dp, my_cp, cfg.dp, cfg.cp);

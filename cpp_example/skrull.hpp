@@ -5,7 +5,8 @@
 // - skrull::Planner: owns every buffer skrull_schedule() needs, sized once for the largest
 //   batch, and exposes the last plan grouped per (DP rank, micro-batch).
 // - skrull::GpuLayout: owns the buffers skrull_layout_fill() needs, sized once, and exposes one
-//   GPU's spans, varlen cu_seqlens, position ids and loss weights.
+//   GPU's spans, varlen cu_seqlens, rings (one CP attention call each), position ids and loss
+//   weights.
 //
 // Nothing here throws: allocation failures and library errors come back as values, so no
 // exception can cross into (or out of) the C library.
@@ -29,6 +30,8 @@ static_assert(sizeof(skrull_config) >= SKRULL_CONFIG_SIZE_V1, "extensible: grows
 static_assert(sizeof(skrull_span) == 24, "frozen layout");
 static_assert(sizeof(skrull_gpu) == 12, "frozen layout");
 static_assert(sizeof(skrull_layout) == 88, "frozen layout");
+static_assert(sizeof(skrull_cp_group) == 8, "frozen layout");
+static_assert(sizeof(skrull_layout_ring) == 16, "frozen layout");
 
 /// The result of a skrull call; converts to true on success.
 class [[nodiscard]] Status {
@@ -158,6 +161,11 @@ public:
     [[nodiscard]] const skrull_placement &placement(std::size_t i) const noexcept {
         return placements_[i];
     }
+    /// The CP ranks that hold sequence `i`: {cp_rank, 1} local, {0, cp} sharded over the whole
+    /// group, else the sub-group it is sharded over (cfg.subgroups = 1).
+    [[nodiscard]] const skrull_cp_group &group(std::size_t i) const noexcept {
+        return groups_[i];
+    }
     /// Micro-batches DP rank `d` runs.
     [[nodiscard]] uint32_t micro_batches_of(uint32_t d) const noexcept { return per_dp_[d]; }
     /// Table position of micro-batch `j` of DP rank `d` (j < micro_batches_of(d)).
@@ -191,7 +199,8 @@ private:
         bool ok = workspace_.allocate(s.workspace_bytes) && placements_.allocate(s.placements) &&
                   micro_batches_.allocate(s.micro_batches) && members_.allocate(s.members) &&
                   rank_tokens_.allocate(s.rank_tokens) &&
-                  per_dp_.allocate(s.micro_batches_per_dp) && first_of_dp_.allocate(dp + 1u);
+                  per_dp_.allocate(s.micro_batches_per_dp) && first_of_dp_.allocate(dp + 1u) &&
+                  groups_.allocate(s.placements);  // one group per sequence, like placements
         if (!ok) {
             return Status::out_of_memory();
         }
@@ -210,6 +219,10 @@ private:
         out_.micro_batches_per_dp = per_dp_.data();
         out_.micro_batches_per_dp_len = per_dp_.size();
         out_.summary = &summary_;
+        // Always given (required with cfg.subgroups = 1, written either way), and read back by
+        // skrull_layout_fill().
+        out_.cp_groups = groups_.data();
+        out_.cp_groups_len = groups_.size();
         return Status();
     }
 
@@ -220,6 +233,7 @@ private:
     Buffer<uint32_t> rank_tokens_;
     Buffer<uint32_t> per_dp_;
     Buffer<std::size_t> first_of_dp_;
+    Buffer<skrull_cp_group> groups_;
     skrull_summary summary_{};
     skrull_plan_buffers out_{};
     std::size_t max_sequences_ = 0;
@@ -271,6 +285,9 @@ public:
         out.positions = positions_.data();
         out.positions_len = positions_.size();
         out.layout = &info_;
+        out.rings = rings_;
+        out.rings_len = SKRULL_MAX_RINGS;
+        out.rings_count = &rings_count_;
         return Status(skrull_layout_fill(&cfg, lengths, n, &planner.buffers(), gpu,
                                          workspace_.data(), workspace_.size(), &out));
     }
@@ -302,6 +319,17 @@ public:
     [[nodiscard]] Range<int32_t> positions() const noexcept {
         return Range<int32_t>{positions_.data(), info_.tokens};
     }
+    /// The rings of the sharded group, one CP attention call each: the whole CP group first,
+    /// then the sub-groups this GPU belongs to, largest first.
+    [[nodiscard]] Range<skrull_layout_ring> rings() const noexcept {
+        return Range<skrull_layout_ring>{rings_, rings_count_};
+    }
+    /// One ring's slice of a sharded cu_seqlens array (ring.seqs + 1 entries; subtract the
+    /// first entry to start the kernel's array at 0).
+    [[nodiscard]] static Range<int32_t> ring_slice(Range<int32_t> cu,
+                                                   const skrull_layout_ring &ring) noexcept {
+        return Range<int32_t>{cu.first + ring.offset, ring.seqs + std::size_t{1}};
+    }
 
 private:
     GpuLayout() noexcept = default;
@@ -327,6 +355,8 @@ private:
     Buffer<int32_t> rank_cu_;
     Buffer<int32_t> positions_;
     Buffer<unsigned char> workspace_;
+    skrull_layout_ring rings_[SKRULL_MAX_RINGS] = {};  // SKRULL_MAX_RINGS fits every GPU
+    uint32_t rings_count_ = 0;
     skrull_layout info_{};
 };
 

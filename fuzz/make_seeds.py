@@ -4,10 +4,15 @@
 Input format (kit/src/fuzz/decode.rs `decode`): a mode byte (0x80: Qwen2.5-7B preset,
 0x40: model fields follow, 0x20: "fit" lengths, 0x10: pad_multiple/pad_local/lockstep
 selectors follow, 0x08: a caller cost model follows (a field byte and its selector), 0x04:
-the call passes a skrull_error_info), selector bytes for dp, cp, bucket, policy, victim,
+the call passes a skrull_error_info, 0x01: subgroups = 1, 0x03: subgroups = 2 (not a flag);
+the sub-group bits read no byte), selector bytes for dp, cp, bucket, policy, victim,
 flops, shard_padding, max_micro_batches (a byte >= 0xF0 is followed by a raw little-endian
 u32), the optional parts in that order, a perturbation byte (+ its argument), then 2-byte
-lengths (0xFFF0 and above: a raw 4-byte length follows). Run: python3 fuzz/make_seeds.py
+lengths (0xFFF0 and above: a raw 4-byte length follows). Perturbations (byte % 16): 8 odd
+workspace, 9 workspace short, 10 output `arg % 6` short (placements, micro_batches, members,
+rank_tokens, per_dp, cp_groups), 11 pointer `arg % 9` NULL (those five, summary, workspace,
+lengths, cp_groups with capacity 0), 12 out.struct_size, 13 out._reserved, 14 config tail, 15
+config.struct_size. Run: python3 fuzz/make_seeds.py
 """
 import os
 import struct
@@ -71,11 +76,31 @@ SEEDS = {
     "seed-cost-invalid": cfg(mode=0x2C, policy=4) + bytes([1, 3]) + b"\x00" + lens(1, 2, 3),
     # Error details of a sequence too long for the budget.
     "seed-error-details": cfg(mode=0x04, bucket=2) + b"\x00" + lens(5, 0x7FFF, 6),
+    # Sub-groups on (mode bit 0x01), balanced, the groups written and checked.
+    "seed-subgroups-balanced": cfg(mode=0x21, dp=1, cp=5, policy=4) + b"\x00"
+    + lens(*LMSYS_LIKE),
+    # subgroups = 2 (mode bits 0x03): not a flag.
+    "seed-subgroups-invalid": cfg(mode=0x23) + b"\x00" + lens(1, 2, 3),
+    # Sub-groups on without a cp_groups buffer (NULL, perturbation 11 / 8): NULL_ARG.
+    "seed-subgroups-no-groups": cfg(mode=0x21) + bytes([11, 8]) + lens(*LMSYS_LIKE),
+    # ... and without sub-groups: allowed (the groups are optional).
+    "seed-groups-null-off": cfg() + bytes([11, 8]) + lens(*LMSYS_LIKE),
+    # cp_groups one short (perturbation 10 / 5).
+    "seed-groups-short": cfg(mode=0x21) + bytes([10, 5]) + lens(*LMSYS_LIKE),
 }
 
 # The layout target (kit/src/fuzz/layout/mod.rs): 16 header bytes (GPU mode, corruption
 # kind, index u16, value u32, call malformation, its argument, one GPU as three u16), then
-# the c_abi format above (its perturbation byte is unused).
+# the c_abi format above (its perturbation byte is unused). Corruption kinds
+# (kit/src/fuzz/layout/plan.rs `corrupt`, kind % 32): 1-4 and 21 a placement, 5-8 a
+# micro-batch, 9/22 a member, 10 two members swapped, 11/23 a rank-token entry, 12 per_dp,
+# 13-19 the summary, 20 a capacity, 24/25 a group's first rank / size, 26 the groups not
+# passed back, 27 the groups' capacity, 28 a sharded sequence moved onto the sub-group that
+# `value` picks (size: the `value`-th power of two below cp dividing it; first: by
+# `value >> 8`) with its share, rank tokens and the peak rewritten: a valid plan when
+# sub-groups are on and the budget holds. Call malformations (kit/src/fuzz/layout/call.rs
+# `malform`): output `arg % 7` short / NULL (spans, the four cu_seqlens, positions or the
+# layout record, rings).
 def hdr(mode=0, kind=0, index=0, value=0, mal=0, arg=0, gpu=(0, 0, 0)):
     return bytes([mode, kind]) + struct.pack("<HI", index, value) + bytes([mal, arg]) + \
         struct.pack("<HHH", *gpu)
@@ -84,6 +109,11 @@ def hdr(mode=0, kind=0, index=0, value=0, mal=0, arg=0, gpu=(0, 0, 0)):
 REPORT = cfg(mode=0x00, dp=1, cp=3, bucket=raw(24)) + b"\x00" + lens(1, 2, 2, 3, 4, 6, 9, 14, 30, 5)
 PAPER = cfg(mode=0x00, dp=0, cp=3, bucket=raw(24)) + b"\x00" + lens(1, 2, 2, 3, 4, 6, 9, 14, 30)
 LONG_TAIL = cfg(dp=1, cp=3, bucket=6) + b"\x00" + lens(*LMSYS_LIKE)
+SUBGROUP_LENGTHS = lens(300, 200, 120, 50, 800, 40, 7, 1)
+SUBGROUP_PLAN = cfg(mode=0x21, dp=0, cp=5, bucket=7, policy=2) + b"\x00" + SUBGROUP_LENGTHS
+SUBGROUP_ZIGZAG = cfg(mode=0x21, dp=0, cp=5, bucket=7, policy=2, pad=1) + b"\x00" \
+    + SUBGROUP_LENGTHS
+SUBGROUP_OFF = cfg(mode=0x20, dp=0, cp=5, bucket=7, policy=2) + b"\x00" + SUBGROUP_LENGTHS
 
 LAYOUT_SEEDS = {
     # Every GPU of valid plans: each policy (balanced through a raw selector), both paddings.
@@ -129,6 +159,23 @@ LAYOUT_SEEDS = {
     "seed-plan-capacity-size-max": hdr(mal=9, arg=3) + REPORT,
     "seed-spans-spare-on-positions": hdr(mal=10) + REPORT,
     "seed-output-in-plan-spare": hdr(mal=11) + REPORT,
+    # Sub-groups: DP 1 x CP 8, BucketSize 1000, packed (everything sharded), sub-groups on;
+    # sequence 0 moved onto ranks 0..4 (value 1), sequence 1 onto 4..8 (value 0x101).
+    "seed-subgroup-regroup": hdr(kind=28, value=1) + SUBGROUP_PLAN,
+    "seed-subgroup-regroup-upper": hdr(kind=28, index=1, value=0x101) + SUBGROUP_PLAN,
+    "seed-subgroup-regroup-zigzag": hdr(kind=28, value=0x100) + SUBGROUP_ZIGZAG,
+    "seed-subgroup-exact-sizes": hdr(mode=2, kind=28, value=1) + SUBGROUP_PLAN,
+    # The same move in a configuration without sub-groups: PLAN_INVALID.
+    "seed-subgroup-without-flag": hdr(kind=28, value=1) + SUBGROUP_OFF,
+    # A group edited: first rank 3 (misaligned), size 5; the groups dropped (a whole-group
+    # plan reads the same without them); their capacity one short.
+    "seed-group-misaligned": hdr(kind=24, value=3) + SUBGROUP_PLAN,
+    "seed-group-size": hdr(kind=25, value=5) + SUBGROUP_PLAN,
+    "seed-groups-dropped": hdr(kind=26) + SUBGROUP_PLAN,
+    "seed-groups-capacity": hdr(kind=27, value=1) + SUBGROUP_PLAN,
+    # The rings NULL with sub-groups (NULL_ARG), and one short with exact sizes.
+    "seed-rings-null": hdr(mal=8, arg=6) + SUBGROUP_PLAN,
+    "seed-rings-short": hdr(mode=2, kind=28, value=1, mal=6, arg=6) + SUBGROUP_PLAN,
 }
 
 for target, seeds in (("c_abi", SEEDS), ("rust_api", SEEDS), ("layout", LAYOUT_SEEDS)):

@@ -140,6 +140,13 @@
 #define SKRULL_NO_MICRO_BATCH UINT32_MAX
 
 /**
+ * The most rings one GPU belongs to (the whole group, and one sub-group of each power-of-two
+ * size below `cp`): the capacity of `skrull_layout_buffers.rings` that fits every GPU of every
+ * plan (1 is enough without `skrull_config.subgroups`).
+ */
+#define SKRULL_MAX_RINGS 8
+
+/**
  * The C ABI version this header describes.
  *
  * A single integer, independent of the crate's semver, increased by one whenever a change
@@ -426,7 +433,7 @@ typedef struct skrull_cost_model {
 } skrull_cost_model;
 
 /**
- * Everything `skrull_schedule()` needs besides the lengths (version 1: 60 bytes; now 80 on
+ * Everything `skrull_schedule()` needs besides the lengths (version 1: 60 bytes; now 88 on
  * 64-bit targets).
  *
  * Initialise it with `skrull_config_init(&c, sizeof c)` or
@@ -500,6 +507,23 @@ typedef struct skrull_config {
      * preset for `model`. See `skrull_cost_model_preset()`.
      */
     const struct skrull_cost_model *cost_model;
+    /**
+     * 1: a policy may shard a sequence over an aligned sub-group of `g` CP ranks (`g` a power
+     * of two dividing `cp`, starting at a multiple of `g`) instead of the whole group, where
+     * its cost model says that is faster (`balanced` does; the other policies never do). The
+     * caller must then read each sequence's group from `skrull_plan_buffers.cp_groups` (which
+     * becomes required) and run one CP attention call per ring of the layout
+     * (`skrull_layout_buffers.rings`, also required). 0 (what the initialisers write, and the
+     * value for a caller whose `struct_size` ends before this field): every sharded sequence
+     * spans the whole CP group. Other values: `SKRULL_STATUS_INVALID_ENUM`. Added after
+     * version 1.
+     */
+    uint32_t subgroups;
+    /**
+     * Must be 0 (`SKRULL_STATUS_INVALID_ARG` otherwise): explicit padding to a multiple of 8
+     * bytes, kept for a future field.
+     */
+    uint32_t _reserved;
 } skrull_config;
 
 /**
@@ -529,14 +553,16 @@ typedef struct skrull_placement {
      */
     uint32_t micro_batch;
     /**
-     * `SKRULL_SHARDED` (-1): split over every CP rank of the group; otherwise the CP rank
-     * that holds it whole.
+     * `SKRULL_SHARDED` (-1): split over the CP ranks of its group (the whole CP group, or
+     * with `skrull_config.subgroups` the sub-group in `skrull_plan_buffers.cp_groups`);
+     * otherwise the CP rank that holds it whole.
      */
     int32_t cp_rank;
     /**
      * Tokens it occupies on each GPU that holds it: its length when local (padded to
-     * `pad_multiple` with `pad_local`); its share when sharded (`ceil(len / cp)`, or the
-     * padded share with `SKRULL_SHARD_PADDING_ZIGZAG` or a pad multiple above 1).
+     * `pad_multiple` with `pad_local`); its share over its group when sharded
+     * (`ceil(len / g)` for a group of `g` ranks, or the padded share with
+     * `SKRULL_SHARD_PADDING_ZIGZAG` or a pad multiple above 1).
      */
     uint32_t tokens_per_gpu;
 } skrull_placement;
@@ -586,7 +612,7 @@ typedef struct skrull_summary {
      */
     uint32_t micro_batches;
     /**
-     * Sequences sharded over their CP group.
+     * Sequences sharded over their CP group (the whole group or a sub-group).
      */
     uint32_t sharded;
     /**
@@ -641,6 +667,25 @@ typedef struct skrull_error_info {
 } skrull_error_info;
 
 /**
+ * The consecutive CP ranks `first .. first + size` that hold one sequence (frozen layout, 8
+ * bytes): `{cp_rank, 1}` for a local sequence, `{0, cp}` for one sharded over the whole CP
+ * group, and for one sharded over a sub-group (`skrull_config.subgroups`) an aligned block:
+ * `size` a power of two, `2 <= size < cp`, dividing `cp`, and `first` a multiple of `size`.
+ * Such a sequence is one more ring: a CP attention call over the process group of those
+ * ranks.
+ */
+typedef struct skrull_cp_group {
+    /**
+     * The first CP rank.
+     */
+    uint32_t first;
+    /**
+     * How many CP ranks (1: a local sequence).
+     */
+    uint32_t size;
+} skrull_cp_group;
+
+/**
  * The output buffers `skrull_schedule()` fills, each a pointer and its capacity in elements.
  *
  * Size them with `skrull_plan_sizes()`. Nothing is written unless the call returns
@@ -651,8 +696,8 @@ typedef struct skrull_error_info {
  * capacity its `_len` field states, not only the part a call writes. These ranges must not
  * overlap each other, the lengths or the workspace, and none may exceed `PTRDIFF_MAX` bytes or
  * run past the end of the address space (`SKRULL_STATUS_INVALID_ARG`). A pointer may be NULL
- * only when its capacity is 0 and the batch needs none of it. `struct_size` follows the rules
- * of `skrull_config`.
+ * only when its capacity is 0 and the batch needs none of it (`cp_groups`: see there).
+ * `struct_size` follows the rules of `skrull_config`.
  */
 typedef struct skrull_plan_buffers {
     /**
@@ -714,6 +759,21 @@ typedef struct skrull_plan_buffers {
      * ends before it gets no details.
      */
     struct skrull_error_info *error;
+    /**
+     * Per sequence, in input order, the CP ranks that hold it (capacity: `n`): `{cp_rank,
+     * 1}` local, `{0, cp}` sharded over the whole group, else the sub-group it is sharded
+     * over. Written when not NULL; required (NULL: `SKRULL_STATUS_NULL_ARG`, short:
+     * `SKRULL_STATUS_OUTPUT_TOO_SMALL`) when `skrull_config.subgroups` is 1, since `cp_rank`
+     * -1 then no longer says which ranks hold a sequence. The layout functions read it back
+     * when present (it must then hold `n` entries consistent with the placements, else
+     * `SKRULL_STATUS_PLAN_INVALID`); absent (NULL, or a `struct_size` that ends before it),
+     * every sharded sequence is taken to span the whole group. Added after version 1.
+     */
+    struct skrull_cp_group *cp_groups;
+    /**
+     * Capacity of `cp_groups`, in elements.
+     */
+    size_t cp_groups_len;
 } skrull_plan_buffers;
 
 /**
@@ -749,7 +809,8 @@ typedef struct skrull_span {
      */
     uint32_t seq;
     /**
-     * -1 for a whole local sequence, else the zigzag chunk index `0 .. 2 * cp`.
+     * -1 for a whole local sequence, else the zigzag chunk index `0 .. 2 * g` over the `g`
+     * ranks of the sequence's group (`g = cp` for the whole CP group).
      */
     int32_t chunk;
     /**
@@ -803,7 +864,8 @@ typedef struct skrull_layout {
      */
     uint32_t local_seqs;
     /**
-     * Sequences sharded over the CP group (two spans each).
+     * Sequences sharded over a CP group this GPU belongs to (two spans each): the whole group
+     * or, with `skrull_config.subgroups`, a sub-group (see `skrull_layout_buffers.rings`).
      */
     uint32_t sharded_seqs;
     /**
@@ -866,11 +928,38 @@ typedef struct skrull_layout {
 } skrull_layout;
 
 /**
+ * One ring of a GPU's sharded group (frozen layout, 16 bytes): the sequences sharded over CP
+ * ranks `first .. first + size`, which are entries `offset .. offset + seqs` of the sharded
+ * group (`sharded_cu_seqlens[offset ..= offset + seqs]`, the same slices of
+ * `sharded_cu_seqlens_padded` and `rank_cu_seqlens`, and spans `local_seqs + 2 * offset ..`).
+ * Run the CP attention kernel once per ring, over that ring's process group, on those
+ * slices less their first entry's value (each ring's arrays start at 0 for the kernel).
+ */
+typedef struct skrull_layout_ring {
+    /**
+     * The ring's first CP rank.
+     */
+    uint32_t first;
+    /**
+     * Its ranks: `cp` for the whole CP group, else a sub-group of `size` ranks.
+     */
+    uint32_t size;
+    /**
+     * Index of its first sequence in the sharded group.
+     */
+    uint32_t offset;
+    /**
+     * Sequences it holds (at least 1).
+     */
+    uint32_t seqs;
+} skrull_layout_ring;
+
+/**
  * The output buffers `skrull_layout_fill()` fills, each a pointer and its capacity in
  * elements (size them once with `skrull_layout_sizes_max()`).
  *
  * Nothing is written unless the call returns `SKRULL_STATUS_OK`; then only the valid entries
- * named in `skrull_layout` are written. `positions` may be NULL with `positions_len` 0 to
+ * named in `skrull_layout` (and `rings[0 .. *rings_count]`) are written. `positions` may be NULL with `positions_len` 0 to
  * skip the full position-id array (the spans carry the same ranges). As in
  * `skrull_plan_buffers`, each buffer is its declared range (the whole capacity): the ranges
  * must not overlap each other, the workspace or any input (the lengths, the `summary` and every
@@ -960,11 +1049,33 @@ typedef struct skrull_layout_buffers {
      * Capacity of `local_cu_seqlens_padded`, in elements.
      */
     size_t local_cu_seqlens_padded_len;
+    /**
+     * The rings of the sharded group, one per CP group this GPU shards sequences over: the
+     * whole CP group first, then its sub-groups, largest first (capacity: this GPU's rings,
+     * at most `SKRULL_MAX_RINGS`; 1 without `skrull_config.subgroups`). The sharded group
+     * holds the rings' sequences block after block, and the sharded `cu_seqlens` arrays run on
+     * across the blocks: run one CP attention call per ring (see `skrull_layout_ring`).
+     * Required when `skrull_config.subgroups` is 1 (NULL: `SKRULL_STATUS_NULL_ARG`); without
+     * sub-groups it may be NULL with length 0 (there is then at most one ring, the whole
+     * group's). Added after version 1.
+     */
+    struct skrull_layout_ring *rings;
+    /**
+     * Capacity of `rings`, in elements.
+     */
+    size_t rings_len;
+    /**
+     * Receives the number of rings written to `rings` (0 without sharded sequences, 1 with
+     * only the whole group's; NULL: not written). Optional: the `seqs` of the rings also add
+     * up to `skrull_layout.sharded_seqs`. Added after version 1.
+     */
+    uint32_t *rings_count;
 } skrull_layout_buffers;
 
 /**
  * Element counts of the `skrull_layout_buffers` arrays, and the workspace bytes the layout
- * functions need (frozen layout, 5 `size_t`).
+ * functions need (frozen layout, 5 `size_t`). It has no room for `rings`: give that
+ * `SKRULL_MAX_RINGS` entries (1 without `skrull_config.subgroups`).
  */
 typedef struct skrull_layout_capacity {
     /**
@@ -1052,7 +1163,7 @@ uint32_t skrull_abi_version(void);
  * The version-1 initialiser: `skrull_config_init(out, 60)`. It writes the first 60 bytes
  * only (what a program built against the first header has) and sets `struct_size = 60`, so
  * the library ignores every field added since (`pad_multiple`, `pad_local`, `lockstep`,
- * `cost_model`): new code calls `skrull_config_init(&cfg, sizeof cfg)` instead.
+ * `cost_model`, `subgroups`): new code calls `skrull_config_init(&cfg, sizeof cfg)` instead.
  *
  * # Safety
  * Unless NULL, `out` must be valid for writing 60 bytes. Safe to call from any thread.
@@ -1062,7 +1173,7 @@ skrull_status skrull_config_default(struct skrull_config *out);
 /**
  * Fills the first `out_size` bytes of `*out` with the defaults (the Qwen2.5-0.5B preset: DP
  * 4, CP 8, BucketSize 26624, policy skrull, victim shortest, paper FLOPs, no shard padding,
- * no pad multiple, no lockstep, no micro-batch limit, the H100 cost model) and sets
+ * no pad multiple, no lockstep, no micro-batch limit, the H100 cost model, no sub-groups) and sets
  * `struct_size = min(out_size, sizeof(skrull_config))`. Call it as
  * `skrull_config_init(&cfg, sizeof cfg)`: a program built against an older, smaller header
  * then gets exactly the fields it has, and a newer library never writes past them.
@@ -1161,16 +1272,18 @@ skrull_status skrull_dacp_place(const struct skrull_config *config,
  * Fills `out` with one GPU's layout (`gpu`: DP rank, micro-batch, CP rank) of the plan that
  * `skrull_schedule()` wrote into `plan` for `config` and the `n` `lengths`: the spans in the
  * order the GPU packs its tokens (local group, then the two zigzag chunks of every sharded
- * sequence), the varlen `cu_seqlens` of both groups, position ids (unless skipped) and
- * `*out->layout` (counts, `max_seqlen`s, loss weights). See `docs/layout.md`.
+ * sequence, ring by ring), the varlen `cu_seqlens` of both groups, the rings (unless
+ * skipped), position ids (unless skipped) and `*out->layout` (counts, `max_seqlen`s, loss
+ * weights). See `docs/layout.md`.
  *
  * Arguments and the workspace are those of `skrull_layout_sizes()`; buffers sized with
  * `skrull_layout_sizes_max()` fit every GPU. Outputs are written only on success. Statuses,
  * first problem first: as `skrull_layout_sizes()` up to `LAYOUT_OVERFLOW` (with `out` NULL,
  * misaligned, struct size or reserved field checked right after `plan`), then
  * `out->layout` (NULL, misaligned), each buffer in field order (NULL with a nonzero capacity,
- * misaligned or an impossible declared range, then `OUTPUT_TOO_SMALL`), then overlapping
- * declared ranges (`INVALID_ARG`; see `skrull_layout_buffers`). No allocation, no state;
+ * or `rings` NULL when `config->subgroups` is 1; misaligned or an impossible declared range,
+ * then `OUTPUT_TOO_SMALL`; `rings_count` misaligned), then overlapping declared ranges
+ * (`INVALID_ARG`; see `skrull_layout_buffers`). No allocation, no state;
  * thread-safe with separate workspaces and outputs.
  *
  * # Safety
@@ -1234,7 +1347,9 @@ skrull_status skrull_layout_sizes(const struct skrull_config *config,
  * Sizes that hold the layout of every GPU of every plan of up to `n` sequences under
  * `config` (every plan `skrull_schedule()` returns): `2n` spans, `n + 1` entries per
  * `cu_seqlens` array, `bucket_tokens` position ids, and the workspace bytes the other layout
- * functions need for `n` sequences. Allocate the buffers once and reuse them every step.
+ * functions need for `n` sequences. Allocate the buffers once and reuse them every step
+ * (`rings`, which this frozen struct has no field for: `SKRULL_MAX_RINGS` entries with
+ * `subgroups`, 1 without).
  *
  * Returns `SKRULL_STATUS_NULL_ARG` for a NULL `config` or `out`, the configuration's own
  * errors (as `skrull_schedule()`), `SKRULL_STATUS_TOO_MANY_SEQUENCES` for `n > 65536`;
@@ -1280,8 +1395,9 @@ skrull_status skrull_plan_sizes(size_t n, uint32_t dp, uint32_t cp, struct skrul
 
 /**
  * Plans one global batch: every sequence's DP rank, micro-batch and placement (local on one
- * CP rank, or sharded over the CP group), the micro-batch table grouped by (DP rank,
- * micro-batch), per-GPU token loads and a summary.
+ * CP rank, or sharded over the CP group, or with `skrull_config.subgroups` over an aligned
+ * sub-group of it), the micro-batch table grouped by (DP rank, micro-batch), per-GPU token
+ * loads and a summary.
  *
  * Every rank of a training job may call this with the same configuration and lengths and
  * gets a bit-identical plan (integer arithmetic only), so no broadcast is needed.
@@ -1297,8 +1413,8 @@ skrull_status skrull_plan_sizes(size_t n, uint32_t dp, uint32_t cp, struct skrul
  * size, option integers, then ranges `INVALID_DP` ... `INVALID_MODEL`), `out` (NULL,
  * misaligned, struct size, reserved field), `TOO_MANY_SEQUENCES`, `lengths`, `workspace`
  * (NULL, then `WORKSPACE_TOO_SMALL`), the summary pointer, each output buffer in field order
- * (NULL with a nonzero capacity, misaligned or an impossible declared range, then
- * `OUTPUT_TOO_SMALL`), the workspace's declared range, overlapping declared ranges (outputs,
+ * (NULL with a nonzero capacity, or `cp_groups` NULL when `subgroups` is 1; misaligned or an
+ * impossible declared range, then `OUTPUT_TOO_SMALL`), the workspace's declared range, overlapping declared ranges (outputs,
  * workspace and lengths; see `skrull_plan_buffers`), then the batch's own errors
  * (`EMPTY_SEQUENCE`, `LENGTH_OUT_OF_RANGE`, `SEQUENCE_TOO_LONG`: the first offending
  * sequence in input order) and `MICRO_BATCH_LIMIT`.

@@ -29,7 +29,7 @@ use skrull_core::{
 use skrull_kit::Guarded;
 use skrull_kit::c_check::{CPlan, check_c_plan};
 use skrull_kit::check::independent_check;
-use skrull_kit::guarded::{FILL, FILL_MB, FILL_P, FILL_RMB, FILL_RP, FILL_S};
+use skrull_kit::guarded::{FILL, FILL_G, FILL_MB, FILL_P, FILL_RMB, FILL_RP, FILL_S};
 
 /// The docs' example batch (docs/c_api.md): DP 2, CP 4, BucketSize 24.
 const EXAMPLE: [u32; 10] = [1, 2, 2, 3, 4, 6, 9, 14, 30, 5];
@@ -794,6 +794,7 @@ enum P {
     RankTokens,
     PerDp,
     Summary,
+    CpGroups,
 }
 
 /// One `skrull_schedule()` call: starts from the docs' example and changes one thing (or a
@@ -878,6 +879,8 @@ fn run_c(name: &str, spec: &CSpec) -> skrull_status {
     let mut rank_tokens = Guarded::new(sz.rank_tokens, FILL);
     let mut per_dp = Guarded::new(sz.micro_batches_per_dp, FILL);
     let mut summary = Guarded::new(1, FILL_S);
+    // As many groups as placements (`skrull_sizes` has no entry for them).
+    let mut groups = Guarded::new(sz.placements, FILL_G);
     let mut workspace = Guarded::new(ws_given.max(sz.workspace_bytes), 0x5Au8);
 
     let cap = |len: usize, which: P| {
@@ -904,6 +907,13 @@ fn run_c(name: &str, spec: &CSpec) -> skrull_status {
         micro_batches_per_dp_len: cap(sz.micro_batches_per_dp, P::PerDp),
         summary: maybe_misalign(summary.ptr(), spec, P::Summary),
         error: std::ptr::null_mut(),
+        cp_groups: maybe_misalign(groups.ptr(), spec, P::CpGroups),
+        // A caller without groups passes NULL with capacity 0.
+        cp_groups_len: if spec.null.contains(&P::CpGroups) {
+            0
+        } else {
+            cap(sz.placements, P::CpGroups)
+        },
     };
     let lengths_ptr = maybe_misalign(lengths.ptr(), spec, P::Lengths);
     let ws_ptr = maybe_misalign(workspace.ptr(), spec, P::Workspace);
@@ -913,6 +923,7 @@ fn run_c(name: &str, spec: &CSpec) -> skrull_status {
         Some((P::RankTokens, P::Lengths)) => out.rank_tokens = lengths_ptr,
         Some((P::Members, P::Workspace)) => out.members = ws_ptr.cast::<u32>(),
         Some((P::Summary, P::Placements)) => out.summary = out.placements.cast::<skrull_summary>(),
+        Some((P::CpGroups, P::Placements)) => out.cp_groups = out.placements.cast(),
         Some(o) => panic!("no such overlap case {o:?}"),
     }
     let mut out_mem = vec![0u64; STRUCT_WORDS];
@@ -971,6 +982,7 @@ fn run_c(name: &str, spec: &CSpec) -> skrull_status {
         rank_tokens.untouched_from(0, &format!("{name}: rank_tokens"));
         per_dp.untouched_from(0, &format!("{name}: micro_batches_per_dp"));
         summary.untouched_from(0, &format!("{name}: summary"));
+        groups.untouched_from(0, &format!("{name}: cp_groups"));
         return st;
     }
     let s = summary.body()[0];
@@ -981,7 +993,18 @@ fn run_c(name: &str, spec: &CSpec) -> skrull_status {
     rank_tokens.untouched_from(mbs * cp as usize, &format!("{name}: rank_tokens"));
     per_dp.untouched_from(dp as usize, &format!("{name}: micro_batches_per_dp"));
     summary.untouched_from(1, &format!("{name}: summary"));
-    let cfg = spec.cfg.to_core().unwrap();
+    // The groups reach the library when not NULL and the struct is large enough to hold them.
+    let groups_given = !out.cp_groups.is_null() && spec.out_size as usize >= size_of_val(&out);
+    groups.untouched_from(
+        if groups_given { k } else { 0 },
+        &format!("{name}: cp_groups"),
+    );
+    // A configuration struct that ends before `subgroups` plans without them.
+    let mut read = spec.cfg;
+    if read.struct_size as usize <= core::mem::offset_of!(skrull_config, subgroups) {
+        read.subgroups = 0;
+    }
+    let cfg = read.to_core().unwrap();
     let plan = CPlan {
         placements: placements.body(),
         micro_batches: micro_batches.body(),
@@ -989,6 +1012,7 @@ fn run_c(name: &str, spec: &CSpec) -> skrull_status {
         rank_tokens: rank_tokens.body(),
         per_dp: per_dp.body(),
         summary: &s,
+        cp_groups: groups_given.then(|| groups.body()),
     };
     if let Err(e) = check_c_plan(&cfg, &spec.lengths, &plan) {
         panic!("{name}: the plan fails the checker: {e}");
@@ -1018,9 +1042,18 @@ fn c_cases() -> Vec<(&'static str, CSpec, skrull_status)> {
         ("NULL rank_tokens", P::RankTokens),
         ("NULL micro_batches_per_dp", P::PerDp),
         ("NULL summary", P::Summary),
+        ("NULL cp_groups with sub-groups", P::CpGroups),
     ] {
         add(name, S::NullArg, &|s| s.null = vec![p]);
     }
+    add("NULL cp_groups without sub-groups", S::Ok, &|s| {
+        s.cfg.subgroups = 0;
+        s.null = vec![P::CpGroups];
+    });
+    add("n = 0, NULL cp_groups with sub-groups", S::NullArg, &|s| {
+        s.lengths.clear();
+        s.null = vec![P::CpGroups];
+    });
     add("NULL lengths, n = 0", S::Ok, &|s| {
         s.lengths.clear();
         s.null = vec![P::Lengths];
@@ -1053,6 +1086,7 @@ fn c_cases() -> Vec<(&'static str, CSpec, skrull_status)> {
         ("misaligned rank_tokens", P::RankTokens),
         ("misaligned micro_batches_per_dp", P::PerDp),
         ("misaligned summary", P::Summary),
+        ("misaligned cp_groups", P::CpGroups),
     ] {
         add(name, S::InvalidArg, &|s| s.misalign = Some(p));
     }
@@ -1109,10 +1143,23 @@ fn c_cases() -> Vec<(&'static str, CSpec, skrull_status)> {
     // struct_size of the output buffers, and the reserved field.
     let ob = size_of::<skrull_plan_buffers>() as u32;
     let ob_v1 = skrull::plan::PLAN_BUFFERS_SIZE_V1 as u32;
+    let ob_error = core::mem::offset_of!(skrull_plan_buffers, cp_groups) as u32;
     for (name, size, want) in [
         ("out struct_size 0", 0, S::BadStructSize),
         ("out struct_size v1 - 1", ob_v1 - 1, S::BadStructSize),
-        ("out struct_size v1 (no error details)", ob_v1, S::Ok),
+        // Sub-groups need the groups, which a struct this small has no room for.
+        ("out struct_size v1 (no error details)", ob_v1, S::NullArg),
+        (
+            "out struct_size v1 + error (no cp_groups)",
+            ob_error,
+            S::NullArg,
+        ),
+        (
+            "out struct_size v1 + error + 4",
+            ob_error + 4,
+            S::BadStructSize,
+        ),
+        ("out struct_size current - 8", ob - 8, S::BadStructSize),
         (
             "out struct_size 4097",
             SKRULL_MAX_STRUCT_SIZE + 1,
@@ -1122,6 +1169,15 @@ fn c_cases() -> Vec<(&'static str, CSpec, skrull_status)> {
         ("out struct_size v1 + 8, zero tail", ob + 8, S::Ok),
     ] {
         add(name, want, &|s| s.out_size = size);
+    }
+    for (name, size) in [
+        ("out struct_size v1, no sub-groups", ob_v1),
+        ("out struct_size v1 + error, no sub-groups", ob_error),
+    ] {
+        add(name, S::Ok, &|s| {
+            s.out_size = size;
+            s.cfg.subgroups = 0;
+        });
     }
     add("out with a nonzero unknown byte", S::BadStructSize, &|s| {
         s.out_size = 4096;
@@ -1145,9 +1201,30 @@ fn c_cases() -> Vec<(&'static str, CSpec, skrull_status)> {
         ("shard_padding u32::MAX", |s| s.cfg.shard_padding = u32::MAX),
         ("swiglu 2", |s| s.cfg.model.swiglu = 2),
         ("swiglu u32::MAX", |s| s.cfg.model.swiglu = u32::MAX),
+        ("subgroups 2", |s| s.cfg.subgroups = 2),
+        ("subgroups u32::MAX", |s| s.cfg.subgroups = u32::MAX),
     ] {
         add(name, S::InvalidEnum, &f);
     }
+    add("config _reserved nonzero", S::InvalidArg, &|s| {
+        s.cfg._reserved = 1
+    });
+    add(
+        "config _reserved before option integers",
+        S::InvalidArg,
+        &|s| {
+            (s.cfg._reserved, s.cfg.policy) = (1, 99);
+        },
+    );
+    add(
+        "config struct_size before subgroups: they are off, cp_groups optional",
+        S::Ok,
+        &|s| {
+            s.cfg.struct_size = core::mem::offset_of!(skrull_config, subgroups) as u32;
+            s.cfg.subgroups = 2;
+            s.null = vec![P::CpGroups];
+        },
+    );
     // DP, CP, BucketSize, model.
     for (name, f, want) in [
         (
@@ -1282,9 +1359,18 @@ fn c_cases() -> Vec<(&'static str, CSpec, skrull_status)> {
         ("members one short", P::Members),
         ("rank_tokens one short", P::RankTokens),
         ("micro_batches_per_dp one short", P::PerDp),
+        ("cp_groups one short", P::CpGroups),
     ] {
         add(name, S::OutputTooSmall, &|s| s.short = Some(p));
     }
+    add(
+        "cp_groups one short without sub-groups",
+        S::OutputTooSmall,
+        &|s| {
+            s.cfg.subgroups = 0;
+            s.short = Some(P::CpGroups);
+        },
+    );
     add(
         "NULL micro_batches_per_dp of capacity 0",
         S::OutputTooSmall,
@@ -1314,6 +1400,9 @@ fn c_cases() -> Vec<(&'static str, CSpec, skrull_status)> {
     });
     add("summary overlaps placements", S::InvalidArg, &|s| {
         s.overlap = Some((P::Summary, P::Placements));
+    });
+    add("cp_groups overlap placements", S::InvalidArg, &|s| {
+        s.overlap = Some((P::CpGroups, P::Placements));
     });
     // The documented order: the first problem wins.
     add("option integer before range", S::InvalidEnum, &|s| {
@@ -1504,6 +1593,8 @@ fn c_config_initialisers_matrix() {
         pad_local: FILL,
         lockstep: FILL,
         cost_model: 0x5A5A_5A5A as *const skrull::skrull_cost_model,
+        subgroups: FILL,
+        _reserved: FILL,
     };
     // (name, preset or None for skrull_config_default, NULL out, status)
     let cases: [(&str, Option<u32>, bool, skrull_status); 8] = [
@@ -1571,9 +1662,12 @@ fn c_config_initialisers_matrix() {
                         c.to_core().is_ok_and(|cfg| cfg.validate().is_ok()),
                         "{name}"
                     );
+                    // Sub-groups are opt-in.
+                    assert_eq!((c.subgroups, c._reserved), (0, 0), "{name}");
                 } else {
                     // The fields past version 1 keep the caller's bytes.
                     assert_eq!((c.pad_multiple, c.lockstep), (FILL, FILL), "{name}");
+                    assert_eq!((c.subgroups, c._reserved), (FILL, FILL), "{name}");
                 }
                 out.guards_intact(&format!("{name}: config"));
             } else {

@@ -19,12 +19,12 @@ use skrull_kit::c_plan::OwnedCPlan;
 use skrull_kit::cases::{Case, POLICIES, cases, with_policy};
 use skrull_kit::fuzz::c_abi::{c_as_rust, rust_plan};
 
-/// The case's configuration under `policy`, as the C struct (asserting the translation
-/// round-trips, so a policy the C ABI cannot name fails here).
-fn c_config(case: &Case, policy: skrull_core::Policy) -> (Config, skrull_config) {
-    // Sub-group sharding is opt-in through the C ABI (the caller must read the groups).
+/// The case's configuration under `policy`, with sub-groups as the case has them (on) or off,
+/// as the C struct (asserting the translation round-trips, so a policy or option the C ABI
+/// cannot name fails here).
+fn c_config(case: &Case, policy: skrull_core::Policy, subgroups: bool) -> (Config, skrull_config) {
     let cfg = Config {
-        subgroups: false,
+        subgroups: case.cfg.subgroups && subgroups,
         ..with_policy(&case.cfg, policy)
     };
     let c = skrull_config::from_core(&cfg);
@@ -36,10 +36,10 @@ fn c_config(case: &Case, policy: skrull_core::Policy) -> (Config, skrull_config)
     (cfg, c)
 }
 
-/// One C call for `case` under `policy`: valid, equal to the Rust API, and a second call
-/// (with a differently dirtied workspace) gives identical bytes.
-fn c_matches_rust(case: &Case, policy: skrull_core::Policy) -> Result<(), String> {
-    let (cfg, c) = c_config(case, policy);
+/// One C call for `case` under `policy`: valid, equal to the Rust API (the groups included),
+/// and a second call (with a differently dirtied workspace) gives identical bytes.
+fn c_matches_rust(case: &Case, policy: skrull_core::Policy, subgroups: bool) -> Result<(), String> {
+    let (cfg, c) = c_config(case, policy, subgroups);
     let n = case.lengths.len();
     let mut a = OwnedCPlan::new(n, &cfg, 0xA5);
     let st = a.schedule(&c, &case.lengths);
@@ -64,9 +64,10 @@ fn c_matches_rust(case: &Case, policy: skrull_core::Policy) -> Result<(), String
 #[cfg_attr(miri, ignore)]
 fn c_plans_are_valid_equal_to_rust_and_repeatable() {
     fn prop(case: Case, which: u8) -> TestResult {
-        // One policy per case keeps 10,000 cases fast; `which` spreads them evenly.
+        // One policy per case keeps 10,000 cases fast; `which` spreads them evenly, and its
+        // top bit turns sub-groups off for half of them.
         let policy = POLICIES[usize::from(which) % POLICIES.len()];
-        match c_matches_rust(&case, policy) {
+        match c_matches_rust(&case, policy, which & 0x80 == 0) {
             Ok(()) => TestResult::passed(),
             Err(e) => TestResult::error(e),
         }
@@ -82,7 +83,7 @@ fn c_plans_are_valid_equal_to_rust_and_repeatable() {
 fn eight_threads_at_once_get_identical_bytes() {
     fn prop(case: Case, which: u8) -> TestResult {
         let policy = POLICIES[usize::from(which) % POLICIES.len()];
-        let (cfg, c) = c_config(&case, policy);
+        let (cfg, c) = c_config(&case, policy, which & 0x80 == 0);
         let n = case.lengths.len();
         let mut reference = OwnedCPlan::new(n, &cfg, 0);
         if reference.schedule(&c, &case.lengths) != skrull_status::Ok {

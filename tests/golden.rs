@@ -3,8 +3,11 @@
 //! compiler, another architecture, a refactor) fails here loudly.
 //!
 //! The hash is FNV-1a 64 over, in order, every placement's `dp_rank`, `micro_batch` and
-//! `cp_rank` (as `u32`), then every DP rank's micro-batch count, each written as 4
-//! little-endian bytes, so the value does not depend on the platform's endianness or layout.
+//! `cp_rank` (as `u32`), followed by the first rank and size of its group for a sequence
+//! sharded over a proper sub-group (nothing more for a local sequence or one sharded over the
+//! whole group, so plans without sub-groups keep the hashes they had before sub-groups
+//! existed), then every DP rank's micro-batch count, each written as 4 little-endian bytes,
+//! so the value does not depend on the platform's endianness or layout.
 //! The input batches are hashed the same way and pinned too, so a change in the sampler is
 //! told apart from a change in the scheduler.
 //!
@@ -16,6 +19,7 @@ use skrull::{skrull_config, skrull_status};
 use skrull_core::{Config, ModelShape, Policy};
 use skrull_kit::OwnedBuffers;
 use skrull_kit::batch::{DEFAULT_BATCH, DEFAULT_SEED, default_lengths, table1_lengths};
+use skrull_kit::c_check::c_group;
 use skrull_kit::c_plan::OwnedCPlan;
 use skrull_kit::check::independent_check;
 
@@ -31,14 +35,41 @@ fn fnv1a(words: impl IntoIterator<Item = u32>) -> u64 {
     h
 }
 
-/// The plan hash: placements `(dp_rank, micro_batch, cp_rank as u32)`, then the counts.
-fn plan_hash(placements: &[(u32, u32, i32)], per_dp: &[u32]) -> u64 {
+/// One placement as hashed: `(dp_rank, micro_batch, cp_rank, sub-group)`, the sub-group
+/// `(first, size)` only for a sequence sharded over fewer ranks than the CP group.
+type Hashed = (u32, u32, i32, Option<(u32, u32)>);
+
+/// The plan hash: placements `(dp_rank, micro_batch, cp_rank as u32[, first, size])`, then
+/// the counts.
+fn plan_hash(placements: &[Hashed], per_dp: &[u32]) -> u64 {
     fnv1a(
         placements
             .iter()
-            .flat_map(|&(d, m, c)| [d, m, c as u32])
+            .flat_map(|&(d, m, c, g)| {
+                let group = g.map(|(f, s)| [f, s]);
+                [d, m, c as u32]
+                    .into_iter()
+                    .chain(group.into_iter().flatten())
+            })
             .chain(per_dp.iter().copied()),
     )
+}
+
+/// The sub-group of a sequence of `group` in a CP group of `cp` ranks (`None`: local or whole).
+fn subgroup(group: skrull::skrull_cp_group, cp: u32) -> Option<(u32, u32)> {
+    (group.size > 1 && group.size < cp).then_some((group.first, group.size))
+}
+
+#[test]
+fn plan_hash_extends_only_for_sub_groups() {
+    // Without sub-groups the hash is the one over (dp, mb, cp_rank) triples, as before.
+    let plain = [(0, 0, -1, None), (1, 0, 3, None)];
+    let triples = fnv1a([0, 0, u32::MAX, 1, 0, 3, 2]);
+    assert_eq!(plan_hash(&plain, &[2]), triples);
+    // A sub-group changes it, and which sub-group matters.
+    let a = plan_hash(&[(0, 0, -1, Some((0, 4))), (1, 0, 3, None)], &[2]);
+    let b = plan_hash(&[(0, 0, -1, Some((4, 4))), (1, 0, 3, None)], &[2]);
+    assert!(a != triples && b != triples && a != b);
 }
 
 #[test]
@@ -117,19 +148,18 @@ fn hash_of(cfg: &Config, lengths: &[u32]) -> (u64, Option<String>) {
     let mut bufs = OwnedBuffers::for_batch(lengths.len(), cfg);
     let plan = bufs.schedule(cfg, lengths).unwrap();
     assert_eq!(independent_check(cfg, lengths, &plan), Ok(()));
-    let placements: Vec<(u32, u32, i32)> = plan
+    let placements: Vec<Hashed> = plan
         .placements()
         .iter()
-        .map(|p| (p.dp_rank, p.micro_batch, p.cp_rank))
+        .map(|p| {
+            let g = subgroup(c_group(p, cfg.cp), cfg.cp);
+            (p.dp_rank, p.micro_batch, p.cp_rank, g)
+        })
         .collect();
     let rust = plan_hash(&placements, plan.micro_batches_per_dp());
     let pname = cfg.policy.name();
-    if skrull_config::from_core(cfg).to_core()
-        != Ok(Config {
-            subgroups: false,
-            ..*cfg
-        })
-    {
+    // The C configuration carries every option, sub-groups included.
+    if skrull_config::from_core(cfg).to_core() != Ok(*cfg) {
         return (
             rust,
             Some(format!(
@@ -143,7 +173,7 @@ fn hash_of(cfg: &Config, lengths: &[u32]) -> (u64, Option<String>) {
     (rust, problem)
 }
 
-/// The same hash over `skrull_schedule()`'s output.
+/// The same hash over `skrull_schedule()`'s output (the groups from `cp_groups`).
 fn c_hash(cfg: &Config, lengths: &[u32]) -> u64 {
     let mut out = OwnedCPlan::new(lengths.len(), cfg, 0);
     assert_eq!(
@@ -151,10 +181,12 @@ fn c_hash(cfg: &Config, lengths: &[u32]) -> u64 {
         skrull_status::Ok
     );
     let plan = out.plan();
-    let p: Vec<(u32, u32, i32)> = plan
+    let groups = plan.cp_groups.unwrap();
+    let p: Vec<Hashed> = plan
         .placements
         .iter()
-        .map(|p| (p.dp_rank, p.micro_batch, p.cp_rank))
+        .zip(groups)
+        .map(|(p, &g)| (p.dp_rank, p.micro_batch, p.cp_rank, subgroup(g, cfg.cp)))
         .collect();
     plan_hash(&p, plan.per_dp)
 }

@@ -251,3 +251,72 @@ fn fuzz_layout_pad_local_tiling() {
     ));
     assert!(run.plan_valid);
 }
+
+/// The sub-group seeds reach what they are named after: sub-groups on through the C ABI
+/// (planned, the groups checked), `subgroups = 2` refused, the groups required with
+/// sub-groups and optional without, their capacity checked.
+#[test]
+#[cfg_attr(miri, ignore)]
+fn c_abi_subgroup_seeds_reach_what_they_are_named_after() {
+    use skrull::skrull_status as S;
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus/c_abi");
+    let read = |name: &str| std::fs::read(dir.join(name)).unwrap();
+    for (seed, want) in [
+        ("seed-subgroups-balanced", S::Ok),
+        ("seed-subgroups-invalid", S::InvalidEnum),
+        ("seed-subgroups-no-groups", S::NullArg),
+        ("seed-groups-null-off", S::Ok),
+        ("seed-groups-short", S::OutputTooSmall),
+    ] {
+        assert_eq!(fuzz::c_abi(&read(seed)), want, "{seed}");
+    }
+    let input = fuzz::decode::decode(&read("seed-subgroups-balanced"));
+    assert!(input.core_config().unwrap().subgroups);
+    let input = fuzz::decode::decode(&read("seed-groups-null-off"));
+    assert!(!input.core_config().unwrap().subgroups);
+}
+
+/// The layout's sub-group seeds: a hand-moved sub-group laid out on every GPU and tiled over
+/// its group (also with zigzag padding and exactly sized buffers), refused without the flag
+/// or with a bad group, the groups optional for a whole-group plan, the rings required.
+#[test]
+#[cfg_attr(miri, ignore)]
+fn layout_subgroup_seeds_reach_what_they_are_named_after() {
+    use skrull::skrull_status as S;
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus/layout");
+    let run = |name: &str| fuzz::layout(&std::fs::read(dir.join(name)).unwrap());
+    for seed in [
+        "seed-subgroup-regroup",
+        "seed-subgroup-regroup-upper",
+        "seed-subgroup-regroup-zigzag",
+        "seed-subgroup-exact-sizes",
+    ] {
+        let r = run(seed);
+        assert!(r.corrupted && r.plan_valid && r.tiled, "{seed}: {r:?}");
+        assert_eq!(r.subgroups, 1, "{seed}: {r:?}");
+        assert!(r.fills.iter().all(|&s| s == S::Ok), "{seed}: {r:?}");
+    }
+    for seed in [
+        "seed-subgroup-without-flag",
+        "seed-group-misaligned",
+        "seed-group-size",
+        "seed-groups-capacity",
+    ] {
+        let r = run(seed);
+        assert!(r.corrupted && !r.plan_valid, "{seed}: {r:?}");
+        assert!(
+            r.fills.iter().all(|&s| s == S::PlanInvalid),
+            "{seed}: {r:?}"
+        );
+    }
+    let r = run("seed-groups-dropped");
+    assert!(r.corrupted && r.plan_valid && r.tiled, "{r:?}");
+    for (seed, first) in [
+        ("seed-rings-null", S::NullArg),
+        ("seed-rings-short", S::OutputTooSmall),
+    ] {
+        let r = run(seed);
+        assert_eq!(r.fills.first(), Some(&first), "{seed}: {r:?}");
+        assert!(r.fills[1..].iter().all(|&s| s == S::Ok), "{seed}: {r:?}");
+    }
+}

@@ -69,7 +69,7 @@ pub struct skrull_model_shape {
 
 const _: () = assert!(size_of::<skrull_model_shape>() == 24);
 
-/// Everything `skrull_schedule()` needs besides the lengths (version 1: 60 bytes; now 80 on
+/// Everything `skrull_schedule()` needs besides the lengths (version 1: 60 bytes; now 88 on
 /// 64-bit targets).
 ///
 /// Initialise it with `skrull_config_init(&c, sizeof c)` or
@@ -116,6 +116,19 @@ pub struct skrull_config {
     /// intra/inter-node ring latency and bandwidth), read during the call; NULL: the H100
     /// preset for `model`. See `skrull_cost_model_preset()`.
     pub cost_model: *const skrull_cost_model,
+    /// 1: a policy may shard a sequence over an aligned sub-group of `g` CP ranks (`g` a power
+    /// of two dividing `cp`, starting at a multiple of `g`) instead of the whole group, where
+    /// its cost model says that is faster (`balanced` does; the other policies never do). The
+    /// caller must then read each sequence's group from `skrull_plan_buffers.cp_groups` (which
+    /// becomes required) and run one CP attention call per ring of the layout
+    /// (`skrull_layout_buffers.rings`, also required). 0 (what the initialisers write, and the
+    /// value for a caller whose `struct_size` ends before this field): every sharded sequence
+    /// spans the whole CP group. Other values: `SKRULL_STATUS_INVALID_ENUM`. Added after
+    /// version 1.
+    pub subgroups: u32,
+    /// Must be 0 (`SKRULL_STATUS_INVALID_ARG` otherwise): explicit padding to a multiple of 8
+    /// bytes, kept for a future field.
+    pub _reserved: u32,
 }
 
 // SAFETY: the only pointer, `cost_model`, is read (never written) during a call, and the
@@ -130,19 +143,23 @@ pub const SKRULL_CONFIG_SIZE_V1: u32 = 60;
 
 /// The `struct_size` values below the current size that end on a field boundary: version 1
 /// and each appended field. Any other smaller size would cut a field in two.
-pub(crate) const CONFIG_SIZES: [usize; 5] = [
+pub(crate) const CONFIG_SIZES: [usize; 7] = [
     SKRULL_CONFIG_SIZE_V1 as usize,
     core::mem::offset_of!(skrull_config, pad_local),
     core::mem::offset_of!(skrull_config, lockstep),
     core::mem::offset_of!(skrull_config, cost_model),
+    core::mem::offset_of!(skrull_config, subgroups),
+    core::mem::offset_of!(skrull_config, _reserved),
     size_of::<skrull_config>(),
 ];
 
 /// The largest `skrull_config.pad_multiple`.
 pub const SKRULL_MAX_PAD_MULTIPLE: u32 = 65_536;
 
-const _: () =
-    assert!(size_of::<skrull_config>() == SKRULL_CONFIG_SIZE_V1 as usize + 12 + size_of::<usize>());
+const _: () = assert!(
+    size_of::<skrull_config>() == SKRULL_CONFIG_SIZE_V1 as usize + 20 + size_of::<usize>(),
+    "skrull_config must have no implicit padding"
+);
 
 impl skrull_model_shape {
     /// The C form of a core model shape.
@@ -193,25 +210,36 @@ impl skrull_config {
             // A core configuration's cost model has no C storage to point at: the caller sets
             // this pointer itself (NULL keeps the preset).
             cost_model: core::ptr::null(),
+            subgroups: u32::from(cfg.subgroups),
+            _reserved: 0,
         }
     }
 
-    /// A preset: the paper's layout and BucketSize for a Qwen2.5 model, default options.
+    /// A preset: the paper's layout and BucketSize for a Qwen2.5 model, default options, and
+    /// whole-group sharding only (`subgroups = 0`: a caller opts in to sub-groups, since it
+    /// must then read each sequence's group).
     pub fn preset(preset: u32) -> Option<Self> {
         let cfg = match preset {
             SKRULL_PRESET_QWEN2_5_0_5B => Config::new(4, 8, 26 * 1024, ModelShape::QWEN2_5_0_5B),
             SKRULL_PRESET_QWEN2_5_7B => Config::new(4, 8, 13 * 1024, ModelShape::QWEN2_5_7B),
             _ => return None,
         };
-        Some(Self::from_core(&cfg))
+        Some(Self {
+            subgroups: 0,
+            ..Self::from_core(&cfg)
+        })
     }
 
     /// Translates the option integers into the core's `Config` (not yet range-checked: the
     /// core's `Config::validate` names the first bad number).
     ///
     /// # Errors
-    /// `InvalidEnum` for an option integer this library does not know.
+    /// `InvalidArg` for a nonzero `_reserved`, then `InvalidEnum` for an option integer this
+    /// library does not know.
     pub fn to_core(&self) -> Result<Config, skrull_status> {
+        if self._reserved != 0 {
+            return Err(skrull_status::InvalidArg);
+        }
         let bad = skrull_status::InvalidEnum;
         let policy = match self.policy {
             SKRULL_POLICY_SKRULL => Policy::Skrull,
@@ -260,7 +288,7 @@ impl skrull_config {
         cfg.pad_multiple = self.pad_multiple.max(1);
         cfg.pad_local = flag(self.pad_local)?;
         cfg.lockstep = flag(self.lockstep)?;
-        cfg.subgroups = false;
+        cfg.subgroups = flag(self.subgroups)?;
         Ok(cfg)
     }
 }
@@ -338,7 +366,7 @@ pub(crate) unsafe fn read_config(ptr: *const skrull_config) -> Result<Config, Fa
 
 /// Fills the first `out_size` bytes of `*out` with the defaults (the Qwen2.5-0.5B preset: DP
 /// 4, CP 8, BucketSize 26624, policy skrull, victim shortest, paper FLOPs, no shard padding,
-/// no pad multiple, no lockstep, no micro-batch limit, the H100 cost model) and sets
+/// no pad multiple, no lockstep, no micro-batch limit, the H100 cost model, no sub-groups) and sets
 /// `struct_size = min(out_size, sizeof(skrull_config))`. Call it as
 /// `skrull_config_init(&cfg, sizeof cfg)`: a program built against an older, smaller header
 /// then gets exactly the fields it has, and a newer library never writes past them.
@@ -381,7 +409,7 @@ pub unsafe extern "C" fn skrull_config_preset_init(
 /// The version-1 initialiser: `skrull_config_init(out, 60)`. It writes the first 60 bytes
 /// only (what a program built against the first header has) and sets `struct_size = 60`, so
 /// the library ignores every field added since (`pad_multiple`, `pad_local`, `lockstep`,
-/// `cost_model`): new code calls `skrull_config_init(&cfg, sizeof cfg)` instead.
+/// `cost_model`, `subgroups`): new code calls `skrull_config_init(&cfg, sizeof cfg)` instead.
 ///
 /// # Safety
 /// Unless NULL, `out` must be valid for writing 60 bytes. Safe to call from any thread.
@@ -489,17 +517,51 @@ mod tests {
 
     #[test]
     fn out_of_range_options_are_invalid_enum() {
-        let edits: [fn(&mut skrull_config); 5] = [
+        let edits: [fn(&mut skrull_config); 6] = [
             |c| c.policy = 5,
             |c| c.victim = 2,
             |c| c.flops = u32::MAX,
             |c| c.shard_padding = 2,
             |c| c.model.swiglu = 2,
+            |c| c.subgroups = 2,
         ];
         for edit in edits {
             let mut c = default_cfg();
             edit(&mut c);
             assert_eq!(c.to_core(), Err(skrull_status::InvalidEnum));
+        }
+        // The reserved word is checked before the option integers.
+        let mut c = default_cfg();
+        (c._reserved, c.policy) = (1, 99);
+        assert_eq!(c.to_core(), Err(skrull_status::InvalidArg));
+    }
+
+    #[test]
+    fn subgroups_are_opt_in_and_round_trip() {
+        assert_eq!(default_cfg().subgroups, 0);
+        assert!(!default_cfg().to_core().unwrap().subgroups);
+        let mut c = default_cfg();
+        c.subgroups = 1;
+        let core = c.to_core().unwrap();
+        assert!(core.subgroups);
+        assert_eq!(skrull_config::from_core(&core), c);
+        // A caller whose struct ends before `subgroups` (80 bytes on 64-bit) gets them off,
+        // whatever the bytes past its struct hold; one that ends right after it is read whole.
+        let off = core::mem::offset_of!(skrull_config, subgroups) as u32;
+        for (size, want) in [(off, false), (off + 4, true)] {
+            let mut c = default_cfg();
+            (c.struct_size, c.subgroups) = (size, 1);
+            // SAFETY: a live, aligned skrull_config (larger than `size`).
+            let cfg = unsafe { read_config(&c) }.map_err(|f| f.status).unwrap();
+            assert_eq!(cfg.subgroups, want, "struct_size {size}");
+        }
+        // A size that cuts `subgroups` (or `_reserved`) in two is refused.
+        for size in [off + 2, off + 6] {
+            let mut c = default_cfg();
+            c.struct_size = size;
+            // SAFETY: as above.
+            let r = unsafe { read_config(&c) }.map_err(|f| f.status);
+            assert_eq!(r, Err(skrull_status::BadStructSize), "struct_size {size}");
         }
     }
 

@@ -13,13 +13,14 @@ use core::mem::{align_of, size_of};
 use skrull_core::config::MAX_SEQS;
 use skrull_core::plan::SHARDED;
 use skrull_core::plan::layout::{self, Gpu, LayoutBuffers, LayoutSizes};
-use skrull_core::{Config, MicroBatch, Placement, Plan, PlanParts};
+use skrull_core::{Config, CpGroup, MicroBatch, Placement, Plan, PlanParts};
 
 use crate::boundary::{Span, any_overlap, check_out, declared, guard, lengths};
 use crate::config::{read_config, read_sized, skrull_config};
 use crate::error::{Failure, finish, info_span, target};
 use crate::plan::{
-    PLAN_BUFFERS_SIZES, skrull_micro_batch, skrull_placement, skrull_plan_buffers, skrull_summary,
+    PLAN_BUFFERS_SIZES, skrull_cp_group, skrull_micro_batch, skrull_placement, skrull_plan_buffers,
+    skrull_summary,
 };
 use crate::status::skrull_status;
 use crate::workspace::Carver;
@@ -53,7 +54,8 @@ const _: () = assert!(size_of::<skrull_gpu>() == 12);
 pub struct skrull_span {
     /// The sequence (index into the batch's lengths).
     pub seq: u32,
-    /// -1 for a whole local sequence, else the zigzag chunk index `0 .. 2 * cp`.
+    /// -1 for a whole local sequence, else the zigzag chunk index `0 .. 2 * g` over the `g`
+    /// ranks of the sequence's group (`g = cp` for the whole CP group).
     pub chunk: i32,
     /// Offset of the span's first token in the GPU buffer.
     pub offset: u32,
@@ -67,8 +69,37 @@ pub struct skrull_span {
 
 const _: () = assert!(size_of::<skrull_span>() == 24);
 
+/// One ring of a GPU's sharded group (frozen layout, 16 bytes): the sequences sharded over CP
+/// ranks `first .. first + size`, which are entries `offset .. offset + seqs` of the sharded
+/// group (`sharded_cu_seqlens[offset ..= offset + seqs]`, the same slices of
+/// `sharded_cu_seqlens_padded` and `rank_cu_seqlens`, and spans `local_seqs + 2 * offset ..`).
+/// Run the CP attention kernel once per ring, over that ring's process group, on those
+/// slices less their first entry's value (each ring's arrays start at 0 for the kernel).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct skrull_layout_ring {
+    /// The ring's first CP rank.
+    pub first: u32,
+    /// Its ranks: `cp` for the whole CP group, else a sub-group of `size` ranks.
+    pub size: u32,
+    /// Index of its first sequence in the sharded group.
+    pub offset: u32,
+    /// Sequences it holds (at least 1).
+    pub seqs: u32,
+}
+
+const _: () = assert!(size_of::<skrull_layout_ring>() == 16);
+
+/// The most rings one GPU belongs to (the whole group, and one sub-group of each power-of-two
+/// size below `cp`): the capacity of `skrull_layout_buffers.rings` that fits every GPU of every
+/// plan (1 is enough without `skrull_config.subgroups`).
+pub const SKRULL_MAX_RINGS: u32 = 8;
+
+const _: () = assert!(SKRULL_MAX_RINGS == layout::MAX_RINGS);
+
 /// Element counts of the `skrull_layout_buffers` arrays, and the workspace bytes the layout
-/// functions need (frozen layout, 5 `size_t`).
+/// functions need (frozen layout, 5 `size_t`). It has no room for `rings`: give that
+/// `SKRULL_MAX_RINGS` entries (1 without `skrull_config.subgroups`).
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct skrull_layout_capacity {
@@ -110,7 +141,8 @@ pub struct skrull_layout {
     pub micro_batch_global: u32,
     /// Sequences held whole on this GPU (the local group).
     pub local_seqs: u32,
-    /// Sequences sharded over the CP group (two spans each).
+    /// Sequences sharded over a CP group this GPU belongs to (two spans each): the whole group
+    /// or, with `skrull_config.subgroups`, a sub-group (see `skrull_layout_buffers.rings`).
     pub sharded_seqs: u32,
     /// Spans written: `local_seqs + 2 * sharded_seqs`.
     pub spans: u32,
@@ -149,7 +181,7 @@ const _: () = assert!(size_of::<skrull_layout>() == 88);
 /// elements (size them once with `skrull_layout_sizes_max()`).
 ///
 /// Nothing is written unless the call returns `SKRULL_STATUS_OK`; then only the valid entries
-/// named in `skrull_layout` are written. `positions` may be NULL with `positions_len` 0 to
+/// named in `skrull_layout` (and `rings[0 .. *rings_count]`) are written. `positions` may be NULL with `positions_len` 0 to
 /// skip the full position-id array (the spans carry the same ranges). As in
 /// `skrull_plan_buffers`, each buffer is its declared range (the whole capacity): the ranges
 /// must not overlap each other, the workspace or any input (the lengths, the `summary` and every
@@ -202,6 +234,21 @@ pub struct skrull_layout_buffers {
     pub local_cu_seqlens_padded: *mut i32,
     /// Capacity of `local_cu_seqlens_padded`, in elements.
     pub local_cu_seqlens_padded_len: usize,
+    /// The rings of the sharded group, one per CP group this GPU shards sequences over: the
+    /// whole CP group first, then its sub-groups, largest first (capacity: this GPU's rings,
+    /// at most `SKRULL_MAX_RINGS`; 1 without `skrull_config.subgroups`). The sharded group
+    /// holds the rings' sequences block after block, and the sharded `cu_seqlens` arrays run on
+    /// across the blocks: run one CP attention call per ring (see `skrull_layout_ring`).
+    /// Required when `skrull_config.subgroups` is 1 (NULL: `SKRULL_STATUS_NULL_ARG`); without
+    /// sub-groups it may be NULL with length 0 (there is then at most one ring, the whole
+    /// group's). Added after version 1.
+    pub rings: *mut skrull_layout_ring,
+    /// Capacity of `rings`, in elements.
+    pub rings_len: usize,
+    /// Receives the number of rings written to `rings` (0 without sharded sequences, 1 with
+    /// only the whole group's; NULL: not written). Optional: the `seqs` of the rings also add
+    /// up to `skrull_layout.sharded_seqs`. Added after version 1.
+    pub rings_count: *mut u32,
 }
 
 /// `sizeof(skrull_layout_buffers)` of ABI version 1, the smallest accepted `struct_size`, on
@@ -209,15 +256,17 @@ pub struct skrull_layout_buffers {
 pub const LAYOUT_BUFFERS_SIZE_V1: usize = 8 + 13 * size_of::<usize>();
 
 /// The `struct_size` values of `skrull_layout_buffers` below the current size that end on a
-/// field boundary: version 1, then each appended pointer with its length.
-pub(crate) const LAYOUT_BUFFERS_SIZES: [usize; 3] = [
+/// field boundary: version 1, then each appended pointer with its length, and `rings_count`.
+pub(crate) const LAYOUT_BUFFERS_SIZES: [usize; 5] = [
     LAYOUT_BUFFERS_SIZE_V1,
     core::mem::offset_of!(skrull_layout_buffers, local_cu_seqlens_padded),
+    core::mem::offset_of!(skrull_layout_buffers, rings),
+    core::mem::offset_of!(skrull_layout_buffers, rings_count),
     size_of::<skrull_layout_buffers>(),
 ];
 
 const _: () = assert!(
-    size_of::<skrull_layout_buffers>() == LAYOUT_BUFFERS_SIZE_V1 + 4 * size_of::<usize>(),
+    size_of::<skrull_layout_buffers>() == LAYOUT_BUFFERS_SIZE_V1 + 7 * size_of::<usize>(),
     "skrull_layout_buffers must have no implicit padding"
 );
 
@@ -243,6 +292,9 @@ impl skrull_layout_buffers {
         gather_index_len: 0,
         local_cu_seqlens_padded: core::ptr::null_mut(),
         local_cu_seqlens_padded_len: 0,
+        rings: core::ptr::null_mut(),
+        rings_len: 0,
+        rings_count: core::ptr::null_mut(),
     };
 }
 
@@ -294,7 +346,7 @@ unsafe fn input<'a, T>(
 struct CallerPlan<'a> {
     plan: Plan<'a>,
     /// Every input region, for overlap checks against outputs.
-    inputs: [Span; 7],
+    inputs: [Span; 8],
     /// The rest of the workspace (for the spans).
     carver: Carver<'a>,
 }
@@ -335,7 +387,7 @@ unsafe fn read_plan<'a>(
         return Err(skrull_status::PlanInvalid);
     }
     let (dp, cp) = (cfg.dp as usize, cfg.cp as usize);
-    // SAFETY: forwarded caller contract for each array and its capacity (all five).
+    // SAFETY: forwarded caller contract for each array and its capacity (all six).
     let (placements, placements_span): (&[skrull_placement], _) =
         unsafe { input(bufs.placements, bufs.placements_len, n) }?;
     // SAFETY: as above.
@@ -350,6 +402,11 @@ unsafe fn read_plan<'a>(
     // SAFETY: as above.
     let (per_dp, per_dp_span): (&'a [u32], _) =
         unsafe { input(bufs.micro_batches_per_dp, bufs.micro_batches_per_dp_len, dp) }?;
+    // The groups, when the caller kept them (a struct that ends before them has none).
+    let groups_count = if bufs.cp_groups.is_null() { 0 } else { n };
+    // SAFETY: as above.
+    let (groups, groups_span): (&[skrull_cp_group], _) =
+        unsafe { input(bufs.cp_groups, bufs.cp_groups_len, groups_count) }?;
     let region = |s: Option<Span>| s.ok_or(skrull_status::InvalidArg);
     // Declared ranges: every capacity the caller lent, not only the entries the plan uses.
     let inputs = [
@@ -360,6 +417,7 @@ unsafe fn read_plan<'a>(
         rank_tokens_span,
         per_dp_span,
         summary_span,
+        groups_span,
     ];
     let ws = declared(workspace.cast_const().cast::<u8>(), workspace_size)?;
     if inputs.iter().any(|i| i.overlaps(ws)) {
@@ -372,21 +430,17 @@ unsafe fn read_plan<'a>(
         unsafe { Carver::new(workspace.cast::<u8>(), workspace_size, workspace_end(n)) }?;
     let staged_p: &'a mut [Placement] = carver.take(n)?;
     let budget = cfg.budget();
-    for ((s, c), &len) in staged_p.iter_mut().zip(placements).zip(lengths) {
+    for (i, ((s, c), &len)) in staged_p.iter_mut().zip(placements).zip(lengths).enumerate() {
+        let group = groups.get(i).copied();
+        *s = staged_placement(cfg, c, group).ok_or(skrull_status::PlanInvalid)?;
         let expect = if c.cp_rank == SHARDED {
-            budget.share(len)
+            budget.for_group(s.group(cfg.cp).size).share(len)
         } else {
             budget.local(len)
         };
         if c.tokens_per_gpu != expect {
             return Err(skrull_status::PlanInvalid);
         }
-        *s = Placement {
-            dp_rank: c.dp_rank,
-            micro_batch: c.micro_batch,
-            cp_rank: c.cp_rank,
-            ..Placement::default()
-        };
     }
     let staged_mb: &'a mut [MicroBatch] = carver.take(mbs)?;
     for (s, c) in staged_mb.iter_mut().zip(micro_batches) {
@@ -425,6 +479,48 @@ unsafe fn read_plan<'a>(
         inputs,
         carver,
     })
+}
+
+/// A caller's placement in the core's type, with its group from `cp_groups` (`None`: the
+/// caller gave none, so a sharded sequence spans the whole group). `None` when the group does
+/// not fit the placement: a local sequence's group must be `{cp_rank, 1}`, a sharded one's
+/// the whole group `{0, cp}` or, with `subgroups`, a valid aligned sub-group.
+fn staged_placement(
+    cfg: &Config,
+    c: &skrull_placement,
+    group: Option<skrull_cp_group>,
+) -> Option<Placement> {
+    let mut p = Placement {
+        dp_rank: c.dp_rank,
+        micro_batch: c.micro_batch,
+        cp_rank: c.cp_rank,
+        ..Placement::default()
+    };
+    let Some(g) = group else {
+        return Some(p);
+    };
+    if c.cp_rank != SHARDED {
+        let own = u32::try_from(c.cp_rank).ok() == Some(g.first) && g.size == 1;
+        return own.then_some(p);
+    }
+    let whole = CpGroup {
+        first: 0,
+        size: cfg.cp,
+    };
+    let g = CpGroup {
+        first: g.first,
+        size: g.size,
+    };
+    if g == whole {
+        return Some(p);
+    }
+    if !cfg.subgroups || !g.is_valid_shard(cfg.cp) {
+        return None;
+    }
+    // A valid sub-group lies inside 0..cp <= 256: both fit 16 bits.
+    p.cp_first = u16::try_from(g.first).ok()?;
+    p.cp_size = u16::try_from(g.size).ok()?;
+    Some(p)
 }
 
 /// Checks that the plan's `error` target (if any) overlaps none of `regions`.
@@ -511,7 +607,9 @@ unsafe fn write_out<T>(out: *mut T, value: T) -> skrull_status {
 /// Sizes that hold the layout of every GPU of every plan of up to `n` sequences under
 /// `config` (every plan `skrull_schedule()` returns): `2n` spans, `n + 1` entries per
 /// `cu_seqlens` array, `bucket_tokens` position ids, and the workspace bytes the other layout
-/// functions need for `n` sequences. Allocate the buffers once and reuse them every step.
+/// functions need for `n` sequences. Allocate the buffers once and reuse them every step
+/// (`rings`, which this frozen struct has no field for: `SKRULL_MAX_RINGS` entries with
+/// `subgroups`, 1 without).
 ///
 /// Returns `SKRULL_STATUS_NULL_ARG` for a NULL `config` or `out`, the configuration's own
 /// errors (as `skrull_schedule()`), `SKRULL_STATUS_TOO_MANY_SEQUENCES` for `n > 65536`;
@@ -646,16 +744,18 @@ unsafe fn sizes(
 /// Fills `out` with one GPU's layout (`gpu`: DP rank, micro-batch, CP rank) of the plan that
 /// `skrull_schedule()` wrote into `plan` for `config` and the `n` `lengths`: the spans in the
 /// order the GPU packs its tokens (local group, then the two zigzag chunks of every sharded
-/// sequence), the varlen `cu_seqlens` of both groups, position ids (unless skipped) and
-/// `*out->layout` (counts, `max_seqlen`s, loss weights). See `docs/layout.md`.
+/// sequence, ring by ring), the varlen `cu_seqlens` of both groups, the rings (unless
+/// skipped), position ids (unless skipped) and `*out->layout` (counts, `max_seqlen`s, loss
+/// weights). See `docs/layout.md`.
 ///
 /// Arguments and the workspace are those of `skrull_layout_sizes()`; buffers sized with
 /// `skrull_layout_sizes_max()` fit every GPU. Outputs are written only on success. Statuses,
 /// first problem first: as `skrull_layout_sizes()` up to `LAYOUT_OVERFLOW` (with `out` NULL,
 /// misaligned, struct size or reserved field checked right after `plan`), then
 /// `out->layout` (NULL, misaligned), each buffer in field order (NULL with a nonzero capacity,
-/// misaligned or an impossible declared range, then `OUTPUT_TOO_SMALL`), then overlapping
-/// declared ranges (`INVALID_ARG`; see `skrull_layout_buffers`). No allocation, no state;
+/// or `rings` NULL when `config->subgroups` is 1; misaligned or an impossible declared range,
+/// then `OUTPUT_TOO_SMALL`; `rings_count` misaligned), then overlapping declared ranges
+/// (`INVALID_ARG`; see `skrull_layout_buffers`). No allocation, no state;
 /// thread-safe with separate workspaces and outputs.
 ///
 /// # Safety
@@ -693,6 +793,24 @@ pub unsafe extern "C" fn skrull_layout_fill(
         // SAFETY: forwarded caller contract for `plan`; the target is checked in `target`.
         unsafe { finish(r, target(plan, &inputs)) }
     })
+}
+
+/// Checks the caller's `rings` buffer for a GPU of `gpu_rings` rings: required with
+/// sub-groups, optional (NULL with length 0) without; returns its declared range.
+///
+/// # Errors
+/// `NullArg` when it is NULL under `subgroups` (or NULL with a nonzero length), then as
+/// [`check_out`].
+fn rings_out(
+    cfg: &Config,
+    o: &skrull_layout_buffers,
+    gpu_rings: usize,
+) -> Result<Span, skrull_status> {
+    if cfg.subgroups && o.rings.is_null() {
+        return Err(skrull_status::NullArg);
+    }
+    let needed = if o.rings.is_null() { 0 } else { gpu_rings };
+    check_out(o.rings, o.rings_len, needed)
 }
 
 /// Borrows an output array of exactly `needed` elements (checked by `check_out`).
@@ -768,6 +886,13 @@ unsafe fn fill(
     } else {
         s.positions as usize
     };
+    // This GPU's rings: the core counts them when one is a sub-group; otherwise there is the
+    // whole group's, if any sequence is sharded.
+    let gpu_rings = if s.rings > 0 {
+        s.rings as usize
+    } else {
+        usize::from(s.sharded_cu_seqlens > 1)
+    };
     let outputs = [
         check_out(o.spans, o.spans_len, nspans)?,
         check_out(o.local_cu_seqlens, o.local_cu_seqlens_len, nlocal)?,
@@ -785,9 +910,15 @@ unsafe fn fill(
             o.local_cu_seqlens_padded_len,
             nlocal_padded,
         )?,
+        rings_out(&cfg, &o, gpu_rings)?,
+        declared(
+            o.rings_count.cast_const(),
+            usize::from(!o.rings_count.is_null()),
+        )?,
         Span::of(o.layout.cast_const(), 1).ok_or(skrull_status::InvalidArg)?,
         declared(workspace.cast_const().cast::<u8>(), workspace_size)?,
     ];
+    let nrings = if o.rings.is_null() { 0 } else { gpu_rings };
     // Outputs must not overlap each other, the workspace or any input (inputs may share).
     let crosses = outputs
         .iter()
@@ -797,6 +928,10 @@ unsafe fn fill(
     }
     check_error_target(&bufs, outputs.iter().chain(&p.inputs))?;
     let staged: &mut [layout::Span] = p.carver.take(nspans)?;
+    let mut staged_rings = [layout::LayoutRing::default(); layout::MAX_RINGS as usize];
+    let staged_rings = staged_rings
+        .get_mut(..nrings)
+        .ok_or(skrull_status::Internal)?;
     // SAFETY: each pointer passed `check_out` for exactly these counts, is writable for them
     // (caller contract) and overlaps no other output, input or the workspace (checked).
     let bufs = unsafe {
@@ -809,13 +944,14 @@ unsafe fn fill(
             rank_cu_seqlens: output(o.rank_cu_seqlens, nsharded),
             positions: output(o.positions, npos),
             gather_index: output(o.gather_index, ngather),
-            rings: &mut [],
+            rings: &mut *staged_rings,
         }
     };
     // Every check `fill` makes already passed above (and it writes nothing on error).
     let l = layout::fill(&cfg, lengths, &p.plan, g, bufs)?;
-    // SAFETY: `o.spans` holds at least `nspans` writable, aligned spans and `o.layout` one
-    // layout (checked), disjoint from the workspace the staged spans live in (checked).
+    // SAFETY: `o.spans` holds at least `nspans` writable, aligned spans, `o.rings` (unless
+    // NULL) this GPU's rings, `o.rings_count` (unless NULL) and `o.layout` one value each
+    // (checked), disjoint from the workspace the staged spans live in (checked).
     unsafe {
         for (k, sp) in staged.iter().enumerate().take(l.spans as usize) {
             o.spans.add(k).write(skrull_span {
@@ -826,6 +962,17 @@ unsafe fn fill(
                 len: sp.len,
                 pad: sp.pad,
             });
+        }
+        for (k, r) in staged_rings.iter().enumerate().take(l.rings as usize) {
+            o.rings.add(k).write(skrull_layout_ring {
+                first: r.first,
+                size: r.size,
+                offset: r.offset,
+                seqs: r.seqs,
+            });
+        }
+        if !o.rings_count.is_null() {
+            o.rings_count.write(l.rings);
         }
         o.layout.write(skrull_layout {
             dp_rank: l.dp_rank,

@@ -4,7 +4,8 @@
 //! trainers the Skrull scheduler (NeurIPS 2025, arXiv 2505.19609): for every global batch,
 //! **GDS** decides which data-parallel (DP) rank and micro-batch runs each sequence, and
 //! **DACP** decides inside each micro-batch whether a sequence is sharded over the
-//! context-parallel (CP) group or kept whole on one CP rank, so that compute is balanced and no
+//! context-parallel (CP) group (or, opt-in, an aligned sub-group of it) or kept whole on one CP
+//! rank, so that compute is balanced and no
 //! GPU exceeds its token budget.
 //!
 //! This crate is a thin translation layer over `skrull-core` (no scheduling logic):
@@ -66,13 +67,13 @@ pub use cost::{
 pub use dacp::{skrull_dacp_place, skrull_dacp_summary};
 pub use error::skrull_error_info;
 pub use layout::{
-    SKRULL_NO_MICRO_BATCH, skrull_gpu, skrull_layout, skrull_layout_buffers,
-    skrull_layout_capacity, skrull_layout_fill, skrull_layout_sizes, skrull_layout_sizes_max,
-    skrull_span,
+    SKRULL_MAX_RINGS, SKRULL_NO_MICRO_BATCH, skrull_gpu, skrull_layout, skrull_layout_buffers,
+    skrull_layout_capacity, skrull_layout_fill, skrull_layout_ring, skrull_layout_sizes,
+    skrull_layout_sizes_max, skrull_span,
 };
 pub use plan::{
-    SKRULL_SHARDED, skrull_micro_batch, skrull_placement, skrull_plan_buffers, skrull_sizes,
-    skrull_summary,
+    SKRULL_SHARDED, skrull_cp_group, skrull_micro_batch, skrull_placement, skrull_plan_buffers,
+    skrull_sizes, skrull_summary,
 };
 pub use schedule::skrull_schedule;
 pub use status::{skrull_status, skrull_status_str};

@@ -16,16 +16,35 @@ pub struct skrull_placement {
     pub dp_rank: u32,
     /// Its micro-batch on that DP rank (0-based, run in this order).
     pub micro_batch: u32,
-    /// `SKRULL_SHARDED` (-1): split over every CP rank of the group; otherwise the CP rank
-    /// that holds it whole.
+    /// `SKRULL_SHARDED` (-1): split over the CP ranks of its group (the whole CP group, or
+    /// with `skrull_config.subgroups` the sub-group in `skrull_plan_buffers.cp_groups`);
+    /// otherwise the CP rank that holds it whole.
     pub cp_rank: i32,
     /// Tokens it occupies on each GPU that holds it: its length when local (padded to
-    /// `pad_multiple` with `pad_local`); its share when sharded (`ceil(len / cp)`, or the
-    /// padded share with `SKRULL_SHARD_PADDING_ZIGZAG` or a pad multiple above 1).
+    /// `pad_multiple` with `pad_local`); its share over its group when sharded
+    /// (`ceil(len / g)` for a group of `g` ranks, or the padded share with
+    /// `SKRULL_SHARD_PADDING_ZIGZAG` or a pad multiple above 1).
     pub tokens_per_gpu: u32,
 }
 
 const _: () = assert!(size_of::<skrull_placement>() == 16);
+
+/// The consecutive CP ranks `first .. first + size` that hold one sequence (frozen layout, 8
+/// bytes): `{cp_rank, 1}` for a local sequence, `{0, cp}` for one sharded over the whole CP
+/// group, and for one sharded over a sub-group (`skrull_config.subgroups`) an aligned block:
+/// `size` a power of two, `2 <= size < cp`, dividing `cp`, and `first` a multiple of `size`.
+/// Such a sequence is one more ring: a CP attention call over the process group of those
+/// ranks.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct skrull_cp_group {
+    /// The first CP rank.
+    pub first: u32,
+    /// How many CP ranks (1: a local sequence).
+    pub size: u32,
+}
+
+const _: () = assert!(size_of::<skrull_cp_group>() == 8);
 
 /// One micro-batch: the DP rank that runs it and where its sequences are listed.
 ///
@@ -59,7 +78,7 @@ pub struct skrull_summary {
     pub sequences: u32,
     /// Micro-batches over all DP ranks (entries written to `micro_batches`).
     pub micro_batches: u32,
-    /// Sequences sharded over their CP group.
+    /// Sequences sharded over their CP group (the whole group or a sub-group).
     pub sharded: u32,
     /// DACP rollbacks (local sequences turned sharded to free memory).
     pub rollbacks: u32,
@@ -82,8 +101,8 @@ const _: () = assert!(size_of::<skrull_summary>() == 32);
 /// capacity its `_len` field states, not only the part a call writes. These ranges must not
 /// overlap each other, the lengths or the workspace, and none may exceed `PTRDIFF_MAX` bytes or
 /// run past the end of the address space (`SKRULL_STATUS_INVALID_ARG`). A pointer may be NULL
-/// only when its capacity is 0 and the batch needs none of it. `struct_size` follows the rules
-/// of `skrull_config`.
+/// only when its capacity is 0 and the batch needs none of it (`cp_groups`: see there).
+/// `struct_size` follows the rules of `skrull_config`.
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct skrull_plan_buffers {
@@ -118,6 +137,17 @@ pub struct skrull_plan_buffers {
     /// not overlap any other argument. Added after version 1: a caller whose `struct_size`
     /// ends before it gets no details.
     pub error: *mut skrull_error_info,
+    /// Per sequence, in input order, the CP ranks that hold it (capacity: `n`): `{cp_rank,
+    /// 1}` local, `{0, cp}` sharded over the whole group, else the sub-group it is sharded
+    /// over. Written when not NULL; required (NULL: `SKRULL_STATUS_NULL_ARG`, short:
+    /// `SKRULL_STATUS_OUTPUT_TOO_SMALL`) when `skrull_config.subgroups` is 1, since `cp_rank`
+    /// -1 then no longer says which ranks hold a sequence. The layout functions read it back
+    /// when present (it must then hold `n` entries consistent with the placements, else
+    /// `SKRULL_STATUS_PLAN_INVALID`); absent (NULL, or a `struct_size` that ends before it),
+    /// every sharded sequence is taken to span the whole group. Added after version 1.
+    pub cp_groups: *mut skrull_cp_group,
+    /// Capacity of `cp_groups`, in elements.
+    pub cp_groups_len: usize,
 }
 
 /// `sizeof(skrull_plan_buffers)` of ABI version 1, the smallest accepted `struct_size`, on
@@ -125,12 +155,15 @@ pub struct skrull_plan_buffers {
 pub const PLAN_BUFFERS_SIZE_V1: usize = 8 + 11 * size_of::<usize>();
 
 /// The `struct_size` values of `skrull_plan_buffers` below the current size that end on a
-/// field boundary: version 1 and the current one.
-pub(crate) const PLAN_BUFFERS_SIZES: [usize; 2] =
-    [PLAN_BUFFERS_SIZE_V1, size_of::<skrull_plan_buffers>()];
+/// field boundary: version 1, then each appended field (a pointer with its length).
+pub(crate) const PLAN_BUFFERS_SIZES: [usize; 3] = [
+    PLAN_BUFFERS_SIZE_V1,
+    core::mem::offset_of!(skrull_plan_buffers, cp_groups),
+    size_of::<skrull_plan_buffers>(),
+];
 
 const _: () = assert!(
-    size_of::<skrull_plan_buffers>() == PLAN_BUFFERS_SIZE_V1 + size_of::<usize>(),
+    size_of::<skrull_plan_buffers>() == PLAN_BUFFERS_SIZE_V1 + 3 * size_of::<usize>(),
     "skrull_plan_buffers must have no implicit padding"
 );
 
@@ -151,6 +184,8 @@ impl skrull_plan_buffers {
         micro_batches_per_dp_len: 0,
         summary: core::ptr::null_mut(),
         error: core::ptr::null_mut(),
+        cp_groups: core::ptr::null_mut(),
+        cp_groups_len: 0,
     };
 }
 

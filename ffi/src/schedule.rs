@@ -10,14 +10,16 @@ use crate::boundary::{Span, any_overlap, check_out, declared, guard, lengths};
 use crate::config::{read_config, read_sized, skrull_config};
 use crate::error::{Failure, finish, info_span, target};
 use crate::plan::{
-    PLAN_BUFFERS_SIZES, skrull_micro_batch, skrull_placement, skrull_plan_buffers, skrull_summary,
+    PLAN_BUFFERS_SIZES, skrull_cp_group, skrull_micro_batch, skrull_placement, skrull_plan_buffers,
+    skrull_summary,
 };
 use crate::status::skrull_status;
 use crate::workspace::{Carver, Layout};
 
 /// Plans one global batch: every sequence's DP rank, micro-batch and placement (local on one
-/// CP rank, or sharded over the CP group), the micro-batch table grouped by (DP rank,
-/// micro-batch), per-GPU token loads and a summary.
+/// CP rank, or sharded over the CP group, or with `skrull_config.subgroups` over an aligned
+/// sub-group of it), the micro-batch table grouped by (DP rank, micro-batch), per-GPU token
+/// loads and a summary.
 ///
 /// Every rank of a training job may call this with the same configuration and lengths and
 /// gets a bit-identical plan (integer arithmetic only), so no broadcast is needed.
@@ -33,8 +35,8 @@ use crate::workspace::{Carver, Layout};
 /// size, option integers, then ranges `INVALID_DP` ... `INVALID_MODEL`), `out` (NULL,
 /// misaligned, struct size, reserved field), `TOO_MANY_SEQUENCES`, `lengths`, `workspace`
 /// (NULL, then `WORKSPACE_TOO_SMALL`), the summary pointer, each output buffer in field order
-/// (NULL with a nonzero capacity, misaligned or an impossible declared range, then
-/// `OUTPUT_TOO_SMALL`), the workspace's declared range, overlapping declared ranges (outputs,
+/// (NULL with a nonzero capacity, or `cp_groups` NULL when `subgroups` is 1; misaligned or an
+/// impossible declared range, then `OUTPUT_TOO_SMALL`), the workspace's declared range, overlapping declared ranges (outputs,
 /// workspace and lengths; see `skrull_plan_buffers`), then the batch's own errors
 /// (`EMPTY_SEQUENCE`, `LENGTH_OUT_OF_RANGE`, `SEQUENCE_TOO_LONG`: the first offending
 /// sequence in input order) and `MICRO_BATCH_LIMIT`.
@@ -106,12 +108,19 @@ unsafe fn schedule(
     if !bufs.summary.is_aligned() {
         return Err(skrull_status::InvalidArg.into());
     }
+    // With sub-groups the groups are required: `cp_rank` -1 alone no longer says which ranks
+    // hold a sequence. Without, they are written when given.
+    if cfg.subgroups && bufs.cp_groups.is_null() {
+        return Err(skrull_status::NullArg.into());
+    }
+    let groups_needed = if bufs.cp_groups.is_null() { 0 } else { n };
     let spans = [
         check_out(bufs.placements, bufs.placements_len, n)?,
         check_out(bufs.micro_batches, bufs.micro_batches_len, n)?,
         check_out(bufs.members, bufs.members_len, n)?,
         check_out(bufs.rank_tokens, bufs.rank_tokens_len, n * cp)?,
         check_out(bufs.micro_batches_per_dp, bufs.micro_batches_per_dp_len, dp)?,
+        check_out(bufs.cp_groups, bufs.cp_groups_len, groups_needed)?,
         Span::of(bufs.summary.cast_const(), 1).ok_or(skrull_status::InvalidArg)?,
         declared(workspace.cast_const().cast::<u8>(), workspace_size)?,
         Span::of(lengths.as_ptr(), n).ok_or(skrull_status::InvalidArg)?,
@@ -159,7 +168,8 @@ unsafe fn schedule(
 /// # Safety
 /// Every buffer of `bufs` must be writable for what the plan needs (at least `n` placements,
 /// micro-batches and members, `micro_batches * cp` rank-token entries, `dp` counts, one
-/// summary), aligned, and disjoint from `plan`'s storage.
+/// summary, and `n` groups unless `cp_groups` is NULL), aligned, and disjoint from `plan`'s
+/// storage.
 unsafe fn copy_out(cfg: &Config, lengths: &[u32], plan: &Plan<'_>, bufs: &skrull_plan_buffers) {
     let budget = cfg.budget();
     // SAFETY: every write below is in bounds (the capacities were checked against `n`,
@@ -167,8 +177,9 @@ unsafe fn copy_out(cfg: &Config, lengths: &[u32], plan: &Plan<'_>, bufs: &skrull
     // contract).
     unsafe {
         for (i, (p, &len)) in plan.placements().iter().zip(lengths).enumerate() {
+            let group = p.group(cfg.cp);
             let tokens_per_gpu = if p.cp_rank == SHARDED {
-                budget.share(len)
+                budget.for_group(group.size).share(len)
             } else {
                 budget.local(len)
             };
@@ -178,6 +189,12 @@ unsafe fn copy_out(cfg: &Config, lengths: &[u32], plan: &Plan<'_>, bufs: &skrull
                 cp_rank: p.cp_rank,
                 tokens_per_gpu,
             });
+            if !bufs.cp_groups.is_null() {
+                bufs.cp_groups.add(i).write(skrull_cp_group {
+                    first: group.first,
+                    size: group.size,
+                });
+            }
         }
         for (i, mb) in plan.micro_batches().iter().enumerate() {
             bufs.micro_batches.add(i).write(skrull_micro_batch {

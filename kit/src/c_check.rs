@@ -6,8 +6,8 @@
 
 use std::collections::BTreeMap;
 
-use skrull::{skrull_micro_batch, skrull_placement, skrull_summary};
-use skrull_core::{Config, MicroBatch, Placement};
+use skrull::{skrull_cp_group, skrull_micro_batch, skrull_placement, skrull_summary};
+use skrull_core::{Config, MicroBatch, Placement, ShardPadding};
 
 /// The output buffers of one successful `skrull_schedule()` call, each at least as long as
 /// `skrull_plan_sizes()` says.
@@ -24,11 +24,52 @@ pub struct CPlan<'a> {
     pub per_dp: &'a [u32],
     /// The summary.
     pub summary: &'a skrull_summary,
+    /// The CP group of each sequence, when the call was given a `cp_groups` buffer.
+    pub cp_groups: Option<&'a [skrull_cp_group]>,
+}
+
+/// Tokens each of `g` GPUs holds of a sequence of `len` tokens sharded over them, from the
+/// padding rule written out here (not the library's `Budget`): the padded length is a multiple
+/// of `lcm(2g, M)` when `g > 1` and the sequence is padded at all (zigzag, or a pad multiple
+/// `M > 1`), else of `M`; each GPU holds its even share, rounded up.
+pub fn share_over(cfg: &Config, len: u32, g: u32) -> u32 {
+    let (g, m) = (u64::from(g.max(1)), u64::from(cfg.pad_multiple.max(1)));
+    let padded_at_all = cfg.shard_padding == ShardPadding::Zigzag || m > 1;
+    let unit = if g > 1 && padded_at_all {
+        let (mut a, mut b) = (2 * g, m);
+        while b != 0 {
+            (a, b) = (b, a % b);
+        }
+        2 * g / a * m
+    } else {
+        m
+    };
+    let share = (u64::from(len).div_ceil(unit) * unit).div_ceil(g);
+    u32::try_from(share).unwrap_or(u32::MAX)
+}
+
+/// Whether `(first, size)` is a group a sequence may be sharded over in a CP group of `cp`
+/// ranks: the whole group, or (with `subgroups`) an aligned power-of-two block of `2..cp`
+/// ranks that divides `cp`. Written out independently of the core's `CpGroup`.
+pub fn shard_group_ok(cp: u32, subgroups: bool, first: u32, size: u32) -> bool {
+    if size == cp {
+        return first == 0;
+    }
+    subgroups
+        && size >= 2
+        && size < cp
+        && size.is_power_of_two()
+        && cp.is_multiple_of(size)
+        && first.is_multiple_of(size)
+        && first.checked_add(size).is_some_and(|end| end <= cp)
 }
 
 /// Checks a C plan from scratch: every sequence placed exactly once, DP and CP ranks in
-/// range, micro-batch indices dense per DP rank, no GPU above BucketSize, `tokens_per_gpu`
-/// equal to the local charge (local) or the shard (sharded), the micro-batch table sorted by
+/// range, micro-batch indices dense per DP rank, every group (when `cp_groups` was given; it
+/// must be with sub-groups on) `{cp_rank, 1}` for a local sequence and the whole group or an
+/// allowed aligned sub-group for a sharded one, no GPU above BucketSize, `tokens_per_gpu`
+/// equal to the local charge (local) or the share over its group (sharded, recounted with
+/// [`share_over`]), the micro-batch table sorted by
 /// (DP rank, index) and listing every sequence once under its own micro-batch, recorded loads
 /// equal to the recount, the summary equal to the recount and the micro-batch limit held.
 /// Returns a description of the first problem.
@@ -87,7 +128,13 @@ pub fn check_c_plan(cfg: &Config, lengths: &[u32], p: &CPlan<'_>) -> Result<(), 
     if cfg.max_micro_batches != 0 && per_dp.iter().any(|&m| m > cfg.max_micro_batches) {
         return Err("micro-batch limit exceeded".into());
     }
-    // Recount from the placements alone.
+    // Recount from the placements (and their groups) alone.
+    if cfg.subgroups && p.cp_groups.is_none() {
+        return Err("no cp_groups buffer with sub-groups on".into());
+    }
+    if p.cp_groups.is_some_and(|g| g.len() < n) {
+        return Err("cp_groups shorter than the plan".into());
+    }
     let mut load: BTreeMap<(u32, u32, u32), u64> = BTreeMap::new();
     let mut sharded = 0u32;
     for (i, pl) in p.placements[..n].iter().enumerate() {
@@ -101,19 +148,33 @@ pub fn check_c_plan(cfg: &Config, lengths: &[u32], p: &CPlan<'_>) -> Result<(), 
                 pl.micro_batch, per_dp[pl.dp_rank as usize], pl.dp_rank
             ));
         }
+        let group = p.cp_groups.map(|g| (g[i].first, g[i].size));
         if pl.cp_rank == -1 {
             sharded += 1;
-            let share = cfg.shard_tokens(len);
+            let (first, size) = group.unwrap_or((0, cp as u32));
+            if !shard_group_ok(cp as u32, cfg.subgroups, first, size) {
+                return Err(format!(
+                    "seq {i}: sharded over CP ranks {first}+{size} of {cp} (sub-groups {})",
+                    cfg.subgroups
+                ));
+            }
+            let share = share_over(cfg, len, size);
             if pl.tokens_per_gpu != share {
                 return Err(format!(
-                    "seq {i}: tokens_per_gpu {} != shard {share}",
+                    "seq {i}: tokens_per_gpu {} != share {share} over {size} ranks",
                     pl.tokens_per_gpu
                 ));
             }
-            for r in 0..cp as u32 {
+            for r in first..first + size {
                 *load.entry((pl.dp_rank, pl.micro_batch, r)).or_default() += u64::from(share);
             }
         } else if pl.cp_rank >= 0 && (pl.cp_rank as usize) < cp {
+            if group.is_some_and(|g| g != (pl.cp_rank as u32, 1)) {
+                return Err(format!(
+                    "seq {i}: local on {} in group {group:?}",
+                    pl.cp_rank
+                ));
+            }
             let held = cfg.local_tokens(len);
             if pl.tokens_per_gpu != held {
                 return Err(format!(
@@ -199,14 +260,37 @@ pub fn check_c_plan(cfg: &Config, lengths: &[u32], p: &CPlan<'_>) -> Result<(), 
     Ok(())
 }
 
-/// A C placement in the Rust API's type (`tokens_per_gpu` dropped).
-pub fn core_placement(p: &skrull_placement) -> Placement {
-    Placement {
+/// A C placement in the Rust API's type (`tokens_per_gpu` dropped), with its group from
+/// `cp_groups` when given: a sub-group sets `cp_first` and `cp_size`, the whole group (of `cp`
+/// ranks) and a local sequence leave them 0, as the Rust API writes them.
+pub fn core_placement(p: &skrull_placement, group: Option<skrull_cp_group>, cp: u32) -> Placement {
+    let mut out = Placement {
         dp_rank: p.dp_rank,
         micro_batch: p.micro_batch,
         cp_rank: p.cp_rank,
         ..Placement::default()
+    };
+    if let Some(g) = group
+        && p.cp_rank == -1
+        && g.size != cp
+    {
+        out.cp_first = u16::try_from(g.first).unwrap_or(u16::MAX);
+        out.cp_size = u16::try_from(g.size).unwrap_or(u16::MAX);
     }
+    out
+}
+
+/// The CP group of a Rust API placement, as `skrull_schedule()` writes it: `{cp_rank, 1}`
+/// local, `{0, cp}` whole, else `{cp_first, cp_size}`.
+pub fn c_group(p: &Placement, cp: u32) -> skrull_cp_group {
+    let (first, size) = if p.cp_rank >= 0 {
+        (p.cp_rank as u32, 1)
+    } else if p.cp_size == 0 || u32::from(p.cp_size) == cp {
+        (0, cp)
+    } else {
+        (u32::from(p.cp_first), u32::from(p.cp_size))
+    };
+    skrull_cp_group { first, size }
 }
 
 /// A C micro-batch record in the Rust API's type.
@@ -234,16 +318,22 @@ pub fn check_rust_plan(
             plan.placements().len()
         ));
     }
+    let groups: Vec<skrull_cp_group> = plan
+        .placements()
+        .iter()
+        .map(|p| c_group(p, cfg.cp))
+        .collect();
     let placements: Vec<skrull_placement> = plan
         .placements()
         .iter()
         .zip(lengths)
-        .map(|(p, &len)| skrull_placement {
+        .zip(&groups)
+        .map(|((p, &len), g)| skrull_placement {
             dp_rank: p.dp_rank,
             micro_batch: p.micro_batch,
             cp_rank: p.cp_rank,
             tokens_per_gpu: if p.cp_rank == -1 {
-                cfg.shard_tokens(len)
+                share_over(cfg, len, g.size)
             } else {
                 cfg.local_tokens(len)
             },
@@ -285,6 +375,7 @@ pub fn check_rust_plan(
             rank_tokens: &rank_tokens,
             per_dp: plan.micro_batches_per_dp(),
             summary: &summary,
+            cp_groups: Some(&groups),
         },
     )
 }

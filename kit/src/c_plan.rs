@@ -4,13 +4,13 @@
 use core::ffi::c_void;
 
 use skrull::{
-    skrull_config, skrull_micro_batch, skrull_placement, skrull_plan_buffers, skrull_plan_sizes,
-    skrull_schedule, skrull_sizes, skrull_status, skrull_summary,
+    skrull_config, skrull_cp_group, skrull_micro_batch, skrull_placement, skrull_plan_buffers,
+    skrull_plan_sizes, skrull_schedule, skrull_sizes, skrull_status, skrull_summary,
 };
 use skrull_core::Config;
 
 use crate::c_check::CPlan;
-use crate::guarded::{FILL, FILL_MB, FILL_P, FILL_S};
+use crate::guarded::{FILL, FILL_G, FILL_MB, FILL_P, FILL_S};
 
 /// The output buffers and workspace of one C call, sized by `skrull_plan_sizes()` and
 /// pre-filled with fixed patterns (the outputs with the [`crate::guarded`] fill values).
@@ -21,6 +21,7 @@ pub struct OwnedCPlan {
     rank_tokens: Vec<u32>,
     per_dp: Vec<u32>,
     summary: skrull_summary,
+    cp_groups: Vec<skrull_cp_group>,
     workspace: Vec<u8>,
 }
 
@@ -39,11 +40,13 @@ impl OwnedCPlan {
             rank_tokens: vec![FILL; s.rank_tokens],
             per_dp: vec![FILL; s.micro_batches_per_dp],
             summary: FILL_S,
+            // As many as placements (`skrull_sizes` is frozen and has no entry for them).
+            cp_groups: vec![FILL_G; s.placements],
             workspace: vec![ws_fill; s.workspace_bytes],
         }
     }
 
-    /// Calls `skrull_schedule()` into these buffers.
+    /// Calls `skrull_schedule()` into these buffers (the CP groups included).
     pub fn schedule(&mut self, cfg: &skrull_config, lengths: &[u32]) -> skrull_status {
         let out = skrull_plan_buffers {
             struct_size: size_of::<skrull_plan_buffers>() as u32,
@@ -60,6 +63,8 @@ impl OwnedCPlan {
             micro_batches_per_dp_len: self.per_dp.len(),
             summary: &mut self.summary,
             error: std::ptr::null_mut(),
+            cp_groups: self.cp_groups.as_mut_ptr(),
+            cp_groups_len: self.cp_groups.len(),
         };
         // SAFETY: every pointer is valid for the length it is given, nothing overlaps.
         unsafe {
@@ -83,6 +88,7 @@ impl OwnedCPlan {
             rank_tokens: &self.rank_tokens,
             per_dp: &self.per_dp,
             summary: &self.summary,
+            cp_groups: Some(&self.cp_groups),
         }
     }
 
@@ -107,6 +113,11 @@ impl OwnedCPlan {
             .chain(&self.per_dp)
         {
             b.extend_from_slice(&x.to_le_bytes());
+        }
+        for g in &self.cp_groups {
+            for x in [g.first, g.size] {
+                b.extend_from_slice(&x.to_le_bytes());
+            }
         }
         let s = &self.summary;
         b.extend_from_slice(&s.total_tokens.to_le_bytes());

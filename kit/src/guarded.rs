@@ -100,12 +100,15 @@ pub const FILL_RMB: MicroBatch = MicroBatch {
 };
 
 #[cfg(feature = "ffi")]
-pub use c_fill::{FILL_E, FILL_MB, FILL_P, FILL_S};
+pub use c_fill::{FILL_E, FILL_G, FILL_MB, FILL_P, FILL_R, FILL_S};
 
 /// The fill values of the C plan records.
 #[cfg(feature = "ffi")]
 mod c_fill {
-    use skrull::{skrull_error_info, skrull_micro_batch, skrull_placement, skrull_summary};
+    use skrull::{
+        skrull_cp_group, skrull_error_info, skrull_layout_ring, skrull_micro_batch,
+        skrull_placement, skrull_summary,
+    };
 
     use super::FILL;
 
@@ -134,6 +137,20 @@ mod c_fill {
         rollbacks: FILL,
         peak_rank_tokens: FILL,
         _reserved: FILL,
+    };
+
+    /// The fill value of a C `skrull_cp_group`.
+    pub const FILL_G: skrull_cp_group = skrull_cp_group {
+        first: FILL,
+        size: FILL,
+    };
+
+    /// The fill value of a C `skrull_layout_ring`.
+    pub const FILL_R: skrull_layout_ring = skrull_layout_ring {
+        first: FILL,
+        size: FILL,
+        offset: FILL,
+        seqs: FILL,
     };
 
     /// The fill value of a C `skrull_error_info`.

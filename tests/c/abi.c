@@ -21,10 +21,13 @@ _Static_assert(offsetof(skrull_summary, sequences) == 8, "");
 _Static_assert(offsetof(skrull_summary, _reserved) == 28, "");
 _Static_assert(sizeof(skrull_model_shape) == 24, "skrull_model_shape is 24 bytes");
 _Static_assert(SKRULL_CONFIG_SIZE_V1 == 60, "skrull_config v1 is 60 bytes");
-_Static_assert(sizeof(skrull_config) == 72 + sizeof(void *),
-               "skrull_config grew by pad_multiple, pad_local, lockstep, cost_model");
+_Static_assert(sizeof(skrull_config) == 80 + sizeof(void *),
+               "skrull_config grew by pad_multiple, pad_local, lockstep, cost_model, subgroups, "
+               "_reserved");
 _Static_assert(offsetof(skrull_config, pad_multiple) == SKRULL_CONFIG_SIZE_V1, "appended");
 _Static_assert(offsetof(skrull_config, cost_model) == 72, "appended");
+_Static_assert(offsetof(skrull_config, subgroups) == 72 + sizeof(void *), "appended");
+_Static_assert(offsetof(skrull_config, _reserved) == 76 + sizeof(void *), "explicit padding");
 _Static_assert(sizeof(skrull_cost_model) == SKRULL_COST_MODEL_SIZE_V1, "cost model v1");
 _Static_assert(sizeof(skrull_error_info) == 32, "skrull_error_info is 32 bytes");
 _Static_assert(offsetof(skrull_error_info, index) == 8, "");
@@ -33,8 +36,18 @@ _Static_assert(offsetof(skrull_config, model) == 36, "");
 _Static_assert(sizeof(skrull_dacp_summary) == 8, "");
 _Static_assert(sizeof(skrull_sizes) == 6 * sizeof(size_t), "");
 _Static_assert(offsetof(skrull_plan_buffers, struct_size) == 0, "struct_size comes first");
-_Static_assert(sizeof(skrull_plan_buffers) == 8 + 12 * sizeof(void *), "no implicit padding");
+_Static_assert(sizeof(skrull_plan_buffers) == 8 + 14 * sizeof(void *), "no implicit padding");
 _Static_assert(offsetof(skrull_plan_buffers, error) == 8 + 11 * sizeof(void *), "v1 ends before error");
+_Static_assert(offsetof(skrull_plan_buffers, cp_groups) == 8 + 12 * sizeof(void *), "appended");
+_Static_assert(sizeof(skrull_cp_group) == 8, "skrull_cp_group is 8 bytes");
+_Static_assert(offsetof(skrull_cp_group, size) == 4, "");
+_Static_assert(sizeof(skrull_layout_ring) == 16, "skrull_layout_ring is 16 bytes");
+_Static_assert(offsetof(skrull_layout_ring, offset) == 8, "");
+_Static_assert(offsetof(skrull_layout_ring, seqs) == 12, "");
+_Static_assert(sizeof(skrull_layout_buffers) == 8 + 20 * sizeof(void *), "no implicit padding");
+_Static_assert(offsetof(skrull_layout_buffers, rings) == 8 + 17 * sizeof(void *), "appended");
+_Static_assert(offsetof(skrull_layout_buffers, rings_count) == 8 + 19 * sizeof(void *), "");
+_Static_assert(SKRULL_MAX_RINGS == 8, "whole group + sub-groups of 128 .. 2 ranks");
 _Static_assert(sizeof(skrull_status) == 4, "skrull_status is a uint32_t");
 _Static_assert(SKRULL_SHARDED == -1, "");
 _Static_assert(SKRULL_ABI_VERSION >= 1, "");
@@ -106,6 +119,7 @@ static void presets(void) {
     CHECK(c.model.hidden == 896 && c.model.kv_hidden == 128 && c.model.ffn == 4864);
     CHECK(c.model.layers == 24 && c.model.vocab == 151936 && c.model.swiglu == 1);
     CHECK(c.pad_multiple == 1 && c.pad_local == 0 && c.lockstep == 0 && c.cost_model == NULL);
+    CHECK(c.subgroups == 0 && c._reserved == 0); /* sub-groups are opt-in */
 
     skrull_config p;
     CHECK_STATUS(skrull_config_preset_init(SKRULL_PRESET_QWEN2_5_0_5B, &p, sizeof p),

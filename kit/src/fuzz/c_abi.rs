@@ -15,11 +15,16 @@ use skrull_core::{Config, Error, MicroBatch, Placement};
 use super::decode::{Perturb, decode};
 use crate::OwnedBuffers;
 use crate::c_check::{CPlan, check_c_plan, check_rust_plan, core_micro_batch, core_placement};
-use crate::guarded::{FILL_E, FILL_MB, FILL_P, FILL_S, Guarded};
+use crate::guarded::{FILL_E, FILL_G, FILL_MB, FILL_P, FILL_S, Guarded};
 
 /// The `skrull_config` sizes below the current one that end on a field boundary (version 1's
-/// 60 bytes, then after each appended field): written out here, not read from the library.
-const CONFIG_STRUCT_SIZES: [usize; 5] = [60, 64, 68, 72, 80];
+/// 60 bytes, then after each appended field: `pad_multiple`, `pad_local`, `lockstep`,
+/// `cost_model`, `subgroups`, `_reserved`): written out here, not read from the library.
+const CONFIG_STRUCT_SIZES: [usize; 7] = [60, 64, 68, 72, 80, 84, 88];
+
+/// The `skrull_plan_buffers` sizes the library accepts below the current one: version 1 (96
+/// bytes: everything before `error`) and the one that ends after `error` (104).
+const OUT_STRUCT_SIZES: [usize; 2] = [96, 104];
 
 // The configuration-tail perturbation writes past the struct inside a 128-byte buffer.
 const _: () = assert!(size_of::<skrull_config>() < 128);
@@ -136,6 +141,7 @@ pub fn c_abi(data: &[u8]) -> skrull_status {
     let mut rank_tokens = Guarded::new(n * cp, 0xDEAD_BEEFu32);
     let mut per_dp = Guarded::new(dp, 0xDEAD_BEEFu32);
     let mut summary = Guarded::new(1, FILL_S);
+    let mut groups = Guarded::new(n, FILL_G);
     let mut details = Guarded::new(1, FILL_E);
     let mut workspace = Guarded::new(ws_bytes + 1, 0xA5u8);
     let lens = lengths.clone();
@@ -162,6 +168,8 @@ pub fn c_abi(data: &[u8]) -> skrull_status {
         } else {
             null_mut()
         },
+        cp_groups: groups.ptr(),
+        cp_groups_len: n,
     };
     match perturb {
         Perturb::WorkspaceShort(_) => {
@@ -170,19 +178,20 @@ pub fn c_abi(data: &[u8]) -> skrull_status {
         }
         Perturb::OddWorkspace => ws_ptr = ws_ptr.wrapping_add(1),
         Perturb::OutputShort(w) => {
-            let len = match w % 5 {
+            let len = match w % 6 {
                 0 => &mut out.placements_len,
                 1 => &mut out.micro_batches_len,
                 2 => &mut out.members_len,
                 3 => &mut out.rank_tokens_len,
-                _ => &mut out.micro_batches_per_dp_len,
+                4 => &mut out.micro_batches_per_dp_len,
+                _ => &mut out.cp_groups_len,
             };
             if *len > 0 {
                 *len -= 1;
                 must_fail = true;
             }
         }
-        Perturb::Null(w) => match w % 8 {
+        Perturb::Null(w) => match w % 9 {
             0 => {
                 out.placements = null_mut();
                 must_fail = n > 0;
@@ -211,16 +220,19 @@ pub fn c_abi(data: &[u8]) -> skrull_status {
                 ws_ptr = null_mut();
                 must_fail = true;
             }
-            _ => {
+            7 => {
                 lens_ptr = null();
                 must_fail = n > 0;
             }
+            // No groups, as a caller without them passes it (NULL, capacity 0): optional
+            // without sub-groups, required with them.
+            _ => (out.cp_groups, out.cp_groups_len) = (null_mut(), 0),
         },
         Perturb::OutStructSize(s) => {
             out.struct_size = s;
-            // Version 1 (the error pointer absent) or the current size up to 4096.
-            let v1 = size_of::<skrull_plan_buffers>() - size_of::<usize>();
-            must_fail = !(s as usize == v1
+            // Version 1 (the error pointer absent), version 1 and the error pointer (the
+            // groups absent), or the current size up to 4096.
+            must_fail = !(OUT_STRUCT_SIZES.contains(&(s as usize))
                 || (size_of::<skrull_plan_buffers>()..=4096).contains(&(s as usize)));
         }
         Perturb::OutReserved => {
@@ -254,12 +266,22 @@ pub fn c_abi(data: &[u8]) -> skrull_status {
     assert_valid_schedule_status(st);
     assert_eq!(lens, lengths, "lengths were written");
     workspace.untouched_from(ws_bytes + 1, "workspace");
+    // The groups reach the library when the struct is large enough to carry them.
+    let out_size = out.struct_size as usize;
+    let groups_given = !out.cp_groups.is_null() && out_size >= size_of::<skrull_plan_buffers>();
+    // Sub-groups need them (a smaller configuration struct drops the flag).
+    let subgroups_read = input
+        .core_config_sized(read_as)
+        .is_ok_and(|cfg| cfg.subgroups);
+    if subgroups_read && !groups_given {
+        must_fail = true;
+    }
     // The details are written exactly when the call fails and its plan-buffers struct is
     // large enough to carry the pointer (a perturbed struct_size may end before it).
     let reported = input.error_details
         && st != skrull_status::Ok
-        && out.struct_size as usize >= size_of::<skrull_plan_buffers>()
-        && out.struct_size <= 4096
+        && out_size >= OUT_STRUCT_SIZES[1]
+        && out_size <= 4096
         && !matches!(perturb, Perturb::OutReserved);
     if reported {
         details.untouched_from(1, "error details");
@@ -274,6 +296,7 @@ pub fn c_abi(data: &[u8]) -> skrull_status {
         rank_tokens.untouched_from(0, "rank_tokens");
         per_dp.untouched_from(0, "micro_batches_per_dp");
         summary.untouched_from(0, "summary");
+        groups.untouched_from(0, "cp_groups");
         if perturb == Perturb::None || perturb == Perturb::OddWorkspace {
             // A well-formed call fails exactly as the Rust API does.
             let core = input.core_config_sized(read_as);
@@ -302,6 +325,7 @@ pub fn c_abi(data: &[u8]) -> skrull_status {
     rank_tokens.untouched_from(mbs * cp, "rank_tokens");
     per_dp.untouched_from(dp, "micro_batches_per_dp");
     summary.untouched_from(1, "summary");
+    groups.untouched_from(if groups_given { n } else { 0 }, "cp_groups");
     let plan = CPlan {
         placements: placements.body(),
         micro_batches: micro_batches.body(),
@@ -309,6 +333,7 @@ pub fn c_abi(data: &[u8]) -> skrull_status {
         rank_tokens: rank_tokens.body(),
         per_dp: per_dp.body(),
         summary: &s,
+        cp_groups: groups_given.then(|| groups.body()),
     };
     if let Err(e) = check_c_plan(&cfg, &lengths, &plan) {
         panic!("C plan fails the checker: {e}");
@@ -325,12 +350,18 @@ pub fn c_abi(data: &[u8]) -> skrull_status {
     st
 }
 
-/// The C plan in the Rust API's types (for equality).
+/// The C plan in the Rust API's types (for equality): a sub-group from `cp_groups` becomes the
+/// placement's `cp_first` and `cp_size`, as the Rust API writes them.
 pub fn c_as_rust(p: &CPlan<'_>, cp: usize) -> RustPlan {
     let n = p.summary.sequences as usize;
     let mbs = p.summary.micro_batches as usize;
+    let group = |i: usize| p.cp_groups.and_then(|g| g.get(i)).copied();
     (
-        p.placements[..n].iter().map(core_placement).collect(),
+        p.placements[..n]
+            .iter()
+            .enumerate()
+            .map(|(i, pl)| core_placement(pl, group(i), cp as u32))
+            .collect(),
         p.per_dp.to_vec(),
         p.micro_batches[..mbs]
             .iter()

@@ -63,10 +63,11 @@ pub enum Perturb {
     None,
     /// The workspace one byte short (Rust: slice `which % 6` one element short).
     WorkspaceShort(u8),
-    /// Output buffer `which % 5` one element short.
+    /// Output buffer `which % 6` one element short: placements, micro_batches, members,
+    /// rank_tokens, per_dp, cp_groups (the Rust API: `which % 5`, the first five).
     OutputShort(u8),
-    /// Pointer `which % 8` NULL: placements, micro_batches, members, rank_tokens, per_dp,
-    /// summary, workspace, lengths.
+    /// Pointer `which % 9` NULL: placements, micro_batches, members, rank_tokens, per_dp,
+    /// summary, workspace, lengths, cp_groups (with capacity 0).
     Null(u8),
     /// `out.struct_size` replaced.
     OutStructSize(u32),
@@ -99,6 +100,12 @@ pub struct Input {
 /// Decodes bytes: a mode byte, the configuration fields, one perturbation, then lengths
 /// (2 bytes each; 0xFFF0 and above is followed by a raw 4-byte length; in "fit" mode the
 /// 2-byte value is folded into `1..=cp x bucket`).
+///
+/// Mode bits: `0x80` the Qwen2.5-7B preset, `0x40` model fields follow, `0x20` "fit" lengths,
+/// `0x10` pad multiple, local padding and lockstep selectors follow, `0x08` a caller cost
+/// model follows, `0x04` error details, `0x01` sub-groups on (`subgroups = 1`; with `0x02`
+/// too: `subgroups = 2`, not a flag). `0x02` alone means nothing. The sub-group bits read no
+/// byte, so an input written before they existed keeps its fields and lengths.
 pub fn decode(data: &[u8]) -> Input {
     let mut r = Reader::new(data);
     let mode = r.u8();
@@ -136,6 +143,12 @@ pub fn decode(data: &[u8]) -> Input {
         cfg.lockstep = field(&mut r, &[0, 1, 2]);
     }
     let cost = (mode & 0x08 != 0).then(|| cost_model(&mut r, &cfg));
+    // Set after the cost model, which reads the model shape through `to_core`.
+    cfg.subgroups = match mode & 0x03 {
+        0x01 => 1,
+        0x03 => 2,
+        _ => 0,
+    };
     let perturb = match r.u8() % 16 {
         9 => Perturb::WorkspaceShort(r.u8()),
         10 => Perturb::OutputShort(r.u8()),
@@ -205,9 +218,13 @@ impl Input {
 
     /// [`Input::core_config`] as a library reads it from a `struct_size` of `size` bytes:
     /// the fields that end past it keep their defaults (pad multiple 1, no local padding, no
-    /// lockstep, no cost model). Offsets written out: 60 (version 1), 64, 68, 72, 80.
+    /// lockstep, no cost model, no sub-groups). Offsets written out: 60 (version 1), 64, 68,
+    /// 72, 80, 84.
     pub fn core_config_sized(&self, size: u32) -> Result<Config, skrull_status> {
         let mut c = self.cfg;
+        if size < 84 {
+            c.subgroups = 0;
+        }
         if size < 64 {
             c.pad_multiple = 1;
         }

@@ -6,11 +6,11 @@ use core::ptr::null_mut;
 
 use skrull::{
     skrull_config, skrull_gpu, skrull_layout, skrull_layout_buffers, skrull_layout_fill,
-    skrull_span, skrull_status,
+    skrull_layout_ring, skrull_span, skrull_status,
 };
 
 use super::plan::Held;
-use crate::guarded::Guarded;
+use crate::guarded::{FILL, FILL_R, Guarded};
 
 /// A malformation of one layout call, and the stage of the documented order it belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -24,7 +24,8 @@ pub(super) enum Malform {
     WorkspaceShort,
     /// Any alignment is fine.
     OddWorkspace,
-    /// Checked last, after NO_SUCH_GPU and LAYOUT_OVERFLOW.
+    /// Checked last, after NO_SUCH_GPU and LAYOUT_OVERFLOW. Buffer `which % 7`: spans, the
+    /// four `cu_seqlens`, positions (OutputNull: the layout record), rings.
     OutputShort(u8),
     OutputNull(u8),
     CapacityHuge(u8),
@@ -71,6 +72,8 @@ pub(super) struct Outs {
     pub(super) local_cu_padded: Guarded<i32>,
     pub(super) gather: Guarded<i64>,
     pub(super) layout: Guarded<skrull_layout>,
+    pub(super) rings: Guarded<skrull_layout_ring>,
+    pub(super) rings_count: Guarded<u32>,
 }
 
 fn fill_layout() -> skrull_layout {
@@ -83,7 +86,13 @@ fn fill_layout() -> skrull_layout {
 }
 
 impl Outs {
-    pub(super) fn new(spans: usize, local: usize, sharded: usize, positions: usize) -> Outs {
+    pub(super) fn new(
+        spans: usize,
+        local: usize,
+        sharded: usize,
+        positions: usize,
+        rings: usize,
+    ) -> Outs {
         Outs {
             // Twice the spans: room for a spare half (`SpansSpareOnPositions`).
             spans: Guarded::new(2 * spans + 8, FILL_SPAN),
@@ -95,6 +104,8 @@ impl Outs {
             local_cu_padded: Guarded::new(local, FILL_I),
             gather: Guarded::new(positions, i64::from(FILL_I)),
             layout: Guarded::new(1, fill_layout()),
+            rings: Guarded::new(rings, FILL_R),
+            rings_count: Guarded::new(1, FILL),
         }
     }
     pub(super) fn untouched(&self, what: &str) {
@@ -107,6 +118,8 @@ impl Outs {
         self.local_cu_padded.untouched_from(0, what);
         self.gather.untouched_from(0, what);
         self.layout.untouched_from(0, what);
+        self.rings.untouched_from(0, what);
+        self.rings_count.untouched_from(0, what);
     }
     pub(super) fn reset(&mut self) {
         self.spans.reset();
@@ -118,10 +131,13 @@ impl Outs {
         self.local_cu_padded.reset();
         self.gather.reset();
         self.layout.reset();
+        self.rings.reset();
+        self.rings_count.reset();
     }
 }
 
-/// One `skrull_layout_fill` call with `m` applied; returns the status.
+/// One `skrull_layout_fill` call with `m` applied; returns the status. Without sub-groups a
+/// rings capacity of 0 passes no rings buffer (NULL), as such a caller may ([`rings_passed`]).
 #[allow(clippy::too_many_arguments)]
 pub(super) fn c_fill(
     c: &skrull_config,
@@ -129,12 +145,12 @@ pub(super) fn c_fill(
     h: &mut Held,
     gpu: skrull_gpu,
     o: &mut Outs,
-    caps: [usize; 4],
+    caps: [usize; 5],
     ws_bytes: usize,
     m: Malform,
     spare: &mut Vec<u32>,
 ) -> skrull_status {
-    let [nspans, nlocal, nsharded, npos] = caps;
+    let [nspans, nlocal, nsharded, npos, nrings] = caps;
     // One spare byte for `OddWorkspace`, one sentinel after it.
     let mut ws = vec![0x5Au8; ws_bytes + 2];
     let mut ws_ptr = ws.as_mut_ptr();
@@ -171,9 +187,17 @@ pub(super) fn c_fill(
             o.local_cu_padded.ptr()
         },
         local_cu_seqlens_padded_len: if npos == 0 { 0 } else { nlocal },
+        rings: if rings_passed(c, nrings, Malform::None) {
+            o.rings.ptr()
+        } else {
+            null_mut()
+        },
+        rings_len: nrings,
+        rings_count: o.rings_count.ptr(),
     };
     let mut plan = h.buffers();
-    let which = |w: u8| usize::from(w) % 6;
+    let which = |w: u8| usize::from(w) % 7;
+    let huge = |w: u8| usize::from(w) % 6;
     match m {
         Malform::None | Malform::SpansSpareOnPositions | Malform::OutputInPlanSpare => {}
         Malform::PlanReserved => plan._reserved = 1,
@@ -188,7 +212,8 @@ pub(super) fn c_fill(
                 2 => &mut out.sharded_cu_seqlens_len,
                 3 => &mut out.sharded_cu_seqlens_padded_len,
                 4 => &mut out.rank_cu_seqlens_len,
-                _ => &mut out.positions_len,
+                5 => &mut out.positions_len,
+                _ => &mut out.rings_len,
             };
             *len = len.saturating_sub(1);
         }
@@ -198,9 +223,10 @@ pub(super) fn c_fill(
             2 => out.sharded_cu_seqlens = null_mut(),
             3 => out.sharded_cu_seqlens_padded = null_mut(),
             4 => out.rank_cu_seqlens = null_mut(),
-            _ => out.layout = null_mut(),
+            5 => out.layout = null_mut(),
+            _ => out.rings = null_mut(),
         },
-        Malform::CapacityHuge(w) => match which(w) {
+        Malform::CapacityHuge(w) => match huge(w) {
             0 => out.spans_len = usize::MAX,
             1 => out.local_cu_seqlens_len = usize::MAX / 2,
             2 => out.sharded_cu_seqlens_len = usize::MAX / 4 + 1,
@@ -250,15 +276,25 @@ pub(super) fn c_fill(
     st
 }
 
+/// Whether a call with rings capacity `nrings` and malformation `m` passes a rings buffer:
+/// always with sub-groups (they require it), otherwise when it has room for one, unless `m`
+/// makes it NULL.
+pub(super) fn rings_passed(c: &skrull_config, nrings: usize, m: Malform) -> bool {
+    let nulled = matches!(m, Malform::OutputNull(w) if w % 7 == 6);
+    (nrings > 0 || c.subgroups == 1) && !nulled
+}
+
 /// The statuses `skrull_layout_fill` may return for a call with malformation `m`, given the
 /// status `clean` of the same call without it, the capacities `lens` it passes (spans, the
-/// four `cu_seqlens`, positions) and the elements `needed` of each.
+/// four `cu_seqlens`, positions, rings) and the elements `needed` of each, and whether the
+/// configuration has sub-groups (the rings are then required).
 pub(super) fn expected(
     clean: skrull_status,
     m: Malform,
-    lens: [usize; 6],
-    needed: [usize; 6],
+    lens: [usize; 7],
+    needed: [usize; 7],
     spare_applied: bool,
+    subgroups: bool,
 ) -> skrull_status {
     use skrull_status as S;
     match m {
@@ -271,17 +307,19 @@ pub(super) fn expected(
         // Everything else is checked after NO_SUCH_GPU and LAYOUT_OVERFLOW.
         _ if clean != S::Ok => clean,
         Malform::OutputShort(w) => {
-            let w = usize::from(w) % 6;
+            let w = usize::from(w) % 7;
+            // A rings buffer of capacity 0 is NULL here (skipped); one element less is then
+            // still 0.
             if lens[w] > 0 && lens[w] - 1 < needed[w] {
                 S::OutputTooSmall
             } else {
                 S::Ok
             }
         }
-        // NULL with a nonzero capacity (layout: always required).
+        // NULL with a nonzero capacity (layout: always required; rings: with sub-groups).
         Malform::OutputNull(w) => {
-            let w = usize::from(w) % 6;
-            if w == 5 || lens[w] > 0 {
+            let w = usize::from(w) % 7;
+            if w == 5 || lens[w] > 0 || (w == 6 && subgroups) {
                 S::NullArg
             } else {
                 S::Ok

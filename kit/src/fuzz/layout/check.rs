@@ -1,8 +1,10 @@
 //! The checks of one GPU's layout: the core's layout with exactly sized buffers
 //! ([`CoreLayout`]), its own consistency, and the C outputs equal to it.
 
-use skrull::{skrull_layout, skrull_span};
-use skrull_core::plan::layout::{self, Gpu, LayoutBuffer, LayoutBuffers, LayoutError, LayoutSizes};
+use skrull::{skrull_layout, skrull_layout_ring, skrull_span};
+use skrull_core::plan::layout::{
+    self, Gpu, LayoutBuffer, LayoutBuffers, LayoutError, LayoutRing, LayoutSizes, MAX_RINGS,
+};
 use skrull_core::{Config, Plan};
 
 use super::call::Outs;
@@ -20,6 +22,15 @@ pub(super) struct CoreLayout {
     positions: Vec<i32>,
     local_cu_padded: Vec<i32>,
     gather: Vec<i64>,
+    /// The rings the core wrote (`l.rings` of them).
+    pub(super) rings: Vec<LayoutRing>,
+}
+
+impl CoreLayout {
+    /// The GPU's rings: 0 without sharded sequences, 1 with only the whole group's.
+    pub(super) fn ring_count(&self) -> usize {
+        self.l.rings as usize
+    }
 }
 
 pub(super) fn core_fill(
@@ -52,6 +63,7 @@ pub(super) fn core_fill(
             }
         ],
         gather: vec![7; npos],
+        rings: Vec::new(),
     };
     // One buffer one short must be BufferTooSmall naming it, with nothing written.
     if z.spans > 0 {
@@ -84,6 +96,8 @@ pub(super) fn core_fill(
         assert!(short.iter().all(|s| *s == layout::Span::default()));
         assert!(c.local_cu.iter().all(|&x| x == 7), "written on error");
     }
+    // Room for every ring (the core writes as many as the GPU has).
+    let mut rings = [LayoutRing::default(); MAX_RINGS as usize];
     c.l = layout::fill(
         cfg,
         lengths,
@@ -98,9 +112,17 @@ pub(super) fn core_fill(
             positions: &mut c.positions,
             local_cu_seqlens_padded: &mut c.local_cu_padded,
             gather_index: &mut c.gather,
-            rings: &mut [],
+            rings: &mut rings,
         },
     )?;
+    assert!(c.l.rings <= MAX_RINGS, "{} rings", c.l.rings);
+    c.rings = rings[..c.l.rings as usize].to_vec();
+    assert!(
+        rings[c.l.rings as usize..]
+            .iter()
+            .all(|r| *r == LayoutRing::default()),
+        "rings written past the count"
+    );
     Ok(c)
 }
 
@@ -144,10 +166,16 @@ pub(super) fn check_gpu(cfg: &Config, lengths: &[u32], h: &Held, gpu: Gpu, c: &C
             local_max = local_max.max(len);
         } else {
             let j = k - l.local_seqs as usize;
+            // Its group's ranks, and this rank's index among them.
+            let (first, g) = h.group(s.seq as usize, cp);
+            assert!(
+                r >= first && r - first < g,
+                "span {k}: rank {r} not in {first}+{g}"
+            );
             let want = if j.is_multiple_of(2) {
-                r
+                r - first
             } else {
-                2 * cp - 1 - r
+                2 * g - 1 - (r - first)
             };
             assert_eq!(s.chunk, want as i32, "span {k}");
             assert_eq!(p.cp_rank, -1);
@@ -163,7 +191,7 @@ pub(super) fn check_gpu(cfg: &Config, lengths: &[u32], h: &Held, gpu: Gpu, c: &C
                 let part = prev.len + prev.pad + s.len + s.pad;
                 assert_eq!(c.rank_cu[q + 1] - c.rank_cu[q], part as i32);
                 assert_eq!(c.sharded_cu[q + 1] - c.sharded_cu[q], len as i32);
-                let pl = padded(cfg, len) as i32;
+                let pl = padded(cfg, len, g) as i32;
                 assert_eq!(c.sharded_cu_padded[q + 1] - c.sharded_cu_padded[q], pl);
                 rank_max = rank_max.max(part);
             }
@@ -200,22 +228,83 @@ pub(super) fn check_gpu(cfg: &Config, lengths: &[u32], h: &Held, gpu: Gpu, c: &C
     assert_eq!(l.local_max_seqlen, local_max as i32);
     assert_eq!(l.rank_max_seqlen, rank_max as i32);
     let sharded = c.spans[l.local_seqs as usize..].iter().step_by(2);
-    let longest = sharded.map(|s| lengths[s.seq as usize]).max().unwrap_or(0);
+    let longest = sharded
+        .clone()
+        .map(|s| lengths[s.seq as usize])
+        .max()
+        .unwrap_or(0);
     assert_eq!(l.sharded_max_seqlen, longest as i32);
-    let longest_padded = if longest == 0 {
-        0
-    } else {
-        padded(cfg, longest)
-    };
+    let longest_padded = sharded
+        .map(|s| padded(cfg, lengths[s.seq as usize], h.group(s.seq as usize, cp).1))
+        .max()
+        .unwrap_or(0);
     assert_eq!(
         i64::from(l.sharded_max_seqlen_padded),
         longest_padded as i64
     );
+    check_rings(cfg, h, gpu, c);
 }
 
-/// Checks that the C outputs equal the core's layout and nothing else was written.
-pub(super) fn check_c_equals_core(o: &Outs, c: &CoreLayout, with_positions: bool) {
+/// The ring table of one GPU: one ring per group holding a sharded sequence of this GPU, the
+/// whole group first, then sub-groups strictly largest first, each containing this rank,
+/// their blocks tiling the sharded group in order, and each sequence in its group's block.
+fn check_rings(cfg: &Config, h: &Held, gpu: Gpu, c: &CoreLayout) {
     let l = &c.l;
+    let (cp, r) = (cfg.cp, gpu.cp_rank);
+    if l.sharded_seqs == 0 {
+        assert!(c.rings.is_empty(), "rings without sharded sequences");
+        return;
+    }
+    let mut next = 0u32;
+    let mut last_size = u32::MAX;
+    for (k, ring) in c.rings.iter().enumerate() {
+        assert!(ring.size < last_size, "ring {k}: sizes not decreasing");
+        last_size = ring.size;
+        assert!(ring.size == cp || (ring.size >= 2 && ring.size.is_power_of_two()));
+        assert!(ring.first.is_multiple_of(ring.size) && ring.first + ring.size <= cp);
+        assert!(
+            r >= ring.first && r - ring.first < ring.size,
+            "ring {k} misses rank {r}"
+        );
+        assert_eq!(ring.offset, next, "ring {k}: not contiguous");
+        assert!(ring.seqs >= 1, "ring {k} is empty");
+        for q in ring.offset..ring.offset + ring.seqs {
+            let span = c.spans[(l.local_seqs + 2 * q) as usize];
+            let group = h.group(span.seq as usize, cp);
+            assert_eq!(group, (ring.first, ring.size), "ring {k}: seq {}", span.seq);
+        }
+        next += ring.seqs;
+    }
+    assert_eq!(next, l.sharded_seqs, "rings do not cover the sharded group");
+}
+
+/// Checks that the C outputs equal the core's layout and nothing else was written (the rings
+/// only when `with_rings`: a caller without sub-groups may skip them).
+pub(super) fn check_c_equals_core(
+    o: &Outs,
+    c: &CoreLayout,
+    with_positions: bool,
+    with_rings: bool,
+) {
+    let l = &c.l;
+    assert_eq!(o.rings_count.body()[0], l.rings, "rings_count");
+    o.rings_count.untouched_from(1, "rings_count");
+    if with_rings {
+        let want: Vec<skrull_layout_ring> = c
+            .rings
+            .iter()
+            .map(|r| skrull_layout_ring {
+                first: r.first,
+                size: r.size,
+                offset: r.offset,
+                seqs: r.seqs,
+            })
+            .collect();
+        assert_eq!(&o.rings.body()[..want.len()], &want[..], "C rings differ");
+        o.rings.untouched_from(want.len(), "rings");
+    } else {
+        o.rings.untouched_from(0, "rings (skipped)");
+    }
     let want: Vec<skrull_span> = c
         .spans
         .iter()

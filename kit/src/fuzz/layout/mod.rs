@@ -10,7 +10,9 @@
 //!   `Plan::from_parts` and the summary), and otherwise is laid out like any plan.
 //! - The spans of all CP ranks of a micro-batch tile each of its sequences exactly once: a
 //!   local sequence is one span on its CP rank, a sharded one is covered over `[0, P)` (`P`
-//!   its padded length) by two chunks per rank, real tokens exactly below its length.
+//!   its padded length over its group) by two chunks on each rank of its group (the whole CP
+//!   group or a sub-group) and none elsewhere, real tokens exactly below its length; every
+//!   GPU's ring table names the groups of its sharded sequences in order.
 //! - `cu_seqlens` start at 0, are monotone and step by the spans' lengths; the positions equal
 //!   the spans' ranges; the counts add up; the charged tokens equal the plan's rank tokens.
 //! - Nothing is written outside the buffers (guards on both sides), nothing past the valid
@@ -19,7 +21,9 @@
 //! Input: 16 header bytes, then the `c_abi` format (`decode::decode`: configuration and
 //! lengths; its perturbation byte is not used). Header: `[0]` GPU mode (0: every GPU, 1: one
 //! GPU from bytes 10..16, 2: every GPU with exactly sized buffers, 3: every GPU without
-//! positions), `[1]` corruption kind, `[2..4]` its index, `[4..8]` its value, `[8]` call
+//! positions, and without rings unless sub-groups require them), `[1]` corruption kind
+//! (`plan::corrupt`; 28 moves a sharded sequence onto a sub-group, a valid plan when the
+//! configuration has sub-groups), `[2..4]` its index, `[4..8]` its value, `[8]` call
 //! malformation, `[9]` its argument, `[10..16]` the one GPU (three little-endian u16).
 //!
 //! Used by `fuzz/fuzz_targets/layout.rs` and replayed by `tests/regressions_fuzz.rs`.
@@ -35,7 +39,7 @@ use skrull::{
 use skrull_core::plan::layout::{Gpu, LayoutSizes};
 use skrull_core::{Config, ShardPadding};
 
-use self::call::{Malform, Outs, c_fill, expected, malform};
+use self::call::{Malform, Outs, c_fill, expected, malform, rings_passed};
 use self::check::{check_c_equals_core, check_gpu, core_fill};
 use self::plan::{core_plan, corrupt, schedule, stage};
 use super::decode::{Reader, decode};
@@ -45,12 +49,12 @@ const MAX_GPUS: usize = 256;
 /// Position arrays longer than this are skipped (the spans carry the same ranges).
 const MAX_POSITIONS: usize = 1 << 18;
 
-/// The independent padded length of a sharded sequence.
-fn padded(cfg: &Config, len: u32) -> u64 {
+/// The independent padded length of a sequence sharded over a group of `g` ranks.
+fn padded(cfg: &Config, len: u32, g: u32) -> u64 {
     // The rule of docs/layout.md, written out independently of the library's `Budget`: the
-    // shard unit is lcm(2N, M) when N > 1 and the sequence is padded at all (zigzag, or a
-    // pad multiple M > 1), else M (at N = 1 zigzag pads nothing).
-    let (n, m) = (u64::from(cfg.cp), u64::from(cfg.pad_multiple.max(1)));
+    // shard unit is lcm(2g, M) when g > 1 and the sequence is padded at all (zigzag, or a
+    // pad multiple M > 1), else M (at g = 1 zigzag pads nothing).
+    let (n, m) = (u64::from(g), u64::from(cfg.pad_multiple.max(1)));
     let padded_at_all = cfg.shard_padding == ShardPadding::Zigzag || m > 1;
     let unit = if n > 1 && padded_at_all {
         let (mut a, mut b) = (2 * n, m);
@@ -77,6 +81,8 @@ pub struct Run {
     pub fills: Vec<skrull_status>,
     /// Every GPU of the plan was laid out and the tiling checked.
     pub tiled: bool,
+    /// Sequences sharded over a sub-group whose tiling was checked.
+    pub subgroups: usize,
 }
 
 /// Runs the layout harness on fuzz bytes.
@@ -140,7 +146,7 @@ pub fn layout(data: &[u8]) -> Run {
             max.positions as usize
         )
     );
-    let corrupted = corrupt(&mut h, kind, index, value);
+    let corrupted = corrupt(&mut h, &cfg, &lengths, kind, index, value);
     // The core's view borrows a copy; the C calls get pointers into `h` (which they only read).
     let frozen = h.clone();
     let staged = stage(&cfg, &lengths, &frozen);
@@ -207,6 +213,17 @@ pub fn layout(data: &[u8]) -> Run {
             None => Err(skrull_status::PlanInvalid),
             Some(p) => LayoutSizes::for_gpu(&cfg, &lengths, p, gpu).map_err(skrull_status::from),
         };
+        // This GPU's rings, which the C sizes have no field for: the core counts them when one
+        // is a sub-group, else there is the whole group's if anything is sharded.
+        let gpu_rings = match want_sizes {
+            Ok(s) if s.rings > 0 => s.rings as usize,
+            Ok(s) => usize::from(s.sharded_cu_seqlens > 1),
+            Err(_) => 0,
+        };
+        assert!(
+            gpu_rings <= max.rings as usize,
+            "{gpu_rings} rings > the maximum"
+        );
         match want_sizes {
             Ok(s) => {
                 assert_eq!(st_sizes, skrull_status::Ok);
@@ -248,7 +265,14 @@ pub fn layout(data: &[u8]) -> Run {
         if !with_positions {
             npos = 0;
         }
-        let mut o = Outs::new(nspans, nlocal, nsharded, npos);
+        // The rings: the maximum, or exactly this GPU's; none (skipped) in mode 3 unless
+        // sub-groups require them.
+        let nrings = if mode == 3 && !cfg.subgroups {
+            0
+        } else {
+            pick(max.rings as usize, gpu_rings)
+        };
+        let mut o = Outs::new(nspans, nlocal, nsharded, npos, nrings);
         // One malformed call per input (the first GPU); those that swap in plan capacities
         // only on the plan as written (a corruption may have shrunk one).
         let plan_edit = matches!(m, Malform::OutputInPlanSpare)
@@ -264,7 +288,7 @@ pub fn layout(data: &[u8]) -> Run {
             &mut h,
             cg,
             &mut o,
-            [nspans, nlocal, nsharded, npos],
+            [nspans, nlocal, nsharded, npos, nrings],
             cap.workspace_bytes,
             mcall,
             &mut spare,
@@ -277,7 +301,7 @@ pub fn layout(data: &[u8]) -> Run {
             Some(Ok(_)) => skrull_status::Ok,
             Some(Err(e)) => skrull_status::from(*e),
         };
-        let lens = [nspans, nlocal, nsharded, nsharded, nsharded, npos];
+        let lens = [nspans, nlocal, nsharded, nsharded, nsharded, npos, nrings];
         let zs = z.sharded_cu_seqlens;
         let needed = [
             z.spans,
@@ -286,9 +310,10 @@ pub fn layout(data: &[u8]) -> Run {
             zs,
             zs,
             npos.min(z.positions),
+            gpu_rings,
         ];
         let spare_applied = npos > 0 && npos <= (nspans + 8) * size_of::<skrull_span>() / 4;
-        let want = expected(clean, mcall, lens, needed, spare_applied);
+        let want = expected(clean, mcall, lens, needed, spare_applied, cfg.subgroups);
         assert_eq!(st, want, "skrull_layout_fill ({mcall:?}, gpu {gpu:?})");
         run.fills.push(st);
         if st != skrull_status::Ok {
@@ -298,7 +323,13 @@ pub fn layout(data: &[u8]) -> Run {
         let core = core
             .expect("OK implies a plan")
             .expect("OK implies a layout");
-        check_c_equals_core(&o, &core, with_positions);
+        assert_eq!(
+            core.ring_count(),
+            gpu_rings,
+            "rings counted before and after the fill"
+        );
+        let with_rings = rings_passed(&c, nrings, mcall);
+        check_c_equals_core(&o, &core, with_positions, with_rings);
         check_gpu(&cfg, &lengths, &h, gpu, &core);
         for s in &core.spans {
             let end = u64::from(s.start) + u64::from(s.len) + u64::from(s.pad);
@@ -334,14 +365,34 @@ pub fn layout(data: &[u8]) -> Run {
             assert_eq!(ranges[0], (0, held, pl.cp_rank as u32));
             continue;
         }
-        assert_eq!(ranges.len(), 2 * cfg.cp as usize, "sharded {seq}: spans");
+        // Two chunks on every rank of its group (the whole group or a sub-group), none
+        // elsewhere, tiling [0, P) over the group's 2g chunks.
+        let (first, g) = h.group(seq, cfg.cp);
+        assert_eq!(ranges.len(), 2 * g as usize, "sharded {seq}: spans");
+        let mut per_rank = vec![0u32; cfg.cp as usize];
+        for &(_, _, rank) in ranges.iter() {
+            assert!(
+                rank >= first && rank - first < g,
+                "sharded {seq}: on rank {rank} outside {first}+{g}"
+            );
+            per_rank[rank as usize] += 1;
+        }
+        assert!(
+            per_rank[first as usize..(first + g) as usize]
+                .iter()
+                .all(|&c| c == 2),
+            "sharded {seq}: not two chunks per rank of {first}+{g}"
+        );
         ranges.sort_unstable();
         let mut at = 0u64;
         for &(start, end, _) in ranges.iter() {
             assert_eq!(start, at, "sharded {seq}: gap or overlap at {at}");
             at = end;
         }
-        assert_eq!(at, padded(&cfg, len), "sharded {seq}: covered {at}");
+        assert_eq!(at, padded(&cfg, len, g), "sharded {seq}: covered {at}");
+        if g < cfg.cp {
+            run.subgroups += 1;
+        }
     }
     run.tiled = true;
     run
