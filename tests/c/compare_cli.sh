@@ -110,6 +110,7 @@ compare "default batch, balanced, victim longest" "" --victim longest
 compare "default batch, zigzag padding" "" --shard-padding zigzag
 compare "default batch, qwen2.5-7b, 13K" "" --model qwen2.5-7b --bucket 13312
 compare "default batch, DP 2 x CP 16, 13K" "" --dp 2 --cp 16 --bucket 13312
+compare "default batch, DP 2 x CP 16, 13K, sub-groups off" "" --dp 2 --cp 16 --bucket 13312 --subgroups off
 compare "default batch, max 64 micro-batches" "" --max-micro-batches 64
 compare "readme batch, DP 2 x CP 4, 24" "$tmp/readme.txt" --dp 2 --cp 4 --bucket 24
 compare "several micro-batches, DP 2 x CP 2, 24" "$tmp/several.txt" --dp 2 --cp 2 --bucket 24

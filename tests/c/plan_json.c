@@ -20,6 +20,7 @@ static const char *const POLICIES[] = {"skrull", "deepspeed", "packed", "roundro
 static const char *const VICTIMS[] = {"shortest", "longest"};
 static const char *const FLOPS[] = {"paper", "megatron"};
 static const char *const PADDINGS[] = {"none", "zigzag"};
+static const char *const SWITCHES[] = {"off", "on"};
 static const char *const MODELS[] = {"qwen2.5-0.5b", "qwen2.5-7b"};
 
 static int lookup(const char *const *names, uint32_t count, const char *name, uint32_t *out) {
@@ -107,6 +108,7 @@ int main(int argc, char **argv) {
     cfg.cp = 8;
     cfg.bucket_tokens = 26 * 1024;
     cfg.policy = SKRULL_POLICY_BALANCED; /* the CLI's default policy */
+    cfg.subgroups = 1;                    /* the CLI plans with sub-groups unless told not to */
     for (int i = 2; i < argc; i += 2) {
         const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : "";
         int ok = strcmp(k, "--model") == 0 ||
@@ -118,7 +120,8 @@ int main(int argc, char **argv) {
                  (strcmp(k, "--victim") == 0 && lookup(VICTIMS, 2, v, &cfg.victim)) ||
                  (strcmp(k, "--flops") == 0 && lookup(FLOPS, 2, v, &cfg.flops)) ||
                  (strcmp(k, "--shard-padding") == 0 && lookup(PADDINGS, 2, v, &cfg.shard_padding)) ||
-                 (strcmp(k, "--pad-multiple") == 0 && parse_u32(v, &cfg.pad_multiple));
+                 (strcmp(k, "--pad-multiple") == 0 && parse_u32(v, &cfg.pad_multiple)) ||
+                 (strcmp(k, "--subgroups") == 0 && lookup(SWITCHES, 2, v, &cfg.subgroups));
         if (strcmp(k, "--pad-local") == 0 || strcmp(k, "--lockstep") == 0) {
             /* switches: no value */
             *(strcmp(k, "--pad-local") == 0 ? &cfg.pad_local : &cfg.lockstep) = 1;
@@ -157,10 +160,12 @@ int main(int argc, char **argv) {
     out.rank_tokens_len = sz.rank_tokens;
     out.micro_batches_per_dp = (uint32_t *)malloc(sz.micro_batches_per_dp * sizeof(uint32_t) + 1);
     out.micro_batches_per_dp_len = sz.micro_batches_per_dp;
+    out.cp_groups = (skrull_cp_group *)malloc(sz.placements * sizeof *out.cp_groups + 1);
+    out.cp_groups_len = sz.placements;
     out.summary = &summary;
     void *ws = malloc(sz.workspace_bytes);
     if (!out.placements || !out.micro_batches || !out.members || !out.rank_tokens ||
-        !out.micro_batches_per_dp || !ws) {
+        !out.micro_batches_per_dp || !out.cp_groups || !ws) {
         return 2;
     }
     st = skrull_schedule(&cfg, lengths, n, ws, sz.workspace_bytes, &out);
@@ -172,11 +177,12 @@ int main(int argc, char **argv) {
     printf("{\"config\": {\"dp\": %" PRIu32 ", \"cp\": %" PRIu32 ", \"bucket_tokens\": %" PRIu32
            ", \"policy\": \"%s\", \"victim\": \"%s\", \"model\": \"%s\", \"flops\": \"%s\", "
            "\"max_micro_batches\": %" PRIu32 ", \"shard_padding\": \"%s\", \"pad_multiple\": %" PRIu32
-           ", \"pad_local\": %s, \"lockstep\": %s},\n",
+           ", \"pad_local\": %s, \"lockstep\": %s, \"subgroups\": %s},\n",
            cfg.dp, cfg.cp, cfg.bucket_tokens, POLICIES[cfg.policy], VICTIMS[cfg.victim],
            MODELS[model], FLOPS[cfg.flops], cfg.max_micro_batches,
            PADDINGS[cfg.shard_padding], cfg.pad_multiple < 1 ? 1 : cfg.pad_multiple,
-           cfg.pad_local ? "true" : "false", cfg.lockstep ? "true" : "false");
+           cfg.pad_local ? "true" : "false", cfg.lockstep ? "true" : "false",
+           cfg.subgroups ? "true" : "false");
     printf(" \"summary\": {\"sequences\": %" PRIu32 ", \"total_tokens\": %" PRIu64
            ", \"micro_batches\": %" PRIu32 ", \"sharded\": %" PRIu32 ", \"rollbacks\": %" PRIu32
            ", \"peak_rank_tokens\": %" PRIu32 "},\n",
@@ -186,8 +192,10 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < n; i++) {
         const skrull_placement *p = &out.placements[i];
         printf("%s{\"seq\": %zu, \"len\": %" PRIu32 ", \"dp\": %" PRIu32
-               ", \"micro_batch\": %" PRIu32 ", \"cp\": %" PRId32 "}",
-               i ? ",\n   " : "", i, lengths[i], p->dp_rank, p->micro_batch, p->cp_rank);
+               ", \"micro_batch\": %" PRIu32 ", \"cp\": %" PRId32 ", \"cp_first\": %" PRIu32
+               ", \"cp_size\": %" PRIu32 "}",
+               i ? ",\n   " : "", i, lengths[i], p->dp_rank, p->micro_batch, p->cp_rank,
+               out.cp_groups[i].first, out.cp_groups[i].size);
     }
     printf("],\n \"micro_batches_per_dp\": ");
     print_u32_list(out.micro_batches_per_dp, cfg.dp);
@@ -220,6 +228,7 @@ int main(int argc, char **argv) {
     free(out.members);
     free(out.rank_tokens);
     free(out.micro_batches_per_dp);
+    free(out.cp_groups);
     free(ws);
     free(lengths);
     return 0;
