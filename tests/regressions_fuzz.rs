@@ -252,6 +252,19 @@ fn fuzz_layout_pad_local_tiling() {
     assert!(run.plan_valid);
 }
 
+/// Regression (fuzz `layout`, campaign round 2): a GPU of an empty lockstep micro-batch (past
+/// the DP rank's listed ones) has `micro_batch_global == NO_MICRO_BATCH`, as documented; the
+/// harness indexed the plan's rank-token table with it and panicked. It now checks that such a
+/// layout is empty.
+#[test]
+#[cfg_attr(miri, ignore)]
+fn fuzz_layout_empty_lockstep_micro_batch() {
+    let run = fuzz::layout(&base64("pQAAAAAAAAA3LQEAAAAAABRUKCAlAAkDBgAAoAEDAA=="));
+    assert_eq!(run.schedule, Some(skrull::skrull_status::Ok));
+    assert!(run.plan_valid && !run.corrupted);
+    assert!(run.fills.contains(&skrull::skrull_status::Ok));
+}
+
 /// The sub-group seeds reach what they are named after: sub-groups on through the C ABI
 /// (planned, the groups checked), `subgroups = 2` refused, the groups required with
 /// sub-groups and optional without, their capacity checked.

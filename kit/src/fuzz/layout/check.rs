@@ -138,6 +138,26 @@ pub(super) fn check_gpu(cfg: &Config, lengths: &[u32], h: &Held, gpu: Gpu, c: &C
     assert_eq!(l.spans, l.local_seqs + 2 * l.sharded_seqs);
     assert_eq!(l.tokens, l.local_tokens + l.sharded_tokens);
     assert_eq!(l.loss_tokens, l.tokens - l.pad_tokens);
+    if l.micro_batch_global == layout::NO_MICRO_BATCH {
+        // An empty lockstep micro-batch: past the DP rank's listed ones, within its count.
+        assert!(cfg.lockstep, "an empty micro-batch without lockstep");
+        let listed = h
+            .micro_batches
+            .iter()
+            .filter(|m| m.dp_rank == gpu.dp_rank)
+            .count();
+        assert!((gpu.micro_batch as usize) >= listed);
+        assert!(gpu.micro_batch < h.per_dp[gpu.dp_rank as usize]);
+        assert_eq!(
+            (l.spans, l.tokens, l.loss_tokens, l.charged_tokens, l.rings),
+            (0, 0, 0, 0, 0)
+        );
+        assert!(c.spans.is_empty() && c.positions.is_empty() && c.gather.is_empty());
+        for cu in [&c.local_cu, &c.sharded_cu, &c.sharded_cu_padded, &c.rank_cu] {
+            assert_eq!(cu.as_slice(), &[0]);
+        }
+        return;
+    }
     let g = l.micro_batch_global as usize;
     assert_eq!(
         l.charged_tokens,
