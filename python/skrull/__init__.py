@@ -37,8 +37,8 @@ from ._config import (FLOPS, POLICIES, PRESETS, SHARD_PADDINGS, VICTIMS, Config,
 from ._cost import GPUS, OVERLAPS, CostModel
 from ._errors import (ArgumentError, BatchError, ConfigError, Error, InternalError, LayoutError,
                       Status)
-from ._layout import SPAN_DTYPE, Layout
-from ._plan import MICRO_BATCH_DTYPE, PLACEMENT_DTYPE, Plan, Summary
+from ._layout import RING_DTYPE, SPAN_DTYPE, Layout, Ring
+from ._plan import CP_GROUP_DTYPE, MICRO_BATCH_DTYPE, PLACEMENT_DTYPE, Plan, Summary
 from ._scheduler import MAX_SEQUENCES, Scheduler
 
 __version__ = "0.1.0"
@@ -48,6 +48,7 @@ ABI_VERSION = _ffi.ABI_VERSION
 SHARDED = _ffi.SHARDED
 #: ``Layout.micro_batch_global`` of an empty lockstep micro-batch.
 NO_MICRO_BATCH = _ffi.NO_MICRO_BATCH
+MAX_RINGS = _ffi.MAX_RINGS
 #: The largest ``pad_multiple``.
 MAX_PAD_MULTIPLE = _ffi.MAX_PAD_MULTIPLE
 
@@ -67,9 +68,10 @@ for _cls in (ArgumentError, BatchError, Config, ConfigError, CostModel, Error, I
     _cls.__module__ = __name__  # tracebacks and help() say skrull.BatchError, not skrull._errors
 
 __all__ = [
-    "ABI_VERSION", "MAX_PAD_MULTIPLE", "MAX_SEQUENCES", "NO_MICRO_BATCH", "SHARDED", "FLOPS",
+    "ABI_VERSION", "MAX_PAD_MULTIPLE", "MAX_RINGS", "MAX_SEQUENCES", "NO_MICRO_BATCH", "SHARDED",
+    "FLOPS", "CP_GROUP_DTYPE", "RING_DTYPE",
     "GPUS", "OVERLAPS", "POLICIES", "PRESETS", "SHARD_PADDINGS", "VICTIMS", "MICRO_BATCH_DTYPE",
     "PLACEMENT_DTYPE", "SPAN_DTYPE", "ArgumentError", "BatchError", "Config", "ConfigError",
-    "CostModel", "Error", "InternalError", "Layout", "LayoutError", "ModelShape", "Plan",
+    "CostModel", "Error", "InternalError", "Layout", "LayoutError", "ModelShape", "Plan", "Ring",
     "Scheduler", "Status", "Summary", "library_path", "library_version",
 ]

@@ -60,6 +60,7 @@ class Config:
     pad_local: bool = False
     lockstep: bool = False
     cost_model: Optional[CostModel] = None
+    subgroups: bool = True
 
 
 def _uint(name: str, value: Any, status: Status) -> int:
@@ -138,7 +139,8 @@ def build(dp: int | None, cp: int | None, bucket_tokens: int | None, model: Mode
           policy: str | int, victim: str | int, flops: str | int, shard_padding: str | int,
           max_micro_batches: int, pad_multiple: int = 1, pad_local: bool | int = False,
           lockstep: bool | int = False,
-          cost_model: CostModel | str | None = None) -> tuple[Config, _ffi.skrull_config]:
+          cost_model: CostModel | str | None = None,
+          subgroups: bool | int = True) -> tuple[Config, _ffi.skrull_config]:
     """Builds the C struct (``struct_size`` = our ``sizeof``) and its Python description, and
     has the library validate it. ``None`` for dp, cp or bucket_tokens takes the model preset's.
 
@@ -167,6 +169,7 @@ def build(dp: int | None, cp: int | None, bucket_tokens: int | None, model: Mode
     c.pad_multiple = _uint("pad_multiple", pad_multiple, Status.INVALID_PAD_MULTIPLE)
     c.pad_local = _flag("pad_local", pad_local)
     c.lockstep = _flag("lockstep", lockstep)
+    c.subgroups = _flag("subgroups", subgroups)
     if cost_model is None:
         cost = None
     elif isinstance(cost_model, CostModel):
@@ -182,7 +185,7 @@ def build(dp: int | None, cp: int | None, bucket_tokens: int | None, model: Mode
     check_config(c)
     cfg = Config(c.dp, c.cp, c.bucket_tokens, policy, victim, flops, shard_padding,
                  c.max_micro_batches, shape, c.pad_multiple, bool(c.pad_local),
-                 bool(c.lockstep), cost)
+                 bool(c.lockstep), cost, bool(c.subgroups))
     return cfg, c
 
 

@@ -40,6 +40,9 @@ COST_MODEL_SIZE_V1 = 264
 #: ``skrull_layout.micro_batch_global`` of an empty lockstep micro-batch
 #: (``SKRULL_NO_MICRO_BATCH``).
 NO_MICRO_BATCH = 2**32 - 1
+#: The most rings one GPU's layout has (``SKRULL_MAX_RINGS``): the whole CP group and its
+#: aligned sub-groups that contain the GPU.
+MAX_RINGS = 8
 
 _u32, _i32, _u64, _i64, _f64, _usize = c_uint32, c_int32, c_uint64, c_int64, c_double, c_size_t
 # Output arrays are numpy arrays; their pointer fields are plain addresses (same size and
@@ -72,11 +75,15 @@ class skrull_config(ctypes.Structure):
                 ("max_micro_batches", _u32), ("model", skrull_model_shape),
                 # appended after version 1
                 ("pad_multiple", _u32), ("pad_local", _u32), ("lockstep", _u32),
-                ("cost_model", _ptr)]
+                ("cost_model", _ptr), ("subgroups", _u32), ("_reserved", _u32)]
 
 
 class skrull_dacp_summary(ctypes.Structure):
     _fields_ = [("sharded", _u32), ("rollbacks", _u32)]
+
+
+class skrull_cp_group(ctypes.Structure):
+    _fields_ = [("first", _u32), ("size", _u32)]
 
 
 class skrull_placement(ctypes.Structure):
@@ -107,7 +114,8 @@ class skrull_plan_buffers(ctypes.Structure):
                 ("rank_tokens", _ptr), ("rank_tokens_len", _usize),
                 ("micro_batches_per_dp", _ptr), ("micro_batches_per_dp_len", _usize),
                 ("summary", _ptr),
-                ("error", _ptr)]  # appended after version 1
+                # appended after version 1
+                ("error", _ptr), ("cp_groups", _ptr), ("cp_groups_len", _usize)]
 
 
 class skrull_gpu(ctypes.Structure):
@@ -130,6 +138,10 @@ class skrull_layout(ctypes.Structure):
                 ("micro_batch_tokens", _u64), ("global_tokens", _u64)]
 
 
+class skrull_layout_ring(ctypes.Structure):
+    _fields_ = [("first", _u32), ("size", _u32), ("offset", _u32), ("seqs", _u32)]
+
+
 class skrull_layout_buffers(ctypes.Structure):
     _fields_ = [("struct_size", _u32), ("_reserved", _u32),
                 ("spans", _ptr), ("spans_len", _usize),
@@ -141,7 +153,8 @@ class skrull_layout_buffers(ctypes.Structure):
                 ("layout", _ptr),
                 # appended after version 1
                 ("gather_index", _ptr), ("gather_index_len", _usize),
-                ("local_cu_seqlens_padded", _ptr), ("local_cu_seqlens_padded_len", _usize)]
+                ("local_cu_seqlens_padded", _ptr), ("local_cu_seqlens_padded_len", _usize),
+                ("rings", _ptr), ("rings_len", _usize), ("rings_count", _ptr)]
 
 
 class skrull_layout_capacity(ctypes.Structure):
@@ -160,7 +173,7 @@ FROZEN_SIZES = {
     skrull_model_shape: 24, skrull_dacp_summary: 8, skrull_placement: 16,
     skrull_micro_batch: 16, skrull_summary: 32, skrull_gpu: 12, skrull_span: 24,
     skrull_layout: 88, skrull_layout_capacity: 5 * _W, skrull_sizes: 6 * _W,
-    skrull_error_info: 32,
+    skrull_error_info: 32, skrull_cp_group: 8, skrull_layout_ring: 16,
 }
 #: Version-1 sizes of the extensible structs; appended fields make ours larger, never smaller.
 EXTENSIBLE_V1_SIZES = {
@@ -170,8 +183,8 @@ EXTENSIBLE_V1_SIZES = {
 #: Every struct the binding mirrors, in header order.
 STRUCTS = [skrull_model_shape, skrull_cost_model, skrull_config, skrull_dacp_summary,
            skrull_placement, skrull_micro_batch, skrull_summary, skrull_error_info,
-           skrull_plan_buffers, skrull_gpu, skrull_span, skrull_layout, skrull_layout_buffers,
-           skrull_layout_capacity, skrull_sizes]
+           skrull_cp_group, skrull_plan_buffers, skrull_gpu, skrull_span, skrull_layout,
+           skrull_layout_ring, skrull_layout_buffers, skrull_layout_capacity, skrull_sizes]
 
 _P = POINTER
 # name: (restype, argtypes). Pointers to caller-owned arrays are passed as integer addresses.

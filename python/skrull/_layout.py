@@ -7,6 +7,7 @@ is one more row of ``_ARRAYS`` and one more argument of ``Layout``.
 from __future__ import annotations
 
 import ctypes
+from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING
 
@@ -20,6 +21,9 @@ if TYPE_CHECKING:
 
 #: numpy dtype of ``skrull_span``: seq, chunk (-1 = whole local sequence), offset, start, len, pad.
 SPAN_DTYPE = np.dtype(_ffi.skrull_span)
+#: numpy dtype of ``skrull_layout_ring``: first, size (its CP ranks), offset, seqs (its block of
+#: the sharded group).
+RING_DTYPE = np.dtype(_ffi.skrull_layout_ring)
 
 # The output arrays of skrull_layout_buffers: (field, dtype, skrull_layout_capacity field).
 # A new array of the C ABI is one more row here and one more Layout attribute.
@@ -37,6 +41,28 @@ _COUNTS = ("micro_batch_global", "local_seqs", "sharded_seqs", "local_tokens", "
            "global_tokens")
 
 
+@dataclass(frozen=True)
+class Ring:
+    """One CP attention call of a GPU's sharded group: the sequences sharded over CP ranks
+    ``first .. first + size`` (the whole group, or an aligned sub-group), which occupy buffer
+    tokens ``[start, stop)``. The ``cu_seqlens`` arrays are this ring's slices of the layout's,
+    rebased to start at 0, as a varlen CP kernel over the ring's process group takes them;
+    ``spans`` are the ring's ``2 * seqs`` spans."""
+
+    first: int
+    size: int
+    seqs: int
+    start: int
+    stop: int
+    cu_seqlens: np.ndarray
+    cu_seqlens_padded: np.ndarray
+    rank_cu_seqlens: np.ndarray
+    max_seqlen: int
+    max_seqlen_padded: int
+    rank_max_seqlen: int
+    spans: np.ndarray
+
+
 class Layout:
     """What one GPU (DP rank, micro-batch, CP rank) feeds its kernels (``skrull_layout``).
 
@@ -48,7 +74,9 @@ class Layout:
     ``positions`` (one per token), and the int64 ``gather_index`` (one per token: its offset in
     the DP rank's sequences concatenated in plan order, ``Plan.dp_sequences``; -1 on padding).
     Counts and maxima are the ``skrull_layout`` fields of the same name; ``token_seq``,
-    ``is_real`` and ``loss_weights`` are derived from the spans. An empty lockstep micro-batch
+    ``is_real`` and ``loss_weights`` are derived from the spans. ``rings`` (``RING_DTYPE``) lists
+    the CP groups the sharded group runs over: the whole group first, then sub-groups, largest
+    first; ``ring_views()`` gives each ring's slices. An empty lockstep micro-batch
     has ``micro_batch_global == skrull.NO_MICRO_BATCH`` and no token. See docs/layout.md.
     """
 
@@ -75,7 +103,7 @@ class Layout:
                  local_cu_seqlens: np.ndarray, sharded_cu_seqlens: np.ndarray,
                  sharded_cu_seqlens_padded: np.ndarray, rank_cu_seqlens: np.ndarray,
                  positions: np.ndarray, gather_index: np.ndarray,
-                 local_cu_seqlens_padded: np.ndarray) -> None:
+                 local_cu_seqlens_padded: np.ndarray, rings: np.ndarray) -> None:
         self.dp_rank, self.micro_batch, self.cp_rank = gpu
         for name in _COUNTS:
             setattr(self, name, int(counts.get(name, 0)))
@@ -87,6 +115,7 @@ class Layout:
         self.positions = positions  # read-only arrays: fill makes them so
         self.gather_index = gather_index
         self.local_cu_seqlens_padded = local_cu_seqlens_padded
+        self.rings = rings
 
     @property
     def is_empty_micro_batch(self) -> bool:
@@ -96,6 +125,26 @@ class Layout:
 
     #: The name older code used for ``is_empty_micro_batch``.
     is_padding_micro_batch = is_empty_micro_batch
+
+    def ring_views(self) -> list[Ring]:
+        """The sharded group ring by ring, in ``rings`` order (every GPU of a ring lists it,
+        in the same order, so their collectives pair up)."""
+        out = []
+        for first, size, offset, seqs in self.rings.tolist():
+            lo, hi = offset, offset + seqs
+
+            def part(a: np.ndarray) -> np.ndarray:
+                return a[lo:hi + 1] - a[lo]
+            cu, cu_padded, rank_cu = (part(self.sharded_cu_seqlens),
+                                      part(self.sharded_cu_seqlens_padded),
+                                      part(self.rank_cu_seqlens))
+            out.append(Ring(first, size, seqs, self.local_tokens + int(self.rank_cu_seqlens[lo]),
+                            self.local_tokens + int(self.rank_cu_seqlens[hi]), cu, cu_padded,
+                            rank_cu, int(np.diff(cu).max(initial=0)),
+                            int(np.diff(cu_padded).max(initial=0)),
+                            int(np.diff(rank_cu).max(initial=0)),
+                            self.spans[self.local_seqs + 2 * lo:self.local_seqs + 2 * hi]))
+        return out
 
     @cached_property
     def _span_of_token(self) -> np.ndarray:
@@ -146,7 +195,11 @@ def fill(plan: Plan, dp_rank: int, micro_batch: int, cp_rank: int,
     block = np.empty(end, np.uint8)
     base = _ffi.address(block)
     rec = _ffi.skrull_layout()
-    fields = {"struct_size": _LAYOUT_BUFFERS_SIZE, "layout": ctypes.addressof(rec)}
+    rings = np.zeros(_ffi.MAX_RINGS, RING_DTYPE)
+    count = ctypes.c_uint32(0)
+    fields = {"struct_size": _LAYOUT_BUFFERS_SIZE, "layout": ctypes.addressof(rec),
+              "rings": _ffi.address(rings), "rings_len": len(rings),
+              "rings_count": ctypes.addressof(count)}
     for (name, _, k), o in zip(sizes, offsets):
         fields[name], fields[name + "_len"] = base + o, k
     out = _ffi.skrull_layout_buffers(**fields)
@@ -155,5 +208,7 @@ def fill(plan: Plan, dp_rank: int, micro_batch: int, cp_rank: int,
         raise from_info(plan._c_error, status, f"GPU ({dp_rank}, {micro_batch}, {cp_rank})")
     block.flags.writeable = False  # so are the views: skrull_layout_sizes sized them exactly
     arrays = {name: np.frombuffer(block, t, k, o) for (name, t, k), o in zip(sizes, offsets)}
+    arrays["rings"] = rings[:count.value].copy()
+    arrays["rings"].flags.writeable = False
     return Layout((dp_rank, micro_batch, cp_rank), {n: getattr(rec, n) for n in _COUNTS},
                   **arrays)

@@ -22,6 +22,8 @@ if TYPE_CHECKING:
 PLACEMENT_DTYPE = np.dtype(_ffi.skrull_placement)
 #: numpy dtype of ``skrull_micro_batch``: dp_rank, index, first, count.
 MICRO_BATCH_DTYPE = np.dtype(_ffi.skrull_micro_batch)
+#: numpy dtype of ``skrull_cp_group``: first, size (the CP ranks ``first .. first + size``).
+CP_GROUP_DTYPE = np.dtype(_ffi.skrull_cp_group)
 
 
 @dataclass(frozen=True)
@@ -54,15 +56,19 @@ class Plan:
     """Where every sequence of one global batch runs; read-only, independent of later calls.
 
     Per input sequence (numpy, input order): ``dp_rank``, ``micro_batch``, ``cp_rank`` (-1 =
-    sharded over the CP group) and ``tokens_per_gpu``. Per DP rank: ``micro_batches_per_dp``
+    sharded), ``cp_first`` and ``cp_size`` (its CP group: size 1 local, ``cp`` sharded over
+    the whole group, else an aligned sub-group) and ``tokens_per_gpu``. Per DP rank:
+    ``micro_batches_per_dp``
     (all equal under lockstep, where a rank's extra micro-batches are empty and not in the
     table). The C tables are there too: ``placements``, ``micro_batch_table`` (sorted by DP
-    rank, then index), ``members`` and ``rank_tokens`` (one row of CP loads per table entry).
+    rank, then index), ``members``, ``rank_tokens`` (one row of CP loads per table entry) and
+    ``cp_groups`` (``CP_GROUP_DTYPE``, per sequence).
     """
 
     def __init__(self, scheduler: Scheduler, lengths: np.ndarray, placements: np.ndarray,
                  micro_batch_table: np.ndarray, members: np.ndarray, rank_tokens: np.ndarray,
-                 micro_batches_per_dp: np.ndarray, summary: _ffi.skrull_summary) -> None:
+                 micro_batches_per_dp: np.ndarray, summary: _ffi.skrull_summary,
+                 cp_groups: np.ndarray) -> None:
         self._scheduler = scheduler
         self.config: Config = scheduler.config
         self.lengths = _frozen(lengths)
@@ -71,6 +77,7 @@ class Plan:
         self.members = _frozen(members)
         self.rank_tokens = _frozen(rank_tokens.reshape(-1, self.config.cp))
         self.micro_batches_per_dp = _frozen(micro_batches_per_dp)
+        self.cp_groups = _frozen(cp_groups)
         self._c_summary = summary
         self._c_error = _ffi.skrull_error_info()  # the layout calls' details (under the lock)
 
@@ -95,6 +102,23 @@ class Plan:
     def cp_rank(self) -> np.ndarray:
         """Per sequence: the CP rank holding it whole, or -1 when sharded (int32)."""
         return _frozen(self.placements["cp_rank"].astype(np.int32))
+
+    @cached_property
+    def cp_first(self) -> np.ndarray:
+        """Per sequence: the first CP rank of its group (int32; ``cp_rank`` when local, 0 when
+        sharded over the whole CP group)."""
+        return _frozen(self.cp_groups["first"].astype(np.int32))
+
+    @cached_property
+    def cp_size(self) -> np.ndarray:
+        """Per sequence: how many CP ranks hold it (int32): 1 local, ``cp`` sharded over the
+        whole CP group, ``2 <= size < cp`` over an aligned sub-group (``subgroups``)."""
+        return _frozen(self.cp_groups["size"].astype(np.int32))
+
+    @property
+    def subgroup_sharded(self) -> int:
+        """Sequences sharded over a sub-group of the CP ranks (not the whole group)."""
+        return int(((self.cp_size > 1) & (self.cp_size < self.config.cp)).sum())
 
     @cached_property
     def tokens_per_gpu(self) -> np.ndarray:
@@ -175,7 +199,8 @@ class Plan:
         Megatron's ``BasePackingScheduler.get_groups_and_subsamples``: a local sequence on its CP
         rank, a sharded one on every CP rank of its DP rank; ``num_micro_batches`` entries (the
         lockstep count), with empty lists for a DP rank's empty micro-batches (or, without
-        lockstep, where it has fewer). ``sample_ids[i]`` names sequence ``i`` (default: ``i``)."""
+        lockstep, where it has fewer). A sequence sharded over a sub-group is on the CP ranks of
+        that group only. ``sample_ids[i]`` names sequence ``i`` (default: ``i``)."""
         dp, cp = self.config.dp, self.config.cp
         ids = list(range(len(self.lengths))) if sample_ids is None else list(sample_ids)
         if len(ids) != len(self.lengths):
@@ -183,24 +208,27 @@ class Plan:
                              f"{len(ids)} sample ids for {len(self.lengths)} sequences")
         groups: list[list[list]] = [[[] for _ in range(dp * cp)]
                                     for _ in range(self.num_micro_batches)]
-        cp_rank = self.cp_rank.tolist()
+        group_first, group_size = self.cp_first.tolist(), self.cp_size.tolist()
         for entry in self.micro_batch_table.tolist():
             d, m, first, count = entry
             row = groups[m]
             for s in self.members[first:first + count].tolist():
-                ranks = range(cp) if cp_rank[s] < 0 else (cp_rank[s],)
-                for r in ranks:
+                for r in range(group_first[s], group_first[s] + group_size[s]):
                     row[d * cp + r].append(ids[s])
         return groups
 
     def digest(self) -> str:
         """sha256 (hex) of the plan, equal on every rank that planned the same batch with the
         same configuration: the little-endian uint32 words of ``len(lengths), dp, cp``, then
-        ``placements`` (4 words each), ``members``, ``micro_batches_per_dp``."""
+        ``placements`` (4 words each), ``members``, ``micro_batches_per_dp``, and, when any
+        sequence is sharded over a sub-group, ``cp_groups`` (2 words each)."""
         h = hashlib.sha256()
         head = np.array([len(self.lengths), self.config.dp, self.config.cp], "<u4")
-        for words in (head, self.placements.view(np.uint32).reshape(-1), self.members,
-                      self.micro_batches_per_dp):
+        parts = [head, self.placements.view(np.uint32).reshape(-1), self.members,
+                 self.micro_batches_per_dp]
+        if self.subgroup_sharded:
+            parts.append(self.cp_groups.view(np.uint32).reshape(-1))
+        for words in parts:
             h.update(np.ascontiguousarray(words, dtype="<u4").tobytes())
         return h.hexdigest()
 
@@ -222,10 +250,12 @@ class Plan:
             rank_tokens=a(self.rank_tokens), rank_tokens_len=self.rank_tokens.size,
             micro_batches_per_dp=a(self.micro_batches_per_dp),
             micro_batches_per_dp_len=len(self.micro_batches_per_dp),
-            summary=ctypes.addressof(self._c_summary), error=ctypes.addressof(self._c_error))
+            summary=ctypes.addressof(self._c_summary), error=ctypes.addressof(self._c_error),
+            cp_groups=a(self.cp_groups), cp_groups_len=len(self.cp_groups))
 
     def __repr__(self) -> str:
         s = self.summary
         return (f"Plan({s.sequences} sequences, {s.total_tokens} tokens, {s.micro_batches} "
                 f"micro-batches (per DP: {self.micro_batches_per_dp.tolist()}), {s.sharded} "
-                f"sharded, {s.rollbacks} rollbacks, peak {s.peak_rank_tokens} tokens/GPU)")
+                f"sharded ({self.subgroup_sharded} over sub-groups), {s.rollbacks} rollbacks, "
+                f"peak {s.peak_rank_tokens} tokens/GPU)")

@@ -11,7 +11,7 @@ import numpy as np
 
 from . import _config, _ffi, _layout
 from ._errors import Status, check, from_info, make_error
-from ._plan import MICRO_BATCH_DTYPE, PLACEMENT_DTYPE, Plan
+from ._plan import CP_GROUP_DTYPE, MICRO_BATCH_DTYPE, PLACEMENT_DTYPE, Plan
 
 #: The most sequences one batch may hold (``MAX_SEQS``).
 MAX_SEQUENCES = 65536
@@ -32,7 +32,10 @@ class Scheduler:
     ``M = 2 cp tp`` for Megatron with sequence parallelism) and ``pad_local`` (pad local
     sequences to ``M`` too); ``lockstep`` (every DP rank runs the same number of micro-batches,
     its extra ones empty); ``cost_model`` (what ``balanced`` plans with: ``None`` for the H100
-    preset, ``"h100"``/``"h200"`` or a ``CostModel``). Buffers are sized for ``max_sequences``
+    preset, ``"h100"``/``"h200"`` or a ``CostModel``); ``subgroups`` (default on, as in the
+    CLI: ``balanced`` may shard a sequence over an aligned sub-group of the CP ranks where its
+    cost model says that is faster, ``Plan.cp_first``/``Plan.cp_size``; the other policies use
+    the whole group only). Buffers are sized for ``max_sequences``
     and grow when a larger batch arrives. Invalid settings raise ``ConfigError`` here, with the
     C status and its details.
 
@@ -46,11 +49,11 @@ class Scheduler:
                  flops: str | int = "paper", shard_padding: str | int = "none",
                  max_micro_batches: int = 0, pad_multiple: int = 1, pad_local: bool = False,
                  lockstep: bool = False, cost_model: _config.CostModel | str | None = None,
-                 max_sequences: int = 256) -> None:
+                 subgroups: bool = True, max_sequences: int = 256) -> None:
         # self.config holds the CostModel copy self._c_config points at: both live together.
         self.config, self._c_config = _config.build(
             dp, cp, bucket_tokens, model, policy, victim, flops, shard_padding,
-            max_micro_batches, pad_multiple, pad_local, lockstep, cost_model)
+            max_micro_batches, pad_multiple, pad_local, lockstep, cost_model, subgroups)
         self._lock = threading.Lock()
         self._capacity = -1
         self._layout_capacity = -1
@@ -77,6 +80,7 @@ class Scheduler:
         self._members = np.empty(sizes.members, np.uint32)
         self._rank_tokens = np.empty(sizes.rank_tokens, np.uint32)
         self._per_dp = np.empty(sizes.micro_batches_per_dp, np.uint32)
+        self._groups = np.empty(sizes.placements, CP_GROUP_DTYPE)
         self._summary = _ffi.skrull_summary()
         self._error = _ffi.skrull_error_info()
         a = _ffi.address
@@ -88,11 +92,13 @@ class Scheduler:
             rank_tokens=a(self._rank_tokens), rank_tokens_len=sizes.rank_tokens,
             micro_batches_per_dp=a(self._per_dp),
             micro_batches_per_dp_len=sizes.micro_batches_per_dp,
-            summary=ctypes.addressof(self._summary), error=ctypes.addressof(self._error))
+            summary=ctypes.addressof(self._summary), error=ctypes.addressof(self._error),
+            cp_groups=a(self._groups), cp_groups_len=sizes.placements)
         self._ws_addr, self._ws_len = a(self._ws), self._ws.nbytes
         # The structured tables are copied out as uint32 words (numpy copies those faster).
         self._placement_words = self._placements.view(np.uint32)
         self._table_words = self._table.view(np.uint32)
+        self._group_words = self._groups.view(np.uint32)
         self._capacity = n
 
     def plan(self, lengths: Iterable[int] | np.ndarray) -> Plan:
@@ -119,7 +125,8 @@ class Scheduler:
                         self._table_words[:4 * k].copy().view(MICRO_BATCH_DTYPE),
                         self._members[:n].copy(), self._rank_tokens[:k * self.config.cp].copy(),
                         self._per_dp.copy(),
-                        _ffi.skrull_summary.from_buffer_copy(self._summary))
+                        _ffi.skrull_summary.from_buffer_copy(self._summary),
+                        self._group_words[:2 * n].copy().view(CP_GROUP_DTYPE))
 
     def _fill_layout(self, plan: Plan, dp_rank: int, micro_batch: int,
                      cp_rank: int) -> _layout.Layout:

@@ -8,7 +8,12 @@ gradients with an unpacked single-process reference.
 Runs per layout: every policy x shard padding x batch without a pad multiple (40), plus every
 policy x shard padding x pad variant on one batch each (40): pad multiples ``M = 2 cp tp``
 (tp = 2) and a second one (16, or 24 where 2 cp tp is 16), each without and with
-``pad_local``; the batch rotates so that every batch meets every variant.
+``pad_local``; the batch rotates so that every batch meets every variant. On CP 4 and more,
+``balanced`` also plans with sub-groups where they pay off (``subgroup_cost_model``: ``cp / 2``
+GPUs per node, so the CP ring crosses nodes, on a GPU 100x slower, so that tokens cost about
+what they cost at real sizes): every batch, two wider ones (``wide_batches``, up to 64 tokens)
+and the wide ones with pad multiple 16, both shard paddings (20 runs). Attention runs ring by
+ring over each ring's own process group (``skrull.torch.cp_ring_groups``).
 """
 
 from __future__ import annotations
@@ -38,14 +43,20 @@ def pad_variants(cp: int) -> list[tuple[int, bool]]:
     return [(megatron, False), (megatron, True), (other, False), (other, True)]
 
 
-def runs(cp: int) -> list[tuple[int, str, str, int, bool]]:
-    """Every run of one layout: (batch index, policy, shard padding, pad multiple, pad_local)."""
+def runs(cp: int) -> list[tuple[int, str, str, int, bool, bool]]:
+    """Every run of one layout: (batch index into ``all_batches``, policy, shard padding, pad
+    multiple, pad_local, whether ``balanced`` plans with ``subgroup_cost_model``)."""
     n = len(batches())
-    out = [(k, p, pad, 1, False) for k in range(n) for p in POLICIES for pad in PADDINGS]
+    out = [(k, p, pad, 1, False, False) for k in range(n) for p in POLICIES for pad in PADDINGS]
     for i, p in enumerate(POLICIES):
         for j, pad in enumerate(PADDINGS):
             for v, (m, local) in enumerate(pad_variants(cp)):
-                out.append(((i + j + v) % n, p, pad, m, local))
+                out.append(((i + j + v) % n, p, pad, m, local, False))
+    if cp >= 4:
+        wide = range(n, n + len(wide_batches()))
+        for pad in PADDINGS:
+            out += [(k, "balanced", pad, 1, False, True) for k in range(n + len(wide))]
+            out += [(k, "balanced", pad, 16, local, True) for k in wide for local in (False, True)]
     return out
 
 
@@ -54,6 +65,28 @@ def batches() -> dict[str, list[int]]:
     rng = np.random.default_rng(1)
     return {"mixed": [1, 3, 5, 30, 12, 7, 2, 20, 9, 16, 4, 25], "one-short": [3],
             "long-short": [31, 2], "random": rng.integers(1, 33, 16).tolist()}
+
+
+def wide_batches() -> dict[str, list[int]]:
+    """Lengths <= 64 (CP 4 x BucketSize 16) for the sub-group runs: micro-batches that mix a
+    sequence sharded over all 4 CP ranks with ones over sub-groups of 2."""
+    rng = np.random.default_rng(25)  # mixes them on DP 1 and 2, with and without zigzag
+    return {"wide-mixed": [17, 7, 20, 27, 53, 29, 6, 22, 39, 53, 47, 64, 13],
+            "wide-random": [54] + rng.integers(1, 65, 13).tolist()}
+
+
+def all_batches(cp: int) -> list[list[int]]:
+    """``batches()``, then, on CP 4 and more, ``wide_batches()``."""
+    return list(batches().values()) + (list(wide_batches().values()) if cp >= 4 else [])
+
+
+def subgroup_cost_model(cp: int) -> skrull.CostModel:
+    """The H100 preset with ``cp / 2`` GPUs per node and every rate 100x lower."""
+    m = skrull.CostModel("h100", "qwen2.5-0.5b")
+    m.gpus_per_node = cp // 2
+    for rate in ("peak_flops", "hbm_bandwidth", "intra_node_bandwidth", "inter_node_bandwidth"):
+        setattr(m, rate, getattr(m, rate) / 100)
+    return m
 
 
 def _samples(lengths: list[int], seed: int) -> list[dict[str, torch.Tensor]]:
@@ -89,8 +122,9 @@ def _rel(got: torch.Tensor, want: torch.Tensor) -> float:
 
 
 def _one_run(sched: skrull.Scheduler, lengths: list[int], samples: list, ref: tuple,
-             dp_rank: int, cp_rank: int, group, features: dict) -> dict[str, float]:
+             dp_rank: int, cp_rank: int, rings: dict, features: dict) -> dict[str, float]:
     plan = sched.plan(lengths)
+    rank0 = dp_rank == 0 and cp_rank == 0
     digests = [None] * dist.get_world_size()
     dist.all_gather_object(digests, plan.digest())
     assert len(set(digests)) == 1, digests
@@ -104,7 +138,7 @@ def _one_run(sched: skrull.Scheduler, lengths: list[int], samples: list, ref: tu
     logits_err, loss = 0.0, torch.zeros((), dtype=torch.float64)
     for mb in mbs:
         assert torch.equal(mb.loss_weights, torch.from_numpy(mb.layout.loss_weights))
-        logits = model.forward_packed(mb, group)
+        logits = model.forward_packed(mb, ring_groups=rings)
         step_loss = st.packed_loss(logits, mb)
         step_loss.backward()
         loss += step_loss.detach()
@@ -130,7 +164,11 @@ def _one_run(sched: skrull.Scheduler, lengths: list[int], samples: list, ref: tu
             features["padded_local_sequences"] += int((local["pad"] > 0).sum())
             features["sharded_padding_under_pad_multiple"] += int(sharded["pad"].sum())
         features["gathered_tokens"] += int(real.sum())
+        sub = [r for r in mb.rings if r.size < sched.config.cp]
+        features["subgroup_rings"] += len(sub)
+        features["whole_and_subgroup_rings_together"] += bool(sub and len(mb.rings) > len(sub))
     features["dp_rank_without_sequences"] += int(plan.dp_sequences(dp_rank).size == 0)
+    features["subgroup_sharded_sequences"] += plan.subgroup_sharded if rank0 else 0
     flat = torch.cat([p.grad.flatten() for p in model.parameters()])
     dist.all_reduce(flat)
     dist.all_reduce(coverage)
@@ -146,7 +184,8 @@ def _one_run(sched: skrull.Scheduler, lengths: list[int], samples: list, ref: tu
 FEATURES = ["sharded_shorter_than_2N", "local_and_sharded_together",
             "zero_token_gpu_in_real_micro_batch", "empty_lockstep_micro_batches",
             "dp_rank_without_sequences", "padded_local_sequences",
-            "sharded_padding_under_pad_multiple", "gathered_tokens"]
+            "sharded_padding_under_pad_multiple", "gathered_tokens", "subgroup_sharded_sequences",
+            "subgroup_rings", "whole_and_subgroup_rings_together"]
 
 
 def run(rank: int, dp: int, cp: int, rendezvous: str, out_dir: str) -> None:
@@ -155,12 +194,12 @@ def run(rank: int, dp: int, cp: int, rendezvous: str, out_dir: str) -> None:
     torch.set_num_threads(1)
     torch.set_default_dtype(torch.float64)
     dist.init_process_group("gloo", init_method=rendezvous, rank=rank, world_size=dp * cp)
-    group = st.cp_group(dp, cp)
+    rings = st.cp_ring_groups(dp, cp)
     dp_rank, cp_rank = divmod(rank, cp)
     features = dict.fromkeys(FEATURES, 0)
     worst = {kind: {"logits": 0.0, "grads": 0.0, "loss": 0.0} for kind in ("unpadded", "padded")}
     references = {}
-    for k, lengths in enumerate(batches().values()):
+    for k, lengths in enumerate(all_batches(cp)):
         samples = _samples(lengths, seed=k)
         ref_model = _model()
         ref = _reference(ref_model, samples)
@@ -170,11 +209,13 @@ def run(rank: int, dp: int, cp: int, rendezvous: str, out_dir: str) -> None:
                 for s in samples) / sum(lengths)
         references[k] = (lengths, samples, ref, float(ref_loss))
     todo = runs(cp)
-    for k, policy, padding, multiple, pad_local in todo:
+    for k, policy, padding, multiple, pad_local, subgroups in todo:
         lengths, samples, ref, ref_loss = references[k]
+        cost = subgroup_cost_model(cp) if subgroups else None
         sched = skrull.Scheduler(dp, cp, BUCKET, policy=policy, shard_padding=padding,
-                                 pad_multiple=multiple, pad_local=pad_local, lockstep=True)
-        got = _one_run(sched, lengths, samples, ref, dp_rank, cp_rank, group, features)
+                                 pad_multiple=multiple, pad_local=pad_local, lockstep=True,
+                                 cost_model=cost)
+        got = _one_run(sched, lengths, samples, ref, dp_rank, cp_rank, rings, features)
         got["loss"] = abs(got["loss"] - ref_loss) / ref_loss
         kind = worst["padded" if multiple > 1 else "unpadded"]
         for key in kind:

@@ -31,7 +31,8 @@ _DEFINES = {**{f"SKRULL_POLICY_{k.upper()}": v for k, v in POLICIES.items()},
             "SKRULL_MAX_PAD_MULTIPLE": skrull.MAX_PAD_MULTIPLE,
             "SKRULL_ATTENTION_POINTS": _ffi.ATTENTION_POINTS,
             "SKRULL_COST_MODEL_SIZE_V1": _ffi.COST_MODEL_SIZE_V1,
-            "SKRULL_NO_MICRO_BATCH": skrull.NO_MICRO_BATCH}
+            "SKRULL_NO_MICRO_BATCH": skrull.NO_MICRO_BATCH,
+            "SKRULL_MAX_RINGS": skrull.MAX_RINGS}
 
 
 def _c_program() -> str:

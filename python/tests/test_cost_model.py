@@ -232,11 +232,13 @@ def test_the_scheduler_keeps_its_own_read_only_copy_alive():
 def test_the_cost_model_changes_balanced_plans():
     lengths = _lmsys_like(0, 64, 20000)
 
+    # Whole-group sharding only here; sub-groups: the test below.
     def plan(**fields):
         m = skrull.CostModel("h100", **fields)
         return skrull.Scheduler(dp=2, cp=16, bucket_tokens=26624, policy="balanced",
-                                cost_model=m).plan(lengths)
-    default = skrull.Scheduler(dp=2, cp=16, bucket_tokens=26624, policy="balanced").plan(lengths)
+                                cost_model=m, subgroups=False).plan(lengths)
+    default = skrull.Scheduler(dp=2, cp=16, bucket_tokens=26624, policy="balanced",
+                               subgroups=False).plan(lengths)
     eight = plan(gpus_per_node=8)
     assert eight.digest() == default.digest()  # None is the H100 preset
     # CP 16 inside one 16-GPU node rides NVLink: sharding is cheap, so balanced shards more.
@@ -253,6 +255,31 @@ def test_the_cost_model_changes_balanced_plans():
     h200 = skrull.Scheduler(dp=2, cp=16, bucket_tokens=26624, policy="balanced",
                             model="qwen2.5-7b", cost_model="h200")
     assert h200.config.cost_model == skrull.CostModel("h200", model="qwen2.5-7b")
+
+
+def test_subgroups_where_the_cp_ring_crosses_nodes():
+    lengths = _lmsys_like(0, 64, 20000)
+
+    def plan(gpus_per_node, subgroups=True, policy="balanced"):
+        m = skrull.CostModel("h100", gpus_per_node=gpus_per_node)
+        return skrull.Scheduler(dp=2, cp=16, bucket_tokens=26624, policy=policy, cost_model=m,
+                                subgroups=subgroups).plan(lengths)
+    # CP 16 over two 8-GPU nodes: balanced keeps rings inside a node where that is faster.
+    crossing = plan(8)
+    assert crossing.subgroup_sharded > 0
+    assert set(crossing.cp_size[(crossing.cp_size > 1)].tolist()) <= {2, 4, 8, 16}
+    sub = (crossing.cp_size > 1) & (crossing.cp_size < 16)
+    assert (crossing.cp_first[sub] % crossing.cp_size[sub] == 0).all()  # aligned blocks
+    assert (crossing.cp_rank[sub] == skrull.SHARDED).all()
+    assert crossing.digest() != plan(8, subgroups=False).digest()
+    # The default is on, as in the CLI.
+    assert skrull.Scheduler(dp=2, cp=16, bucket_tokens=26624).config.subgroups
+    # Inside one node the whole group's ring is already on NVLink: no sub-group is tried.
+    one_node = plan(16)
+    assert one_node.subgroup_sharded == 0
+    assert one_node.digest() == plan(16, subgroups=False).digest()
+    # The paper's policy keeps to 1 and N whatever the flag.
+    assert plan(8, policy="skrull").subgroup_sharded == 0
 
 
 @pytest.mark.parametrize("policy", ["skrull", "deepspeed", "packed", "roundrobin"])

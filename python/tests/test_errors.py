@@ -27,13 +27,14 @@ def _raw_c_call(sched: skrull.Scheduler,
             np.zeros(max(1, sizes.micro_batches), skrull.MICRO_BATCH_DTYPE)] + \
         [np.zeros(max(1, k), np.uint32) for k in (sizes.members, sizes.rank_tokens,
                                                   sizes.micro_batches_per_dp)]
+    bufs.append(np.zeros(max(1, sizes.placements), skrull.CP_GROUP_DTYPE))  # subgroups is on
     ws, summary = np.zeros(sizes.workspace_bytes, np.uint8), _ffi.skrull_summary()
     p = [_ffi.address(b) for b in bufs]
     out = _ffi.skrull_plan_buffers(ctypes.sizeof(_ffi.skrull_plan_buffers), 0,
                                    p[0], sizes.placements, p[1], sizes.micro_batches,
                                    p[2], sizes.members, p[3], sizes.rank_tokens,
                                    p[4], sizes.micro_batches_per_dp, ctypes.addressof(summary),
-                                   ctypes.addressof(info))
+                                   ctypes.addressof(info), p[5], sizes.placements)
     status = _ffi.lib.skrull_schedule(ctypes.byref(cfg), _ffi.address(lengths_u32), n,
                                       _ffi.address(ws), ws.nbytes, ctypes.byref(out))
     return status, info

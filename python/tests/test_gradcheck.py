@@ -1,7 +1,9 @@
 """The multi-process gradient check: skrull plans on DP x CP gloo processes (float64) give the
 logits and gradients of the unpacked single-process computation, for every policy and shard
 padding, with and without a pad multiple (and pad_local), lockstep on, inputs gathered through
-the gather index. One process group per layout; every run of it happens inside that group."""
+the gather index; on CP 4, ``balanced`` plans with sub-groups too (a cost model whose CP ring
+crosses nodes) and attention runs one call per ring over that ring's process group. One process
+group per layout; every run of it happens inside that group."""
 
 from __future__ import annotations
 
@@ -38,8 +40,11 @@ def test_packed_training_step_equals_the_unpacked_reference(dp, cp, tmp_path):
           + "; ".join(f"{kind}: max relative error logits {e['logits']:.1e}, gradients "
                       f"{e['grads']:.1e}, loss {e['loss']:.1e}" for kind, e in err.items())
           + f"; {result['features']}")
-    assert result["runs"] == len(worker.runs(cp)) == 2 * len(worker.batches()) * \
-        len(worker.POLICIES) * len(worker.PADDINGS)
+    per_pad = len(worker.batches()) * len(worker.PADDINGS)
+    wide = len(worker.wide_batches())
+    subgroup_runs = len(worker.PADDINGS) * (len(worker.batches()) + 3 * wide) if cp >= 4 else 0
+    assert result["runs"] == len(worker.runs(cp)) == 2 * per_pad * len(worker.POLICIES) + \
+        subgroup_runs
     for e in err.values():
         assert e["logits"] < TOLERANCE and e["grads"] < TOLERANCE and e["loss"] < TOLERANCE
     f = result["features"]
@@ -48,6 +53,11 @@ def test_packed_training_step_equals_the_unpacked_reference(dp, cp, tmp_path):
     assert f["padded_local_sequences"] and f["sharded_padding_under_pad_multiple"]
     if dp > 1:
         assert f["dp_rank_without_sequences"] and f["empty_lockstep_micro_batches"]
+    if cp >= 4:
+        assert f["subgroup_sharded_sequences"] and f["subgroup_rings"]
+        assert f["whole_and_subgroup_rings_together"]
+    else:
+        assert f["subgroup_rings"] == 0
 
 
 def test_every_batch_meets_every_pad_variant_and_policy():
@@ -58,9 +68,9 @@ def test_every_batch_meets_every_pad_variant_and_policy():
         assert len({m for m, _ in variants}) == 2 and all(m > 1 for m, _ in variants)
         assert 2 * cp * 2 in {m for m, _ in variants}
         for k in range(len(worker.batches())):
-            assert {(m, local) for b, _, _, m, local in runs if b == k and m > 1} == \
-                set(variants)
+            assert {(m, local) for b, _, _, m, local, sub in runs
+                    if b == k and m > 1 and not sub} == set(variants)
         for p in worker.POLICIES:
             for pad in worker.PADDINGS:
-                assert {(m, local) for _, q, r, m, local in runs if (q, r) == (p, pad)} == \
-                    {(1, False), *variants}
+                assert {(m, local) for _, q, r, m, local, sub in runs
+                        if (q, r, sub) == (p, pad, False)} == {(1, False), *variants}

@@ -230,3 +230,87 @@ def test_a_dp_rank_without_sequences(lockstep):
             assert plan.micro_batches_per_dp[d] == 0 and plan.rank_layouts(d, 1) == []
             with pytest.raises(skrull.LayoutError, match="NO_SUCH_GPU"):
                 plan.layout(d, 0, 1)
+
+
+@pytest.mark.parametrize("padding,pad_multiple", [("none", 0), ("zigzag", 0), ("none", 16)])
+@pytest.mark.parametrize("lockstep", [False, True])
+def test_subgroup_rings_tile_each_sequence_over_its_group(padding, pad_multiple, lockstep):
+    # CP 8 over 2-GPU nodes: balanced keeps many rings inside a node (sub-groups of 2 and 4).
+    m = skrull.CostModel("h100", gpus_per_node=2)
+    rng = np.random.default_rng(3)
+    lengths = rng.integers(1, 4000, 48)
+    lengths[:4] = [3000, 2500, 7, 1]
+    dp, cp = 2, 8
+    plan = skrull.Scheduler(dp, cp, 1024, cost_model=m, shard_padding=padding,
+                            pad_multiple=pad_multiple, lockstep=lockstep).plan(lengths)
+    sub = (plan.cp_size > 1) & (plan.cp_size < cp)
+    assert sub.sum() > 0 and plan.subgroup_sharded == sub.sum()
+    assert set(plan.cp_size[sub].tolist()) == {2, 4}
+    count = [np.zeros(n, int) for n in lengths]
+    holders: dict[int, set[int]] = {}
+    rings_seen = set()
+    for d in range(dp):
+        for r in range(cp):
+            for mb, lay in enumerate(plan.rank_layouts(d, r)):
+                _check_gpu(plan, lay, d, mb, r)
+                rings = lay.ring_views()
+                assert sum(g.seqs for g in rings) == lay.sharded_seqs
+                assert [g.size for g in rings] == sorted((g.size for g in rings), reverse=True)
+                assert len({(g.first, g.size) for g in rings}) == len(rings) <= skrull.MAX_RINGS
+                at = lay.local_tokens
+                for g in rings:
+                    assert g.first <= r < g.first + g.size and g.first % g.size == 0
+                    assert g.start == at and g.stop >= g.start
+                    at = g.stop
+                    assert g.cu_seqlens[0] == g.rank_cu_seqlens[0] == 0
+                    assert g.rank_cu_seqlens[-1] == g.stop - g.start
+                    assert len(g.spans) == 2 * g.seqs
+                    seqs = g.spans["seq"][::2]
+                    assert (plan.cp_first[seqs] == g.first).all()
+                    assert (plan.cp_size[seqs] == g.size).all()
+                    assert g.cu_seqlens.tolist() == [0] + np.cumsum(lengths[seqs]).tolist()
+                    k = r - g.first  # the zigzag chunks of this rank within its group
+                    assert (g.spans["chunk"][::2] == k).all()
+                    assert (g.spans["chunk"][1::2] == 2 * g.size - 1 - k).all()
+                    unit = 2 * g.size if padding == "zigzag" else 1
+                    unit = math.lcm(unit, pad_multiple) if pad_multiple else unit
+                    assert (np.diff(g.cu_seqlens_padded) % unit == 0).all()
+                    rings_seen.add(g.size)
+                assert at == lay.tokens
+                for s in lay.spans:
+                    count[s["seq"]][s["start"]:s["start"] + s["len"]] += 1
+                    holders.setdefault(int(s["seq"]), set()).add(r)
+    assert all((c == 1).all() for c in count)  # every token exactly once, over all GPUs
+    for i in np.flatnonzero(plan.cp_size > 1):
+        first, size = int(plan.cp_first[i]), int(plan.cp_size[i])
+        assert holders[int(i)] == set(range(first, first + size))
+    assert {2, 4} <= rings_seen
+    # Megatron's sample_id_groups list a sub-group's sequence on its group's ranks only.
+    where: dict[int, set[int]] = {}
+    for row in plan.to_megatron_groups():
+        for gpu, members in enumerate(row):
+            for s in members:
+                where.setdefault(s, set()).add(gpu)
+    for i in range(len(lengths)):
+        d, first, size = int(plan.dp_rank[i]), int(plan.cp_first[i]), int(plan.cp_size[i])
+        assert where[i] == {d * cp + k for k in range(first, first + size)}
+
+
+def test_without_subgroups_a_plan_shards_over_the_whole_group_only():
+    m = skrull.CostModel("h100", gpus_per_node=2)
+    lengths = np.random.default_rng(3).integers(1, 4000, 48)
+    plan = skrull.Scheduler(2, 8, 1024, cost_model=m, subgroups=False).plan(lengths)
+    assert plan.subgroup_sharded == 0 and set(plan.cp_size.tolist()) <= {1, 8}
+    assert (plan.cp_first[plan.cp_size == 1] == plan.cp_rank[plan.cp_size == 1]).all()
+    for d in range(2):
+        for r in range(8):
+            for lay in plan.rank_layouts(d, r):
+                assert len(lay.rings) <= 1
+                assert all((g.first, g.size) == (0, 8) for g in lay.ring_views())
+
+
+def test_subgroups_is_a_flag():
+    with pytest.raises(skrull.ConfigError) as err:
+        skrull.Scheduler(2, 8, 1024, subgroups=2)
+    assert err.value.status == "INVALID_ENUM"
+    assert skrull.Scheduler(2, 8, 1024, subgroups=0).config.subgroups is False

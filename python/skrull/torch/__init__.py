@@ -5,7 +5,8 @@
   ``cu_seqlens`` of both groups), each buffer filled with one gather through the layout's
   gather index; the same count on every DP rank (plans made with ``lockstep=True``).
 - ``SkrullLoader``: a map-style dataset with known lengths, in planned global batches.
-- ``cp_group``, ``all_gather_varlen``: CP process groups and a differentiable all-gather whose
+- ``cp_group``, ``cp_ring_groups``, ``all_gather_varlen``: CP process groups (the whole group
+  and its sub-groups, one per ring) and a differentiable all-gather whose
   gradients are right on every backend.
 - ``PackedAttention``, ``apply_rope``, ``TinyTransformer``, ``packed_loss``: a dense reference
   of local + sharded attention and a tiny model, to check an integration against the unpacked
@@ -21,9 +22,10 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 from ._attention import PackedAttention, apply_rope
 from ._collate import (GlobalBatch, MicroBatch, SkrullLoader, collate, default_label_tokens,
                        require_lockstep)
-from ._dist import all_gather_varlen, cp_group, gather_sizes
+from ._dist import all_gather_varlen, cp_group, cp_ring_groups, gather_sizes
 from ._tiny import TinyTransformer, packed_loss
 
 __all__ = ["GlobalBatch", "MicroBatch", "PackedAttention", "SkrullLoader", "TinyTransformer",
-           "all_gather_varlen", "apply_rope", "collate", "cp_group", "default_label_tokens",
+           "all_gather_varlen", "apply_rope", "collate", "cp_group", "cp_ring_groups",
+           "default_label_tokens",
            "gather_sizes", "packed_loss", "require_lockstep"]

@@ -6,7 +6,7 @@ ring or all-gather CP attention for the sharded group), written plainly enough t
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
 
 import torch
 
@@ -42,31 +42,53 @@ def _causal_same_sequence(seq_q: torch.Tensor, pos_q: torch.Tensor, seq_k: torch
             & (seq_k[None, :] >= 0))
 
 
+class _Block:
+    """One all-gather of sharded tokens: buffer rows ``[start, stop)`` over ``group``."""
+
+    def __init__(self, mb: MicroBatch, start: int, stop: int, group: Any) -> None:
+        self.start, self.stop, self.group = start, stop, group
+        ss, sp = mb.seq_ids[start:stop], mb.position_ids[start:stop]
+        self.sizes = gather_sizes(len(ss), group) if group is not None else [len(ss)]
+        meta = gather_varlen_nograd(torch.stack([ss, sp], dim=1), self.sizes, group)
+        self.mask = _causal_same_sequence(ss, sp, meta[:, 0], meta[:, 1])
+
+    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        a, b, heads = self.start, self.stop, k.shape[1]
+        kv = all_gather_varlen(torch.cat([k[a:b], v[a:b]], dim=1), self.sizes, self.group)
+        return _masked_attention(q[a:b], kv[:, :heads], kv[:, heads:], self.mask)
+
+
 class PackedAttention:
     """Causal attention for one micro-batch on one GPU, built once and called per layer.
 
     Local group (``[0, local_tokens)``): each sequence attends to itself, no communication.
-    Sharded group: keys and values of every CP rank's sharded tokens are all-gathered over
-    ``group`` (differentiably); a query attends to the keys of its own sequence at earlier or
-    equal positions, padding excluded. Every CP rank of the DP rank must construct and call it
-    for every micro-batch, empty ones included (the all-gathers are collective).
+    Sharded group: keys and values of sharded tokens are all-gathered (differentiably); a query
+    attends to the keys of its own sequence at earlier or equal positions, padding excluded.
+
+    With ``ring_groups`` (``cp_ring_groups``: ``(first, size)`` -> process group) the sharded
+    group runs ring by ring (``MicroBatch.rings``), each gathered over its own CP group, the
+    whole group's or a sub-group's, as a production CP kernel runs one call per ring; every GPU
+    of a ring calls it, and GPUs without sharded tokens call nothing. Without it, all sharded
+    tokens are gathered over ``group`` (the whole CP group) in one call, which every CP rank of
+    the DP rank must make for every micro-batch, empty ones included.
     """
 
-    def __init__(self, mb: MicroBatch, group: Any = None) -> None:
-        self.local, self.group = mb.local_tokens, group
+    def __init__(self, mb: MicroBatch, group: Any = None,
+                 ring_groups: Mapping[tuple[int, int], Any] | None = None) -> None:
+        self.local = mb.local_tokens
         seq, pos = mb.seq_ids, mb.position_ids
         ls, lp = seq[:self.local], pos[:self.local]
         self.local_mask = _causal_same_sequence(ls, lp, ls, lp)
-        ss, sp = seq[self.local:], pos[self.local:]
-        self.sizes = gather_sizes(len(ss), group) if group is not None else [len(ss)]
-        meta = gather_varlen_nograd(torch.stack([ss, sp], dim=1), self.sizes, group)
-        self.sharded_mask = _causal_same_sequence(ss, sp, meta[:, 0], meta[:, 1])
+        if ring_groups is None:
+            self.blocks = [_Block(mb, self.local, mb.num_tokens, group)]
+        else:
+            self.blocks = [_Block(mb, r.start, r.stop, ring_groups[(r.first, r.size)])
+                           for r in mb.rings]
+            covered = sum(b.stop - b.start for b in self.blocks)
+            assert covered == mb.num_tokens - self.local, "the rings tile the sharded group"
 
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         """``q``, ``k``, ``v``: ``[tokens, heads, head_dim]`` over this GPU's buffer."""
         n = self.local
         local = _masked_attention(q[:n], k[:n], v[:n], self.local_mask)
-        heads = k.shape[1]
-        kv = all_gather_varlen(torch.cat([k[n:], v[n:]], dim=1), self.sizes, self.group)
-        sharded = _masked_attention(q[n:], kv[:, :heads], kv[:, heads:], self.sharded_mask)
-        return torch.cat([local, sharded])
+        return torch.cat([local, *(block(q, k, v) for block in self.blocks)])

@@ -8,7 +8,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence, Union
 import numpy as np
 import torch
 
-from .._layout import Layout
+from .._layout import Layout, Ring
 from .._plan import Plan
 from .._scheduler import Scheduler
 
@@ -28,7 +28,10 @@ class MicroBatch:
     layout's: ``local_cu_seqlens`` (real lengths) and ``local_cu_seqlens_padded`` (buffer
     offsets; they differ only with ``pad_local``) over ``[0, local_tokens)``;
     ``sharded_cu_seqlens`` (real), ``sharded_cu_seqlens_padded`` and ``rank_cu_seqlens`` over
-    ``[local_tokens, tokens)``.
+    ``[local_tokens, tokens)``. ``rings`` splits the sharded group by CP group (the whole
+    group's ring first, then sub-groups, largest first; ``skrull.Ring``: buffer rows
+    ``[start, stop)`` and that ring's ``cu_seqlens`` from 0): one CP attention call per ring,
+    over that ring's process group (``cp_ring_groups``).
     """
 
     input_ids: torch.Tensor
@@ -48,6 +51,7 @@ class MicroBatch:
     sharded_max_seqlen_padded: int
     rank_max_seqlen: int
     layout: Layout
+    rings: list[Ring]
 
     @property
     def num_tokens(self) -> int:
@@ -165,7 +169,7 @@ def _gather(lay: Layout, ids_stream: torch.Tensor, labels_stream: torch.Tensor,
         rank_cu_seqlens=i32(lay.rank_cu_seqlens), local_tokens=lay.local_tokens,
         local_max_seqlen=lay.local_max_seqlen, sharded_max_seqlen=lay.sharded_max_seqlen,
         sharded_max_seqlen_padded=lay.sharded_max_seqlen_padded,
-        rank_max_seqlen=lay.rank_max_seqlen, layout=lay)
+        rank_max_seqlen=lay.rank_max_seqlen, layout=lay, rings=lay.ring_views())
 
 
 @dataclass

@@ -19,6 +19,27 @@ def cp_group(dp: int, cp: int) -> Any:
     return mine
 
 
+def cp_ring_groups(dp: int, cp: int, whole: Any = None) -> dict[tuple[int, int], Any]:
+    """This rank's process group for every CP group a plan may shard over, keyed by the
+    ``(first, size)`` of ``Layout.rings``: the whole CP group (``whole``, or a new one from
+    ``cp_group`` when None) and every aligned power-of-two sub-group (sizes ``2 .. cp / 2``)
+    that contains this rank. Ranks are laid out as ``dp_rank * cp + cp_rank``; every rank must
+    call it (it creates every DP rank's sub-groups, in the same order everywhere)."""
+    rank = dist.get_rank()
+    mine = {(0, cp): whole if whole is not None else cp_group(dp, cp)}
+    size = 2
+    while size < cp:
+        if cp % size == 0:
+            for d in range(dp):
+                for first in range(0, cp, size):
+                    ranks = list(range(d * cp + first, d * cp + first + size))
+                    group = dist.new_group(ranks)
+                    if rank in ranks:
+                        mine[(first, size)] = group
+        size *= 2
+    return mine
+
+
 def gather_sizes(n: int, group: Any) -> list[int]:
     """Every CP rank's ``n``, in group-rank order."""
     t = torch.tensor([n], dtype=torch.int64)

@@ -41,9 +41,11 @@ class TinyTransformer(nn.Module):
             x = x + b["down"](F.silu(b["up"](F.rms_norm(x, x.shape[-1:]))))
         return self.head(x)
 
-    def forward_packed(self, mb: MicroBatch, group: Any = None) -> torch.Tensor:
-        """Logits ``[tokens, vocab]`` of this GPU's buffer; collective over ``group`` (CP)."""
-        return self._run(mb.input_ids, mb.position_ids, PackedAttention(mb, group))
+    def forward_packed(self, mb: MicroBatch, group: Any = None,
+                       ring_groups: Any = None) -> torch.Tensor:
+        """Logits ``[tokens, vocab]`` of this GPU's buffer; collective over ``group`` (CP), or
+        ring by ring over ``ring_groups`` (see ``PackedAttention``)."""
+        return self._run(mb.input_ids, mb.position_ids, PackedAttention(mb, group, ring_groups))
 
     def forward_sequence(self, ids: torch.Tensor) -> torch.Tensor:
         """Logits ``[len, vocab]`` of one whole sequence at positions ``0 .. len``."""
