@@ -265,6 +265,17 @@ fn fuzz_layout_empty_lockstep_micro_batch() {
     assert!(run.fills.contains(&skrull::skrull_status::Ok));
 }
 
+/// Regression (fuzz `c_abi`, campaign round 3, from the grown corpus): `out.struct_size` 106
+/// ends inside `cp_groups`, so the library refuses the struct and reads no error pointer from
+/// it (here after the configuration's `INVALID_COST_MODEL`); the harness still expected the
+/// details, as for any size past the pointer. Sizes that end inside a field now count as not
+/// carrying it, and details must then stay untouched.
+#[test]
+#[cfg_attr(miri, ignore)]
+fn fuzz_c_abi_out_struct_size_inside_cp_groups_writes_no_details() {
+    let _ = fuzz::c_abi(&base64("LGAAAAAAAQAAgQ78/2o="));
+}
+
 /// The sub-group seeds reach what they are named after: sub-groups on through the C ABI
 /// (planned, the groups checked), `subgroups = 2` refused, the groups required with
 /// sub-groups and optional without, their capacity checked.

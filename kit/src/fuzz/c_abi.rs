@@ -276,17 +276,19 @@ pub fn c_abi(data: &[u8]) -> skrull_status {
     if subgroups_read && !groups_given {
         must_fail = true;
     }
-    // The details are written exactly when the call fails and its plan-buffers struct is
-    // large enough to carry the pointer (a perturbed struct_size may end before it).
+    // The details are written exactly when the call fails and its plan-buffers struct has an
+    // accepted size that carries the pointer: a perturbed struct_size may end before it, or
+    // inside a later field (refused, so the pointer is not read either).
     let reported = input.error_details
         && st != skrull_status::Ok
-        && out_size >= OUT_STRUCT_SIZES[1]
-        && out_size <= 4096
+        && (out_size == OUT_STRUCT_SIZES[1]
+            || (size_of::<skrull_plan_buffers>()..=4096).contains(&out_size))
         && !matches!(perturb, Perturb::OutReserved);
     if reported {
         details.untouched_from(1, "error details");
         assert_eq!(details.body()[0].status, st as u32, "error details' status");
-    } else if st == skrull_status::Ok || !input.error_details {
+    } else if !matches!(perturb, Perturb::OutReserved) {
+        // Success, no details asked for, or no accepted place to read the pointer from.
         details.untouched_from(0, "error details");
     }
     if st != skrull_status::Ok {
