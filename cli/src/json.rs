@@ -139,7 +139,7 @@ fn sharded_cell(cfg: &Config, plan: &Plan<'_>, members: &[u32]) -> String {
 }
 
 /// A human-readable table: one line per micro-batch. The sharded column lists the
-/// micro-batch's sub-group shards after its count (see [`sharded_cell`]).
+/// micro-batch's sub-group shards after its count (see `sharded_cell`).
 pub fn plan_table(cfg: &Config, lengths: &[u32], plan: &Plan<'_>) -> String {
     let s = plan.summary();
     let in_subgroups = plan

@@ -14,6 +14,14 @@ pub(crate) struct PlanWriter<'b> {
     lockstep: bool,
     n_mbs: usize,
     n_members: usize,
+    /// Whole-group shares pushed into the open micro-batch and not yet added to its ranks:
+    /// every rank gets the same sum, added once when the micro-batch closes.
+    pending: u64,
+    /// The open micro-batch's loads are not written yet (they are all zero): the first local
+    /// or sub-group push zeroes them, or closing it writes the pending shares directly.
+    fresh: bool,
+    /// A micro-batch is open (its loads are final, and the peak taken, once it closes).
+    open: bool,
     summary: Summary,
 }
 
@@ -32,8 +40,56 @@ impl<'b> PlanWriter<'b> {
             lockstep: cfg.lockstep,
             n_mbs: 0,
             n_members: 0,
+            pending: 0,
+            fresh: false,
+            open: false,
             summary,
         }
+    }
+
+    /// Closes the open micro-batch: adds its pending whole-group shares to every rank (a
+    /// chain of saturating additions of non-negative values equals one saturating addition
+    /// of their sum, so the loads are those of adding each share as it came) and takes the
+    /// peak over its final loads.
+    #[inline]
+    fn close(&mut self) {
+        if !self.open {
+            return;
+        }
+        let cp = self.cp as usize;
+        let shared = u32::try_from(self.pending).unwrap_or(u32::MAX);
+        let fresh = self.fresh;
+        (self.pending, self.fresh, self.open) = (0, false, false);
+        let Some(g) = self.n_mbs.checked_sub(1) else {
+            return;
+        };
+        let Some(tokens) = self.out.rank_tokens.get_mut(g * cp..(g + 1) * cp) else {
+            return;
+        };
+        let mut peak = self.summary.peak_rank_tokens;
+        if fresh {
+            tokens.fill(shared);
+            peak = peak.max(shared);
+        } else {
+            for t in tokens.iter_mut() {
+                *t = t.saturating_add(shared);
+                peak = peak.max(*t);
+            }
+        }
+        self.summary.peak_rank_tokens = peak;
+    }
+
+    /// The open micro-batch's loads, zeroed first if still fresh (None before any `open`).
+    #[inline]
+    fn open_tokens(&mut self) -> Option<&mut [u32]> {
+        let cp = self.cp as usize;
+        let g = self.n_mbs.checked_sub(1)?;
+        let tokens = self.out.rank_tokens.get_mut(g * cp..(g + 1) * cp)?;
+        if self.fresh {
+            tokens.fill(0);
+            self.fresh = false;
+        }
+        Some(tokens)
     }
 
     /// Scratch access to the placements while a policy is still deciding.
@@ -42,8 +98,9 @@ impl<'b> PlanWriter<'b> {
     }
 
     /// Opens the next micro-batch of `dp_rank` (indices must arrive in order).
+    #[inline]
     pub(crate) fn open(&mut self, dp_rank: u32, index: u32) {
-        let cp = self.cp as usize;
+        self.close();
         if let Some(mb) = self.out.micro_batches.get_mut(self.n_mbs) {
             *mb = MicroBatch {
                 dp_rank,
@@ -52,13 +109,8 @@ impl<'b> PlanWriter<'b> {
                 count: 0,
             };
         }
-        if let Some(t) = self
-            .out
-            .rank_tokens
-            .get_mut(self.n_mbs * cp..(self.n_mbs + 1) * cp)
-        {
-            t.fill(0);
-        }
+        // Its loads are written when first needed, or when it closes.
+        (self.fresh, self.open) = (true, true);
         self.n_mbs += 1;
         self.summary.micro_batches += 1;
     }
@@ -97,43 +149,44 @@ impl<'b> PlanWriter<'b> {
             *m = seq;
         }
         self.n_members += 1;
-        let cp = self.cp as usize;
-        let Some(tokens) = self.out.rank_tokens.get_mut(g * cp..(g + 1) * cp) else {
+        if cp_rank == SHARDED && size == 0 {
+            // The whole group: every rank gets the share, added when the micro-batch closes.
+            self.summary.sharded += 1;
+            self.pending += u64::from(self.budget.share(len));
+            return;
+        }
+        let budget = self.budget;
+        let Some(tokens) = self.open_tokens() else {
             return;
         };
-        if cp_rank == SHARDED && size != 0 {
-            self.summary.sharded += 1;
-            let share = self.budget.for_group(size).share(len);
+        let sharded = cp_rank == SHARDED;
+        if sharded {
+            let share = budget.for_group(size).share(len);
             let group = tokens.iter_mut().skip(first as usize).take(size as usize);
             for t in group {
                 *t = t.saturating_add(share);
-                self.summary.peak_rank_tokens = self.summary.peak_rank_tokens.max(*t);
-            }
-        } else if cp_rank == SHARDED {
-            self.summary.sharded += 1;
-            let share = self.budget.share(len);
-            for t in tokens.iter_mut() {
-                *t = t.saturating_add(share);
-                self.summary.peak_rank_tokens = self.summary.peak_rank_tokens.max(*t);
             }
         } else if let Some(t) = tokens.get_mut(cp_rank as usize) {
-            *t = t.saturating_add(self.budget.local(len));
-            self.summary.peak_rank_tokens = self.summary.peak_rank_tokens.max(*t);
+            *t = t.saturating_add(budget.local(len));
         }
+        self.summary.sharded += u32::from(sharded);
     }
 
     /// Adds `seqs` to the open micro-batch, in order, each at the CP rank already recorded in
     /// its placement's `cp_rank`: the same as [`PlanWriter::push`] for each, with the lookups
-    /// hoisted. A sharded sequence's share is added to every rank once, at the end (a chain
-    /// of saturating additions of non-negative values equals one saturating addition of their
-    /// sum), and the peak is the largest of the micro-batch's final counts (they only grow).
+    /// hoisted (the sharded shares join the pending sum that closing the micro-batch adds).
     pub(crate) fn push_placed(&mut self, seqs: &[u32], lengths: &[u32]) {
         let cp = self.cp as usize;
         let (first, k) = (self.n_members, seqs.len());
+        let fresh = &mut self.fresh;
         let ready = self.n_mbs.checked_sub(1).and_then(|g| {
             let mb = self.out.micro_batches.get_mut(g)?;
             let tokens = self.out.rank_tokens.get_mut(g * cp..(g + 1) * cp)?;
             let members = self.out.members.get_mut(first..first + k)?;
+            if *fresh {
+                tokens.fill(0);
+                *fresh = false;
+            }
             Some((mb, tokens, members))
         });
         let Some((mb, tokens, members)) = ready else {
@@ -176,13 +229,7 @@ impl<'b> PlanWriter<'b> {
         }
         self.n_members += k;
         self.summary.sharded += sharded;
-        let shared = u32::try_from(shared).unwrap_or(u32::MAX);
-        let mut peak = self.summary.peak_rank_tokens;
-        for t in tokens.iter_mut() {
-            *t = t.saturating_add(shared);
-            peak = peak.max(*t);
-        }
-        self.summary.peak_rank_tokens = peak;
+        self.pending += shared;
     }
 
     /// Records how many micro-batches `dp_rank` runs.
@@ -199,7 +246,8 @@ impl<'b> PlanWriter<'b> {
 
     /// Ends the plan and returns the read-only view. With lockstep, every DP rank's count is
     /// raised to the largest (the extra micro-batches are empty and not in the table).
-    pub(crate) fn finish(self, n: usize) -> Plan<'b> {
+    pub(crate) fn finish(mut self, n: usize) -> Plan<'b> {
+        self.close();
         let cp = self.cp as usize;
         let dp = self.dp as usize;
         if self.lockstep
@@ -324,6 +372,96 @@ mod tests {
                 )
             };
             assert_eq!(run(true), run(false), "case {case}");
+        }
+    }
+
+    /// The writer adds whole-group shares when a micro-batch closes and writes a micro-batch's
+    /// loads only when first needed: the loads and the peak must equal adding every share to
+    /// its ranks as it comes (saturating), for any mix of local, whole-group and sub-group
+    /// pushes, empty micro-batches and saturated sums.
+    #[test]
+    fn deferred_loads_equal_adding_each_share_as_it_comes() {
+        let mut rng = Rng(0xDEFE_44ED);
+        for case in 0..if cfg!(miri) { 5 } else { 200 } {
+            let cp = 1u32 << rng.below(5);
+            let n = rng.below(40) as usize;
+            let mut lengths = random_lengths(&mut rng, n.max(1));
+            lengths.truncate(n);
+            if case % 7 == 0 {
+                lengths.iter_mut().for_each(|l| *l = MAX_SEQ_LEN); // saturates the sums
+            }
+            let mut cfg = Config::new(1, cp, 1 << 30, ModelShape::QWEN2_5_0_5B);
+            if case % 2 == 0 {
+                cfg.shard_padding = crate::config::ShardPadding::Zigzag;
+            }
+            let budget = cfg.budget();
+            let cpu = cp as usize;
+            let mut placements = vec![Placement::default(); n];
+            let mut mbs = vec![MicroBatch::default(); n + 3];
+            let mut members = vec![0u32; n];
+            let mut rank_tokens = vec![u32::MAX; (n + 3) * cpu]; // stale values to overwrite
+            let mut per_dp = vec![0u32; 1];
+            let out = PlanBuffers {
+                placements: &mut placements,
+                micro_batches: &mut mbs,
+                members: &mut members,
+                rank_tokens: &mut rank_tokens,
+                micro_batches_per_dp: &mut per_dp,
+            };
+            let mut w = PlanWriter::new(out, &cfg, 0);
+            let mut want: Vec<Vec<u32>> = Vec::new();
+            let mut sharded = 0;
+            for (s, &len) in lengths.iter().enumerate() {
+                if want.is_empty() || rng.below(4) == 0 {
+                    w.open(0, want.len() as u32);
+                    want.push(vec![0; cpu]);
+                    if rng.below(5) == 0 {
+                        w.open(0, want.len() as u32); // an empty micro-batch
+                        want.push(vec![0; cpu]);
+                    }
+                }
+                let row = want.last_mut().unwrap();
+                let size = if cp >= 2 {
+                    1 << rng.below(u64::from(cp.ilog2()) + 1)
+                } else {
+                    1
+                };
+                match rng.below(3) {
+                    0 => {
+                        let r = rng.below(u64::from(cp)) as usize;
+                        row[r] = row[r].saturating_add(budget.local(len));
+                        w.push(s as u32, len, r as i32);
+                    }
+                    1 if size >= 2 && size < cp => {
+                        let first = size * rng.below(u64::from(cp / size)) as u32;
+                        let share = budget.for_group(size).share(len);
+                        for t in &mut row[first as usize..(first + size) as usize] {
+                            *t = t.saturating_add(share);
+                        }
+                        w.push_in(s as u32, len, SHARDED, first, size);
+                        sharded += 1;
+                    }
+                    _ => {
+                        row.iter_mut()
+                            .for_each(|t| *t = t.saturating_add(budget.share(len)));
+                        w.push(s as u32, len, SHARDED);
+                        sharded += 1;
+                    }
+                }
+            }
+            w.set_count(0, want.len() as u32);
+            let plan = w.finish(n);
+            assert_eq!(plan.micro_batches().len(), want.len(), "case {case}");
+            for (g, row) in want.iter().enumerate() {
+                assert_eq!(
+                    plan.rank_tokens(g),
+                    row.as_slice(),
+                    "case {case}, micro-batch {g}"
+                );
+            }
+            let peak = want.iter().flatten().copied().max().unwrap_or(0);
+            assert_eq!(plan.summary().peak_rank_tokens, peak, "case {case}");
+            assert_eq!(plan.summary().sharded, sharded, "case {case}");
         }
     }
 }
