@@ -353,9 +353,10 @@ impl Ledger for TimeLedger<'_> {
     }
 
     #[inline]
-    fn pick(&self, seq: u32, len: u32, room: &[i64], need: i64) -> Option<usize> {
+    fn pick(&self, seq: u32, _len: u32, room: &[i64], need: i64) -> Option<usize> {
+        // The sequence's own GEMM time is the same on every rank, so it is left out of the
+        // comparison (adding it to every candidate changes no choice).
         let aw = self.rows.aw(seq);
-        let glen = self.im.gemm_linear(u64::from(self.im.local(len)));
         let extra = if self.im.all_attention() {
             self.sh_attn
         } else {
@@ -375,7 +376,7 @@ impl Ledger for TimeLedger<'_> {
                 } else {
                     0
                 };
-                let t = (self.comm + sc).max(attn + aw + extra) + gl + glen;
+                let t = (self.comm + sc).max(attn + aw + extra) + gl;
                 let t = if rb >= need { t } else { u64::MAX };
                 if t < best {
                     (best, at) = (t, r);
@@ -383,9 +384,10 @@ impl Ledger for TimeLedger<'_> {
             }
             return (at != usize::MAX).then_some(at);
         }
+        let (comm, base) = (self.comm, aw + extra);
         let ranks = room.iter().zip(self.attn.iter().zip(&self.gl)).enumerate();
         for (r, (&rb, (&attn, &gl))) in ranks {
-            let t = self.comm.max(attn + aw + extra) + gl + glen;
+            let t = comm.max(attn + base) + gl;
             let t = if rb >= need { t } else { u64::MAX };
             if t < best {
                 (best, at) = (t, r);
