@@ -303,6 +303,38 @@ mod tests {
         }
     }
 
+    /// Plan buffers for driving the writer by hand: `n` sequences, `mbs` micro-batch rows of
+    /// `cp` ranks (loads pre-filled with `stale`), `dps` DP ranks.
+    struct Buffers {
+        placements: Vec<Placement>,
+        micro_batches: Vec<MicroBatch>,
+        members: Vec<u32>,
+        rank_tokens: Vec<u32>,
+        per_dp: Vec<u32>,
+    }
+
+    impl Buffers {
+        fn new(n: usize, mbs: usize, cp: u32, dps: usize, stale: u32) -> Buffers {
+            Buffers {
+                placements: vec![Placement::default(); n],
+                micro_batches: vec![MicroBatch::default(); mbs],
+                members: vec![0; n],
+                rank_tokens: vec![stale; mbs * cp as usize],
+                per_dp: vec![0; dps],
+            }
+        }
+
+        fn out(&mut self) -> PlanBuffers<'_> {
+            PlanBuffers {
+                placements: &mut self.placements,
+                micro_batches: &mut self.micro_batches,
+                members: &mut self.members,
+                rank_tokens: &mut self.rank_tokens,
+                micro_batches_per_dp: &mut self.per_dp,
+            }
+        }
+    }
+
     fn random_lengths(rng: &mut Rng, n: usize) -> Vec<u32> {
         let max = match rng.below(4) {
             0 => 3,
@@ -334,22 +366,11 @@ mod tests {
                 .collect();
             let split = rng.below(n as u64 + 1) as usize;
             let run = |bulk: bool| {
-                let mut placements = vec![Placement::default(); n];
-                for (p, &r) in placements.iter_mut().zip(&ranks) {
+                let mut bufs = Buffers::new(n, n, cp, 2, 0);
+                for (p, &r) in bufs.placements.iter_mut().zip(&ranks) {
                     p.cp_rank = r;
                 }
-                let mut mbs = vec![MicroBatch::default(); n];
-                let mut members = vec![0u32; n];
-                let mut rank_tokens = vec![0u32; n * cp as usize];
-                let mut per_dp = vec![0u32; 2];
-                let out = PlanBuffers {
-                    placements: &mut placements,
-                    micro_batches: &mut mbs,
-                    members: &mut members,
-                    rank_tokens: &mut rank_tokens,
-                    micro_batches_per_dp: &mut per_dp,
-                };
-                let mut w = PlanWriter::new(out, &cfg, 0);
+                let mut w = PlanWriter::new(bufs.out(), &cfg, 0);
                 let seqs: Vec<u32> = (0..n as u32).rev().collect();
                 w.open(1, 0);
                 for part in [&seqs[..split], &seqs[split..]] {
@@ -396,19 +417,9 @@ mod tests {
             }
             let budget = cfg.budget();
             let cpu = cp as usize;
-            let mut placements = vec![Placement::default(); n];
-            let mut mbs = vec![MicroBatch::default(); n + 3];
-            let mut members = vec![0u32; n];
-            let mut rank_tokens = vec![u32::MAX; (n + 3) * cpu]; // stale values to overwrite
-            let mut per_dp = vec![0u32; 1];
-            let out = PlanBuffers {
-                placements: &mut placements,
-                micro_batches: &mut mbs,
-                members: &mut members,
-                rank_tokens: &mut rank_tokens,
-                micro_batches_per_dp: &mut per_dp,
-            };
-            let mut w = PlanWriter::new(out, &cfg, 0);
+            // Stale loads that the writer must overwrite.
+            let mut bufs = Buffers::new(n, n + 3, cp, 1, u32::MAX);
+            let mut w = PlanWriter::new(bufs.out(), &cfg, 0);
             let mut want: Vec<Vec<u32>> = Vec::new();
             let mut sharded = 0;
             for (s, &len) in lengths.iter().enumerate() {
