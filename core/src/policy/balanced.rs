@@ -1587,6 +1587,9 @@ mod tests {
                 ..on
             };
             let lengths = long_tail(&mut rng, 40, 16 * bucket);
+            if cfg!(miri) && i != 7 {
+                continue; // miri plans one batch that uses a sub-group (each takes ~30 s there)
+            }
             let (t_on, subs) = time(&on, &lengths);
             let (t_off, none) = time(&off, &lengths);
             assert_eq!(none, 0);
