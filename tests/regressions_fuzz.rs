@@ -20,21 +20,16 @@ fn committed_corpus_replays_clean() {
         let mut entries: Vec<_> = std::fs::read_dir(root.join(target))
             .unwrap()
             .map(|e| e.unwrap().path())
-            .filter(|p| {
-                p.file_name()
-                    .and_then(|n| n.to_str())
-                    .is_some_and(|n| n.starts_with("seed-") || n.starts_with("cmin-"))
-            })
             .collect();
         entries.sort();
         let mut campaign = 0;
-        entries.retain(|p| {
-            let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
-            if !name.starts_with("cmin-") {
-                return true;
+        entries.retain(|p| match p.file_name().and_then(|n| n.to_str()) {
+            Some(n) if n.starts_with("seed-") => true,
+            Some(n) if n.starts_with("cmin-") => {
+                campaign += 1;
+                campaign % 16 == 1
             }
-            campaign += 1;
-            campaign % 16 == 1
+            _ => false,
         });
         for p in entries {
             let data = std::fs::read(&p).unwrap();

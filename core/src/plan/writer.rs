@@ -20,8 +20,6 @@ pub(crate) struct PlanWriter<'b> {
     /// The open micro-batch's loads are not written yet (they are all zero): the first local
     /// or sub-group push zeroes them, or closing it writes the pending shares directly.
     fresh: bool,
-    /// A micro-batch is open (its loads are final, and the peak taken, once it closes).
-    open: bool,
     summary: Summary,
 }
 
@@ -42,7 +40,6 @@ impl<'b> PlanWriter<'b> {
             n_members: 0,
             pending: 0,
             fresh: false,
-            open: false,
             summary,
         }
     }
@@ -50,16 +47,14 @@ impl<'b> PlanWriter<'b> {
     /// Closes the open micro-batch: adds its pending whole-group shares to every rank (a
     /// chain of saturating additions of non-negative values equals one saturating addition
     /// of their sum, so the loads are those of adding each share as it came) and takes the
-    /// peak over its final loads.
+    /// peak over its final loads. Called once per micro-batch, by the next `open` or by
+    /// `finish`; without an open micro-batch it does nothing.
     #[inline]
     fn close(&mut self) {
-        if !self.open {
-            return;
-        }
         let cp = self.cp as usize;
         let shared = u32::try_from(self.pending).unwrap_or(u32::MAX);
         let fresh = self.fresh;
-        (self.pending, self.fresh, self.open) = (0, false, false);
+        (self.pending, self.fresh) = (0, false);
         let Some(g) = self.n_mbs.checked_sub(1) else {
             return;
         };
@@ -82,14 +77,8 @@ impl<'b> PlanWriter<'b> {
     /// The open micro-batch's loads, zeroed first if still fresh (None before any `open`).
     #[inline]
     fn open_tokens(&mut self) -> Option<&mut [u32]> {
-        let cp = self.cp as usize;
         let g = self.n_mbs.checked_sub(1)?;
-        let tokens = self.out.rank_tokens.get_mut(g * cp..(g + 1) * cp)?;
-        if self.fresh {
-            tokens.fill(0);
-            self.fresh = false;
-        }
-        Some(tokens)
+        loads_row(self.out.rank_tokens, g, self.cp as usize, &mut self.fresh)
     }
 
     /// Scratch access to the placements while a policy is still deciding.
@@ -110,7 +99,7 @@ impl<'b> PlanWriter<'b> {
             };
         }
         // Its loads are written when first needed, or when it closes.
-        (self.fresh, self.open) = (true, true);
+        self.fresh = true;
         self.n_mbs += 1;
         self.summary.micro_batches += 1;
     }
@@ -181,12 +170,8 @@ impl<'b> PlanWriter<'b> {
         let fresh = &mut self.fresh;
         let ready = self.n_mbs.checked_sub(1).and_then(|g| {
             let mb = self.out.micro_batches.get_mut(g)?;
-            let tokens = self.out.rank_tokens.get_mut(g * cp..(g + 1) * cp)?;
             let members = self.out.members.get_mut(first..first + k)?;
-            if *fresh {
-                tokens.fill(0);
-                *fresh = false;
-            }
+            let tokens = loads_row(self.out.rank_tokens, g, cp, fresh)?;
             Some((mb, tokens, members))
         });
         let Some((mb, tokens, members)) = ready else {
@@ -278,6 +263,21 @@ impl<'b> PlanWriter<'b> {
             summary: self.summary,
         }
     }
+}
+
+/// Row `g` of the loads (`cp` ranks), zeroed first when `fresh` says it was never written.
+#[inline]
+fn loads_row<'t>(
+    rank_tokens: &'t mut [u32],
+    g: usize,
+    cp: usize,
+    fresh: &mut bool,
+) -> Option<&'t mut [u32]> {
+    let row = rank_tokens.get_mut(g * cp..(g + 1) * cp)?;
+    if core::mem::take(fresh) {
+        row.fill(0);
+    }
+    Some(row)
 }
 
 #[cfg(test)]
