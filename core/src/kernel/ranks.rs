@@ -59,9 +59,9 @@ pub(crate) trait Slots {
 pub(crate) trait Ledger {
     /// Starts a micro-batch on `cp` ranks.
     fn reset(&mut self, cp: usize);
-    /// The rank sequence `seq` (`len` tokens) goes to whole, among the ranks whose room is at
-    /// least `need`; `None` when no rank takes it whole.
-    fn pick(&self, seq: u32, len: u32, room: &[i64], need: i64) -> Option<usize>;
+    /// The rank sequence `seq` goes to whole, among the ranks whose room is at least `need`
+    /// (its local tokens); `None` when no rank takes it whole.
+    fn pick(&self, seq: u32, room: &[i64], need: i64) -> Option<usize>;
     /// Sequence `seq` was placed whole on rank `r`.
     fn local(&mut self, r: usize, seq: u32, len: u32);
     /// Sequence `seq`, whole on rank `r`, is being sharded by a rollback.
@@ -259,7 +259,7 @@ pub(crate) fn place<S: Slots, L: Ledger>(
     while i < count {
         let (seq, len) = (slots.seq_at(i), slots.len_at(i));
         let need = budget.local(len);
-        if let Some(r) = ledger.pick(seq, len, rooms.as_slice(), i64::from(need)) {
+        if let Some(r) = ledger.pick(seq, rooms.as_slice(), i64::from(need)) {
             rooms.take(r, need);
             ledger.local(r, seq, len);
             slots.set(i, r as i32);

@@ -353,7 +353,7 @@ impl Ledger for TimeLedger<'_> {
     }
 
     #[inline]
-    fn pick(&self, seq: u32, _len: u32, room: &[i64], need: i64) -> Option<usize> {
+    fn pick(&self, seq: u32, room: &[i64], need: i64) -> Option<usize> {
         // The sequence's own GEMM time is the same on every rank, so it is left out of the
         // comparison (adding it to every candidate changes no choice).
         let aw = self.rows.aw(seq);

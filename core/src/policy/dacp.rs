@@ -114,7 +114,7 @@ impl<L: Load> Ledger for FlopsLedger<'_, L> {
     }
 
     #[inline(always)]
-    fn pick(&self, _seq: u32, _len: u32, room: &[i64], need: i64) -> Option<usize> {
+    fn pick(&self, _seq: u32, room: &[i64], need: i64) -> Option<usize> {
         let t = argmin(&self.load);
         if room.get(t).is_some_and(|&x| x >= need) {
             return Some(t);
@@ -151,7 +151,7 @@ impl Ledger for WorstFitLedger {
     fn reset(&mut self, _cp: usize) {}
 
     #[inline(always)]
-    fn pick(&self, _seq: u32, _len: u32, room: &[i64], need: i64) -> Option<usize> {
+    fn pick(&self, _seq: u32, room: &[i64], need: i64) -> Option<usize> {
         let t = argmax(room);
         room.get(t).is_some_and(|&x| x >= need).then_some(t)
     }
