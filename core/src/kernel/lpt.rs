@@ -4,8 +4,15 @@
 
 use crate::kernel::sort::key_index;
 
-/// Bits of a packed LPT key that hold the DP rank (`MAX_DP = 2^16`).
+/// Bits of a packed `u128` LPT key that hold the DP rank (`MAX_DP = 2^16`).
 const RANK_BITS: u32 = 16;
+
+/// Bits that hold a rank below `bins` (0 for one bin): the `u64` tree packs only these, so
+/// the fewer the ranks the larger the loads it takes (the order of the keys, `(load, rank)`,
+/// does not depend on the width).
+fn rank_bits(bins: usize) -> u32 {
+    usize::BITS - bins.saturating_sub(1).leading_zeros()
+}
 
 /// The `u128` LPT tree, for batches whose loads do not fit [`MinTree64`]: a winner tree with
 /// `keys[r] = (load << 16) | r`, so one comparison orders by `(load, rank)` (loads stay below
@@ -72,7 +79,10 @@ impl WinnerTree<'_> {
             // Ties cannot happen (ranks differ), so `<` alone decides.
             let take = sk < wk;
             w = core::hint::select_unpredictable(take, s, w);
-            wk = core::hint::select_unpredictable(take, sk, wk);
+            // A mask rather than a select: a `u128` select compiles to a branch, and this one
+            // is taken about half the time at random.
+            let mask = 0u128.wrapping_sub(u128::from(take));
+            wk = (sk & mask) | (wk & !mask);
             node >>= 1;
             if let Some(t) = self.tree.get_mut(node) {
                 *t = w;
@@ -82,12 +92,14 @@ impl WinnerTree<'_> {
 }
 
 /// The `u64` LPT tree, stored in the `u128` load slots without any other memory: the low half
-/// of slot `r` is rank `r`'s packed key `(load << 16) | r` (its leaf, node `dp + r`), the high
+/// of slot `r` is rank `r`'s packed key `(load << bits) | r` (its leaf, node `dp + r`), the high
 /// half of slot `i` in `1..dp` is the least key below internal node `i` (children `2i` and
 /// `2i + 1`). A key names its rank, so the root is the winner, and replaying a path needs no
 /// indirection: each level is one `min` of two `u64`s, a conditional move.
 struct MinTree64<'a> {
     slots: &'a mut [u128],
+    /// [`rank_bits`] of the bin count.
+    bits: u32,
 }
 
 impl MinTree64<'_> {
@@ -123,13 +135,13 @@ impl MinTree64<'_> {
     #[inline(always)]
     fn winner(&self) -> u32 {
         if self.slots.len() > 1 {
-            (self.value(1) & ((1 << RANK_BITS) - 1)) as u32
+            (self.value(1) & ((1 << self.bits) - 1)) as u32
         } else {
             0
         }
     }
 
-    /// Adds `packed` (a load shifted by [`RANK_BITS`]) to rank `r`'s key and replays its path.
+    /// Adds `packed` (a load shifted by `bits`) to rank `r`'s key and replays its path.
     #[inline(always)]
     fn add(&mut self, r: u32, packed: u64) {
         let Some(slot) = self.slots.get_mut(r as usize) else {
@@ -147,7 +159,7 @@ impl MinTree64<'_> {
 
     /// Rank `r`'s load, in the units of the packed keys.
     fn load(&self, r: usize) -> u64 {
-        self.slots.get(r).map_or(0, |&s| s as u64) >> RANK_BITS
+        self.slots.get(r).map_or(0, |&s| s as u64) >> self.bits
     }
 }
 
@@ -157,7 +169,8 @@ impl MinTree64<'_> {
 /// can read costs it cached per sequence). Calls `assign(seq, bin)` for every sequence and
 /// leaves each bin's load (in weight units) in `loads`.
 ///
-/// `total` must bound the sum of every weight: below `2^48` the packed keys fit `u64`
+/// `total` must bound the sum of every weight: below `2^(64 - b)`, `b` the bits of the
+/// largest bin index (`2^54` for 1,024 bins, `2^48` for `2^16`), the packed keys fit `u64`
 /// ([`MinTree64`], branch-free), otherwise they are `u128` ([`WinnerTree`], which needs
 /// `tree`, at least as long as `loads`). Weights must stay below `2^112`. `weight` is called
 /// once per distinct length.
@@ -173,12 +186,13 @@ pub(crate) fn lpt(
     if bins == 0 {
         return;
     }
-    if total < 1u128 << (64 - RANK_BITS) {
-        let mut t = MinTree64 { slots: loads };
+    let bits = rank_bits(bins);
+    if total < 1u128 << (64 - bits) {
+        let mut t = MinTree64 { slots: loads, bits };
         t.init();
         longest_first(keys, |len, run| {
             let first = run.first().map_or(0, |&k| key_index(k));
-            let packed = (weight(len, first) as u64) << RANK_BITS;
+            let packed = (weight(len, first) as u64) << bits;
             for &key in run {
                 let bin = t.winner();
                 t.add(bin, packed);
@@ -258,6 +272,74 @@ pub(crate) fn group_by_dp(
                 *s = seq as u32;
             }
             *c += 1;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernel::sort::sort_ascending;
+    use std::vec;
+    use std::vec::Vec;
+
+    /// Runs [`lpt`] with weight `w(len)` and the given `total`; the bins and the loads.
+    fn run(
+        lengths: &[u32],
+        bins: usize,
+        total: u128,
+        w: impl Fn(u32) -> u128,
+    ) -> (Vec<u32>, Vec<u128>) {
+        let mut keys = vec![0u64; lengths.len()];
+        sort_ascending(lengths, &mut keys);
+        let (mut loads, mut tree) = (vec![0u128; bins], vec![0u32; bins]);
+        let mut bin_of = vec![u32::MAX; lengths.len()];
+        lpt(
+            &keys,
+            &mut loads,
+            &mut tree,
+            total,
+            |len, _| w(len),
+            |s, b| bin_of[s] = b,
+        );
+        (bin_of, loads)
+    }
+
+    #[test]
+    fn rank_bits_hold_the_largest_bin_index() {
+        for (bins, bits) in [
+            (1, 0),
+            (2, 1),
+            (3, 2),
+            (4, 2),
+            (5, 3),
+            (1024, 10),
+            (1025, 11),
+            (1 << 16, 16),
+        ] {
+            assert_eq!(rank_bits(bins), bits, "{bins}");
+        }
+    }
+
+    /// With few bins the `u64` tree takes loads up to `2^(64 - bits)`: on weights near `2^55`
+    /// it is chosen for 4 and 1,000 bins and gives the `u128` tree's bins and loads, ties
+    /// included.
+    #[test]
+    fn narrow_rank_keys_give_the_wide_trees_assignment() {
+        let lengths: Vec<u32> = (0..3000u32).map(|i| 1 + (i * 7919) % 97).collect();
+        for bins in [1usize, 2, 4, 7, 1000] {
+            let bits = rank_bits(bins);
+            // Weights with their sum just below the u64 tree's limit.
+            let limit = 1u128 << (64 - bits);
+            let sum: u128 = lengths.iter().map(|&l| u128::from(l)).sum();
+            let unit = (limit - 1) / sum;
+            let w = |len: u32| u128::from(len) * unit;
+            let total = sum * unit;
+            assert!(total < limit && total >= 1 << 48, "{bins}");
+            let narrow = run(&lengths, bins, total, w);
+            let wide = run(&lengths, bins, u128::MAX, w);
+            assert_eq!(narrow, wide, "{bins} bins");
+            assert_eq!(narrow.1.iter().sum::<u128>(), total);
         }
     }
 }
