@@ -260,6 +260,26 @@ impl IntModel {
             .saturating_add(after)
             .saturating_add(self.fixed_ps)
     }
+    /// The slowest of the ranks whose local attention and local tokens are `attn[r]` and
+    /// `tok[r]`, beside a micro-batch's shared sharded tokens, sharded attention and
+    /// communication: the greatest [`IntModel::rank`] over them (0 for no ranks), computed
+    /// with the terms every rank shares added once.
+    pub fn slowest(&self, attn: &[u64], tok: &[u64], sh_tok: u64, sh_attn: u64, comm: u64) -> u64 {
+        let (in_window, after) = if self.all_attention {
+            (sh_attn, 0)
+        } else {
+            (0, sh_attn)
+        };
+        if attn.is_empty() {
+            return 0;
+        }
+        // Each rank's window and GEMM terms are below 2^63 (see `CAP`), so their sum does not
+        // wrap, and adding the shared terms once, saturating, commutes with the maximum.
+        let most = attn.iter().zip(tok).fold(0u64, |m, (&a, &t)| {
+            m.max(comm.max(a + in_window) + self.gemm(t + sh_tok))
+        });
+        most.saturating_add(after).saturating_add(self.fixed_ps)
+    }
 }
 
 #[cfg(test)]
@@ -267,6 +287,41 @@ mod tests {
     use super::*;
     use crate::config::{Config, ModelShape, ShardPadding};
     use crate::model::cost::CostModel;
+
+    /// `slowest` is the greatest `rank` over the ranks, with both overlap windows, empty and
+    /// saturated terms.
+    #[test]
+    fn slowest_is_the_greatest_rank() {
+        use crate::model::cost::Overlap;
+        let shape = ModelShape::QWEN2_5_0_5B;
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = |bits: u32| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x >> (64 - bits)
+        };
+        for overlap in [Overlap::LocalAttention, Overlap::AllAttention] {
+            let cfg = Config::new(2, 8, 1 << 20, shape);
+            let mut cost = CostModel::h100(&shape);
+            cost.overlap = overlap;
+            let im = IntModel::new(&TimeModel::new(&cost, &cfg), cfg.budget());
+            assert_eq!(im.slowest(&[], &[], 5, 5, 5), 0);
+            for case in 0..2000 {
+                let ranks = 1 + (case % 8);
+                // Terms up to CAP (2^46) and, every tenth case, tokens past the GEMM clamp.
+                let wide = if case % 10 == 0 { 40 } else { 20 };
+                let attn: std::vec::Vec<u64> = (0..ranks).map(|_| next(46)).collect();
+                let tok: std::vec::Vec<u64> = (0..ranks).map(|_| next(wide)).collect();
+                let (sh_tok, sh_attn, comm) = (next(wide), next(46), next(46));
+                let want = (0..ranks)
+                    .map(|r| im.rank(attn[r], tok[r] + sh_tok, sh_attn, comm))
+                    .max()
+                    .unwrap();
+                assert_eq!(im.slowest(&attn, &tok, sh_tok, sh_attn, comm), want);
+            }
+        }
+    }
 
     /// The integer model agrees with the float model it is derived from, to rounding, on
     /// every term.

@@ -301,10 +301,15 @@ impl TimeLedger<'_> {
 
     /// The micro-batch's time: its slowest rank's, ps.
     fn time(&self) -> u64 {
-        (0..self.attn.len())
-            .map(|r| self.rank_time(r))
-            .max()
-            .unwrap_or(0)
+        if self.has_sub {
+            return (0..self.attn.len())
+                .map(|r| self.rank_time(r))
+                .max()
+                .unwrap_or(0);
+        }
+        // Without sub-groups the ranks differ only in their local attention and tokens.
+        self.im
+            .slowest(&self.attn, &self.tok, self.sh_tok, self.sh_attn, self.comm)
     }
 
     fn add_local(&mut self, r: usize, len: u32, aw: u64, sign: bool) {
@@ -467,9 +472,10 @@ struct Placer<'a> {
     budget: Budget,
     rooms: Rooms,
     ledger: TimeLedger<'a>,
-    /// Whether attempts are skipped by their lower bound (always, except in the test that
-    /// checks the skipping changes no plan).
-    prune: bool,
+    /// Whether the shortcuts that change no plan are on: attempts skipped by their lower
+    /// bound, and the closed form of a one-sequence micro-batch ([`Placer::lone`]). Always,
+    /// except in the tests that check they change no plan.
+    shortcuts: bool,
 }
 
 impl Placer<'_> {
@@ -554,24 +560,30 @@ impl Placer<'_> {
             if s > k || cands[..c].contains(&s) {
                 continue;
             }
-            if self.prune && found.is_some_and(|f| lower(s) >= f) {
+            if self.shortcuts && found.is_some_and(|f| lower(s) >= f) {
                 continue;
             }
             self.ledger.bound = found.unwrap_or(u64::MAX);
-            let mut slots = MemberSlots {
-                members,
-                lengths: rows.lengths,
-                cur: &mut *cur,
+            let t = match members {
+                [seq] if self.shortcuts => self.lone(*seq, s, cur),
+                _ => {
+                    let mut slots = MemberSlots {
+                        members,
+                        lengths: rows.lengths,
+                        cur: &mut *cur,
+                    };
+                    let (cfg, budget) = (self.cfg, &self.budget);
+                    attempt(
+                        cfg,
+                        budget,
+                        &mut slots,
+                        s,
+                        &mut self.rooms,
+                        &mut self.ledger,
+                    )
+                }
             };
-            let (cfg, budget) = (self.cfg, &self.budget);
-            if let Some(t) = attempt(
-                cfg,
-                budget,
-                &mut slots,
-                s,
-                &mut self.rooms,
-                &mut self.ledger,
-            ) {
+            if let Some(t) = t {
                 found = Some(t);
                 best.copy_from_slice(cur);
             }
@@ -638,6 +650,37 @@ impl Placer<'_> {
             }
         }
         found
+    }
+}
+
+impl Placer<'_> {
+    /// [`attempt`] for a micro-batch of one sequence, in closed form (a DP rank with one
+    /// sequence, as when there are as many DP ranks as sequences, would otherwise run the
+    /// CP-rank state machine twice for it). With `s = 0` the machine puts the sequence whole
+    /// on rank 0 (every rank is empty and ties go to the lowest) if it fits there, else shards
+    /// it, as `s = 1` does; a shard that does not fit fails the recount; no rollback can
+    /// happen. The time is the machine's: [`IntModel::slowest`] of the ranks it leaves (the
+    /// other ranks of a whole placement are empty and never slower). Writes the decision to
+    /// `cur[0]`; `None` when memory fails or the time reaches `ledger.bound`, as `attempt`.
+    fn lone(&self, seq: u32, s: usize, cur: &mut [u32]) -> Option<u64> {
+        let (im, rows) = (self.ledger.im, self.ledger.rows);
+        let len = rows.len(seq);
+        let bucket = i64::from(self.budget.bucket());
+        let whole = s == 0 && i64::from(self.budget.local(len)) <= bucket;
+        let t = if whole {
+            im.slowest(&[rows.aw(seq)], &[u64::from(im.local(len))], 0, 0, 0)
+        } else {
+            if i64::from(self.budget.share(len)) > bucket {
+                return None;
+            }
+            let comm = im.comm(&self.ledger.link, u64::from(len));
+            im.slowest(&[0], &[0], u64::from(im.share(len)), rows.ash(seq), comm)
+        };
+        if let Some(c) = cur.first_mut() {
+            *c = if whole { 0 } else { SHARDED as u32 };
+        }
+        let bound = self.ledger.bound;
+        (bound == u64::MAX || t < bound).then_some(t)
     }
 }
 
@@ -1024,14 +1067,14 @@ pub(crate) fn schedule<'b>(
     plan_with(cfg, lengths, ws, out, total_tokens, true)
 }
 
-/// [`schedule`], with the lower-bound skipping of attempts on or off (`prune`).
+/// [`schedule`], with the shortcuts that change no plan on or off ([`Placer::shortcuts`]).
 fn plan_with<'b>(
     cfg: &Config,
     lengths: &[u32],
     ws: &mut Workspace<'_>,
     out: PlanBuffers<'b>,
     total_tokens: u64,
-    prune: bool,
+    shortcuts: bool,
 ) -> Result<Plan<'b>, Error> {
     let n = lengths.len();
     let dp = cfg.dp as usize;
@@ -1134,7 +1177,7 @@ fn plan_with<'b>(
     let mut placer = Placer {
         cfg,
         budget,
-        prune,
+        shortcuts,
         rooms: Rooms::new(),
         ledger: TimeLedger {
             im: &im,
@@ -1474,14 +1517,14 @@ mod tests {
 
     /// Plans with the lower-bound skipping of attempts on and off; both must give the same
     /// placements and micro-batch counts.
-    fn same_with_and_without_skipping(cfg: &Config, lengths: &[u32]) {
+    fn same_with_and_without_shortcuts(cfg: &Config, lengths: &[u32]) {
         let cfg = cfg.with_policy(Policy::Balanced);
         let total: u64 = lengths.iter().map(|&l| u64::from(l)).sum();
         let mut got = Vec::new();
-        for prune in [true, false] {
+        for shortcuts in [true, false] {
             let mut bufs = OwnedPlan::filled(lengths.len(), &cfg, 3);
             let (mut ws, out) = bufs.parts();
-            let plan = plan_with(&cfg, lengths, &mut ws, out, total, prune).unwrap();
+            let plan = plan_with(&cfg, lengths, &mut ws, out, total, shortcuts).unwrap();
             assert_eq!(plan::check(&cfg, lengths, &plan), Ok(()));
             got.push((
                 plan.placements().to_vec(),
@@ -1496,7 +1539,7 @@ mod tests {
             .count();
         assert!(
             got[0] == got[1],
-            "{differ} placements differ with skipping on: {cfg:?}"
+            "{differ} placements differ with the shortcuts on: {cfg:?}"
         );
     }
 
@@ -1513,14 +1556,63 @@ mod tests {
             .map(|_| 1 + (rng.next() % (1 << 31)) as u32)
             .filter(|&l| cfg.budget().fits_sharded(l))
             .collect();
-        same_with_and_without_skipping(&cfg, &huge);
+        same_with_and_without_shortcuts(&cfg, &huge);
         for i in 0..40 {
             let dp = [1u32, 2, 4][i % 3];
             let cp = [2u32, 8, 16][i % 3];
             let cfg = Config::new(dp, cp, 26 * 1024, ModelShape::QWEN2_5_0_5B);
             let lengths = long_tail(&mut rng, 64 + i * 7, cp * 26 * 1024);
-            same_with_and_without_skipping(&cfg, &lengths);
+            same_with_and_without_shortcuts(&cfg, &lengths);
         }
+    }
+
+    /// The closed form of a one-sequence micro-batch ([`Placer::lone`]) gives the state
+    /// machine's plan: batches with one sequence per DP rank and mixed ones, every CP size
+    /// from 1 to 16, both shard paddings, pad multiples and padded local sequences, both
+    /// overlap windows, sub-groups on, free and saturated cost models, and budgets from the
+    /// tightest (sequences that fit only sharded) to roomy.
+    #[test]
+    fn one_sequence_micro_batches_in_closed_form_match_the_state_machine() {
+        use crate::model::CostModel;
+        use crate::model::cost::Overlap;
+        let mut rng = Rng(4242);
+        let shape = ModelShape::QWEN2_5_0_5B;
+        let cases = if cfg!(miri) { 4 } else { 160 };
+        let mut compared = 0;
+        for i in 0..cases {
+            let n = 1 + (rng.next() % 40) as usize;
+            let cp = 1 + (i % 16) as u32;
+            let lengths: Vec<u32> = (0..n).map(|_| 1 + (rng.next() % 5000) as u32).collect();
+            let longest = lengths.iter().copied().max().unwrap_or(1);
+            let bucket = match i % 4 {
+                0 => longest.div_ceil(cp) + 64,
+                1 => longest / 2 + 64,
+                _ => longest + (rng.next() % 4000) as u32,
+            };
+            // One sequence per DP rank, or about four.
+            let dp = if i % 3 == 0 { n.div_ceil(4) } else { n } as u32;
+            let mut cost = CostModel::h100(&shape);
+            match i % 5 {
+                1 => cost.overlap = Overlap::AllAttention,
+                2 => cost.kernel_launch_s = 1000.0,
+                3 => {
+                    cost.ring_step_latency_s = 0.0;
+                    cost.inter_node_ring_step_latency_s = 0.0;
+                }
+                _ => {}
+            }
+            let mut cfg = Config::new(dp, cp, bucket, shape).with_cost(cost);
+            cfg.shard_padding = [ShardPadding::None, ShardPadding::Zigzag][i % 2];
+            cfg.pad_multiple = [1, 1, 8, 24][(i / 2) % 4];
+            cfg.pad_local = i % 7 == 0;
+            cfg.subgroups = i % 2 == 1;
+            if cfg.validate().is_err() || !lengths.iter().all(|&l| cfg.budget().fits_sharded(l)) {
+                continue;
+            }
+            same_with_and_without_shortcuts(&cfg, &lengths);
+            compared += 1;
+        }
+        assert!(compared * 4 >= cases * 3, "{compared} of {cases}");
     }
 
     /// Regression (fuzz `rust_api`, a caller cost model with a 1,000 s kernel launch): the
