@@ -71,6 +71,23 @@ impl AttentionTable {
     /// between the table's points, the end values outside them (below the first point the
     /// padding to tiles is the only extra penalty).
     pub fn throughput(&self, q: u32) -> (f64, f64) {
+        self.throughput_with(q, |i| libm::log2(f64::from(self.seqlen[i])))
+    }
+
+    /// `log2` of every point's sequence length, for [`AttentionTable::throughput_logged`].
+    pub fn log2_points(&self) -> [f64; ATTN_POINTS] {
+        core::array::from_fn(|i| libm::log2(f64::from(self.seqlen[i])))
+    }
+
+    /// [`AttentionTable::throughput`] with the points' logarithms computed once
+    /// ([`AttentionTable::log2_points`]); the same values, bit for bit.
+    pub fn throughput_logged(&self, q: u32, logs: &[f64; ATTN_POINTS]) -> (f64, f64) {
+        self.throughput_with(q, |i| logs[i])
+    }
+
+    /// The interpolation, with `log2` of point `i`'s length from `log2_at(i)`.
+    #[inline]
+    fn throughput_with(&self, q: u32, log2_at: impl Fn(usize) -> f64) -> (f64, f64) {
         let first = self.seqlen[0];
         let last = self.seqlen[ATTN_POINTS - 1];
         if q <= first {
@@ -83,10 +100,7 @@ impl AttentionTable {
         while i < ATTN_POINTS - 1 && self.seqlen[i] < q {
             i += 1;
         }
-        let (x0, x1) = (
-            libm::log2(f64::from(self.seqlen[i - 1])),
-            libm::log2(f64::from(self.seqlen[i])),
-        );
+        let (x0, x1) = (log2_at(i - 1), log2_at(i));
         let w = if x1 > x0 {
             (libm::log2(f64::from(q)) - x0) / (x1 - x0)
         } else {
@@ -397,6 +411,22 @@ mod tests {
     #[test]
     fn attention_throughput_interpolates_in_log_length_and_clamps() {
         let t = AttentionTable::FA3_H100_HDIM128;
+        let logs = t.log2_points();
+        for q in [
+            1,
+            511,
+            512,
+            513,
+            700,
+            1024,
+            3072,
+            9000,
+            16383,
+            16384,
+            1 << 20,
+        ] {
+            assert_eq!(t.throughput_logged(q, &logs), t.throughput(q), "{q}");
+        }
         assert_eq!(t.throughput(128), (292e12, 316e12));
         assert_eq!(t.throughput(512), (292e12, 316e12));
         assert_eq!(t.throughput(1 << 20), (616e12, 561e12));

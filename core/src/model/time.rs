@@ -38,7 +38,7 @@
 
 use crate::config::budget::Budget;
 use crate::config::{Config, FlopsFormula, ModelShape, ShardPadding};
-use crate::model::cost::{CostModel, Overlap};
+use crate::model::cost::{ATTN_POINTS, CostModel, Overlap};
 use crate::model::flops::FlopsModel;
 
 /// What one CP rank does in one micro-batch, as [`TimeModel::rank`] needs it.
@@ -84,6 +84,8 @@ pub struct TimeModel {
     attn_flops_coef: f64,
     kv_bytes_per_token_layer: f64,
     fixed_s: f64,
+    /// `log2` of the attention table's point lengths.
+    attn_logs: [f64; ATTN_POINTS],
 }
 
 /// A ring over a group of GPUs: how many there are, and whether they span nodes.
@@ -135,6 +137,7 @@ impl TimeModel {
             kv_bytes_per_token_layer: 2.0 * f64::from(shape.kv_hidden) * cost.kv_element_bytes,
             fixed_s: layers * cost.kernels_per_layer * cost.kernel_launch_s
                 + cost.micro_batch_extra_s,
+            attn_logs: cost.attention.log2_points(),
         }
     }
 
@@ -192,7 +195,10 @@ impl TimeModel {
     /// Seconds of causal attention, forward + backward, per (padded query x key) at padded
     /// query length `q_pad`: the FLOPs of one such pair over the table's throughput there.
     pub fn attention_unit(&self, q_pad: u32) -> f64 {
-        let (fwd, bwd) = self.cost.attention.throughput(q_pad);
+        let (fwd, bwd) = self
+            .cost
+            .attention
+            .throughput_logged(q_pad, &self.attn_logs);
         let coef = self.attn_flops_coef;
         coef / fwd + self.cost.attention_bwd_ratio * coef / bwd
     }

@@ -497,10 +497,16 @@ impl Placer<'_> {
         let (mut total, mut work_all) = (0u64, 0u64);
         let mut all = Prefix::default();
         for &seq in members {
-            let w = rows.work(seq);
-            total += whole(seq);
+            // `whole` and `sharded` (and `Prefix::add`) written out, each term read once.
+            let (len, w, ash) = (rows.len(seq), rows.work(seq), rows.ash(seq));
+            let share = im.share(len);
+            total += rows.aw(seq) + im.gemm_linear(u64::from(im.local(len)));
             work_all = work_all.saturating_add(w);
-            all.add(im, &rows, seq, sharded(seq) - w);
+            let sh = n * (ash + im.gemm_linear(u64::from(share)));
+            all.extra = all.extra.saturating_add(sh - w);
+            all.len += u64::from(len);
+            all.tok += u64::from(share);
+            all.attn = all.attn.saturating_add(ash);
         }
         // Members longer than the budget can only run sharded: a prefix (longest first).
         let forced = members
@@ -1105,11 +1111,13 @@ fn plan_with<'b>(
         u128::from(w) + by_tokens
     };
     let mut total = 0u128;
-    let mut prev: Option<(u32, u64, u64, u64, u64)> = None;
+    // (length, whole attention, shard attention, work, cheapest group, weight) of the
+    // previous length.
+    let mut prev: Option<(u32, u64, u64, u64, u64, u128)> = None;
     for &key in &ws.keys[..n] {
         let len = (key >> 32) as u32;
-        let (a, s, w, c) = match prev {
-            Some((l, a, s, w, c)) if l == len => (a, s, w, c),
+        let (a, s, w, c, wt) = match prev {
+            Some((l, a, s, w, c, wt)) if l == len => (a, s, w, c, wt),
             _ => {
                 let (a, s) = (im.attn_whole(len), im.attn_shard(len));
                 let c = if subs {
@@ -1117,10 +1125,11 @@ fn plan_with<'b>(
                 } else {
                     0
                 };
-                (a, s, work(&im, len, a, s), c)
+                let w = work(&im, len, a, s);
+                (a, s, w, c, weight(len, w))
             }
         };
-        prev = Some((len, a, s, w, c));
+        prev = Some((len, a, s, w, c, wt));
         let seq = key_index(key);
         if let (Some(x), Some(y), Some(z), Some(q)) = (
             aw.get_mut(seq),
@@ -1130,7 +1139,7 @@ fn plan_with<'b>(
         ) {
             (*x, *y, *z, *q) = (a, s, w, c);
         }
-        total += weight(len, w);
+        total += wt;
     }
     // DP ranks by LPT on that weight.
     let (mb_of, rest) = ws.marks.split_at_mut(n);
