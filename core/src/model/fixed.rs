@@ -165,6 +165,7 @@ impl IntModel {
     }
 
     /// Attention ps per (padded query x key) `<< FP` at padded query length `q`.
+    #[inline]
     fn unit(&self, q: u64) -> u64 {
         if q <= self.lo_q {
             return self.unit_lo;
@@ -172,22 +173,29 @@ impl IntModel {
         if q >= self.hi_q {
             return self.unit_hi;
         }
-        let compute = || to_fp(self.tm.attention_unit(q as u32)).max(1);
         let t = ((q - self.lo_q) / self.tile) as usize;
         match t.checked_sub(1).and_then(|i| self.table.get(i)) {
-            Some(cell) if self.use_table => {
-                let mut u = cell.get();
-                if u == 0 {
-                    u = compute();
-                    cell.set(u);
-                }
-                u
-            }
-            _ => compute(),
+            Some(cell) if self.use_table && cell.get() != 0 => cell.get(),
+            _ => self.unit_between(q, t),
         }
     }
 
+    /// [`IntModel::unit`] strictly between the table's end points, from the float model; kept
+    /// in tile `t`'s table slot when there is one (out of line: each tile is computed once).
+    #[cold]
+    #[inline(never)]
+    fn unit_between(&self, q: u64, t: usize) -> u64 {
+        let u = to_fp(self.tm.attention_unit(q as u32)).max(1);
+        if let Some(cell) = t.checked_sub(1).and_then(|i| self.table.get(i))
+            && self.use_table
+        {
+            cell.set(u);
+        }
+        u
+    }
+
     /// Attention time of `queries` query tokens against `keys` keys, ps.
+    #[inline]
     pub fn attention(&self, queries: u32, keys: u32) -> u64 {
         if queries == 0 {
             return 0;
