@@ -98,8 +98,9 @@ pub struct Workspace<'a> {
     pub dp_heap: &'a mut [u32],
     /// Offsets of each DP rank's sequences in `seqs`.
     pub dp_start: &'a mut [u32],
-    /// `balanced`: whole attention, shard attention and work (the cheaper of whole and
-    /// sharded GPU time) per sequence.
+    /// `balanced`: four words per sequence, side by side: whole attention, shard attention,
+    /// work (the cheaper of whole and sharded GPU time) and the cheapest sharding group's
+    /// cost.
     pub costs: &'a mut [u64],
     /// `balanced`: per sequence its micro-batch and decision in the grouping being tried, per
     /// member of the micro-batch being placed its working and best decision.

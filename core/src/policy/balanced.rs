@@ -47,20 +47,15 @@ use crate::plan::{CpGroup, Plan, PlanBuffers, PlanWriter, SHARDED, Workspace};
 /// Most bins of the LPT grouping (its state lives on the stack).
 const MAX_BINS: usize = 256;
 
-/// The per-sequence rows of the workspace this policy uses.
+/// The per-sequence costs this policy keeps in the workspace: four words per sequence,
+/// together (one cache line fetch reads them all).
 #[derive(Clone, Copy)]
 struct Rows<'a> {
     lengths: &'a [u32],
-    /// Whole attention per sequence, ps.
-    aw: &'a [u64],
-    /// Shard attention per sequence, ps.
-    ash: &'a [u64],
-    /// [`work`] per sequence, ps.
-    work: &'a [u64],
-    /// Per sequence, the least of `g` times one GPU's share and shard attention over the
-    /// groups it may be sharded over (the whole group and, with sub-groups, every aligned
-    /// sub-group its share fits), ps.
-    grp: &'a [u64],
+    /// Per sequence: whole attention, shard attention, [`work`], and the least of `g` times
+    /// one GPU's share and shard attention over the groups it may be sharded over (the whole
+    /// group and, with sub-groups, every aligned sub-group its share fits), all in ps.
+    costs: &'a [[u64; 4]],
 }
 
 impl Rows<'_> {
@@ -69,20 +64,28 @@ impl Rows<'_> {
         self.lengths.get(seq as usize).copied().unwrap_or(0)
     }
     #[inline(always)]
-    fn aw(&self, seq: u32) -> u64 {
-        self.aw.get(seq as usize).copied().unwrap_or(0)
+    fn cost(&self, seq: u32, k: usize) -> u64 {
+        self.costs.get(seq as usize).map_or(0, |c| c[k & 3])
     }
+    /// Whole attention, ps.
+    #[inline(always)]
+    fn aw(&self, seq: u32) -> u64 {
+        self.cost(seq, 0)
+    }
+    /// Shard attention, ps.
     #[inline(always)]
     fn ash(&self, seq: u32) -> u64 {
-        self.ash.get(seq as usize).copied().unwrap_or(0)
+        self.cost(seq, 1)
     }
+    /// [`work`], ps.
     #[inline(always)]
     fn work(&self, seq: u32) -> u64 {
-        self.work.get(seq as usize).copied().unwrap_or(0)
+        self.cost(seq, 2)
     }
+    /// The cheapest group's cost ([`cheapest_group`]), ps.
     #[inline(always)]
     fn grp(&self, seq: u32) -> u64 {
-        self.grp.get(seq as usize).copied().unwrap_or(0)
+        self.cost(seq, 3)
     }
 }
 
@@ -1089,10 +1092,12 @@ fn plan_with<'b>(
     let im = IntModel::new(&tm, budget);
     sort_ascending_radix(lengths, ws.keys, ws.seqs, ws.scratch);
     // Per-sequence costs, once per distinct length: whole and shard attention, and work.
-    let (aw, rest) = ws.costs.split_at_mut(n);
-    let (ash, rest) = rest.split_at_mut(n);
-    let (wk, rest) = rest.split_at_mut(n);
-    let gc = &mut rest[..n];
+    // (The workspace check guarantees 4n words; the fallback is never taken.)
+    let (costs, _) = ws
+        .costs
+        .get_mut(..4 * n)
+        .unwrap_or_default()
+        .as_chunks_mut::<4>();
     // Sub-groups are tried only on DP ranks whose ring crosses nodes (see `micro_batch`); the
     // pattern of crossings repeats within `gpus_per_node` DP ranks.
     let crossing =
@@ -1131,13 +1136,8 @@ fn plan_with<'b>(
         };
         prev = Some((len, a, s, w, c, wt));
         let seq = key_index(key);
-        if let (Some(x), Some(y), Some(z), Some(q)) = (
-            aw.get_mut(seq),
-            ash.get_mut(seq),
-            wk.get_mut(seq),
-            gc.get_mut(seq),
-        ) {
-            (*x, *y, *z, *q) = (a, s, w, c);
+        if let Some(x) = costs.get_mut(seq) {
+            *x = [a, s, w, c];
         }
         total += wt;
     }
@@ -1150,7 +1150,7 @@ fn plan_with<'b>(
         &mut ws.dp_loads[..dp],
         ws.dp_heap,
         total,
-        |len, seq| weight(len, wk.get(seq).copied().unwrap_or(0)),
+        |len, seq| weight(len, costs.get(seq).map_or(0, |c| c[2])),
         |seq, bin| {
             if let Some(x) = mb_of.get_mut(seq) {
                 *x = bin;
@@ -1178,10 +1178,7 @@ fn plan_with<'b>(
     let cap = u64::from(cfg.bucket) * u64::from(cfg.cp);
     let rows = Rows {
         lengths,
-        aw: &*aw,
-        ash: &*ash,
-        work: &*wk,
-        grp: &*gc,
+        costs: &*costs,
     };
     let mut placer = Placer {
         cfg,
