@@ -23,7 +23,9 @@
 //!    memory rules apply unchanged: a sequence no rank can hold whole is sharded; if its shard
 //!    does not fit either, a local sequence of the fullest rank (the configured
 //!    [`Victim`](crate::Victim)) is sharded and the step retried. Each `s` is timed exactly
-//!    (its ring crosses nodes or not, by the topology) and the fastest kept.
+//!    (its ring crosses nodes or not, by the topology) and the fastest kept. A micro-batch of
+//!    one sequence skips the machine: its outcome is fixed (whole on rank 0 if it fits, else
+//!    sharded) and is timed in closed form ([`IntModel::slowest`]).
 //!
 //! Every step has a fixed candidate count, so the policy runs in `O(n log n + n·N)` per
 //! candidate, with no allocation: the caller's workspace holds the per-sequence costs and
