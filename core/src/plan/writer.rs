@@ -24,7 +24,8 @@ pub(crate) struct PlanWriter<'b> {
 }
 
 impl<'b> PlanWriter<'b> {
-    /// Starts an empty plan. The buffers must have passed [`PlanSizes::check`].
+    /// Starts an empty plan. The buffers must have passed
+    /// [`PlanSizes::check`](crate::PlanSizes::check).
     pub(crate) fn new(out: PlanBuffers<'b>, cfg: &Config, total_tokens: u64) -> Self {
         let summary = Summary {
             total_tokens,
