@@ -174,21 +174,23 @@ impl IntModel {
             return self.unit_hi;
         }
         let t = ((q - self.lo_q) / self.tile) as usize;
-        match t.checked_sub(1).and_then(|i| self.table.get(i)) {
-            Some(cell) if self.use_table && cell.get() != 0 => cell.get(),
-            _ => self.unit_between(q, t),
+        let slot = t
+            .checked_sub(1)
+            .and_then(|i| self.table.get(i))
+            .filter(|_| self.use_table);
+        match slot {
+            Some(cell) if cell.get() != 0 => cell.get(),
+            _ => self.unit_between(q, slot),
         }
     }
 
     /// [`IntModel::unit`] strictly between the table's end points, from the float model; kept
-    /// in tile `t`'s table slot when there is one (out of line: each tile is computed once).
+    /// in the tile's table `slot` when there is one (out of line: each tile is computed once).
     #[cold]
     #[inline(never)]
-    fn unit_between(&self, q: u64, t: usize) -> u64 {
+    fn unit_between(&self, q: u64, slot: Option<&Cell<u64>>) -> u64 {
         let u = to_fp(self.tm.attention_unit(q as u32)).max(1);
-        if let Some(cell) = t.checked_sub(1).and_then(|i| self.table.get(i))
-            && self.use_table
-        {
+        if let Some(cell) = slot {
             cell.set(u);
         }
         u
@@ -255,38 +257,55 @@ impl IntModel {
     }
 
     /// Time of one CP rank: local attention and tokens, the micro-batch's sharded attention
-    /// and tokens per rank, and its communication, ps.
+    /// and tokens per rank, and its communication, ps: `max(comm, window) + gemm(tokens) +
+    /// after + fixed`, the window holding the local attention (and, with
+    /// [`Overlap::AllAttention`], the sharded attention too), `after` the sharded attention
+    /// that runs past the window.
     #[inline]
     pub fn rank(&self, local_attn: u64, tokens: u64, sh_attn: u64, comm: u64) -> u64 {
-        let (window, after) = if self.all_attention {
-            (local_attn + sh_attn, 0)
-        } else {
-            (local_attn, sh_attn)
-        };
-        comm.max(window)
-            .saturating_add(self.gemm(tokens))
-            .saturating_add(after)
-            .saturating_add(self.fixed_ps)
+        let (in_window, after) = self.split(sh_attn);
+        self.finish(self.busy(local_attn, tokens, in_window, comm), after)
     }
+
     /// The slowest of the ranks whose local attention and local tokens are `attn[r]` and
     /// `tok[r]`, beside a micro-batch's shared sharded tokens, sharded attention and
     /// communication: the greatest [`IntModel::rank`] over them (0 for no ranks), computed
     /// with the terms every rank shares added once.
     pub fn slowest(&self, attn: &[u64], tok: &[u64], sh_tok: u64, sh_attn: u64, comm: u64) -> u64 {
-        let (in_window, after) = if self.all_attention {
-            (sh_attn, 0)
-        } else {
-            (0, sh_attn)
-        };
         if attn.is_empty() {
             return 0;
         }
-        // Each rank's window and GEMM terms are below 2^63 (see `CAP`), so their sum does not
-        // wrap, and adding the shared terms once, saturating, commutes with the maximum.
+        let (in_window, after) = self.split(sh_attn);
+        // Saturating additions of non-negative terms commute with the maximum: the terms every
+        // rank shares are added once, after it.
         let most = attn.iter().zip(tok).fold(0u64, |m, (&a, &t)| {
-            m.max(comm.max(a + in_window) + self.gemm(t + sh_tok))
+            m.max(self.busy(a, t + sh_tok, in_window, comm))
         });
-        most.saturating_add(after).saturating_add(self.fixed_ps)
+        self.finish(most, after)
+    }
+
+    /// The sharded attention inside the overlap window and after it.
+    #[inline(always)]
+    fn split(&self, sh_attn: u64) -> (u64, u64) {
+        if self.all_attention {
+            (sh_attn, 0)
+        } else {
+            (0, sh_attn)
+        }
+    }
+
+    /// A rank's window (its communication or its attention, whichever is longer) and GEMM.
+    #[inline(always)]
+    fn busy(&self, local_attn: u64, tokens: u64, in_window: u64, comm: u64) -> u64 {
+        comm.max(local_attn + in_window)
+            .saturating_add(self.gemm(tokens))
+    }
+
+    /// A rank's time from its [`IntModel::busy`] part: plus the attention after the window
+    /// and the fixed cost.
+    #[inline(always)]
+    fn finish(&self, busy: u64, after: u64) -> u64 {
+        busy.saturating_add(after).saturating_add(self.fixed_ps)
     }
 }
 
@@ -296,8 +315,8 @@ mod tests {
     use crate::config::{Config, ModelShape, ShardPadding};
     use crate::model::cost::CostModel;
 
-    /// `slowest` is the greatest `rank` over the ranks, with both overlap windows, empty and
-    /// saturated terms.
+    /// `rank` and `slowest` against the rank time written out from its definition: `slowest`
+    /// is the greatest over the ranks, with both overlap windows, empty and saturated terms.
     #[test]
     fn slowest_is_the_greatest_rank() {
         use crate::model::cost::Overlap;
@@ -322,10 +341,25 @@ mod tests {
                 let attn: std::vec::Vec<u64> = (0..ranks).map(|_| next(46)).collect();
                 let tok: std::vec::Vec<u64> = (0..ranks).map(|_| next(wide)).collect();
                 let (sh_tok, sh_attn, comm) = (next(wide), next(46), next(46));
+                // The rank time by its definition, one rank at a time.
+                let rank = |a: u64, t: u64| {
+                    let (window, after) = match overlap {
+                        Overlap::AllAttention => (a + sh_attn, 0),
+                        Overlap::LocalAttention => (a, sh_attn),
+                    };
+                    comm.max(window)
+                        .saturating_add(im.gemm(t))
+                        .saturating_add(after)
+                        .saturating_add(im.fixed())
+                };
                 let want = (0..ranks)
-                    .map(|r| im.rank(attn[r], tok[r] + sh_tok, sh_attn, comm))
+                    .map(|r| rank(attn[r], tok[r] + sh_tok))
                     .max()
                     .unwrap();
+                assert_eq!(
+                    im.rank(attn[0], tok[0] + sh_tok, sh_attn, comm),
+                    rank(attn[0], tok[0] + sh_tok)
+                );
                 assert_eq!(im.slowest(&attn, &tok, sh_tok, sh_attn, comm), want);
             }
         }

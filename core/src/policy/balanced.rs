@@ -96,9 +96,18 @@ impl Rows<'_> {
 /// fixed cost.
 #[inline]
 fn work(im: &IntModel, len: u32, aw: u64, ash: u64) -> u64 {
-    let whole = aw + im.gemm_linear(u64::from(im.local(len)));
-    let sharded = u64::from(im.cp()) * (ash + im.gemm_linear(u64::from(im.share(len))));
+    let (_, whole, sharded) = forms(im, len, aw, ash);
     whole.min(sharded)
+}
+
+/// A sequence's share per GPU, and its GPU time run whole on one rank and sharded over all `N`
+/// (summed over the ranks), ps, without the fixed cost.
+#[inline(always)]
+fn forms(im: &IntModel, len: u32, aw: u64, ash: u64) -> (u32, u64, u64) {
+    let share = im.share(len);
+    let whole = aw + im.gemm_linear(u64::from(im.local(len)));
+    let sharded = u64::from(im.cp()) * (ash + im.gemm_linear(u64::from(share)));
+    (share, whole, sharded)
 }
 
 /// Sums over sharded members that bound an attempt's time from below.
@@ -115,13 +124,17 @@ struct Prefix {
 }
 
 impl Prefix {
+    /// Adds sequence `seq` sharded; returns its whole time ([`forms`]) and its [`work`], which
+    /// the caller's own sums need (each cost word is read once).
     #[inline(always)]
-    fn add(&mut self, im: &IntModel, rows: &Rows<'_>, seq: u32, extra: u64) {
-        let len = rows.len(seq);
-        self.extra = self.extra.saturating_add(extra);
+    fn add(&mut self, im: &IntModel, rows: &Rows<'_>, seq: u32) -> (u64, u64) {
+        let (len, ash, work) = (rows.len(seq), rows.ash(seq), rows.work(seq));
+        let (share, whole, sharded) = forms(im, len, rows.aw(seq), ash);
+        self.extra = self.extra.saturating_add(sharded - work);
         self.len += u64::from(len);
-        self.tok += u64::from(im.share(len));
-        self.attn = self.attn.saturating_add(rows.ash(seq));
+        self.tok += u64::from(share);
+        self.attn = self.attn.saturating_add(ash);
+        (whole, work)
     }
 }
 
@@ -491,27 +504,15 @@ impl Placer<'_> {
         let (im, rows) = (self.ledger.im, self.ledger.rows);
         let k = members.len();
         let n = u64::from(im.cp());
-        let whole = |seq: u32| rows.aw(seq) + im.gemm_linear(u64::from(im.local(rows.len(seq))));
-        let sharded = |seq: u32| {
-            let share = u64::from(im.share(rows.len(seq)));
-            n * (rows.ash(seq) + im.gemm_linear(share))
-        };
         // One pass: the members' summed whole cost and work, and the sums a lower bound needs
         // (below) with every member sharded. (Terms are clamped at `CAP`, 2^46 ps, and there are
         // at most 2^16 members: the sums of whole costs cannot overflow.)
         let (mut total, mut work_all) = (0u64, 0u64);
         let mut all = Prefix::default();
         for &seq in members {
-            // `whole` and `sharded` (and `Prefix::add`) written out, each term read once.
-            let (len, w, ash) = (rows.len(seq), rows.work(seq), rows.ash(seq));
-            let share = im.share(len);
-            total += rows.aw(seq) + im.gemm_linear(u64::from(im.local(len)));
-            work_all = work_all.saturating_add(w);
-            let sh = n * (ash + im.gemm_linear(u64::from(share)));
-            all.extra = all.extra.saturating_add(sh - w);
-            all.len += u64::from(len);
-            all.tok += u64::from(share);
-            all.attn = all.attn.saturating_add(ash);
+            let (whole, work) = all.add(im, &rows, seq);
+            total += whole;
+            work_all = work_all.saturating_add(work);
         }
         // Members longer than the budget can only run sharded: a prefix (longest first).
         let forced = members
@@ -523,11 +524,11 @@ impl Placer<'_> {
         let mut k0 = 0;
         while k0 < k {
             let seq = members[k0];
-            let w = whole(seq);
-            if k0 >= forced && w.saturating_mul(n) <= total {
+            let (_, whole, sharded) = forms(im, rows.len(seq), rows.aw(seq), rows.ash(seq));
+            if k0 >= forced && whole.saturating_mul(n) <= total {
                 break;
             }
-            total = total - w + sharded(seq);
+            total = total - whole + sharded;
             k0 += 1;
         }
         let cands = [k0, k0 + 1, k0.saturating_sub(1).max(forced), k];
@@ -543,7 +544,7 @@ impl Placer<'_> {
             } else {
                 let mut p = Prefix::default();
                 for &seq in members.get(..s).unwrap_or(members) {
-                    p.add(im, &rows, seq, sharded(seq) - rows.work(seq));
+                    p.add(im, &rows, seq);
                 }
                 p
             };
@@ -662,9 +663,7 @@ impl Placer<'_> {
         }
         found
     }
-}
 
-impl Placer<'_> {
     /// [`attempt`] for a micro-batch of one sequence, in closed form (a DP rank with one
     /// sequence, as when there are as many DP ranks as sequences, would otherwise run the
     /// CP-rank state machine twice for it). With `s = 0` the machine puts the sequence whole
@@ -673,19 +672,24 @@ impl Placer<'_> {
     /// happen. The time is the machine's: [`IntModel::slowest`] of the ranks it leaves (the
     /// other ranks of a whole placement are empty and never slower). Writes the decision to
     /// `cur[0]`; `None` when memory fails or the time reaches `ledger.bound`, as `attempt`.
+    // Out of line: inlined into the candidate loop it slowed every micro-batch, not only the
+    // one-sequence ones (1.5 % more instructions with one sequence per DP rank).
+    #[inline(never)]
     fn lone(&self, seq: u32, s: usize, cur: &mut [u32]) -> Option<u64> {
         let (im, rows) = (self.ledger.im, self.ledger.rows);
         let len = rows.len(seq);
-        let bucket = i64::from(self.budget.bucket());
-        let whole = s == 0 && i64::from(self.budget.local(len)) <= bucket;
+        let bucket = self.budget.bucket();
+        let local = im.local(len);
+        let whole = s == 0 && local <= bucket;
         let t = if whole {
-            im.slowest(&[rows.aw(seq)], &[u64::from(im.local(len))], 0, 0, 0)
+            im.slowest(&[rows.aw(seq)], &[u64::from(local)], 0, 0, 0)
         } else {
-            if i64::from(self.budget.share(len)) > bucket {
+            let share = im.share(len);
+            if share > bucket {
                 return None;
             }
             let comm = im.comm(&self.ledger.link, u64::from(len));
-            im.slowest(&[0], &[0], u64::from(im.share(len)), rows.ash(seq), comm)
+            im.slowest(&[0], &[0], u64::from(share), rows.ash(seq), comm)
         };
         if let Some(c) = cur.first_mut() {
             *c = if whole { 0 } else { SHARDED as u32 };
