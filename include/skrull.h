@@ -266,6 +266,12 @@ enum skrull_status
      */
     SKRULL_STATUS_UNSUPPORTED_OPTION = 22,
     /**
+     * A DP rank needs more micro-batches than the fixed count `skrull_config.micro_batches`.
+     * The error details give the smallest count that fits (`value`), the fixed count
+     * (`limit`) and the first DP rank that needs the most (`index`).
+     */
+    SKRULL_STATUS_MICRO_BATCH_COUNT = 23,
+    /**
      * The plan buffers given to a layout function do not hold a valid plan that
      * `skrull_schedule()` made from this configuration and these lengths (wrong counts, a
      * capacity below what `summary` says, corrupted entries including a nonzero
@@ -519,6 +525,30 @@ typedef struct skrull_config {
      * version 1.
      */
     uint32_t subgroups;
+    /**
+     * 1: fill empty lockstep micro-batches. With `lockstep = 1`, a DP rank that needs fewer
+     * micro-batches than the longest rank moves sequences out of its multi-sequence
+     * micro-batches (sequences sharded over the whole CP group first, so the new micro-batch
+     * has tokens on every CP rank; then sub-group shards, then local ones) into new
+     * single-sequence micro-batches appended after its last one, until it runs the same
+     * count. A micro-batch stays empty only when the rank has fewer sequences than the
+     * count. Placements and budgets are kept. 0 (the initialisers, and a caller whose
+     * `struct_size` ends before this field, which then held a zero `_reserved`): off.
+     * Other values: `SKRULL_STATUS_INVALID_ENUM`. Without `lockstep` (and without
+     * `micro_batches`) it changes nothing. Added after version 1. See `docs/algorithms.md`.
+     */
+    uint32_t fill_empty;
+    /**
+     * A fixed micro-batch count `G` per DP rank, 0 (off) to 2^32-1: every DP rank reports
+     * exactly `G` in `micro_batches_per_dp`, filled as with `fill_empty` (an empty
+     * micro-batch only where a rank has fewer than `G` sequences), e.g. Hugging Face's
+     * `gradient_accumulation_steps`. A batch that needs more than `G` micro-batches on a DP
+     * rank returns `SKRULL_STATUS_MICRO_BATCH_COUNT` with the smallest `G` that fits in the
+     * error details' `value`. `G` above a nonzero `max_micro_batches` is
+     * `SKRULL_STATUS_MICRO_BATCH_LIMIT`. 0 for a caller whose `struct_size` ends before
+     * this field. Added after version 1.
+     */
+    uint32_t micro_batches;
     /**
      * Must be 0 (`SKRULL_STATUS_INVALID_ARG` otherwise): explicit padding to a multiple of 8
      * bytes, kept for a future field.

@@ -1594,6 +1594,8 @@ fn c_config_initialisers_matrix() {
         lockstep: FILL,
         cost_model: 0x5A5A_5A5A as *const skrull::skrull_cost_model,
         subgroups: FILL,
+        fill_empty: FILL,
+        micro_batches: FILL,
         _reserved: FILL,
     };
     // (name, preset or None for skrull_config_default, NULL out, status)

@@ -15,7 +15,13 @@ pub struct Flags {
 }
 
 /// Flags that take no value.
-const SWITCHES: [&str; 4] = ["--help", "--no-rollback", "--pad-local", "--lockstep"];
+const SWITCHES: [&str; 5] = [
+    "--help",
+    "--no-rollback",
+    "--pad-local",
+    "--lockstep",
+    "--fill-empty",
+];
 
 impl Flags {
     /// Parses `args` (without the program and subcommand names).
@@ -177,7 +183,8 @@ pub fn config_from(flags: &Flags, default_policy: Policy) -> Result<Config, Stri
 
 /// The one place the CLI turns flags into a [`Config`]: `base` with every flag given applied
 /// on top (`--dp --cp --bucket --model --policy --victim --flops --shard-padding
-/// --max-micro-batches --pad-multiple --pad-local --lockstep --subgroups`, and the cost model: `--gpu
+/// --max-micro-batches --pad-multiple --pad-local --lockstep --fill-empty --micro-batches
+/// --subgroups`, and the cost model: `--gpu
 /// --cost-model --gpus-per-node --overlap`, see [`cost_over`]), then validated. `skrull plan`
 /// starts from the paper's defaults, `skrull evaluate` from the plan file's configuration,
 /// `skrull simulate` from each setup's.
@@ -277,6 +284,8 @@ pub fn options_with(flags: &Flags, base: Config, compare: bool) -> Result<Config
     cfg.pad_multiple = flags.tokens("--pad-multiple", cfg.pad_multiple)?;
     cfg.pad_local |= flags.has("--pad-local");
     cfg.lockstep |= flags.has("--lockstep");
+    cfg.fill_empty |= flags.has("--fill-empty");
+    cfg.micro_batches = flags.tokens("--micro-batches", cfg.micro_batches)?;
     Ok(cfg)
 }
 

@@ -69,6 +69,14 @@ fn parse_config(c: &Value) -> Result<Config, String> {
     }
     cfg.pad_local = c.get("pad_local").and_then(Value::as_bool).unwrap_or(false);
     cfg.lockstep = c.get("lockstep").and_then(Value::as_bool).unwrap_or(false);
+    cfg.fill_empty = c
+        .get("fill_empty")
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    if let Some(m) = c.get("micro_batches").and_then(Value::as_u64) {
+        cfg.micro_batches =
+            u32::try_from(m).map_err(|_| format!("{ctx}: micro_batches {m} is out of range"))?;
+    }
     // Absent in plans written before sub-groups: the default (on).
     cfg.subgroups = c
         .get("subgroups")

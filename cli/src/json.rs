@@ -11,7 +11,8 @@ pub fn config_json(cfg: &Config) -> String {
     format!(
         "{{\"dp\": {}, \"cp\": {}, \"bucket_tokens\": {}, \"policy\": \"{}\", \"victim\": \"{}\", \
          \"model\": \"{}\", \"flops\": \"{}\", \"max_micro_batches\": {}, \"shard_padding\": \"{}\", \
-         \"pad_multiple\": {}, \"pad_local\": {}, \"lockstep\": {}, \"subgroups\": {}}}",
+         \"pad_multiple\": {}, \"pad_local\": {}, \"lockstep\": {}, \"subgroups\": {}, \
+         \"fill_empty\": {}, \"micro_batches\": {}}}",
         cfg.dp,
         cfg.cp,
         cfg.bucket,
@@ -27,7 +28,9 @@ pub fn config_json(cfg: &Config) -> String {
         cfg.pad_multiple,
         cfg.pad_local,
         cfg.lockstep,
-        cfg.subgroups
+        cfg.subgroups,
+        cfg.fill_empty,
+        cfg.micro_batches
     )
 }
 
@@ -243,7 +246,10 @@ mod tests {
         );
         assert!(table.contains("| 0 | 1 | 3 | 2 | 1 | 2000 |"), "{table}");
         let json = plan_json(&cfg, &lengths, &plan);
-        assert!(json.contains("\"subgroups\": true}"), "{json}");
+        assert!(
+            json.contains("\"subgroups\": true, \"fill_empty\": false, \"micro_batches\": 0}"),
+            "{json}"
+        );
         assert!(
             json.contains("\"cp\": -1, \"cp_first\": 8, \"cp_size\": 8}"),
             "{json}"

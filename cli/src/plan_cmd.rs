@@ -12,7 +12,8 @@ pub const USAGE: &str = "\
 skrull plan [--lengths FILE|-] [--dp 4] [--cp 8] [--bucket 26K] [--model qwen2.5-0.5b]
             [--policy balanced|skrull|deepspeed|packed|roundrobin] [--victim shortest|longest]
             [--flops paper|megatron] [--shard-padding none|zigzag]
-            [--pad-multiple M] [--pad-local] [--lockstep] [--subgroups on|off]
+            [--pad-multiple M] [--pad-local] [--lockstep] [--fill-empty]
+            [--micro-batches G] [--subgroups on|off]
             [--gpu h100|h200] [--cost-model FILE] [--gpus-per-node 8]
             [--max-micro-batches M] [--format table|json] [--layout DP,MB,CP]
 
@@ -27,6 +28,11 @@ ranges and loss weights (see docs/layout.md).
 --pad-multiple M pads every sharded sequence to a multiple of lcm(2*CP, M) (Megatron with
 sequence parallelism: M = 2*CP*TP), --pad-local pads local sequences to a multiple of M too,
 and --lockstep gives every DP rank the same micro-batch count (the extra ones empty).
+--fill-empty (with --lockstep) splits a rank's multi-sequence micro-batches instead of
+leaving a micro-batch empty (sharded sequences move first), and --micro-batches G gives every
+DP rank exactly G micro-batches, filled the same way (Hugging Face's
+gradient_accumulation_steps); a batch that needs more than G is refused with the smallest G
+that fits. A micro-batch stays empty only when its rank has fewer sequences than slots.
 
 --subgroups on (the default) lets the balanced policy shard a sequence over an aligned
 sub-group of the CP ranks (g ranks, g a power of two dividing CP, starting at a multiple of g)

@@ -42,9 +42,14 @@ impl RebuiltPlan {
                 *c = (*c).max(p.micro_batch.saturating_add(1));
             }
         }
-        if cfg.lockstep {
+        if cfg.uniform_counts() {
             let longest = per_dp.iter().copied().max().unwrap_or(0);
-            per_dp.iter_mut().for_each(|c| *c = longest);
+            let count = if cfg.micro_batches != 0 {
+                cfg.micro_batches
+            } else {
+                longest
+            };
+            per_dp.iter_mut().for_each(|c| *c = count);
         }
         let mut order: Vec<u32> = (0..placements.len() as u32).collect();
         order.sort_by_key(|&s| {

@@ -796,7 +796,8 @@ skrull simulate [--setup 0.5b|7b|7b-cp16|0.5b-cp16|7b-cp16-bs64|case-study] [--d
                 [--overlap local-attention|all-attention] [--svg FILE]
                 [--dp D --cp N --bucket C --batch-size B --model M]
                 [--victim shortest|longest] [--flops paper|megatron] [--shard-padding none|zigzag]
-                [--pad-multiple M] [--pad-local] [--lockstep] [--subgroups on|off|compare]
+                [--pad-multiple M] [--pad-local] [--lockstep] [--fill-empty] [--micro-batches G]
+                [--subgroups on|off|compare]
 
 Runs every policy on the same sampled global batches, evaluates each plan on the cost model
 (docs/cost_model.md) and prints mean iteration times, speedups over deepspeed, the gap to

@@ -129,6 +129,16 @@ pub enum Error {
         /// The number of micro-batches that rank needs.
         needed: u32,
     },
+    /// A DP rank needs more micro-batches than the fixed count `Config::micro_batches`.
+    MicroBatchCount {
+        /// The first DP rank that needs the most.
+        dp_rank: u32,
+        /// The configured count.
+        count: u32,
+        /// The smallest fixed count that fits this batch: the most micro-batches any DP rank
+        /// needs.
+        needed: u32,
+    },
     /// DACP could not place a micro-batch within the budget (only reachable through
     /// [`dacp::place`](crate::policy::dacp::place) on a batch that GDS would have split).
     DacpFailed {
@@ -198,6 +208,15 @@ impl fmt::Display for Error {
             } => write!(
                 f,
                 "DP rank {dp_rank} needs {needed} micro-batches, the limit is {limit}"
+            ),
+            Error::MicroBatchCount {
+                dp_rank,
+                count,
+                needed,
+            } => write!(
+                f,
+                "DP rank {dp_rank} needs {needed} micro-batches, more than the fixed count \
+                 {count}: a count of at least {needed} fits this batch"
             ),
             Error::DacpFailed { cp_rank } => write!(
                 f,

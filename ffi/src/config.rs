@@ -126,6 +126,26 @@ pub struct skrull_config {
     /// spans the whole CP group. Other values: `SKRULL_STATUS_INVALID_ENUM`. Added after
     /// version 1.
     pub subgroups: u32,
+    /// 1: fill empty lockstep micro-batches. With `lockstep = 1`, a DP rank that needs fewer
+    /// micro-batches than the longest rank moves sequences out of its multi-sequence
+    /// micro-batches (sequences sharded over the whole CP group first, so the new micro-batch
+    /// has tokens on every CP rank; then sub-group shards, then local ones) into new
+    /// single-sequence micro-batches appended after its last one, until it runs the same
+    /// count. A micro-batch stays empty only when the rank has fewer sequences than the
+    /// count. Placements and budgets are kept. 0 (the initialisers, and a caller whose
+    /// `struct_size` ends before this field, which then held a zero `_reserved`): off.
+    /// Other values: `SKRULL_STATUS_INVALID_ENUM`. Without `lockstep` (and without
+    /// `micro_batches`) it changes nothing. Added after version 1. See `docs/algorithms.md`.
+    pub fill_empty: u32,
+    /// A fixed micro-batch count `G` per DP rank, 0 (off) to 2^32-1: every DP rank reports
+    /// exactly `G` in `micro_batches_per_dp`, filled as with `fill_empty` (an empty
+    /// micro-batch only where a rank has fewer than `G` sequences), e.g. Hugging Face's
+    /// `gradient_accumulation_steps`. A batch that needs more than `G` micro-batches on a DP
+    /// rank returns `SKRULL_STATUS_MICRO_BATCH_COUNT` with the smallest `G` that fits in the
+    /// error details' `value`. `G` above a nonzero `max_micro_batches` is
+    /// `SKRULL_STATUS_MICRO_BATCH_LIMIT`. 0 for a caller whose `struct_size` ends before
+    /// this field. Added after version 1.
+    pub micro_batches: u32,
     /// Must be 0 (`SKRULL_STATUS_INVALID_ARG` otherwise): explicit padding to a multiple of 8
     /// bytes, kept for a future field.
     pub _reserved: u32,
@@ -143,12 +163,14 @@ pub const SKRULL_CONFIG_SIZE_V1: u32 = 60;
 
 /// The `struct_size` values below the current size that end on a field boundary: version 1
 /// and each appended field. Any other smaller size would cut a field in two.
-pub(crate) const CONFIG_SIZES: [usize; 7] = [
+pub(crate) const CONFIG_SIZES: [usize; 9] = [
     SKRULL_CONFIG_SIZE_V1 as usize,
     core::mem::offset_of!(skrull_config, pad_local),
     core::mem::offset_of!(skrull_config, lockstep),
     core::mem::offset_of!(skrull_config, cost_model),
     core::mem::offset_of!(skrull_config, subgroups),
+    core::mem::offset_of!(skrull_config, fill_empty),
+    core::mem::offset_of!(skrull_config, micro_batches),
     core::mem::offset_of!(skrull_config, _reserved),
     size_of::<skrull_config>(),
 ];
@@ -157,7 +179,7 @@ pub(crate) const CONFIG_SIZES: [usize; 7] = [
 pub const SKRULL_MAX_PAD_MULTIPLE: u32 = 65_536;
 
 const _: () = assert!(
-    size_of::<skrull_config>() == SKRULL_CONFIG_SIZE_V1 as usize + 20 + size_of::<usize>(),
+    size_of::<skrull_config>() == SKRULL_CONFIG_SIZE_V1 as usize + 28 + size_of::<usize>(),
     "skrull_config must have no implicit padding"
 );
 
@@ -211,6 +233,8 @@ impl skrull_config {
             // this pointer itself (NULL keeps the preset).
             cost_model: core::ptr::null(),
             subgroups: u32::from(cfg.subgroups),
+            fill_empty: u32::from(cfg.fill_empty),
+            micro_batches: cfg.micro_batches,
             _reserved: 0,
         }
     }
@@ -289,6 +313,8 @@ impl skrull_config {
         cfg.pad_local = flag(self.pad_local)?;
         cfg.lockstep = flag(self.lockstep)?;
         cfg.subgroups = flag(self.subgroups)?;
+        cfg.fill_empty = flag(self.fill_empty)?;
+        cfg.micro_batches = self.micro_batches;
         Ok(cfg)
     }
 }
@@ -517,13 +543,14 @@ mod tests {
 
     #[test]
     fn out_of_range_options_are_invalid_enum() {
-        let edits: [fn(&mut skrull_config); 6] = [
+        let edits: [fn(&mut skrull_config); 7] = [
             |c| c.policy = 5,
             |c| c.victim = 2,
             |c| c.flops = u32::MAX,
             |c| c.shard_padding = 2,
             |c| c.model.swiglu = 2,
             |c| c.subgroups = 2,
+            |c| c.fill_empty = 2,
         ];
         for edit in edits {
             let mut c = default_cfg();
@@ -563,6 +590,31 @@ mod tests {
             let r = unsafe { read_config(&c) }.map_err(|f| f.status);
             assert_eq!(r, Err(skrull_status::BadStructSize), "struct_size {size}");
         }
+    }
+
+    #[test]
+    fn fill_empty_and_micro_batches_round_trip_and_default_off_for_older_callers() {
+        let mut c = default_cfg();
+        assert_eq!((c.fill_empty, c.micro_batches), (0, 0));
+        (c.fill_empty, c.micro_batches, c.lockstep) = (1, 6, 1);
+        let core = c.to_core().unwrap();
+        assert!(core.fill_empty && core.lockstep);
+        assert_eq!(core.micro_batches, 6);
+        assert_eq!(skrull_config::from_core(&core), c);
+        // The previous struct ended with `subgroups` and a zero `_reserved` (88 bytes on
+        // 64-bit): that word is now `fill_empty`, so such a caller gets filling off and no
+        // fixed count, whatever lies past its struct.
+        let old = core::mem::offset_of!(skrull_config, micro_batches) as u32;
+        let mut c = default_cfg();
+        (c.struct_size, c.fill_empty, c.micro_batches) = (old, 0, 9);
+        // SAFETY: a live, aligned skrull_config (larger than `old`).
+        let cfg = unsafe { read_config(&c) }.map_err(|f| f.status).unwrap();
+        assert_eq!((cfg.fill_empty, cfg.micro_batches), (false, 0));
+        // A size that cuts `micro_batches` in two is refused.
+        c.struct_size = old + 2;
+        // SAFETY: as above.
+        let r = unsafe { read_config(&c) }.map_err(|f| f.status);
+        assert_eq!(r, Err(skrull_status::BadStructSize));
     }
 
     #[test]

@@ -99,6 +99,11 @@ impl skrull_error_info {
                 limit,
                 needed,
             } => with(dp_rank.into(), needed.into(), limit.into()),
+            Error::MicroBatchCount {
+                dp_rank,
+                count,
+                needed,
+            } => with(dp_rank.into(), needed.into(), count.into()),
             Error::DacpFailed { cp_rank } => with(cp_rank.into(), 0, 0),
             Error::InvalidCost { field } => skrull_error_info {
                 field: crate::cost::field_number(field),

@@ -74,6 +74,10 @@ pub enum skrull_status {
     /// The policy does not apply an option set away from its default: `balanced` plans on
     /// estimated time, so it refuses `flops = SKRULL_FLOPS_MEGATRON`.
     UnsupportedOption = 22,
+    /// A DP rank needs more micro-batches than the fixed count `skrull_config.micro_batches`.
+    /// The error details give the smallest count that fits (`value`), the fixed count
+    /// (`limit`) and the first DP rank that needs the most (`index`).
+    MicroBatchCount = 23,
     /// The plan buffers given to a layout function do not hold a valid plan that
     /// `skrull_schedule()` made from this configuration and these lengths (wrong counts, a
     /// capacity below what `summary` says, corrupted entries including a nonzero
@@ -93,7 +97,7 @@ pub enum skrull_status {
 }
 
 /// Every status, in numeric order (private: an array constant would leak into the header).
-const ALL: [skrull_status; 25] = [
+const ALL: [skrull_status; 26] = [
     skrull_status::Ok,
     skrull_status::NullArg,
     skrull_status::BadStructSize,
@@ -114,6 +118,7 @@ const ALL: [skrull_status; 25] = [
     skrull_status::InvalidPadMultiple,
     skrull_status::InvalidCostModel,
     skrull_status::UnsupportedOption,
+    skrull_status::MicroBatchCount,
     skrull_status::PlanInvalid,
     skrull_status::NoSuchGpu,
     skrull_status::LayoutOverflow,
@@ -171,6 +176,9 @@ impl skrull_status {
             skrull_status::UnsupportedOption => {
                 c"the policy does not apply an option that is set (balanced takes no FLOPs formula)"
             }
+            skrull_status::MicroBatchCount => {
+                c"a DP rank needs more micro-batches than the fixed count micro_batches (details: the smallest count that fits)"
+            }
             skrull_status::PlanInvalid => {
                 c"the plan buffers do not hold a valid plan of this configuration and batch (wrong counts or corrupted entries)"
             }
@@ -209,6 +217,7 @@ impl From<Error> for skrull_status {
             Error::InvalidPadMultiple { .. } => skrull_status::InvalidPadMultiple,
             Error::InvalidCost { .. } => skrull_status::InvalidCostModel,
             Error::Unsupported { .. } => skrull_status::UnsupportedOption,
+            Error::MicroBatchCount { .. } => skrull_status::MicroBatchCount,
             // `Error` is non-exhaustive: a variant added to the core without a status here
             // still maps to a defined code.
             _ => skrull_status::Internal,
@@ -258,7 +267,7 @@ mod tests {
 
     #[test]
     fn numbers_are_stable() {
-        let expect: [(skrull_status, u32); 25] = [
+        let expect: [(skrull_status, u32); 26] = [
             (skrull_status::Ok, 0),
             (skrull_status::NullArg, 1),
             (skrull_status::BadStructSize, 2),
@@ -279,6 +288,7 @@ mod tests {
             (skrull_status::InvalidPadMultiple, 20),
             (skrull_status::InvalidCostModel, 21),
             (skrull_status::UnsupportedOption, 22),
+            (skrull_status::MicroBatchCount, 23),
             (skrull_status::PlanInvalid, 30),
             (skrull_status::NoSuchGpu, 31),
             (skrull_status::LayoutOverflow, 32),

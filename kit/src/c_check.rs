@@ -111,12 +111,35 @@ pub fn check_c_plan(cfg: &Config, lengths: &[u32], p: &CPlan<'_>) -> Result<(), 
     }
     let most = used.iter().copied().max().unwrap_or(0);
     for (d, (&u, &declared)) in used.iter().zip(per_dp).enumerate() {
-        let want = if cfg.lockstep { most } else { u };
+        let want = if cfg.micro_batches != 0 {
+            cfg.micro_batches
+        } else if cfg.lockstep {
+            most
+        } else {
+            u
+        };
         if declared != want {
             return Err(format!(
-                "dp {d}: declares {declared} micro-batches, uses {u} (lockstep {})",
-                cfg.lockstep
+                "dp {d}: declares {declared} micro-batches, uses {u} (lockstep {}, fixed {})",
+                cfg.lockstep, cfg.micro_batches
             ));
+        }
+    }
+    // With filling, a rank runs an empty micro-batch only when each of its micro-batches
+    // holds one sequence.
+    if cfg.fills_empty() {
+        let mut seqs = vec![0u32; dp];
+        for pl in &p.placements[..n] {
+            if let Some(c) = seqs.get_mut(pl.dp_rank as usize) {
+                *c += 1;
+            }
+        }
+        for (d, (&u, &k)) in used.iter().zip(&seqs).enumerate() {
+            if u < per_dp[d] && u != k {
+                return Err(format!(
+                    "dp {d}: runs an empty micro-batch with {k} sequences in {u} micro-batches"
+                ));
+            }
         }
     }
     let listed: u64 = used.iter().map(|&m| u64::from(m)).sum();

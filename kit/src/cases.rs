@@ -42,6 +42,7 @@ impl Arbitrary for Case {
         cfg.pad_multiple = pick(g, &[1u32, 1, 1, 2, 4, 8, 16, 12]);
         cfg.pad_local = bool::arbitrary(g);
         cfg.lockstep = bool::arbitrary(g);
+        cfg.fill_empty = bool::arbitrary(g);
         // The longest length whose shard fits the budget. Zigzag padding charges at least 2
         // tokens per rank, so a budget of 1 takes no sequence at all: fall back to no padding.
         let fits = |cfg: &Config| {

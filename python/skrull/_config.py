@@ -61,6 +61,8 @@ class Config:
     lockstep: bool = False
     cost_model: Optional[CostModel] = None
     subgroups: bool = True
+    fill_empty: bool = False
+    micro_batches: int = 0
 
 
 def _uint(name: str, value: Any, status: Status) -> int:
@@ -140,7 +142,8 @@ def build(dp: int | None, cp: int | None, bucket_tokens: int | None, model: Mode
           max_micro_batches: int, pad_multiple: int = 1, pad_local: bool | int = False,
           lockstep: bool | int = False,
           cost_model: CostModel | str | None = None,
-          subgroups: bool | int = True) -> tuple[Config, _ffi.skrull_config]:
+          subgroups: bool | int = True, fill_empty: bool | int = False,
+          micro_batches: int = 0) -> tuple[Config, _ffi.skrull_config]:
     """Builds the C struct (``struct_size`` = our ``sizeof``) and its Python description, and
     has the library validate it. ``None`` for dp, cp or bucket_tokens takes the model preset's.
 
@@ -170,6 +173,8 @@ def build(dp: int | None, cp: int | None, bucket_tokens: int | None, model: Mode
     c.pad_local = _flag("pad_local", pad_local)
     c.lockstep = _flag("lockstep", lockstep)
     c.subgroups = _flag("subgroups", subgroups)
+    c.fill_empty = _flag("fill_empty", fill_empty)
+    c.micro_batches = _uint("micro_batches", micro_batches, Status.INVALID_ARG)
     if cost_model is None:
         cost = None
     elif isinstance(cost_model, CostModel):
@@ -185,7 +190,8 @@ def build(dp: int | None, cp: int | None, bucket_tokens: int | None, model: Mode
     check_config(c)
     cfg = Config(c.dp, c.cp, c.bucket_tokens, policy, victim, flops, shard_padding,
                  c.max_micro_batches, shape, c.pad_multiple, bool(c.pad_local),
-                 bool(c.lockstep), cost, bool(c.subgroups))
+                 bool(c.lockstep), cost, bool(c.subgroups), bool(c.fill_empty),
+                 c.micro_batches)
     return cfg, c
 
 

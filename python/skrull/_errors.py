@@ -30,6 +30,7 @@ class Status(enum.IntEnum):
     INVALID_PAD_MULTIPLE = 20
     INVALID_COST_MODEL = 21
     UNSUPPORTED_OPTION = 22
+    MICRO_BATCH_COUNT = 23
     PLAN_INVALID = 30
     NO_SUCH_GPU = 31
     LAYOUT_OVERFLOW = 32
@@ -79,7 +80,8 @@ class ConfigError(Error, ValueError):
 
 
 class BatchError(Error, ValueError):
-    """The batch is rejected: too many, empty, too long sequences, micro-batch limit (14-19)."""
+    """The batch is rejected: too many, empty, too long sequences, micro-batch limit or fixed
+    count (14-19, 23)."""
 
 
 class LayoutError(Error, ValueError):
@@ -105,7 +107,7 @@ def error_class(code: int) -> type[Error]:
         return ConfigError
     if code == Status.INVALID_ARG:
         return ArgumentError
-    if 14 <= code <= 19:
+    if 14 <= code <= 19 or code == Status.MICRO_BATCH_COUNT:
         return BatchError
     if 30 <= code <= 39:
         return LayoutError
@@ -134,7 +136,7 @@ _VALUE_LIMIT = {
     Status.INVALID_DP: "vl", Status.INVALID_CP: "vl", Status.INVALID_BUCKET: "vl",
     Status.INVALID_PAD_MULTIPLE: "vl", Status.INVALID_MODEL: "v", Status.TOO_MANY_SEQUENCES: "vl",
     Status.EMPTY_SEQUENCE: "v", Status.LENGTH_OUT_OF_RANGE: "vl", Status.SEQUENCE_TOO_LONG: "vl",
-    Status.MICRO_BATCH_LIMIT: "vl", Status.NO_SUCH_GPU: "vl", Status.LAYOUT_OVERFLOW: "vl",
+    Status.MICRO_BATCH_LIMIT: "vl", Status.MICRO_BATCH_COUNT: "vl", Status.NO_SUCH_GPU: "vl", Status.LAYOUT_OVERFLOW: "vl",
 }
 #: ``skrull_error_info.field`` of INVALID_MODEL and UNSUPPORTED_OPTION, by number.
 MODEL_FIELDS = {1: "hidden", 2: "kv_hidden", 3: "ffn", 4: "layers", 5: "vocab"}
@@ -152,6 +154,9 @@ def _describe(status: int, d: dict) -> str:
         return f"sequence {i} has 0 tokens"
     if status == Status.MICRO_BATCH_LIMIT:
         return f"DP rank {i} needs {v} micro-batches; the limit is {lim}"
+    if status == Status.MICRO_BATCH_COUNT:
+        return (f"DP rank {i} needs {v} micro-batches, more than the fixed count {lim}: "
+                f"micro_batches={v} or more fits this batch")
     if status == Status.NO_SUCH_GPU:
         return f"DP rank {i} runs {lim} micro-batches; micro-batch {v} was asked for"
     if status == Status.DACP_FAILED:

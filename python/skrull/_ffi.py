@@ -75,7 +75,8 @@ class skrull_config(ctypes.Structure):
                 ("max_micro_batches", _u32), ("model", skrull_model_shape),
                 # appended after version 1
                 ("pad_multiple", _u32), ("pad_local", _u32), ("lockstep", _u32),
-                ("cost_model", _ptr), ("subgroups", _u32), ("_reserved", _u32)]
+                ("cost_model", _ptr), ("subgroups", _u32), ("fill_empty", _u32),
+                ("micro_batches", _u32), ("_reserved", _u32)]
 
 
 class skrull_dacp_summary(ctypes.Structure):

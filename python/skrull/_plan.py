@@ -74,12 +74,26 @@ class Plan:
         self.lengths = _frozen(lengths)
         self.placements = _frozen(placements)
         self.micro_batch_table = _frozen(micro_batch_table)
-        self.members = _frozen(members)
+        self._members_c = _frozen(members)  # uint32, as the C functions read it
+        #: Sequence indices grouped by micro-batch (int64, so torch can index with them).
+        self.members = _frozen(members.astype(np.int64))
         self.rank_tokens = _frozen(rank_tokens.reshape(-1, self.config.cp))
         self.micro_batches_per_dp = _frozen(micro_batches_per_dp)
         self.cp_groups = _frozen(cp_groups)
         self._c_summary = summary
         self._c_error = _ffi.skrull_error_info()  # the layout calls' details (under the lock)
+
+    def __reduce__(self) -> tuple:
+        """Pickles the plan's arrays and its Scheduler (by configuration), so a plan can be
+        sent to a DataLoader worker or another process and laid out there."""
+        s = self._c_summary
+        summary = (s.total_tokens, s.sequences, s.micro_batches, s.sharded, s.rollbacks,
+                   s.peak_rank_tokens)
+        return (_rebuild_plan, (self._scheduler, np.array(self.lengths), np.array(self.placements),
+                                np.array(self.micro_batch_table), np.array(self._members_c),
+                                np.array(self.rank_tokens).reshape(-1),
+                                np.array(self.micro_batches_per_dp), summary,
+                                np.array(self.cp_groups)))
 
     @cached_property
     def summary(self) -> Summary:
@@ -148,17 +162,17 @@ class Plan:
         return int(first + micro_batch)
 
     def members_of(self, dp_rank: int, micro_batch: int) -> np.ndarray:
-        """Sequence indices of one micro-batch, in plan order (empty for an empty lockstep
-        micro-batch and past a rank's count)."""
+        """Sequence indices of one micro-batch, in plan order (int64; empty for an empty
+        lockstep micro-batch and past a rank's count)."""
         g = self._table_index(dp_rank, micro_batch)
         if g is None:
-            return np.empty(0, np.uint32)
+            return _frozen(np.empty(0, np.int64))
         entry = self.micro_batch_table[g]
         return self.members[entry["first"]:entry["first"] + entry["count"]]
 
     def dp_sequences(self, dp_rank: int) -> np.ndarray:
-        """The DP rank's sequences in plan order (micro-batch 0's members in table order, then
-        micro-batch 1's, ...): the token stream ``Layout.gather_index`` indexes. Concatenate
+        """The DP rank's sequences in plan order (int64; micro-batch 0's members in table order,
+        then micro-batch 1's, ...): the token stream ``Layout.gather_index`` indexes. Concatenate
         the rank's samples in this order and gather each GPU buffer from it."""
         d = _gpu_index("dp_rank", dp_rank)
         if d >= self.config.dp:
@@ -166,7 +180,7 @@ class Plan:
         first, stop = self._table_rows[d], self._table_rows[d + 1]
         parts = [self.members[e["first"]:e["first"] + e["count"]]
                  for e in self.micro_batch_table[first:stop]]
-        return _frozen(np.concatenate(parts)) if parts else _frozen(np.empty(0, np.uint32))
+        return _frozen(np.concatenate(parts)) if parts else _frozen(np.empty(0, np.int64))
 
     def dp_stream_offsets(self, dp_rank: int) -> np.ndarray:
         """Offsets of ``dp_sequences(dp_rank)`` in the DP rank's token stream (int64, one more
@@ -246,7 +260,7 @@ class Plan:
             placements=a(self.placements), placements_len=len(self.placements),
             micro_batches=a(self.micro_batch_table),
             micro_batches_len=len(self.micro_batch_table),
-            members=a(self.members), members_len=len(self.members),
+            members=a(self._members_c), members_len=len(self._members_c),
             rank_tokens=a(self.rank_tokens), rank_tokens_len=self.rank_tokens.size,
             micro_batches_per_dp=a(self.micro_batches_per_dp),
             micro_batches_per_dp_len=len(self.micro_batches_per_dp),
@@ -259,3 +273,13 @@ class Plan:
                 f"micro-batches (per DP: {self.micro_batches_per_dp.tolist()}), {s.sharded} "
                 f"sharded ({self.subgroup_sharded} over sub-groups), {s.rollbacks} rollbacks, "
                 f"peak {s.peak_rank_tokens} tokens/GPU)")
+
+
+def _rebuild_plan(scheduler: Scheduler, lengths: np.ndarray, placements: np.ndarray,
+                  table: np.ndarray, members: np.ndarray, rank_tokens: np.ndarray,
+                  per_dp: np.ndarray, summary: tuple, cp_groups: np.ndarray) -> Plan:
+    c = _ffi.skrull_summary(total_tokens=summary[0], sequences=summary[1],
+                            micro_batches=summary[2], sharded=summary[3], rollbacks=summary[4],
+                            peak_rank_tokens=summary[5])
+    return Plan(scheduler, lengths, placements, table, members, rank_tokens, per_dp, c,
+                cp_groups)

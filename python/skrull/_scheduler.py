@@ -35,7 +35,14 @@ class Scheduler:
     preset, ``"h100"``/``"h200"`` or a ``CostModel``); ``subgroups`` (default on, as in the
     CLI: ``balanced`` may shard a sequence over an aligned sub-group of the CP ranks where its
     cost model says that is faster, ``Plan.cp_first``/``Plan.cp_size``; the other policies use
-    the whole group only). Buffers are sized for ``max_sequences``
+    the whole group only); ``fill_empty`` (with ``lockstep``: a DP rank splits its
+    multi-sequence micro-batches, sharded sequences first, instead of running an empty one);
+    ``micro_batches`` (a fixed count ``G`` per DP rank, 0 = none: every rank runs exactly ``G``,
+    filled the same way, empty only where a rank has fewer than ``G`` sequences; a batch that
+    needs more raises ``BatchError`` ``MICRO_BATCH_COUNT`` whose ``value`` is the smallest
+    ``G`` that fits; Hugging Face's ``gradient_accumulation_steps``). Scheduler and Plan
+    pickle (a plan sent to a DataLoader worker keeps working). Buffers are sized for
+    ``max_sequences``
     and grow when a larger batch arrives. Invalid settings raise ``ConfigError`` here, with the
     C status and its details.
 
@@ -49,21 +56,35 @@ class Scheduler:
                  flops: str | int = "paper", shard_padding: str | int = "none",
                  max_micro_batches: int = 0, pad_multiple: int = 1, pad_local: bool = False,
                  lockstep: bool = False, cost_model: _config.CostModel | str | None = None,
-                 subgroups: bool = True, max_sequences: int = 256) -> None:
+                 subgroups: bool = True, fill_empty: bool = False, micro_batches: int = 0,
+                 max_sequences: int = 256) -> None:
         # self.config holds the CostModel copy self._c_config points at: both live together.
         self.config, self._c_config = _config.build(
             dp, cp, bucket_tokens, model, policy, victim, flops, shard_padding,
-            max_micro_batches, pad_multiple, pad_local, lockstep, cost_model, subgroups)
+            max_micro_batches, pad_multiple, pad_local, lockstep, cost_model, subgroups,
+            fill_empty, micro_batches)
         self._lock = threading.Lock()
         self._capacity = -1
         self._layout_capacity = -1
         first = _config._uint("max_sequences", max_sequences, Status.TOO_MANY_SEQUENCES)
         self._reserve(min(first, MAX_SEQUENCES))
 
+    def __reduce__(self) -> tuple:
+        """Pickles by configuration (a DataLoader worker or another process rebuilds the
+        same Scheduler; its buffers are made anew)."""
+        c = self.config
+        kwargs = dict(model=c.model, policy=c.policy, victim=c.victim, flops=c.flops,
+                      shard_padding=c.shard_padding, max_micro_batches=c.max_micro_batches,
+                      pad_multiple=c.pad_multiple, pad_local=c.pad_local, lockstep=c.lockstep,
+                      cost_model=c.cost_model, subgroups=c.subgroups, fill_empty=c.fill_empty,
+                      micro_batches=c.micro_batches, max_sequences=max(self._capacity, 1))
+        return (_rebuild_scheduler, (c.dp, c.cp, c.bucket_tokens, kwargs))
+
     def __repr__(self) -> str:
         c = self.config
         extra = "".join(f", {k}={getattr(c, k)!r}" for k in ("pad_multiple", "pad_local",
-                                                            "lockstep", "cost_model")
+                                                            "lockstep", "fill_empty",
+                                                            "micro_batches", "cost_model")
                         if getattr(c, k))
         return (f"Scheduler(dp={c.dp}, cp={c.cp}, bucket_tokens={c.bucket_tokens}, "
                 f"policy={c.policy!r}, shard_padding={c.shard_padding!r}{extra}, "
@@ -140,6 +161,10 @@ class Scheduler:
                 self._layout_ws_args = (_ffi.address(self._layout_ws), self._layout_ws.nbytes)
                 self._layout_capacity = n
             return _layout.fill(plan, dp_rank, micro_batch, cp_rank, self._layout_ws_args)
+
+
+def _rebuild_scheduler(dp: int, cp: int, bucket_tokens: int, kwargs: dict) -> Scheduler:
+    return Scheduler(dp, cp, bucket_tokens, **kwargs)
 
 
 def _as_lengths(lengths: Any) -> tuple[np.ndarray, np.ndarray]:

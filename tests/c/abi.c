@@ -21,13 +21,16 @@ _Static_assert(offsetof(skrull_summary, sequences) == 8, "");
 _Static_assert(offsetof(skrull_summary, _reserved) == 28, "");
 _Static_assert(sizeof(skrull_model_shape) == 24, "skrull_model_shape is 24 bytes");
 _Static_assert(SKRULL_CONFIG_SIZE_V1 == 60, "skrull_config v1 is 60 bytes");
-_Static_assert(sizeof(skrull_config) == 80 + sizeof(void *),
+_Static_assert(sizeof(skrull_config) == 88 + sizeof(void *),
                "skrull_config grew by pad_multiple, pad_local, lockstep, cost_model, subgroups, "
-               "_reserved");
+               "fill_empty, micro_batches, _reserved");
 _Static_assert(offsetof(skrull_config, pad_multiple) == SKRULL_CONFIG_SIZE_V1, "appended");
 _Static_assert(offsetof(skrull_config, cost_model) == 72, "appended");
 _Static_assert(offsetof(skrull_config, subgroups) == 72 + sizeof(void *), "appended");
-_Static_assert(offsetof(skrull_config, _reserved) == 76 + sizeof(void *), "explicit padding");
+_Static_assert(offsetof(skrull_config, fill_empty) == 76 + sizeof(void *),
+               "the previous explicit padding word");
+_Static_assert(offsetof(skrull_config, micro_batches) == 80 + sizeof(void *), "appended");
+_Static_assert(offsetof(skrull_config, _reserved) == 84 + sizeof(void *), "explicit padding");
 _Static_assert(sizeof(skrull_cost_model) == SKRULL_COST_MODEL_SIZE_V1, "cost model v1");
 _Static_assert(sizeof(skrull_error_info) == 32, "skrull_error_info is 32 bytes");
 _Static_assert(offsetof(skrull_error_info, index) == 8, "");
@@ -101,7 +104,7 @@ static void statuses(void) {
             }
         }
     }
-    CHECK(known == 25);
+    CHECK(known == 26);
     /* The panic guard turns a Rust panic into a status. */
     CHECK_STATUS(skrull_panic_selftest(), SKRULL_STATUS_PANIC);
     CHECK_STATUS(skrull_panic_selftest(), SKRULL_STATUS_PANIC);

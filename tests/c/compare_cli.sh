@@ -118,6 +118,9 @@ compare "fewer sequences than DP ranks, at budget" "$tmp/at_budget.txt" --dp 5 -
 compare "default batch, pad multiple 16, local padding, lockstep" "" --pad-multiple 16 --pad-local --lockstep --shard-padding zigzag
 compare "default batch, DP 2 x CP 16, pad multiple 64, lockstep" "" --dp 2 --cp 16 --bucket 13312 --pad-multiple 64 --lockstep
 compare "fewer sequences than DP ranks, lockstep" "$tmp/at_budget.txt" --dp 5 --cp 8 --bucket 100 --lockstep
+compare "several micro-batches, lockstep, filled" "$tmp/several.txt" --dp 2 --cp 2 --bucket 24 --lockstep --fill-empty
+compare "default batch, a fixed count of 6 micro-batches" "" --micro-batches 6
+compare "fewer sequences than slots, a fixed count of 3" "$tmp/at_budget.txt" --dp 2 --cp 8 --bucket 100 --micro-batches 3 --policy packed
 
 echo "compare_cli: $pass same, $fail different"
 [ "$fail" -eq 0 ]

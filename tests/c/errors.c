@@ -142,6 +142,9 @@ static void schedule_errors(void) {
          (c.cfg.max_micro_batches = 1, c.cfg.policy = SKRULL_POLICY_DEEPSPEED));
     CASE(SKRULL_STATUS_MICRO_BATCH_LIMIT, OK10, 10,
          (c.cfg.max_micro_batches = 1, c.cfg.bucket_tokens = 8));
+    CASE(SKRULL_STATUS_MICRO_BATCH_COUNT, OK10, 10,
+         (c.cfg.micro_batches = 1, c.cfg.policy = SKRULL_POLICY_DEEPSPEED));
+    CASE(SKRULL_STATUS_INVALID_ENUM, OK10, 10, c.cfg.fill_empty = 2);
 
     /* More sequences than a batch may hold. */
     uint32_t *many = (uint32_t *)malloc(65537 * sizeof *many);

@@ -121,10 +121,14 @@ int main(int argc, char **argv) {
                  (strcmp(k, "--flops") == 0 && lookup(FLOPS, 2, v, &cfg.flops)) ||
                  (strcmp(k, "--shard-padding") == 0 && lookup(PADDINGS, 2, v, &cfg.shard_padding)) ||
                  (strcmp(k, "--pad-multiple") == 0 && parse_u32(v, &cfg.pad_multiple)) ||
+                 (strcmp(k, "--micro-batches") == 0 && parse_u32(v, &cfg.micro_batches)) ||
                  (strcmp(k, "--subgroups") == 0 && lookup(SWITCHES, 2, v, &cfg.subgroups));
-        if (strcmp(k, "--pad-local") == 0 || strcmp(k, "--lockstep") == 0) {
+        if (strcmp(k, "--pad-local") == 0 || strcmp(k, "--lockstep") == 0 ||
+            strcmp(k, "--fill-empty") == 0) {
             /* switches: no value */
-            *(strcmp(k, "--pad-local") == 0 ? &cfg.pad_local : &cfg.lockstep) = 1;
+            *(strcmp(k, "--pad-local") == 0  ? &cfg.pad_local
+              : strcmp(k, "--lockstep") == 0 ? &cfg.lockstep
+                                              : &cfg.fill_empty) = 1;
             i -= 1;
             continue;
         }
@@ -177,12 +181,14 @@ int main(int argc, char **argv) {
     printf("{\"config\": {\"dp\": %" PRIu32 ", \"cp\": %" PRIu32 ", \"bucket_tokens\": %" PRIu32
            ", \"policy\": \"%s\", \"victim\": \"%s\", \"model\": \"%s\", \"flops\": \"%s\", "
            "\"max_micro_batches\": %" PRIu32 ", \"shard_padding\": \"%s\", \"pad_multiple\": %" PRIu32
-           ", \"pad_local\": %s, \"lockstep\": %s, \"subgroups\": %s},\n",
+           ", \"pad_local\": %s, \"lockstep\": %s, \"subgroups\": %s, \"fill_empty\": %s"
+           ", \"micro_batches\": %" PRIu32 "},\n",
            cfg.dp, cfg.cp, cfg.bucket_tokens, POLICIES[cfg.policy], VICTIMS[cfg.victim],
            MODELS[model], FLOPS[cfg.flops], cfg.max_micro_batches,
            PADDINGS[cfg.shard_padding], cfg.pad_multiple < 1 ? 1 : cfg.pad_multiple,
            cfg.pad_local ? "true" : "false", cfg.lockstep ? "true" : "false",
-           cfg.subgroups ? "true" : "false");
+           cfg.subgroups ? "true" : "false", cfg.fill_empty ? "true" : "false",
+           cfg.micro_batches);
     printf(" \"summary\": {\"sequences\": %" PRIu32 ", \"total_tokens\": %" PRIu64
            ", \"micro_batches\": %" PRIu32 ", \"sharded\": %" PRIu32 ", \"rollbacks\": %" PRIu32
            ", \"peak_rank_tokens\": %" PRIu32 "},\n",

@@ -264,6 +264,21 @@ pub struct Config {
     /// policies and the baselines only ever use 1 and N. Default: on (the C ABI: off unless
     /// the caller sets it, because the caller must then read each placement's group).
     pub subgroups: bool,
+    /// Fill empty lockstep micro-batches: with [`Config::lockstep`], a DP rank that needs
+    /// fewer micro-batches than the longest rank splits its multi-sequence micro-batches
+    /// (moving a sequence, sharded ones first, into a new micro-batch of its own) until it
+    /// runs the same count with none empty. A
+    /// micro-batch stays empty only when the rank has fewer sequences than that count.
+    /// Trainers whose collators cannot take an empty micro-batch (Hugging Face, TRL,
+    /// Megatron's packing) need this. Without lockstep or [`Config::micro_batches`] it
+    /// changes nothing.
+    pub fill_empty: bool,
+    /// A fixed micro-batch count `G` per DP rank (0: none). Every DP rank reports exactly
+    /// `G` micro-batches, filled as with [`Config::fill_empty`] (empty only where a rank has
+    /// fewer than `G` sequences); a plan that needs more than `G` on some rank is refused
+    /// with [`Error::MicroBatchCount`], which names the smallest `G` that fits. Hugging
+    /// Face's `gradient_accumulation_steps` is such a count.
+    pub micro_batches: u32,
     /// The cost model that plans (`balanced`) and evaluates: hardware, kernels and topology
     /// (GPUs per node, intra- and inter-node ring latency and bandwidth). `None`: the H100
     /// preset for [`Config::model`] ([`Config::cost_model`]).
@@ -288,8 +303,24 @@ impl Config {
             pad_local: false,
             lockstep: false,
             subgroups: true,
+            fill_empty: false,
+            micro_batches: 0,
             cost: None,
         }
+    }
+
+    /// Whether every DP rank reports the same micro-batch count, some of them possibly past
+    /// the micro-batches it holds ([`Config::lockstep`] or a fixed [`Config::micro_batches`]).
+    #[inline]
+    pub fn uniform_counts(&self) -> bool {
+        self.lockstep || self.micro_batches != 0
+    }
+
+    /// Whether the plan's empty micro-batches are filled by splitting: a fixed count, or
+    /// [`Config::fill_empty`] with lockstep.
+    #[inline]
+    pub fn fills_empty(&self) -> bool {
+        self.micro_batches != 0 || (self.fill_empty && self.lockstep)
     }
 
     /// The cost model this configuration plans and evaluates with: [`Config::cost`], or the
@@ -341,8 +372,10 @@ impl Config {
     ///
     /// # Errors
     /// [`Error::InvalidDp`], [`Error::InvalidCp`], [`Error::InvalidBucket`],
-    /// [`Error::InvalidPadMultiple`], [`Error::InvalidModel`], [`Error::InvalidCost`] or
-    /// [`Error::Unsupported`] (an option the policy does not apply, see [`Policy`]).
+    /// [`Error::InvalidPadMultiple`], [`Error::InvalidModel`], [`Error::InvalidCost`],
+    /// [`Error::Unsupported`] (an option the policy does not apply, see [`Policy`]) or
+    /// [`Error::MicroBatchLimit`] (a fixed [`Config::micro_batches`] above a nonzero
+    /// [`Config::max_micro_batches`]: every DP rank would need more than the limit).
     pub fn validate(&self) -> Result<(), Error> {
         if self.dp == 0 || self.dp > MAX_DP {
             return Err(Error::InvalidDp { dp: self.dp });
@@ -364,6 +397,13 @@ impl Config {
         if let Some(cost) = &self.cost {
             cost.validate()
                 .map_err(|e| Error::InvalidCost { field: e.field })?;
+        }
+        if self.max_micro_batches != 0 && self.micro_batches > self.max_micro_batches {
+            return Err(Error::MicroBatchLimit {
+                dp_rank: 0,
+                limit: self.max_micro_batches,
+                needed: self.micro_batches,
+            });
         }
         if self.policy == Policy::Balanced && self.flops != FlopsFormula::default() {
             return Err(Error::Unsupported {

@@ -513,11 +513,13 @@ pub fn evaluate_placements<'b>(
     }
 
     // Pass 3: rank, micro-batch and DP-rank times. With lockstep a DP rank also runs empty
-    // micro-batches up to the longest rank's count, each costing the fixed launch cost.
+    // micro-batches up to the longest rank's count (or the fixed count), each costing the
+    // fixed launch cost.
     let longest = (0..dp)
         .map(|d| offsets[d + 1] - offsets[d])
         .max()
-        .unwrap_or(0);
+        .unwrap_or(0)
+        .max(cfg.micro_batches);
     let mut slowest = (0.0f64, 0usize);
     for d in 0..dp {
         let mut clock = 0.0f64;
@@ -587,7 +589,7 @@ pub fn evaluate_placements<'b>(
             report.exposed_comm += mb.exposed_comm;
             report.peak_tokens = report.peak_tokens.max(mb.peak_tokens);
         }
-        if cfg.lockstep {
+        if cfg.uniform_counts() {
             let empty = longest - (offsets[d + 1] - offsets[d]);
             clock += f64::from(empty) * tm.fixed();
         }

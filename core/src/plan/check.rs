@@ -46,6 +46,13 @@ pub enum CheckError {
         /// The DP rank.
         dp_rank: usize,
     },
+    /// A DP rank runs an empty micro-batch although one of its micro-batches holds several
+    /// sequences, where the configuration fills empty micro-batches
+    /// ([`Config::fills_empty`]).
+    AvoidableEmpty {
+        /// The DP rank.
+        dp_rank: usize,
+    },
 }
 
 /// Validates `plan` against `cfg` and `lengths` from the placements alone, without trusting any
@@ -93,8 +100,14 @@ pub fn check(cfg: &Config, lengths: &[u32], plan: &Plan<'_>) -> Result<(), Check
     let complete = |d: u32, listed: u32| {
         per_dp
             .get(d as usize)
-            .is_some_and(|&c| listed == c || (cfg.lockstep && listed <= c))
+            .is_some_and(|&c| listed == c || (cfg.uniform_counts() && listed <= c))
     };
+    // With filling, a rank that lists fewer micro-batches than it runs holds one sequence in
+    // each (it has fewer sequences than slots).
+    let filled = |d: u32, listed: u32, multi: bool| {
+        !cfg.fills_empty() || !multi || per_dp.get(d as usize).is_some_and(|&c| listed == c)
+    };
+    let mut multi = false;
     let mut prev: Option<(u32, u32)> = None;
     let mut longest = 0u32;
     let mut next_first = 0u32;
@@ -107,6 +120,17 @@ pub fn check(cfg: &Config, lengths: &[u32], plan: &Plan<'_>) -> Result<(), Check
                     || (mb.dp_rank > d && mb.index == 0 && complete(d, i.saturating_add(1)))
             }
         };
+        if let Some((d, i)) = prev
+            && mb.dp_rank != d
+        {
+            if !filled(d, i.saturating_add(1), multi) {
+                return Err(CheckError::AvoidableEmpty {
+                    dp_rank: d as usize,
+                });
+            }
+            multi = false;
+        }
+        multi |= mb.count > 1;
         let in_range = per_dp
             .get(mb.dp_rank as usize)
             .is_some_and(|&c| mb.index < c);
@@ -148,14 +172,22 @@ pub fn check(cfg: &Config, lengths: &[u32], plan: &Plan<'_>) -> Result<(), Check
             }
         }
     }
-    if let Some((d, i)) = prev
-        && !complete(d, i.saturating_add(1))
-    {
-        return Err(CheckError::MicroBatchTable {
-            g: plan.micro_batches.len(),
-        });
+    if let Some((d, i)) = prev {
+        if !complete(d, i.saturating_add(1)) {
+            return Err(CheckError::MicroBatchTable {
+                g: plan.micro_batches.len(),
+            });
+        }
+        if !filled(d, i.saturating_add(1), multi) {
+            return Err(CheckError::AvoidableEmpty {
+                dp_rank: d as usize,
+            });
+        }
     }
-    let counts_agree = if cfg.lockstep {
+    let counts_agree = if cfg.micro_batches != 0 {
+        // A fixed count: every rank reports it.
+        per_dp.iter().all(|&c| c == cfg.micro_batches)
+    } else if cfg.lockstep {
         // Every rank reports the longest rank's count; only trailing micro-batches are empty.
         per_dp.iter().all(|&c| c == longest)
     } else {

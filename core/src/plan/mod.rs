@@ -5,6 +5,7 @@
 //! ([`workspace`]). Nothing here knows which policy made a plan.
 
 pub mod check;
+pub(crate) mod fill;
 pub mod layout;
 pub mod types;
 pub mod workspace;

@@ -209,6 +209,20 @@ pub struct PlanBuffers<'a> {
     pub micro_batches_per_dp: &'a mut [u32],
 }
 
+impl PlanBuffers<'_> {
+    /// The same buffers, lent for a shorter time (a policy writes through them, then the
+    /// fill pass rearranges them).
+    pub(crate) fn reborrow(&mut self) -> PlanBuffers<'_> {
+        PlanBuffers {
+            placements: self.placements,
+            micro_batches: self.micro_batches,
+            members: self.members,
+            rank_tokens: self.rank_tokens,
+            micro_batches_per_dp: self.micro_batches_per_dp,
+        }
+    }
+}
+
 /// A finished plan: read-only views into the [`PlanBuffers`] it was written to.
 #[derive(Debug, Clone, Copy)]
 pub struct Plan<'a> {

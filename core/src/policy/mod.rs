@@ -18,7 +18,7 @@ pub mod gds;
 
 use crate::config::{Config, Policy};
 use crate::error::Error;
-use crate::plan::{Plan, PlanBuffers, PlanSizes, PlanWriter, Workspace, WorkspaceSizes};
+use crate::plan::{Plan, PlanBuffers, PlanSizes, PlanWriter, Workspace, WorkspaceSizes, fill};
 use dacp::Rule;
 
 /// Plans one global batch: every sequence's DP rank, micro-batch and placement.
@@ -30,7 +30,12 @@ use dacp::Rule;
 /// # Errors
 /// Configuration errors ([`Error::InvalidDp`], ...), batch errors ([`Error::EmptySequence`],
 /// [`Error::SequenceTooLong`], ...), [`Error::BufferTooSmall`] and
-/// [`Error::MicroBatchLimit`]. On error the contents of `out` are unspecified.
+/// [`Error::MicroBatchLimit`], and [`Error::MicroBatchCount`] when a fixed
+/// [`Config::micro_batches`] is too small. On error the contents of `out` are unspecified.
+///
+/// With [`Config::micro_batches`], or [`Config::fill_empty`] with lockstep, the policy's plan
+/// is then filled: every DP rank reports the same count, and a rank splits its
+/// multi-sequence micro-batches rather than run an empty one (see `docs/algorithms.md`).
 pub fn schedule<'b>(
     cfg: &Config,
     lengths: &[u32],
@@ -42,6 +47,30 @@ pub fn schedule<'b>(
     let n = lengths.len();
     PlanSizes::for_batch(n, cfg).check(&out)?;
     WorkspaceSizes::for_batch(n, cfg).check(ws)?;
+    if !cfg.fills_empty() {
+        return run(cfg, lengths, ws, out, total);
+    }
+    // The policy writes into the buffers, then the fill pass rearranges them in place.
+    let mut out = out;
+    let written = {
+        let plan = run(cfg, lengths, ws, out.reborrow(), total)?;
+        fill::Written {
+            summary: plan.summary,
+            micro_batches: plan.micro_batches.len(),
+        }
+    };
+    fill::fill(cfg, lengths, out, written)
+}
+
+/// Runs the configured policy on validated input and buffers.
+fn run<'b>(
+    cfg: &Config,
+    lengths: &[u32],
+    ws: &mut Workspace<'_>,
+    out: PlanBuffers<'b>,
+    total: u64,
+) -> Result<Plan<'b>, Error> {
+    let n = lengths.len();
     // `balanced` lends the plan buffers to itself as scratch before writing, so it takes
     // them whole; every other policy writes through a `PlanWriter`.
     match cfg.policy {

@@ -140,7 +140,10 @@ pub(super) fn check_gpu(cfg: &Config, lengths: &[u32], h: &Held, gpu: Gpu, c: &C
     assert_eq!(l.loss_tokens, l.tokens - l.pad_tokens);
     if l.micro_batch_global == layout::NO_MICRO_BATCH {
         // An empty lockstep micro-batch: past the DP rank's listed ones, within its count.
-        assert!(cfg.lockstep, "an empty micro-batch without lockstep");
+        assert!(
+            cfg.uniform_counts(),
+            "an empty micro-batch without lockstep or a fixed count"
+        );
         let listed = h
             .micro_batches
             .iter()
