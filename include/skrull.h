@@ -1333,6 +1333,45 @@ skrull_status skrull_layout_fill(const struct skrull_config *config,
                                  const struct skrull_layout_buffers *out);
 
 /**
+ * Fills the layouts of `count` GPUs of one plan: `*outs[k]` with the layout of `gpus[k]`,
+ * exactly as `skrull_layout_fill(config, lengths, n, plan, gpus[k], workspace,
+ * workspace_size, outs[k])` would, but validating the plan once for all of them. Lay out
+ * every micro-batch of a GPU per step with one call.
+ *
+ * `gpus` holds `count` GPUs and `outs` `count` pointers to `skrull_layout_buffers` (each
+ * sized as for `skrull_layout_fill()`, e.g. from `skrull_layout_sizes()` or
+ * `skrull_layout_sizes_max()`). The workspace is `skrull_layout_fill()`'s. Every GPU is
+ * checked before anything is written, so on any error no output is touched.
+ *
+ * Statuses, first problem first: `config` and `plan` (as `skrull_layout_fill()`), `gpus`
+ * (NULL with a nonzero `count`, misaligned), `outs` (the same), each `outs[k]` in order
+ * (NULL, misaligned, struct size, reserved field), `lengths`, the plan and the workspace (as
+ * `skrull_layout_fill()`), then every GPU in order as `skrull_layout_fill()` checks its GPU
+ * and outputs (`NO_SUCH_GPU`, `LAYOUT_OVERFLOW`, `out->layout`, each buffer, overlaps), where
+ * an output must not overlap the `gpus` or `outs` arrays either. Outputs of different GPUs
+ * must not overlap each other or another GPU's `skrull_layout_buffers`; where they do, the
+ * call stays memory-safe (each GPU is checked again just before it is written) but what they
+ * hold afterwards is unspecified. `count = 0` validates the plan and writes nothing. No
+ * allocation, no state; thread-safe with separate workspaces and outputs.
+ *
+ * # Safety
+ * - As `skrull_layout_fill()` for `config`, `lengths`, `plan` and `workspace`.
+ * - `gpus`, unless NULL, points to `count` readable `skrull_gpu`; `outs`, unless NULL, to
+ *   `count` readable pointers, each NULL or pointing to a `skrull_layout_buffers` that meets
+ *   `skrull_layout_fill()`'s contract for `out`.
+ * - No other thread touches any of these during the call.
+ */
+skrull_status skrull_layout_fill_many(const struct skrull_config *config,
+                                      const uint32_t *lengths,
+                                      size_t n,
+                                      const struct skrull_plan_buffers *plan,
+                                      const struct skrull_gpu *gpus,
+                                      size_t count,
+                                      void *workspace,
+                                      size_t workspace_size,
+                                      const struct skrull_layout_buffers *const *outs);
+
+/**
  * The exact sizes of one GPU's layout (`gpu`: DP rank, micro-batch, CP rank) of the plan
  * that `skrull_schedule()` wrote into `plan` for `config` and the `n` `lengths`.
  *

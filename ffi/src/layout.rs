@@ -323,7 +323,7 @@ pub(crate) fn workspace_bytes(n: usize) -> usize {
 ///
 /// # Safety
 /// Unless NULL, `ptr` must point to `capacity` initialised `T` unchanged for `'a`.
-unsafe fn input<'a, T>(
+pub(crate) unsafe fn input<'a, T>(
     ptr: *const T,
     capacity: usize,
     count: usize,
@@ -343,12 +343,12 @@ unsafe fn input<'a, T>(
 
 /// The plan a caller's `skrull_plan_buffers` hold, borrowed (C arrays) and staged (records
 /// converted into the core's types in the workspace).
-struct CallerPlan<'a> {
-    plan: Plan<'a>,
+pub(crate) struct CallerPlan<'a> {
+    pub(crate) plan: Plan<'a>,
     /// Every input region, for overlap checks against outputs.
-    inputs: [Span; 8],
+    pub(crate) inputs: [Span; 8],
     /// The rest of the workspace (for the spans).
-    carver: Carver<'a>,
+    pub(crate) carver: Carver<'a>,
 }
 
 /// Reads and validates the plan in `bufs` for `cfg` and `lengths`, staging it in the workspace.
@@ -362,7 +362,7 @@ struct CallerPlan<'a> {
 /// Every non-NULL pointer of `bufs` points to as many readable elements as its `_len` field
 /// states (the summary: one); `workspace`, unless NULL, to `workspace_size` writable bytes;
 /// nothing writes to any of them for `'a`.
-unsafe fn read_plan<'a>(
+pub(crate) unsafe fn read_plan<'a>(
     cfg: &Config,
     lengths: &'a [u32],
     bufs: &skrull_plan_buffers,
@@ -544,7 +544,7 @@ fn check_error_target<'s>(
 ///
 /// # Safety
 /// As [`skrull_layout_sizes`] for `config` and `plan`.
-unsafe fn read_head(
+pub(crate) unsafe fn read_head(
     config: *const skrull_config,
     plan: *const skrull_plan_buffers,
 ) -> Result<(Config, skrull_plan_buffers), Failure> {
@@ -562,7 +562,10 @@ unsafe fn read_head(
 ///
 /// # Safety
 /// Unless NULL, `ptr` points to `n` readable `uint32_t` unchanged for `'a`.
-unsafe fn read_lengths<'a>(ptr: *const u32, n: usize) -> Result<&'a [u32], skrull_status> {
+pub(crate) unsafe fn read_lengths<'a>(
+    ptr: *const u32,
+    n: usize,
+) -> Result<&'a [u32], skrull_status> {
     if n > MAX_SEQS {
         return Err(skrull_status::TooManySequences);
     }
@@ -845,16 +848,67 @@ unsafe fn fill(
     // SAFETY: forwarded caller contract.
     let (cfg, bufs) = unsafe { read_head(config, plan) }?;
     // SAFETY: forwarded caller contract for `out`.
-    let o = unsafe { read_sized(out, &LAYOUT_BUFFERS_SIZES, skrull_layout_buffers::EMPTY) }?;
-    if o._reserved != 0 {
-        return Err(skrull_status::InvalidArg.into());
-    }
+    let o = unsafe { read_out(out) }?;
     // SAFETY: forwarded caller contract.
     let lengths = unsafe { read_lengths(lengths_ptr, n) }?;
     // SAFETY: forwarded caller contract.
     let mut p = unsafe { read_plan(&cfg, lengths, &bufs, workspace, workspace_size) }?;
+    let ws = declared(workspace.cast_const().cast::<u8>(), workspace_size)?;
+    let c = check_gpu(&cfg, lengths, &p, &bufs, &o, gpu, ws, &[])?;
+    let staged: &mut [layout::Span] = p.carver.take(c.spans)?;
+    // SAFETY: `check_gpu` passed for `o` (caller contract: its buffers are writable).
+    unsafe { write_gpu(&cfg, lengths, &p.plan, &o, &c, staged) }
+}
+
+/// Reads one `skrull_layout_buffers` (struct size and reserved field).
+///
+/// # Safety
+/// As the `out` argument of [`skrull_layout_fill`].
+pub(crate) unsafe fn read_out(
+    out: *const skrull_layout_buffers,
+) -> Result<skrull_layout_buffers, Failure> {
+    // SAFETY: forwarded caller contract for `out`.
+    let o = unsafe { read_sized(out, &LAYOUT_BUFFERS_SIZES, skrull_layout_buffers::EMPTY) }?;
+    if o._reserved != 0 {
+        return Err(skrull_status::InvalidArg.into());
+    }
+    Ok(o)
+}
+
+/// One GPU's layout sizes and the element counts its output buffers get, after
+/// [`check_gpu`] checked them.
+pub(crate) struct Checked {
+    gpu: Gpu,
+    /// Spans the GPU's layout has (staged in the workspace first).
+    pub(crate) spans: usize,
+    local: usize,
+    local_padded: usize,
+    sharded: usize,
+    positions: usize,
+    gather: usize,
+    rings: usize,
+}
+
+/// Checks one GPU's output buffers `o` against its layout sizes, in the documented order of
+/// [`skrull_layout_fill`]: `o.layout`, each buffer in field order, then overlaps (outputs
+/// with each other, the workspace `ws`, every plan input and `more_inputs`) and the error
+/// details' target.
+///
+/// # Errors
+/// `NO_SUCH_GPU`, `LAYOUT_OVERFLOW`, `NULL_ARG`, `INVALID_ARG`, `OUTPUT_TOO_SMALL`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn check_gpu(
+    cfg: &Config,
+    lengths: &[u32],
+    p: &CallerPlan<'_>,
+    bufs: &skrull_plan_buffers,
+    o: &skrull_layout_buffers,
+    gpu: skrull_gpu,
+    ws: Span,
+    more_inputs: &[Span],
+) -> Result<Checked, Failure> {
     let g = core_gpu(gpu);
-    let s = LayoutSizes::for_gpu(&cfg, lengths, &p.plan, g)?;
+    let s = LayoutSizes::for_gpu(cfg, lengths, &p.plan, g)?;
     if o.layout.is_null() {
         return Err(skrull_status::NullArg.into());
     }
@@ -910,46 +964,73 @@ unsafe fn fill(
             o.local_cu_seqlens_padded_len,
             nlocal_padded,
         )?,
-        rings_out(&cfg, &o, gpu_rings)?,
+        rings_out(cfg, o, gpu_rings)?,
         declared(
             o.rings_count.cast_const(),
             usize::from(!o.rings_count.is_null()),
         )?,
         Span::of(o.layout.cast_const(), 1).ok_or(skrull_status::InvalidArg)?,
-        declared(workspace.cast_const().cast::<u8>(), workspace_size)?,
+        ws,
     ];
     let nrings = if o.rings.is_null() { 0 } else { gpu_rings };
     // Outputs must not overlap each other, the workspace or any input (inputs may share).
     let crosses = outputs
         .iter()
-        .any(|a| p.inputs.iter().any(|b| a.overlaps(*b)));
+        .any(|a| p.inputs.iter().chain(more_inputs).any(|b| a.overlaps(*b)));
     if any_overlap(&outputs) || crosses {
         return Err(skrull_status::InvalidArg.into());
     }
-    check_error_target(&bufs, outputs.iter().chain(&p.inputs))?;
-    let staged: &mut [layout::Span] = p.carver.take(nspans)?;
+    check_error_target(bufs, outputs.iter().chain(&p.inputs).chain(more_inputs))?;
+    Ok(Checked {
+        gpu: g,
+        spans: nspans,
+        local: nlocal,
+        local_padded: nlocal_padded,
+        sharded: nsharded,
+        positions: npos,
+        gather: ngather,
+        rings: nrings,
+    })
+}
+
+/// Writes one GPU's layout into `o`, staging its spans in `staged` (exactly `c.spans`).
+///
+/// # Errors
+/// Only `INTERNAL`: every check the core makes passed in [`check_gpu`].
+///
+/// # Safety
+/// `c` is what [`check_gpu`] returned for `o` and this plan, and `o`'s buffers are writable
+/// for the counts it checked and touched by nothing else during the call.
+pub(crate) unsafe fn write_gpu(
+    cfg: &Config,
+    lengths: &[u32],
+    plan: &Plan<'_>,
+    o: &skrull_layout_buffers,
+    c: &Checked,
+    staged: &mut [layout::Span],
+) -> Result<(), Failure> {
     let mut staged_rings = [layout::LayoutRing::default(); layout::MAX_RINGS as usize];
     let staged_rings = staged_rings
-        .get_mut(..nrings)
+        .get_mut(..c.rings)
         .ok_or(skrull_status::Internal)?;
     // SAFETY: each pointer passed `check_out` for exactly these counts, is writable for them
     // (caller contract) and overlaps no other output, input or the workspace (checked).
     let bufs = unsafe {
         LayoutBuffers {
             spans: &mut *staged,
-            local_cu_seqlens: output(o.local_cu_seqlens, nlocal),
-            local_cu_seqlens_padded: output(o.local_cu_seqlens_padded, nlocal_padded),
-            sharded_cu_seqlens: output(o.sharded_cu_seqlens, nsharded),
-            sharded_cu_seqlens_padded: output(o.sharded_cu_seqlens_padded, nsharded),
-            rank_cu_seqlens: output(o.rank_cu_seqlens, nsharded),
-            positions: output(o.positions, npos),
-            gather_index: output(o.gather_index, ngather),
+            local_cu_seqlens: output(o.local_cu_seqlens, c.local),
+            local_cu_seqlens_padded: output(o.local_cu_seqlens_padded, c.local_padded),
+            sharded_cu_seqlens: output(o.sharded_cu_seqlens, c.sharded),
+            sharded_cu_seqlens_padded: output(o.sharded_cu_seqlens_padded, c.sharded),
+            rank_cu_seqlens: output(o.rank_cu_seqlens, c.sharded),
+            positions: output(o.positions, c.positions),
+            gather_index: output(o.gather_index, c.gather),
             rings: &mut *staged_rings,
         }
     };
-    // Every check `fill` makes already passed above (and it writes nothing on error).
-    let l = layout::fill(&cfg, lengths, &p.plan, g, bufs)?;
-    // SAFETY: `o.spans` holds at least `nspans` writable, aligned spans, `o.rings` (unless
+    // Every check `fill` makes already passed in `check_gpu` (and it writes nothing on error).
+    let l = layout::fill(cfg, lengths, plan, c.gpu, bufs)?;
+    // SAFETY: `o.spans` holds at least `c.spans` writable, aligned spans, `o.rings` (unless
     // NULL) this GPU's rings, `o.rings_count` (unless NULL) and `o.layout` one value each
     // (checked), disjoint from the workspace the staged spans live in (checked).
     unsafe {

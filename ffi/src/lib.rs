@@ -44,6 +44,7 @@ pub mod cost;
 pub mod dacp;
 pub mod error;
 pub mod layout;
+pub mod layout_many;
 pub mod plan;
 pub mod schedule;
 pub mod status;
@@ -71,6 +72,7 @@ pub use layout::{
     skrull_layout_capacity, skrull_layout_fill, skrull_layout_ring, skrull_layout_sizes,
     skrull_layout_sizes_max, skrull_span,
 };
+pub use layout_many::skrull_layout_fill_many;
 pub use plan::{
     SKRULL_SHARDED, skrull_cp_group, skrull_micro_batch, skrull_placement, skrull_plan_buffers,
     skrull_sizes, skrull_summary,

@@ -830,3 +830,158 @@ fn status_strings_name_the_layout_statuses() {
         assert!(msg.to_str().unwrap().contains(word), "{msg:?}");
     }
 }
+
+/// Every GPU's micro-batches through one `skrull_layout_fill_many` call.
+fn fill_many(s: &mut Sched, gpus: &[skrull_gpu], outs: &mut [Outs]) -> skrull_status {
+    let bufs: Vec<skrull_layout_buffers> = outs.iter_mut().map(Outs::buffers).collect();
+    let ptrs: Vec<*const skrull_layout_buffers> = bufs.iter().map(|b| b as *const _).collect();
+    let mut ws = vec![0xA5u8; s.max_sizes().workspace_bytes];
+    let plan = s.buffers();
+    // SAFETY: every pointer is a live Vec (or field) of the stated length.
+    unsafe {
+        skrull_layout_fill_many(
+            &s.cfg,
+            s.lengths.as_ptr(),
+            s.lengths.len(),
+            &plan,
+            gpus.as_ptr(),
+            gpus.len(),
+            ws.as_mut_ptr().cast::<c_void>(),
+            ws.len(),
+            ptrs.as_ptr(),
+        )
+    }
+}
+
+#[test]
+fn fill_many_equals_one_fill_per_gpu() {
+    let mut checked = 0;
+    for (k, (policy, padding, lockstep)) in [(0, 0, 0), (4, 1, 1), (2, 1, 0), (3, 0, 1), (4, 0, 0)]
+        .into_iter()
+        .enumerate()
+    {
+        let mut cfg = config(2, 4, 96, policy, padding);
+        cfg.lockstep = lockstep;
+        cfg.fill_empty = lockstep;
+        let mut s = Sched::new(cfg, &batch(40 + k as u64, 30, 300));
+        let m = s.max_sizes();
+        for d in 0..cfg.dp {
+            for r in 0..cfg.cp {
+                let gpus: Vec<skrull_gpu> = (0..s.per_dp[d as usize])
+                    .map(|mb| skrull_gpu {
+                        dp_rank: d,
+                        micro_batch: mb,
+                        cp_rank: r,
+                    })
+                    .collect();
+                let mut many = vec![Outs::new(m); gpus.len()];
+                assert_eq!(fill_many(&mut s, &gpus, &mut many), skrull_status::Ok);
+                for (gpu, got) in gpus.iter().zip(&many) {
+                    let mut one = Outs::new(m);
+                    assert_eq!(one.fill(&mut s, *gpu), skrull_status::Ok);
+                    assert_eq!(got.outputs(), one.outputs(), "{gpu:?}");
+                    checked += 1;
+                }
+            }
+        }
+    }
+    assert!(checked > 40, "{checked}");
+}
+
+#[test]
+fn fill_many_checks_every_gpu_before_writing_anything() {
+    let mut s = Sched::new(config(2, 2, 64, 0, 0), &batch(7, 20, 120));
+    let m = s.max_sizes();
+    let untouched = Outs::new(m).outputs();
+    let gpu = |d, mb, r| skrull_gpu {
+        dp_rank: d,
+        micro_batch: mb,
+        cp_rank: r,
+    };
+    // The last GPU does not exist: nothing is written, not even the first GPU's layout.
+    let gpus = [gpu(0, 0, 0), gpu(1, 0, 1), gpu(0, 0, 2)];
+    let mut outs = vec![Outs::new(m); 3];
+    assert_eq!(
+        fill_many(&mut s, &gpus, &mut outs),
+        skrull_status::NoSuchGpu
+    );
+    assert!(outs.iter().all(|o| o.outputs() == untouched));
+    // The second GPU's positions buffer is too short: the same.
+    let gpus = [gpu(0, 0, 0), gpu(1, 0, 1)];
+    let mut outs = vec![Outs::new(m); 2];
+    outs[1].positions.clear();
+    assert_eq!(
+        fill_many(&mut s, &gpus, &mut outs),
+        skrull_status::OutputTooSmall
+    );
+    assert!(outs[0].outputs() == untouched);
+    // No GPU: the plan is still validated, nothing is written.
+    assert_eq!(fill_many(&mut s, &[], &mut []), skrull_status::Ok);
+    s.members[0] = s.members[1];
+    assert_eq!(fill_many(&mut s, &[], &mut []), skrull_status::PlanInvalid);
+}
+
+#[test]
+fn fill_many_null_arrays_and_overlaps_are_refused() {
+    let mut s = Sched::new(config(1, 2, 64, 2, 0), &batch(9, 12, 100));
+    let m = s.max_sizes();
+    let plan = s.buffers();
+    let mut ws = vec![0u8; m.workspace_bytes];
+    let mut gpus = vec![
+        skrull_gpu {
+            dp_rank: 0,
+            micro_batch: 0,
+            cp_rank: 0,
+        };
+        m.positions
+    ];
+    let mut out = Outs::new(m);
+    let good = out.buffers();
+    let call = |gpus: *const skrull_gpu,
+                count: usize,
+                outs: *const *const skrull_layout_buffers,
+                ws: &mut Vec<u8>| {
+        // SAFETY: the pointers are NULL or live arrays of `count` elements.
+        unsafe {
+            skrull_layout_fill_many(
+                &s.cfg,
+                s.lengths.as_ptr(),
+                s.lengths.len(),
+                &plan,
+                gpus,
+                count,
+                ws.as_mut_ptr().cast::<c_void>(),
+                ws.len(),
+                outs,
+            )
+        }
+    };
+    let ptrs = [&good as *const skrull_layout_buffers];
+    assert_eq!(
+        call(null(), 1, ptrs.as_ptr(), &mut ws),
+        skrull_status::NullArg
+    );
+    assert_eq!(
+        call(gpus.as_ptr(), 1, null(), &mut ws),
+        skrull_status::NullArg
+    );
+    let with_null = [null()];
+    assert_eq!(
+        call(gpus.as_ptr(), 1, with_null.as_ptr(), &mut ws),
+        skrull_status::NullArg
+    );
+    assert_eq!(call(null(), 0, null(), &mut ws), skrull_status::Ok);
+    assert_eq!(
+        call(gpus.as_ptr(), 1, ptrs.as_ptr(), &mut ws),
+        skrull_status::Ok
+    );
+    // An output that overlaps the GPU list is refused before anything is written.
+    let mut bad = good;
+    bad.positions = gpus.as_mut_ptr().cast::<i32>();
+    bad.positions_len = m.positions;
+    let ptrs = [&bad as *const skrull_layout_buffers];
+    assert_eq!(
+        call(gpus.as_ptr(), 1, ptrs.as_ptr(), &mut ws),
+        skrull_status::InvalidArg
+    );
+}

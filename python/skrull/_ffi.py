@@ -213,6 +213,9 @@ _PROTOTYPES = {
                                    _P(skrull_layout_capacity)]),
     "skrull_layout_fill": (_u32, [_P(skrull_config), c_void_p, _usize, _P(skrull_plan_buffers),
                                   skrull_gpu, c_void_p, _usize, _P(skrull_layout_buffers)]),
+    "skrull_layout_fill_many": (_u32, [_P(skrull_config), c_void_p, _usize,
+                                       _P(skrull_plan_buffers), c_void_p, _usize, c_void_p,
+                                       _usize, c_void_p]),
 }
 
 _LIB_NAMES = ("_libskrull", "libskrull")

@@ -186,29 +186,79 @@ def fill(plan: Plan, dp_rank: int, micro_batch: int, cp_rank: int,
     status = _ffi.lib.skrull_layout_sizes(*args, ctypes.byref(cap))
     if status != Status.OK:
         raise from_info(plan._c_error, status, f"GPU ({dp_rank}, {micro_batch}, {cp_rank})")
-    # One allocation holds every array, each at an 8-byte-aligned offset.
-    sizes = [(name, t, getattr(cap, c)) for name, t, c in _ARRAYS]
-    offsets, end = [], 0
-    for _, t, k in sizes:
-        offsets.append(end)
-        end += -(-t.itemsize * k // 8) * 8
-    block = np.empty(end, np.uint8)
-    base = _ffi.address(block)
-    rec = _ffi.skrull_layout()
-    rings = np.zeros(_ffi.MAX_RINGS, RING_DTYPE)
-    count = ctypes.c_uint32(0)
-    fields = {"struct_size": _LAYOUT_BUFFERS_SIZE, "layout": ctypes.addressof(rec),
-              "rings": _ffi.address(rings), "rings_len": len(rings),
-              "rings_count": ctypes.addressof(count)}
-    for (name, _, k), o in zip(sizes, offsets):
-        fields[name], fields[name + "_len"] = base + o, k
-    out = _ffi.skrull_layout_buffers(**fields)
-    status = _ffi.lib.skrull_layout_fill(*args, ctypes.byref(out))
+    out = _Out(cap)
+    status = _ffi.lib.skrull_layout_fill(*args, ctypes.byref(out.buffers))
     if status != Status.OK:
         raise from_info(plan._c_error, status, f"GPU ({dp_rank}, {micro_batch}, {cp_rank})")
-    block.flags.writeable = False  # so are the views: skrull_layout_sizes sized them exactly
-    arrays = {name: np.frombuffer(block, t, k, o) for (name, t, k), o in zip(sizes, offsets)}
-    arrays["rings"] = rings[:count.value].copy()
-    arrays["rings"].flags.writeable = False
-    return Layout((dp_rank, micro_batch, cp_rank), {n: getattr(rec, n) for n in _COUNTS},
-                  **arrays)
+    return out.layout((dp_rank, micro_batch, cp_rank))
+
+
+def fill_rank(plan: Plan, dp_rank: int, cp_rank: int, micro_batches: int,
+              workspace: tuple[int, int]) -> list[Layout]:
+    """The layouts of micro-batches ``0 .. micro_batches`` of one GPU in one
+    ``skrull_layout_fill_many`` call (the plan is validated once, not once per micro-batch).
+    Buffers are sized from the plan itself (a GPU holds ``rank_tokens`` tokens and at most
+    one span per local and two per sharded sequence of its micro-batch) and trimmed to the
+    layout's counts afterwards."""
+    outs = [_Out(_bounds(plan, dp_rank, m, cp_rank)) for m in range(micro_batches)]
+    gpus = (_ffi.skrull_gpu * micro_batches)(
+        *[_ffi.skrull_gpu(dp_rank, m, cp_rank) for m in range(micro_batches)])
+    ptrs = (ctypes.c_void_p * micro_batches)(*[ctypes.addressof(o.buffers) for o in outs])
+    plan._c_error.status = 0
+    status = _ffi.lib.skrull_layout_fill_many(*plan._c_args, gpus, micro_batches, *workspace,
+                                              ptrs)
+    if status != Status.OK:
+        raise from_info(plan._c_error, status, f"GPU ({dp_rank}, *, {cp_rank})")
+    return [o.layout((dp_rank, m, cp_rank)) for m, o in enumerate(outs)]
+
+
+def _bounds(plan: Plan, dp_rank: int, micro_batch: int,
+            cp_rank: int) -> _ffi.skrull_layout_capacity:
+    """Capacities that hold one GPU's layout, from the plan: its tokens (``rank_tokens``,
+    padding included), one span per local and two per sharded sequence that it holds."""
+    g = plan._table_index(dp_rank, micro_batch)
+    if g is None:  # an empty micro-batch (or none): no span, every cu_seqlens array {0}
+        return _ffi.skrull_layout_capacity(0, 1, 1, 0, 0)
+    seqs = plan.members_of(dp_rank, micro_batch)
+    first, size, rank = plan.cp_first[seqs], plan.cp_size[seqs], plan.cp_rank[seqs]
+    here = (first <= cp_rank) & (cp_rank < first + size)
+    local = int((rank == cp_rank).sum())
+    sharded = int((here & (rank == _ffi.SHARDED)).sum())
+    return _ffi.skrull_layout_capacity(local + 2 * sharded, local + 1, sharded + 1,
+                                       int(plan.rank_tokens[g, cp_rank]), 0)
+
+
+class _Out:
+    """One allocation holding every output array of one layout (each at an 8-byte-aligned
+    offset), the ``skrull_layout_buffers`` that points into it, and the record and rings."""
+
+    def __init__(self, cap: _ffi.skrull_layout_capacity) -> None:
+        self.sizes = [(name, t, getattr(cap, c)) for name, t, c in _ARRAYS]
+        self.offsets, end = [], 0
+        for _, t, k in self.sizes:
+            self.offsets.append(end)
+            end += -(-t.itemsize * k // 8) * 8
+        self.block = np.empty(end, np.uint8)
+        base = _ffi.address(self.block)
+        self.rec = _ffi.skrull_layout()
+        self.rings = np.zeros(_ffi.MAX_RINGS, RING_DTYPE)
+        self.count = ctypes.c_uint32(0)
+        fields = {"struct_size": _LAYOUT_BUFFERS_SIZE, "layout": ctypes.addressof(self.rec),
+                  "rings": _ffi.address(self.rings), "rings_len": len(self.rings),
+                  "rings_count": ctypes.addressof(self.count)}
+        for (name, _, k), o in zip(self.sizes, self.offsets):
+            fields[name], fields[name + "_len"] = base + o, k
+        self.buffers = _ffi.skrull_layout_buffers(**fields)
+
+    def layout(self, gpu: tuple[int, int, int]) -> Layout:
+        """The filled layout, its arrays trimmed to the record's counts (read-only views)."""
+        r = self.rec
+        exact = {"spans": r.spans, "local_cu_seqlens": r.local_seqs + 1,
+                 "sharded_cu_seqlens": r.sharded_seqs + 1, "positions": r.tokens}
+        self.block.flags.writeable = False  # so are the views
+        arrays = {name: np.frombuffer(self.block, t, min(exact[c], k), o)
+                  for ((name, t, k), o), (_, _, c) in zip(zip(self.sizes, self.offsets),
+                                                          _ARRAYS)}
+        arrays["rings"] = self.rings[:self.count.value].copy()
+        arrays["rings"].flags.writeable = False
+        return Layout(gpu, {n: getattr(r, n) for n in _COUNTS}, **arrays)

@@ -82,6 +82,7 @@ class Plan:
         self.cp_groups = _frozen(cp_groups)
         self._c_summary = summary
         self._c_error = _ffi.skrull_error_info()  # the layout calls' details (under the lock)
+        self._rank_cache: dict[tuple[int, int], tuple[_layout.Layout, ...]] = {}
 
     def __reduce__(self) -> tuple:
         """Pickles the plan's arrays and its Scheduler (by configuration), so a plan can be
@@ -191,22 +192,31 @@ class Plan:
         return out
 
     def layout(self, dp_rank: int, micro_batch: int, cp_rank: int) -> _layout.Layout:
-        """One GPU's layout (``skrull_layout_fill``). A micro-batch index at or past
+        """One GPU's layout (from ``rank_layouts``, so the plan is validated once per GPU,
+        not once per micro-batch). A micro-batch index at or past
         ``micro_batches_per_dp[dp_rank]`` raises ``NO_SUCH_GPU``; under lockstep one past the
         rank's own count is a valid empty layout (``Layout.is_empty_micro_batch``)."""
         d = _gpu_index("dp_rank", dp_rank)
         m = _gpu_index("micro_batch", micro_batch)
         r = _gpu_index("cp_rank", cp_rank)
-        return self._scheduler._fill_layout(self, d, m, r)
+        if d < self.config.dp and r < self.config.cp and m < self.micro_batches_per_dp[d]:
+            return self.rank_layouts(d, r)[m]
+        return self._scheduler._fill_layout(self, d, m, r)  # raises NO_SUCH_GPU
 
     def rank_layouts(self, dp_rank: int, cp_rank: int) -> list[_layout.Layout]:
         """This GPU's layouts, one per micro-batch its DP rank runs
         (``micro_batches_per_dp[dp_rank]``; with lockstep the same count on every rank, the
-        extra ones empty)."""
+        extra ones empty), made by one ``skrull_layout_fill_many`` call that validates the
+        plan once, and kept: ``layout`` serves this GPU's micro-batches from them."""
         d, r = _gpu_index("dp_rank", dp_rank), _gpu_index("cp_rank", cp_rank)
         if d >= self.config.dp or r >= self.config.cp:
             raise make_error(Status.NO_SUCH_GPU, f"DP rank {d}, CP rank {r}")
-        return [self.layout(d, m, r) for m in range(int(self.micro_batches_per_dp[d]))]
+        cached = self._rank_cache.get((d, r))
+        if cached is None:
+            count = int(self.micro_batches_per_dp[d])
+            cached = tuple(self._scheduler._fill_rank(self, d, r, count))
+            self._rank_cache[(d, r)] = cached
+        return list(cached)
 
     def to_megatron_groups(self, sample_ids: Sequence[Any] | None = None) -> list[list[list]]:
         """``sample_id_groups[micro_batch][dp_rank * cp + cp_rank]`` -> sample ids, the shape of

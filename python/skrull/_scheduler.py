@@ -149,18 +149,29 @@ class Scheduler:
                         _ffi.skrull_summary.from_buffer_copy(self._summary),
                         self._group_words[:2 * n].copy().view(CP_GROUP_DTYPE))
 
+    def _layout_workspace(self, n: int) -> tuple[int, int]:
+        """(address, bytes) of the layout workspace for ``n`` sequences (call under the
+        lock)."""
+        if n > self._layout_capacity:
+            cap = _ffi.skrull_layout_capacity()
+            check(_ffi.lib.skrull_layout_sizes_max(ctypes.byref(self._c_config), n,
+                                                   ctypes.byref(cap)))
+            self._layout_ws = np.empty(cap.workspace_bytes, np.uint8)
+            self._layout_ws_args = (_ffi.address(self._layout_ws), self._layout_ws.nbytes)
+            self._layout_capacity = n
+        return self._layout_ws_args
+
     def _fill_layout(self, plan: Plan, dp_rank: int, micro_batch: int,
                      cp_rank: int) -> _layout.Layout:
-        n = plan.lengths.size
         with self._lock:
-            if n > self._layout_capacity:
-                cap = _ffi.skrull_layout_capacity()
-                check(_ffi.lib.skrull_layout_sizes_max(ctypes.byref(self._c_config), n,
-                                                       ctypes.byref(cap)))
-                self._layout_ws = np.empty(cap.workspace_bytes, np.uint8)
-                self._layout_ws_args = (_ffi.address(self._layout_ws), self._layout_ws.nbytes)
-                self._layout_capacity = n
-            return _layout.fill(plan, dp_rank, micro_batch, cp_rank, self._layout_ws_args)
+            ws = self._layout_workspace(plan.lengths.size)
+            return _layout.fill(plan, dp_rank, micro_batch, cp_rank, ws)
+
+    def _fill_rank(self, plan: Plan, dp_rank: int, cp_rank: int,
+                   micro_batches: int) -> list[_layout.Layout]:
+        with self._lock:
+            ws = self._layout_workspace(plan.lengths.size)
+            return _layout.fill_rank(plan, dp_rank, cp_rank, micro_batches, ws)
 
 
 def _rebuild_scheduler(dp: int, cp: int, bucket_tokens: int, kwargs: dict) -> Scheduler:

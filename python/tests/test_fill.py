@@ -128,3 +128,35 @@ def test_index_arrays_are_int64():
     values = torch.arange(len(LENGTHS)) * 10
     picked = values[torch.tensor(plan.dp_sequences(1))]
     assert picked.tolist() == [10 * int(s) for s in plan.dp_sequences(1)]
+
+
+@pytest.mark.parametrize("kwargs", [
+    dict(policy="skrull"), dict(policy="packed", cp=1, bucket_tokens=160),
+    dict(policy="balanced", shard_padding="zigzag", pad_multiple=16, pad_local=True),
+    dict(policy="balanced", cp=8, subgroups=True, lockstep=True, fill_empty=True,
+         cost_model=skrull.CostModel("h100", "qwen2.5-0.5b", gpus_per_node=4)),
+])
+def test_one_call_per_gpu_lays_out_as_one_call_per_micro_batch(kwargs):
+    kw = dict(dp=2, cp=4, bucket_tokens=40, lockstep=True)
+    kw.update(kwargs)
+    lengths = LENGTHS + [150, 90, 1, 64]
+    plan = skrull.Scheduler(**kw).plan(lengths)
+    fields = ("spans", "local_cu_seqlens", "local_cu_seqlens_padded", "sharded_cu_seqlens",
+              "sharded_cu_seqlens_padded", "rank_cu_seqlens", "positions", "gather_index",
+              "rings")
+    for d in range(kw["dp"]):
+        for r in range(kw["cp"]):
+            many = plan.rank_layouts(d, r)
+            assert len(many) == plan.micro_batches_per_dp[d]
+            for m, got in enumerate(many):
+                # The layout is served from the GPU's one call ...
+                assert plan.layout(d, m, r) is got
+                # ... and equals skrull_layout_sizes + skrull_layout_fill for that GPU alone.
+                want = plan._scheduler._fill_layout(plan, d, m, r)
+                for f in fields:
+                    assert np.array_equal(getattr(got, f), getattr(want, f)), (d, m, r, f)
+                assert repr(got) == repr(want)
+                assert got.global_tokens == want.global_tokens
+    with pytest.raises(skrull.LayoutError) as err:
+        plan.layout(0, int(plan.micro_batches_per_dp[0]), 0)
+    assert err.value.status == "NO_SUCH_GPU"

@@ -1,5 +1,5 @@
 /*
- * Filled micro-batches and a fixed micro-batch count through the C ABI
+ * Filled micro-batches, a fixed micro-batch count and skrull_layout_fill_many through the C ABI
  * (skrull_config.fill_empty and skrull_config.micro_batches): every DP rank reports the same
  * count, no micro-batch is empty while its rank has a multi-sequence one, a count that is
  * too small is refused with SKRULL_STATUS_MICRO_BATCH_COUNT and the smallest count that fits,
@@ -111,11 +111,130 @@ static void lockstep_fill_leaves_nothing_empty(void) {
     store_free(&s);
 }
 
+/* One GPU's buffers for one micro-batch, sized with skrull_layout_sizes_max(). */
+typedef struct {
+    skrull_span *spans;
+    int32_t *cu[5]; /* local, sharded, sharded padded, rank, local padded */
+    int32_t *positions;
+    int64_t *gather;
+    skrull_layout layout;
+    skrull_layout_buffers bufs;
+} gpu_out;
+
+static void gpu_out_init(gpu_out *o, const skrull_layout_capacity *cap) {
+    memset(o, 0, sizeof *o);
+    o->spans = (skrull_span *)calloc(cap->spans + 1, sizeof *o->spans);
+    for (int k = 0; k < 5; k++) {
+        size_t len = k == 0 || k == 4 ? cap->local_cu_seqlens : cap->sharded_cu_seqlens;
+        o->cu[k] = (int32_t *)calloc(len + 1, sizeof(int32_t));
+    }
+    o->positions = (int32_t *)calloc(cap->positions + 1, sizeof(int32_t));
+    o->gather = (int64_t *)calloc(cap->positions + 1, sizeof(int64_t));
+    o->bufs.struct_size = sizeof o->bufs;
+    o->bufs.spans = o->spans;
+    o->bufs.spans_len = cap->spans;
+    o->bufs.local_cu_seqlens = o->cu[0];
+    o->bufs.local_cu_seqlens_len = cap->local_cu_seqlens;
+    o->bufs.sharded_cu_seqlens = o->cu[1];
+    o->bufs.sharded_cu_seqlens_len = cap->sharded_cu_seqlens;
+    o->bufs.sharded_cu_seqlens_padded = o->cu[2];
+    o->bufs.sharded_cu_seqlens_padded_len = cap->sharded_cu_seqlens;
+    o->bufs.rank_cu_seqlens = o->cu[3];
+    o->bufs.rank_cu_seqlens_len = cap->sharded_cu_seqlens;
+    o->bufs.local_cu_seqlens_padded = o->cu[4];
+    o->bufs.local_cu_seqlens_padded_len = cap->local_cu_seqlens;
+    o->bufs.positions = o->positions;
+    o->bufs.positions_len = cap->positions;
+    o->bufs.gather_index = o->gather;
+    o->bufs.gather_index_len = cap->positions;
+    o->bufs.layout = &o->layout;
+}
+
+static void gpu_out_free(gpu_out *o) {
+    free(o->spans);
+    for (int k = 0; k < 5; k++) {
+        free(o->cu[k]);
+    }
+    free(o->positions);
+    free(o->gather);
+}
+
+/* Whether two filled layouts are equal (counts, spans, every array up to its count). */
+static int same_layout(const gpu_out *a, const gpu_out *b) {
+    const skrull_layout *x = &a->layout, *y = &b->layout;
+    if (memcmp(x, y, sizeof *x) != 0 ||
+        memcmp(a->spans, b->spans, x->spans * sizeof *a->spans) != 0 ||
+        memcmp(a->positions, b->positions, x->tokens * sizeof(int32_t)) != 0 ||
+        memcmp(a->gather, b->gather, x->tokens * sizeof(int64_t)) != 0) {
+        return 0;
+    }
+    for (int k = 0; k < 5; k++) {
+        size_t len = (k == 0 || k == 4 ? x->local_seqs : x->sharded_seqs) + 1;
+        if (memcmp(a->cu[k], b->cu[k], len * sizeof(int32_t)) != 0) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* skrull_layout_fill_many over every micro-batch of each GPU equals one skrull_layout_fill
+ * per micro-batch; a bad GPU at the end leaves every output untouched. */
+static void fill_many_equals_one_fill_per_micro_batch(void) {
+    plan_store s;
+    skrull_config c = config(2, 4, 40, SKRULL_POLICY_SKRULL);
+    c.micro_batches = 5;
+    store_init(&s, N, c.dp, c.cp);
+    CHECK_STATUS(store_schedule(&s, &c, LENGTHS, N), SKRULL_STATUS_OK);
+    skrull_layout_capacity cap;
+    CHECK_STATUS(skrull_layout_sizes_max(&c, N, &cap), SKRULL_STATUS_OK);
+    void *ws = malloc(cap.workspace_bytes);
+    gpu_out many[6], one;
+    const skrull_layout_buffers *outs[6];
+    skrull_gpu gpus[6];
+    for (uint32_t d = 0; d < c.dp; d++) {
+        for (uint32_t r = 0; r < c.cp; r++) {
+            for (uint32_t m = 0; m < 6; m++) {
+                gpu_out_init(&many[m], &cap);
+                outs[m] = &many[m].bufs;
+                gpus[m].dp_rank = d;
+                gpus[m].micro_batch = m;
+                gpus[m].cp_rank = r;
+            }
+            /* The sixth micro-batch does not exist: NO_SUCH_GPU, nothing written. */
+            CHECK_STATUS(skrull_layout_fill_many(&c, LENGTHS, N, &s.bufs, gpus, 6, ws,
+                                                 cap.workspace_bytes, outs),
+                         SKRULL_STATUS_NO_SUCH_GPU);
+            CHECK(many[0].layout.tokens == 0 && many[0].layout.spans == 0 &&
+                  many[0].positions[0] == 0);
+            CHECK_STATUS(skrull_layout_fill_many(&c, LENGTHS, N, &s.bufs, gpus, 5, ws,
+                                                 cap.workspace_bytes, outs),
+                         SKRULL_STATUS_OK);
+            for (uint32_t m = 0; m < 5; m++) {
+                gpu_out_init(&one, &cap);
+                CHECK_STATUS(skrull_layout_fill(&c, LENGTHS, N, &s.bufs, gpus[m], ws,
+                                                cap.workspace_bytes, &one.bufs),
+                             SKRULL_STATUS_OK);
+                CHECK(same_layout(&many[m], &one));
+                gpu_out_free(&one);
+            }
+            for (uint32_t m = 0; m < 6; m++) {
+                gpu_out_free(&many[m]);
+            }
+        }
+    }
+    CHECK_STATUS(skrull_layout_fill_many(&c, LENGTHS, N, &s.bufs, NULL, 1, ws,
+                                         cap.workspace_bytes, outs),
+                 SKRULL_STATUS_NULL_ARG);
+    free(ws);
+    store_free(&s);
+}
+
 int main(void) {
     fixed_count_fills_every_rank(SKRULL_POLICY_SKRULL);
     fixed_count_fills_every_rank(SKRULL_POLICY_PACKED);
     fixed_count_fills_every_rank(SKRULL_POLICY_DEEPSPEED);
     too_small_a_count_names_the_one_that_fits();
     lockstep_fill_leaves_nothing_empty();
+    fill_many_equals_one_fill_per_micro_batch();
     return report("fill");
 }

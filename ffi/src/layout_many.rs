@@ -1,0 +1,138 @@
+//! `skrull_layout_fill_many`: several GPUs' layouts of one plan in one call, the plan
+//! validated once (a trainer lays out every micro-batch of its GPU each step; one call per
+//! micro-batch validates the whole plan each time).
+
+use core::ffi::c_void;
+
+use crate::boundary::{Span, declared, guard};
+use crate::config::skrull_config;
+use crate::error::{Failure, finish, target};
+use crate::layout::{
+    check_gpu, input, read_head, read_lengths, read_out, read_plan, skrull_gpu,
+    skrull_layout_buffers, write_gpu,
+};
+use crate::plan::skrull_plan_buffers;
+use crate::status::skrull_status;
+
+/// Fills the layouts of `count` GPUs of one plan: `*outs[k]` with the layout of `gpus[k]`,
+/// exactly as `skrull_layout_fill(config, lengths, n, plan, gpus[k], workspace,
+/// workspace_size, outs[k])` would, but validating the plan once for all of them. Lay out
+/// every micro-batch of a GPU per step with one call.
+///
+/// `gpus` holds `count` GPUs and `outs` `count` pointers to `skrull_layout_buffers` (each
+/// sized as for `skrull_layout_fill()`, e.g. from `skrull_layout_sizes()` or
+/// `skrull_layout_sizes_max()`). The workspace is `skrull_layout_fill()`'s. Every GPU is
+/// checked before anything is written, so on any error no output is touched.
+///
+/// Statuses, first problem first: `config` and `plan` (as `skrull_layout_fill()`), `gpus`
+/// (NULL with a nonzero `count`, misaligned), `outs` (the same), each `outs[k]` in order
+/// (NULL, misaligned, struct size, reserved field), `lengths`, the plan and the workspace (as
+/// `skrull_layout_fill()`), then every GPU in order as `skrull_layout_fill()` checks its GPU
+/// and outputs (`NO_SUCH_GPU`, `LAYOUT_OVERFLOW`, `out->layout`, each buffer, overlaps), where
+/// an output must not overlap the `gpus` or `outs` arrays either. Outputs of different GPUs
+/// must not overlap each other or another GPU's `skrull_layout_buffers`; where they do, the
+/// call stays memory-safe (each GPU is checked again just before it is written) but what they
+/// hold afterwards is unspecified. `count = 0` validates the plan and writes nothing. No
+/// allocation, no state; thread-safe with separate workspaces and outputs.
+///
+/// # Safety
+/// - As `skrull_layout_fill()` for `config`, `lengths`, `plan` and `workspace`.
+/// - `gpus`, unless NULL, points to `count` readable `skrull_gpu`; `outs`, unless NULL, to
+///   `count` readable pointers, each NULL or pointing to a `skrull_layout_buffers` that meets
+///   `skrull_layout_fill()`'s contract for `out`.
+/// - No other thread touches any of these during the call.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn skrull_layout_fill_many(
+    config: *const skrull_config,
+    lengths: *const u32,
+    n: usize,
+    plan: *const skrull_plan_buffers,
+    gpus: *const skrull_gpu,
+    count: usize,
+    workspace: *mut c_void,
+    workspace_size: usize,
+    outs: *const *const skrull_layout_buffers,
+) -> skrull_status {
+    guard(|| {
+        let call = Call {
+            config,
+            lengths,
+            n,
+            plan,
+            gpus,
+            count,
+            workspace,
+            workspace_size,
+            outs,
+        };
+        // SAFETY: forwarded caller contract.
+        let r = unsafe { fill_many(&call) };
+        let inputs = [
+            Span::of(config, 1),
+            Span::of(lengths, n),
+            Span::of(gpus, count),
+            Span::of(outs, count),
+        ];
+        // SAFETY: forwarded caller contract for `plan`; the target is checked in `target`.
+        unsafe { finish(r, target(plan, &inputs)) }
+    })
+}
+
+/// The arguments of one [`skrull_layout_fill_many`] call.
+struct Call {
+    config: *const skrull_config,
+    lengths: *const u32,
+    n: usize,
+    plan: *const skrull_plan_buffers,
+    gpus: *const skrull_gpu,
+    count: usize,
+    workspace: *mut c_void,
+    workspace_size: usize,
+    outs: *const *const skrull_layout_buffers,
+}
+
+/// The body of [`skrull_layout_fill_many`].
+///
+/// # Safety
+/// As [`skrull_layout_fill_many`] for every pointer of `call`.
+unsafe fn fill_many(call: &Call) -> Result<(), Failure> {
+    // SAFETY: forwarded caller contract.
+    let (cfg, bufs) = unsafe { read_head(call.config, call.plan) }?;
+    // SAFETY: `count` readable GPUs unless NULL (caller contract).
+    let (gpus, gpus_span) = unsafe { input(call.gpus, call.count, call.count) }?;
+    // SAFETY: `count` readable pointers unless NULL (caller contract).
+    let (outs, outs_span) = unsafe { input(call.outs, call.count, call.count) }?;
+    for &out in outs {
+        // SAFETY: each pointer meets `skrull_layout_fill()`'s contract for `out`.
+        unsafe { read_out(out) }?;
+    }
+    // SAFETY: forwarded caller contract.
+    let lengths = unsafe { read_lengths(call.lengths, call.n) }?;
+    // SAFETY: forwarded caller contract.
+    let mut p = unsafe { read_plan(&cfg, lengths, &bufs, call.workspace, call.workspace_size) }?;
+    let ws = declared(
+        call.workspace.cast_const().cast::<u8>(),
+        call.workspace_size,
+    )?;
+    let more = [gpus_span, outs_span];
+    // Every GPU is checked before anything is written.
+    for (&gpu, &out) in gpus.iter().zip(outs) {
+        // SAFETY: as above (nothing was written yet).
+        let o = unsafe { read_out(out) }?;
+        check_gpu(&cfg, lengths, &p, &bufs, &o, gpu, ws, &more)?;
+    }
+    // The spans of one GPU at a time, staged in the same workspace region (a GPU's layout
+    // has at most `2n` spans, what the workspace holds).
+    let staging = p.carver.take(2 * call.n)?;
+    for (&gpu, &out) in gpus.iter().zip(outs) {
+        // Read and checked again: an earlier GPU's outputs may overlap this GPU's struct
+        // (a caller error that leaves outputs unspecified, never an unchecked write).
+        // SAFETY: as above.
+        let o = unsafe { read_out(out) }?;
+        let c = check_gpu(&cfg, lengths, &p, &bufs, &o, gpu, ws, &more)?;
+        let staged = staging.get_mut(..c.spans).ok_or(skrull_status::Internal)?;
+        // SAFETY: `check_gpu` passed for `o` (caller contract: its buffers are writable).
+        unsafe { write_gpu(&cfg, lengths, &p.plan, &o, &c, staged) }?;
+    }
+    Ok(())
+}
