@@ -86,7 +86,8 @@ pub fn independent_check(cfg: &Config, lengths: &[u32], plan: &Plan<'_>) -> Resu
         }
     }
     // Micro-batch indices of each DP rank are 0..count, and count matches the plan (with
-    // lockstep: every rank declares the most any rank uses).
+    // lockstep: every rank declares the most any rank uses; with a fixed count, that count).
+    // With filling, a rank that declares more than it uses holds one sequence in each.
     let most = (0..dp)
         .map(|d| used_mbs.get(&d).map_or(0, HashSet::len) as u32)
         .max()
@@ -94,10 +95,22 @@ pub fn independent_check(cfg: &Config, lengths: &[u32], plan: &Plan<'_>) -> Resu
     for d in 0..dp {
         let used = used_mbs.get(&d).map_or(0, HashSet::len) as u32;
         let declared = plan.micro_batches_per_dp()[d as usize];
-        let expected = if cfg.lockstep { most } else { used };
+        let expected = if cfg.micro_batches != 0 {
+            cfg.micro_batches
+        } else if cfg.lockstep {
+            most
+        } else {
+            used
+        };
         if declared != expected {
             return Err(format!(
                 "dp {d}: {used} micro-batches used, {declared} declared"
+            ));
+        }
+        let seqs = plan.placements().iter().filter(|p| p.dp_rank == d).count() as u32;
+        if cfg.fills_empty() && used < declared && used != seqs {
+            return Err(format!(
+                "dp {d}: an empty micro-batch with {seqs} sequences in {used} micro-batches"
             ));
         }
         if let Some(set) = used_mbs.get(&d)

@@ -104,8 +104,10 @@ pub struct Input {
 /// Mode bits: `0x80` the Qwen2.5-7B preset, `0x40` model fields follow, `0x20` "fit" lengths,
 /// `0x10` pad multiple, local padding and lockstep selectors follow, `0x08` a caller cost
 /// model follows, `0x04` error details, `0x01` sub-groups on (`subgroups = 1`; with `0x02`
-/// too: `subgroups = 2`, not a flag). `0x02` alone means nothing. The sub-group bits read no
-/// byte, so an input written before they existed keeps its fields and lengths.
+/// too: `subgroups = 2`, not a flag). `0x02` alone fills empty micro-batches
+/// (`fill_empty = 1`) and makes the decoded `max_micro_batches` a fixed count instead
+/// (`micro_batches`, then no limit). These bits read no byte, so an input written before
+/// they existed keeps its fields and lengths.
 pub fn decode(data: &[u8]) -> Input {
     let mut r = Reader::new(data);
     let mode = r.u8();
@@ -149,6 +151,10 @@ pub fn decode(data: &[u8]) -> Input {
         0x03 => 2,
         _ => 0,
     };
+    if mode & 0x03 == 0x02 {
+        cfg.fill_empty = 1;
+        (cfg.micro_batches, cfg.max_micro_batches) = (cfg.max_micro_batches, 0);
+    }
     let perturb = match r.u8() % 16 {
         9 => Perturb::WorkspaceShort(r.u8()),
         10 => Perturb::OutputShort(r.u8()),
@@ -218,12 +224,18 @@ impl Input {
 
     /// [`Input::core_config`] as a library reads it from a `struct_size` of `size` bytes:
     /// the fields that end past it keep their defaults (pad multiple 1, no local padding, no
-    /// lockstep, no cost model, no sub-groups). Offsets written out: 60 (version 1), 64, 68,
-    /// 72, 80, 84.
+    /// lockstep, no cost model, no sub-groups, no filling, no fixed count). Offsets written
+    /// out: 60 (version 1), 64, 68, 72, 80, 84, 88, 92.
     pub fn core_config_sized(&self, size: u32) -> Result<Config, skrull_status> {
         let mut c = self.cfg;
         if size < 84 {
             c.subgroups = 0;
+        }
+        if size < 88 {
+            c.fill_empty = 0;
+        }
+        if size < 92 {
+            c.micro_batches = 0;
         }
         if size < 64 {
             c.pad_multiple = 1;

@@ -127,6 +127,13 @@ pub fn rust_api(data: &[u8]) {
         (Err(Error::MicroBatchLimit { .. }), Ok(()), None) => {
             assert_ne!(cfg.max_micro_batches, 0, "limit error without a limit");
         }
+        (Err(Error::MicroBatchCount { count, needed, .. }), Ok(()), None) => {
+            assert_eq!(*count, cfg.micro_batches, "count error without that count");
+            assert!(
+                needed > count,
+                "{needed} micro-batches fit a count of {count}"
+            );
+        }
         (Err(e), Ok(()), None) => panic!("valid call failed with {e:?}"),
         (Ok(plan), Ok(()), None) => {
             if let Err(e) = check_rust_plan(&cfg, lengths, plan) {
