@@ -1,33 +1,35 @@
 """skrull: a data scheduler for long-context training, from Python.
 
 A thin binding (ctypes) over the C ABI of ``libskrull`` (``include/skrull.h``), which ships
-inside this package. For every global batch, every rank calls ``Scheduler.plan`` with the same
-lengths and gets the same plan, bit for bit, so no broadcast is needed::
+inside this package together with the ``skrull`` command. For every global batch, every rank
+calls ``Scheduler.plan`` with the same lengths and gets the same plan, bit for bit, so no
+broadcast is needed::
 
     import skrull
-    s = skrull.Scheduler(dp=4, cp=8, bucket_tokens=26624, model="qwen2.5-0.5b",
-                         policy="balanced")
-    plan = s.plan(lengths)                  # any integer sequence or numpy array
-    plan.dp_rank, plan.micro_batch, plan.cp_rank   # per sequence; cp_rank -1 = sharded
+    s = skrull.Scheduler(dp=1, cp=4, bucket_tokens=4096, policy="skrull")
+    plan = s.plan([1000, 900, 800, 12000])  # any integer sequence, numpy or torch array
+    plan.cp_rank                            # [2, 1, 0, -1]: three whole, one sharded
     plan.micro_batches_per_dp               # per DP rank
-    lay = plan.layout(dp_rank, micro_batch, cp_rank)   # one GPU: spans, cu_seqlens, ...
+    lay = plan.layout(0, 0, 3)              # one GPU: spans, cu_seqlens, gather index, ...
     plan.to_megatron_groups()               # sample_id_groups[micro_batch][dp * cp + cp_rank]
+    plan.to_json()                          # what `skrull plan --format json` prints
 
-How it maps to C (docs/python.md has the whole guide):
+How it maps to C (docs/python.md has the whole guide, docs/api the reference):
 
 - ``Scheduler(...)`` builds one ``skrull_config`` (``skrull_config_preset_init`` + your
-  fields: pad multiple, lockstep, a ``CostModel`` for ``balanced`` ...), validated at once,
-  and sizes its buffers with ``skrull_plan_sizes``; they grow when a larger batch arrives.
+  fields), checked in Python and by the library at once, and sizes its buffers with
+  ``skrull_plan_sizes``; they grow when a larger batch arrives.
 - ``Scheduler.plan`` is ``skrull_schedule``; the ``Plan`` holds copies of the
   ``skrull_plan_buffers`` as numpy arrays, plus ``summary`` and ``digest()``.
-- ``Plan.layout`` is ``skrull_layout_sizes`` + ``skrull_layout_fill``, into arrays of exactly
-  the size the library asked for (gather index included).
-- A non-zero ``skrull_status`` raises a ``skrull.Error`` subclass (``ConfigError``,
-  ``BatchError``, ``LayoutError``, ``ArgumentError``, ``InternalError``) whose ``status`` is the
-  status name (``"SEQUENCE_TOO_LONG"``), ``code`` its number, ``message`` the library's text,
-  and ``index``/``value``/``limit``/``field`` the library's ``skrull_error_info``.
+- ``Plan.layout`` comes from ``skrull_layout_fill_many``, into arrays of exactly the size the
+  library needs (gather index included).
+- Mistakes raise a ``skrull.Error`` subclass: ``ArgumentError`` (a ``TypeError``),
+  ``ConfigError``, ``BatchError``, ``LayoutError`` (each a ``ValueError``) or ``InternalError``,
+  whose message names the argument, the value, what is accepted and what to do, and whose
+  ``status``, ``index``, ``value``, ``limit`` and ``field_name`` carry the details.
 
-``skrull.torch`` (install ``skrull[torch]``) turns plans into per-rank tensors.
+``skrull.torch`` (install ``skrull[torch]``) turns plans into per-rank tensors;
+``python -m skrull.profile`` measures a machine and fits the cost model.
 """
 
 from __future__ import annotations
@@ -54,18 +56,45 @@ MAX_PAD_MULTIPLE = _ffi.MAX_PAD_MULTIPLE
 
 
 def library_version() -> str:
-    """The loaded library's version (``skrull_version()``)."""
-    return _ffi.lib.skrull_version().decode()
+    """The loaded library's version.
+
+    Returns
+    -------
+    str
+        ``skrull_version()``, e.g. ``"0.1.0"``.
+
+    Example
+    -------
+    >>> import skrull
+    >>> skrull.library_version() == skrull.__version__
+    True
+    """
+    version: bytes = _ffi.lib.skrull_version()
+    return version.decode()
 
 
 def library_path() -> str:
-    """The path of the loaded ``libskrull``."""
+    """The path of the loaded ``libskrull``.
+
+    Returns
+    -------
+    str
+        The shared library next to the package, or ``$SKRULL_LIBRARY``.
+
+    Example
+    -------
+    >>> import skrull
+    >>> "skrull" in skrull.library_path()
+    True
+    """
     return str(_ffi.library_path())
 
 
 for _cls in (ArgumentError, BatchError, Config, ConfigError, CostModel, Error, InternalError,
              Layout, LayoutError, ModelShape, Plan, Scheduler, Status, Summary):
     _cls.__module__ = __name__  # tracebacks and help() say skrull.BatchError, not skrull._errors
+
+del annotations, _cls  # keep dir(skrull) to the API
 
 __all__ = [
     "ABI_VERSION", "MAX_PAD_MULTIPLE", "MAX_RINGS", "MAX_SEQUENCES", "NO_MICRO_BATCH", "SHARDED",

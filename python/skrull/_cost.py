@@ -12,7 +12,7 @@ from functools import lru_cache
 from typing import Any, Iterator, Mapping
 
 from . import _ffi
-from ._errors import ConfigError, Status, check, make_error
+from ._errors import ConfigError, Error, Status, check, make_error, type_error
 
 #: ``SKRULL_GPU_*`` by name.
 GPUS = {"h100": _ffi.GPU_H100, "h200": _ffi.GPU_H200}
@@ -21,7 +21,7 @@ OVERLAPS = {"local-attention": _ffi.OVERLAP_LOCAL_ATTENTION,
             "all-attention": _ffi.OVERLAP_ALL_ATTENTION}
 
 #: Every field after ``struct_size``, in ``skrull_cost_model`` order.
-FIELDS = tuple(name for name, _ in _ffi.skrull_cost_model._fields_[1:])
+FIELDS = tuple(field[0] for field in _ffi.skrull_cost_model._fields_[1:])
 _TABLES = {"attention_seqlen": "seqlen", "attention_fwd_flops": "fwd_flops",
            "attention_bwd_flops": "bwd_flops"}
 _WHOLE = {"attention_tile", "gpus_per_node"}  # uint32_t; every other scalar is a double
@@ -35,27 +35,26 @@ _FILE_ORDER = ("peak_flops", "gemm_efficiency", "hbm_bandwidth", "weight_bytes",
                "iteration_fixed_s")
 
 
-def _bad(field: str, why: str) -> ConfigError:
-    return make_error(Status.INVALID_COST_MODEL, f"cost model: {field!r} {why}",
-                      field_name=field)  # type: ignore[return-value]
+def _bad(field: str, why: str) -> Error:
+    return make_error(Status.INVALID_COST_MODEL, f"cost model: {field!r} {why}", ConfigError,
+                      field_name=field)
 
 
 def _number(field: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) and \
             not hasattr(value, "__float__"):
-        raise make_error(Status.INVALID_ARG, f"cost model: {field} must be a number, got "
-                         f"{value!r}", field_name=field)
+        raise type_error(f"cost model field {field}", value, "a number", field)
     return float(value)
 
 
 def _whole(field: str, value: Any) -> int:
     if isinstance(value, bool) or not hasattr(value, "__index__"):
-        raise make_error(Status.INVALID_ARG, f"cost model: {field} must be an integer, got "
-                         f"{value!r}", field_name=field)
+        raise type_error(f"cost model field {field}", value, field=field)
     value = operator.index(value)
     if not 0 <= value <= _U32_MAX:  # ctypes would wrap it into a valid-looking uint32_t
-        raise _bad(field, f"= {value} does not fit uint32_t")
-    return value
+        raise _bad(field, f"= {value} is out of range: it must be a whole number from 0 to "
+                   f"{_U32_MAX}")
+    return int(value)
 
 
 class CostModel:
@@ -74,6 +73,34 @@ class CostModel:
     missing one keeps the preset's value); ``to_json()`` writes it. A ``Scheduler`` keeps a
     read-only copy (``scheduler.config.cost_model``): changing this object later does not
     change that scheduler's plans.
+
+    Parameters
+    ----------
+    gpu : str or int, optional
+        ``"h100"`` (default) or ``"h200"`` (``skrull.GPUS``).
+    model : str, ModelShape or dict, optional
+        The model shape (as ``Scheduler(model=...)``; default ``"qwen2.5-0.5b"``).
+    **fields
+        Fields to change, by their C names (``gpus_per_node=16``).
+
+    Raises
+    ------
+    ConfigError
+        An unknown GPU (``INVALID_ENUM``), a whole-number field out of range
+        (``INVALID_COST_MODEL``, ``field_name`` the field).
+    ArgumentError
+        A value of the wrong type.
+    AttributeError
+        An unknown field name.
+
+    Example
+    -------
+    >>> import skrull
+    >>> m = skrull.CostModel("h100", gpus_per_node=4)
+    >>> m
+    CostModel('h100', gpus_per_node=4)
+    >>> m.gpus_per_node, m.overlap
+    (4, 'local-attention')
     """
 
     __slots__ = ("_c", "_frozen", "gpu", "model")
@@ -151,7 +178,20 @@ class CostModel:
         return f"CostModel({self.gpu!r}{''.join(', ' + c for c in changed)})"
 
     def copy(self) -> CostModel:
-        """A mutable copy."""
+        """A mutable copy (of a ``Scheduler``'s read-only one, too).
+
+        Returns
+        -------
+        CostModel
+            Equal to this one, not frozen.
+
+        Example
+        -------
+        >>> import skrull
+        >>> m = skrull.CostModel("h200")
+        >>> m.copy() == m
+        True
+        """
         other = object.__new__(CostModel)
         object.__setattr__(other, "_c", _ffi.skrull_cost_model.from_buffer_copy(self._c))
         object.__setattr__(other, "_frozen", False)
@@ -159,7 +199,7 @@ class CostModel:
         object.__setattr__(other, "model", self.model)
         return other
 
-    def __reduce__(self) -> tuple:
+    def __reduce__(self) -> tuple[Any, ...]:
         """Pickles (for multiprocessing) as the preset name, the shape and the struct's bytes;
         the copy is mutable."""
         return (_from_bytes, (self.gpu, self.model, bytes(self._c)))
@@ -172,18 +212,56 @@ class CostModel:
     # ---- checks -------------------------------------------------------------------------------
 
     def validate(self) -> None:
-        """Has the library check every value; raises ``ConfigError`` (``INVALID_COST_MODEL``
-        with ``field`` and ``field_name``, or ``INVALID_ENUM`` for an unknown ``overlap``)."""
+        """Has the library check every value.
+
+        Raises
+        ------
+        ConfigError
+            ``INVALID_COST_MODEL`` with ``field`` and ``field_name``, or ``INVALID_ENUM`` for
+            an unknown ``overlap``.
+
+        Example
+        -------
+        >>> import skrull
+        >>> m = skrull.CostModel("h100")
+        >>> m.gemm_efficiency = 1.5
+        >>> m.validate()
+        Traceback (most recent call last):
+        ...
+        skrull.ConfigError: cost model: gemm_efficiency is out of range (docs/cost_model.md lists each field's valid values); fix it, or start again from skrull.CostModel('h100') [INVALID_COST_MODEL]
+        """
         from ._config import check_config
+        self._check_overlap()
         status, cfg = _ffi.preset_config(0)
         check(status)
         cfg.cost_model = ctypes.addressof(self._c)
         check_config(cfg, "cost model")
 
+    def _check_overlap(self) -> None:
+        """``overlap`` must be one of ``OVERLAPS`` (a number set directly may not be)."""
+        code = self._c.overlap
+        if code not in OVERLAPS.values():
+            raise make_error(Status.INVALID_ENUM, f"cost_model.overlap={code} is not an overlap "
+                             f"mode: use one of {', '.join(map(repr, OVERLAPS))}", ConfigError,
+                             value=code, limit=max(OVERLAPS.values()), field_name="overlap")
+
     # ---- the file format ----------------------------------------------------------------------
 
     def to_dict(self) -> dict[str, Any]:
-        """The cost-model file's fields (``skrull calibrate``'s order and names)."""
+        """The cost-model file's fields.
+
+        Returns
+        -------
+        dict
+            ``skrull calibrate``'s keys, in its order (the attention table as one
+            ``attention`` object).
+
+        Example
+        -------
+        >>> import skrull
+        >>> list(skrull.CostModel("h100").to_dict())[:3]
+        ['peak_flops', 'gemm_efficiency', 'hbm_bandwidth']
+        """
         out: dict[str, Any] = {}
         for key in _FILE_ORDER:
             if key == "attention":
@@ -192,9 +270,28 @@ class CostModel:
                 out[key] = getattr(self, key)
         return out
 
-    def to_json(self, path: str | os.PathLike | None = None, comment: str = "") -> str:
-        """The cost-model file text (and writes it to ``path`` when given). Floats are written
-        with Python's shortest round-trip repr, so ``from_json`` reads back the same bits."""
+    def to_json(self, path: str | os.PathLike[str] | None = None, comment: str = "") -> str:
+        """The cost-model file text.
+
+        Parameters
+        ----------
+        path : str or path, optional
+            Where to write it too.
+        comment : str, optional
+            The file's ``_comment``.
+
+        Returns
+        -------
+        str
+            The JSON text. Floats are written with Python's shortest round-trip repr, so
+            ``from_json`` reads back the same bits.
+
+        Example
+        -------
+        >>> import json, skrull
+        >>> json.loads(skrull.CostModel("h100").to_json())["gpus_per_node"]
+        8
+        """
         text = json.dumps({"_comment": comment, **self.to_dict()}, indent=2) + "\n"
         if path is not None:
             with open(path, "w", encoding="utf-8") as f:
@@ -204,10 +301,37 @@ class CostModel:
     @classmethod
     def from_dict(cls, fields: Mapping[str, Any], gpu: str | int = "h100",
                   model: Any = "qwen2.5-0.5b") -> CostModel:
-        """A model from the file's fields over the ``gpu`` preset for ``model`` (as
+        """A model from a cost-model file's fields over the ``gpu`` preset for ``model`` (as
         ``skrull --cost-model FILE --gpu GPU --model MODEL``): keys starting with ``_`` are
         comments, an unknown key or a value of the wrong type is ``INVALID_COST_MODEL`` naming
-        it, and the result is validated by the library."""
+        it, and the result is validated by the library.
+
+        Parameters
+        ----------
+        fields : mapping
+            The file's object (``json.load`` of it).
+        gpu : str or int, optional
+            The preset the missing fields come from.
+        model : str, ModelShape or dict, optional
+            The model shape.
+
+        Returns
+        -------
+        CostModel
+            Validated.
+
+        Raises
+        ------
+        ConfigError
+            ``INVALID_COST_MODEL`` naming the key (unknown, wrongly typed, or a value the
+            library refuses).
+
+        Example
+        -------
+        >>> import skrull
+        >>> skrull.CostModel.from_dict({"gpus_per_node": 4}).gpus_per_node
+        4
+        """
         if not isinstance(fields, Mapping):
             raise _bad("(file)", "must be a JSON object")
         m = cls(gpu, model)
@@ -230,9 +354,39 @@ class CostModel:
         return m
 
     @classmethod
-    def from_json(cls, path: str | os.PathLike, gpu: str | int = "h100",
+    def from_json(cls, path: str | os.PathLike[str], gpu: str | int = "h100",
                   model: Any = "qwen2.5-0.5b") -> CostModel:
-        """Reads a cost-model file (the JSON ``skrull calibrate`` prints); see ``from_dict``."""
+        """Reads a cost-model file (the JSON ``skrull calibrate`` prints).
+
+        Parameters
+        ----------
+        path : str or path
+            The file.
+        gpu : str or int, optional
+            The preset the missing fields come from (``--gpu`` of the CLI).
+        model : str, ModelShape or dict, optional
+            The model shape (``--model`` of the CLI).
+
+        Returns
+        -------
+        CostModel
+            Validated by the library.
+
+        Raises
+        ------
+        ConfigError
+            ``INVALID_COST_MODEL``: not JSON, or a key as in ``from_dict``.
+        OSError
+            The file cannot be read.
+
+        Example
+        -------
+        >>> import os, tempfile, skrull
+        >>> path = os.path.join(tempfile.mkdtemp(), "model.json")
+        >>> _ = skrull.CostModel("h100", gpus_per_node=16).to_json(path)
+        >>> skrull.CostModel.from_json(path).gpus_per_node
+        16
+        """
         with open(path, encoding="utf-8") as f:
             text = f.read()
         try:

@@ -47,7 +47,15 @@ class Ring:
     ``first .. first + size`` (the whole group, or an aligned sub-group), which occupy buffer
     tokens ``[start, stop)``. The ``cu_seqlens`` arrays are this ring's slices of the layout's,
     rebased to start at 0, as a varlen CP kernel over the ring's process group takes them;
-    ``spans`` are the ring's ``2 * seqs`` spans."""
+    ``spans`` are the ring's ``2 * seqs`` spans. ``repr`` shows the scalars only.
+
+    Example
+    -------
+    >>> import skrull
+    >>> plan = skrull.Scheduler(dp=1, cp=2, bucket_tokens=64).plan([30, 100])
+    >>> plan.layout(0, 0, 0).ring_views()
+    [Ring(first=0, size=2, seqs=1, start=0, stop=50, max_seqlen=100)]
+    """
 
     first: int
     size: int
@@ -61,6 +69,10 @@ class Ring:
     max_seqlen_padded: int
     rank_max_seqlen: int
     spans: np.ndarray
+
+    def __repr__(self) -> str:
+        return (f"Ring(first={self.first}, size={self.size}, seqs={self.seqs}, "
+                f"start={self.start}, stop={self.stop}, max_seqlen={self.max_seqlen})")
 
 
 class Layout:
@@ -78,6 +90,15 @@ class Layout:
     the CP groups the sharded group runs over: the whole group first, then sub-groups, largest
     first; ``ring_views()`` gives each ring's slices. An empty lockstep micro-batch
     has ``micro_batch_global == skrull.NO_MICRO_BATCH`` and no token. See docs/layout.md.
+
+    Example
+    -------
+    >>> import skrull
+    >>> plan = skrull.Scheduler(dp=1, cp=4, bucket_tokens=4096, policy="skrull").plan(
+    ...     [1000, 900, 800, 12000])
+    >>> lay = plan.layout(0, 0, 0)      # CP rank 0: sequence 2 whole, its share of sequence 3
+    >>> lay.local_tokens, lay.sharded_tokens, lay.local_cu_seqlens.tolist()
+    (800, 3000, [0, 800])
     """
 
     dp_rank: int
@@ -127,14 +148,28 @@ class Layout:
     is_padding_micro_batch = is_empty_micro_batch
 
     def ring_views(self) -> list[Ring]:
-        """The sharded group ring by ring, in ``rings`` order (every GPU of a ring lists it,
-        in the same order, so their collectives pair up)."""
+        """The sharded group ring by ring, in ``rings`` order.
+
+        Returns
+        -------
+        list of Ring
+            One per CP attention call, the whole group first, then sub-groups, largest first
+            (every GPU of a ring lists it, in the same order, so their collectives pair up).
+
+        Example
+        -------
+        >>> import skrull
+        >>> plan = skrull.Scheduler(dp=1, cp=2, bucket_tokens=64).plan([30, 100])
+        >>> [(r.first, r.size, r.seqs) for r in plan.layout(0, 0, 1).ring_views()]
+        [(0, 2, 1)]
+        """
         out = []
         for first, size, offset, seqs in self.rings.tolist():
             lo, hi = offset, offset + seqs
 
             def part(a: np.ndarray) -> np.ndarray:
-                return a[lo:hi + 1] - a[lo]
+                out: np.ndarray = a[lo:hi + 1] - a[lo]
+                return out
             cu, cu_padded, rank_cu = (part(self.sharded_cu_seqlens),
                                       part(self.sharded_cu_seqlens_padded),
                                       part(self.rank_cu_seqlens))
@@ -153,7 +188,7 @@ class Layout:
     @cached_property
     def token_seq(self) -> np.ndarray:
         """Per token: the sequence index (into the plan's lengths), -1 on padding."""
-        seq = self.spans["seq"].astype(np.int32)[self._span_of_token]
+        seq: np.ndarray = self.spans["seq"].astype(np.int32)[self._span_of_token]
         seq[~self.is_real] = -1
         return seq
 
@@ -162,7 +197,8 @@ class Layout:
         """Per token: True for a real token, False for zigzag padding."""
         s = self._span_of_token
         within = np.arange(self.tokens, dtype=np.int64) - self.spans["offset"][s]
-        return within < self.spans["len"][s]
+        real: np.ndarray = within < self.spans["len"][s]
+        return real
 
     @cached_property
     def loss_weights(self) -> np.ndarray:

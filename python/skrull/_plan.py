@@ -6,13 +6,15 @@ import ctypes
 import hashlib
 from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, Sequence
+import json
+import operator
+from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 import numpy as np
 
 from . import _ffi, _layout
-from ._config import Config
-from ._errors import Status, make_error
+from ._config import PRESETS, Config, ModelShape, model_shape
+from ._errors import BatchError, Error, LayoutError, Status, make_error, type_error
 
 if TYPE_CHECKING:
     from ._scheduler import Scheduler
@@ -28,7 +30,14 @@ CP_GROUP_DTYPE = np.dtype(_ffi.skrull_cp_group)
 
 @dataclass(frozen=True)
 class Summary:
-    """``skrull_summary``: counts over the whole plan."""
+    """``skrull_summary``: counts over the whole plan (``Plan.summary``).
+
+    Example
+    -------
+    >>> import skrull
+    >>> skrull.Scheduler(dp=1, cp=2, bucket_tokens=64).plan([30, 100]).summary.total_tokens
+    130
+    """
 
     total_tokens: int
     sequences: int
@@ -43,26 +52,45 @@ def _frozen(a: np.ndarray) -> np.ndarray:
     return a
 
 
-def _gpu_index(name: str, value: Any) -> int:
+def _index(name: str, value: Any) -> int:
+    """A GPU index argument: an integer (not a bool), else ``ArgumentError``."""
     if isinstance(value, bool) or not hasattr(value, "__index__"):
-        raise make_error(Status.INVALID_ARG, f"{name} must be an integer, got {value!r}")
-    value = int(value)
-    if not 0 <= value < 2**32:
-        raise make_error(Status.NO_SUCH_GPU, f"{name} = {value}")
-    return value
+        raise type_error(name, value)
+    return operator.index(value)
+
+
+def _no_such(name: str, value: int, count: int, where: str, index: Optional[int] = None
+             ) -> Error:
+    """``LayoutError`` ``NO_SUCH_GPU`` for an index outside ``[0, count)``: ``value`` the
+    index, ``limit`` the count."""
+    valid = f"valid: 0 to {count - 1}" if count > 0 else "none is valid"
+    return make_error(Status.NO_SUCH_GPU, f"{name}={value} is out of range: {where} ({valid})",
+                      LayoutError, index=index, value=value, limit=count, field_name=name)
 
 
 class Plan:
     """Where every sequence of one global batch runs; read-only, independent of later calls.
 
-    Per input sequence (numpy, input order): ``dp_rank``, ``micro_batch``, ``cp_rank`` (-1 =
-    sharded), ``cp_first`` and ``cp_size`` (its CP group: size 1 local, ``cp`` sharded over
-    the whole group, else an aligned sub-group) and ``tokens_per_gpu``. Per DP rank:
-    ``micro_batches_per_dp``
-    (all equal under lockstep, where a rank's extra micro-batches are empty and not in the
-    table). The C tables are there too: ``placements``, ``micro_batch_table`` (sorted by DP
-    rank, then index), ``members``, ``rank_tokens`` (one row of CP loads per table entry) and
-    ``cp_groups`` (``CP_GROUP_DTYPE``, per sequence).
+    Made by ``Scheduler.plan``. Per input sequence (numpy, input order): ``dp_rank``,
+    ``micro_batch``, ``cp_rank`` (-1 = sharded), ``cp_first`` and ``cp_size`` (its CP group:
+    size 1 local, ``cp`` sharded over the whole group, else an aligned sub-group) and
+    ``tokens_per_gpu``. Per DP rank: ``micro_batches_per_dp`` (all equal under lockstep, where
+    a rank's extra micro-batches are empty and not in the table). The C tables are there too:
+    ``placements``, ``micro_batch_table`` (sorted by DP rank, then index), ``members``,
+    ``rank_tokens`` (one row of CP loads per table entry) and ``cp_groups``
+    (``CP_GROUP_DTYPE``, per sequence). ``len(plan)`` is the number of sequences; plans
+    compare with ``==`` (configuration, lengths and every table), hash by ``digest()``,
+    pickle, and export as the CLI's JSON (``to_dict``, ``to_json``).
+
+    Example
+    -------
+    >>> import skrull
+    >>> plan = skrull.Scheduler(dp=1, cp=4, bucket_tokens=4096, policy="skrull").plan(
+    ...     [1000, 900, 800, 12000])
+    >>> plan.cp_rank.tolist()
+    [2, 1, 0, -1]
+    >>> len(plan), plan.summary.sharded
+    (4, 1)
     """
 
     def __init__(self, scheduler: Scheduler, lengths: np.ndarray, placements: np.ndarray,
@@ -84,7 +112,7 @@ class Plan:
         self._c_error = _ffi.skrull_error_info()  # the layout calls' details (under the lock)
         self._rank_cache: dict[tuple[int, int], tuple[_layout.Layout, ...]] = {}
 
-    def __reduce__(self) -> tuple:
+    def __reduce__(self) -> tuple[Any, ...]:
         """Pickles the plan's arrays and its Scheduler (by configuration), so a plan can be
         sent to a DataLoader worker or another process and laid out there."""
         s = self._c_summary
@@ -162,55 +190,202 @@ class Plan:
             return None
         return int(first + micro_batch)
 
+    def _check_dp(self, dp_rank: Any) -> int:
+        d = _index("dp_rank", dp_rank)
+        if not 0 <= d < self.config.dp:
+            raise _no_such("dp_rank", d, self.config.dp,
+                           f"the plan has {self.config.dp} DP ranks (dp={self.config.dp})")
+        return d
+
+    def _check_cp(self, cp_rank: Any, d: Optional[int] = None) -> int:
+        r = _index("cp_rank", cp_rank)
+        if not 0 <= r < self.config.cp:
+            raise _no_such("cp_rank", r, self.config.cp,
+                           f"the plan has {self.config.cp} CP ranks (cp={self.config.cp})", d)
+        return r
+
+    def _check_micro_batch(self, d: int, micro_batch: Any) -> int:
+        m = _index("micro_batch", micro_batch)
+        count = int(self.micro_batches_per_dp[d])
+        if not 0 <= m < count:
+            raise _no_such("micro_batch", m, count, f"DP rank {d} runs {count} micro-batch"
+                           f"{'' if count == 1 else 'es'} in this plan", d)
+        return m
+
     def members_of(self, dp_rank: int, micro_batch: int) -> np.ndarray:
-        """Sequence indices of one micro-batch, in plan order (int64; empty for an empty
-        lockstep micro-batch and past a rank's count)."""
-        g = self._table_index(dp_rank, micro_batch)
+        """The sequences of one micro-batch.
+
+        Parameters
+        ----------
+        dp_rank : int
+            ``0 <= dp_rank < dp``.
+        micro_batch : int
+            ``0 <= micro_batch < micro_batches_per_dp[dp_rank]``.
+
+        Returns
+        -------
+        numpy.ndarray
+            Sequence indices in plan order (int64, read-only); empty for an empty lockstep
+            micro-batch.
+
+        Raises
+        ------
+        LayoutError
+            ``NO_SUCH_GPU`` for an index out of range, exactly where ``layout`` raises it
+            (``field_name`` names the index, ``value`` and ``limit`` give it and the count).
+        ArgumentError
+            A non-integer index.
+
+        Example
+        -------
+        >>> import skrull
+        >>> plan = skrull.Scheduler(dp=1, cp=2, bucket_tokens=64).plan([30, 20, 10])
+        >>> sorted(plan.members_of(0, 0).tolist())
+        [0, 1, 2]
+        """
+        d = self._check_dp(dp_rank)
+        m = self._check_micro_batch(d, micro_batch)
+        g = self._table_index(d, m)
         if g is None:
             return _frozen(np.empty(0, np.int64))
         entry = self.micro_batch_table[g]
         return self.members[entry["first"]:entry["first"] + entry["count"]]
 
     def dp_sequences(self, dp_rank: int) -> np.ndarray:
-        """The DP rank's sequences in plan order (int64; micro-batch 0's members in table order,
-        then micro-batch 1's, ...): the token stream ``Layout.gather_index`` indexes. Concatenate
-        the rank's samples in this order and gather each GPU buffer from it."""
-        d = _gpu_index("dp_rank", dp_rank)
-        if d >= self.config.dp:
-            raise make_error(Status.NO_SUCH_GPU, f"DP rank {d} of {self.config.dp}", index=d)
+        """The DP rank's sequences in plan order: the token stream ``Layout.gather_index``
+        indexes.
+
+        Parameters
+        ----------
+        dp_rank : int
+            ``0 <= dp_rank < dp``.
+
+        Returns
+        -------
+        numpy.ndarray
+            int64: micro-batch 0's members in table order, then micro-batch 1's, ...
+            Concatenate the rank's samples in this order and gather each GPU buffer from it.
+
+        Raises
+        ------
+        LayoutError
+            ``NO_SUCH_GPU`` for a DP rank out of range.
+
+        Example
+        -------
+        >>> import skrull
+        >>> plan = skrull.Scheduler(dp=2, cp=1, bucket_tokens=64).plan([30, 20, 10, 5])
+        >>> sorted(plan.dp_sequences(0).tolist() + plan.dp_sequences(1).tolist())
+        [0, 1, 2, 3]
+        """
+        d = self._check_dp(dp_rank)
         first, stop = self._table_rows[d], self._table_rows[d + 1]
         parts = [self.members[e["first"]:e["first"] + e["count"]]
                  for e in self.micro_batch_table[first:stop]]
         return _frozen(np.concatenate(parts)) if parts else _frozen(np.empty(0, np.int64))
 
     def dp_stream_offsets(self, dp_rank: int) -> np.ndarray:
-        """Offsets of ``dp_sequences(dp_rank)`` in the DP rank's token stream (int64, one more
-        than sequences: the last is the stream's length)."""
+        """Offsets of ``dp_sequences(dp_rank)`` in the DP rank's token stream.
+
+        Parameters
+        ----------
+        dp_rank : int
+            ``0 <= dp_rank < dp``.
+
+        Returns
+        -------
+        numpy.ndarray
+            int64, one more than sequences: the last is the stream's length.
+
+        Raises
+        ------
+        LayoutError
+            ``NO_SUCH_GPU`` for a DP rank out of range.
+
+        Example
+        -------
+        >>> import skrull
+        >>> plan = skrull.Scheduler(dp=1, cp=1, bucket_tokens=64).plan([30, 20])
+        >>> int(plan.dp_stream_offsets(0)[-1])
+        50
+        """
         seqs = self.dp_sequences(dp_rank)
         out = np.zeros(len(seqs) + 1, np.int64)
         np.cumsum(self.lengths[seqs], out=out[1:])
         return out
 
     def layout(self, dp_rank: int, micro_batch: int, cp_rank: int) -> _layout.Layout:
-        """One GPU's layout (from ``rank_layouts``, so the plan is validated once per GPU,
-        not once per micro-batch). A micro-batch index at or past
-        ``micro_batches_per_dp[dp_rank]`` raises ``NO_SUCH_GPU``; under lockstep one past the
-        rank's own count is a valid empty layout (``Layout.is_empty_micro_batch``)."""
-        d = _gpu_index("dp_rank", dp_rank)
-        m = _gpu_index("micro_batch", micro_batch)
-        r = _gpu_index("cp_rank", cp_rank)
-        if d < self.config.dp and r < self.config.cp and m < self.micro_batches_per_dp[d]:
-            return self.rank_layouts(d, r)[m]
-        return self._scheduler._fill_layout(self, d, m, r)  # raises NO_SUCH_GPU
+        """One GPU's layout: what it feeds its kernels for one micro-batch.
+
+        Parameters
+        ----------
+        dp_rank : int
+            ``0 <= dp_rank < dp``.
+        micro_batch : int
+            ``0 <= micro_batch < micro_batches_per_dp[dp_rank]``; under lockstep one past the
+            rank's own count is a valid empty layout (``Layout.is_empty_micro_batch``).
+        cp_rank : int
+            ``0 <= cp_rank < cp``.
+
+        Returns
+        -------
+        Layout
+            Served from ``rank_layouts`` (the plan is validated once per GPU).
+
+        Raises
+        ------
+        LayoutError
+            ``NO_SUCH_GPU`` naming the index out of range (``field_name``), its ``value``
+            and the count (``limit``).
+        ArgumentError
+            A non-integer index.
+
+        Example
+        -------
+        >>> import skrull
+        >>> plan = skrull.Scheduler(dp=1, cp=2, bucket_tokens=64).plan([30, 20, 100])
+        >>> plan.layout(0, 0, 1).tokens
+        50
+        """
+        d = self._check_dp(dp_rank)
+        r = self._check_cp(cp_rank, d)
+        m = self._check_micro_batch(d, micro_batch)
+        return self.rank_layouts(d, r)[m]
 
     def rank_layouts(self, dp_rank: int, cp_rank: int) -> list[_layout.Layout]:
-        """This GPU's layouts, one per micro-batch its DP rank runs
-        (``micro_batches_per_dp[dp_rank]``; with lockstep the same count on every rank, the
-        extra ones empty), made by one ``skrull_layout_fill_many`` call that validates the
-        plan once, and kept: ``layout`` serves this GPU's micro-batches from them."""
-        d, r = _gpu_index("dp_rank", dp_rank), _gpu_index("cp_rank", cp_rank)
-        if d >= self.config.dp or r >= self.config.cp:
-            raise make_error(Status.NO_SUCH_GPU, f"DP rank {d}, CP rank {r}")
+        """This GPU's layouts, one per micro-batch its DP rank runs.
+
+        Made by one ``skrull_layout_fill_many`` call that validates the plan once, and kept:
+        ``layout`` serves this GPU's micro-batches from them.
+
+        Parameters
+        ----------
+        dp_rank : int
+            ``0 <= dp_rank < dp``.
+        cp_rank : int
+            ``0 <= cp_rank < cp``.
+
+        Returns
+        -------
+        list of Layout
+            ``micro_batches_per_dp[dp_rank]`` layouts (with lockstep the same count on every
+            rank, the extra ones empty).
+
+        Raises
+        ------
+        LayoutError
+            ``NO_SUCH_GPU`` for an index out of range; ``LAYOUT_OVERFLOW`` when a buffer
+            offset passes int32.
+
+        Example
+        -------
+        >>> import skrull
+        >>> plan = skrull.Scheduler(dp=1, cp=2, bucket_tokens=64).plan([30, 20, 100])
+        >>> [lay.tokens for lay in plan.rank_layouts(0, 0)]
+        [80]
+        """
+        d = self._check_dp(dp_rank)
+        r = self._check_cp(cp_rank, d)
         cached = self._rank_cache.get((d, r))
         if cached is None:
             count = int(self.micro_batches_per_dp[d])
@@ -218,19 +393,42 @@ class Plan:
             self._rank_cache[(d, r)] = cached
         return list(cached)
 
-    def to_megatron_groups(self, sample_ids: Sequence[Any] | None = None) -> list[list[list]]:
-        """``sample_id_groups[micro_batch][dp_rank * cp + cp_rank]`` -> sample ids, the shape of
-        Megatron's ``BasePackingScheduler.get_groups_and_subsamples``: a local sequence on its CP
-        rank, a sharded one on every CP rank of its DP rank; ``num_micro_batches`` entries (the
-        lockstep count), with empty lists for a DP rank's empty micro-batches (or, without
-        lockstep, where it has fewer). A sequence sharded over a sub-group is on the CP ranks of
-        that group only. ``sample_ids[i]`` names sequence ``i`` (default: ``i``)."""
+    def to_megatron_groups(self, sample_ids: Sequence[Any] | None = None) -> list[list[list[Any]]]:
+        """The plan in the shape of Megatron's ``get_groups_and_subsamples``.
+
+        Parameters
+        ----------
+        sample_ids : sequence, optional
+            ``sample_ids[i]`` names sequence ``i`` (default: ``i``).
+
+        Returns
+        -------
+        list
+            ``groups[micro_batch][dp_rank * cp + cp_rank]``: the sample ids that GPU holds; a
+            local sequence on its CP rank, a sharded one on every CP rank of its group;
+            ``num_micro_batches`` rows, empty lists for a DP rank's empty micro-batches.
+
+        Raises
+        ------
+        BatchError
+            ``sample_ids`` does not hold one id per sequence.
+
+        Example
+        -------
+        >>> import skrull
+        >>> plan = skrull.Scheduler(dp=1, cp=2, bucket_tokens=64, policy="skrull").plan(
+        ...     [30, 20, 100])
+        >>> plan.to_megatron_groups(["a", "b", "c"])   # 2 micro-batches x 2 CP ranks
+        [[['b', 'c'], ['b', 'c']], [['a'], []]]
+        """
         dp, cp = self.config.dp, self.config.cp
         ids = list(range(len(self.lengths))) if sample_ids is None else list(sample_ids)
         if len(ids) != len(self.lengths):
-            raise make_error(Status.INVALID_ARG,
-                             f"{len(ids)} sample ids for {len(self.lengths)} sequences")
-        groups: list[list[list]] = [[[] for _ in range(dp * cp)]
+            raise make_error(Status.INVALID_ARG, f"sample_ids has {len(ids)} ids for "
+                             f"{len(self.lengths)} sequences: give one id per sequence, in "
+                             "batch order", BatchError, value=len(ids),
+                             limit=len(self.lengths), field_name="sample_ids")
+        groups: list[list[list[Any]]] = [[[] for _ in range(dp * cp)]
                                     for _ in range(self.num_micro_batches)]
         group_first, group_size = self.cp_first.tolist(), self.cp_size.tolist()
         for entry in self.micro_batch_table.tolist():
@@ -242,10 +440,23 @@ class Plan:
         return groups
 
     def digest(self) -> str:
-        """sha256 (hex) of the plan, equal on every rank that planned the same batch with the
-        same configuration: the little-endian uint32 words of ``len(lengths), dp, cp``, then
-        ``placements`` (4 words each), ``members``, ``micro_batches_per_dp``, and, when any
-        sequence is sharded over a sub-group, ``cp_groups`` (2 words each)."""
+        """A fingerprint of the plan, equal on every rank that planned the same batch.
+
+        Returns
+        -------
+        str
+            sha256 (hex) of the little-endian uint32 words of ``len(lengths), dp, cp``, then
+            ``placements`` (4 words each), ``members``, ``micro_batches_per_dp``, and, when
+            any sequence is sharded over a sub-group, ``cp_groups`` (2 words each). A C
+            trainer computes the same value from its own buffers.
+
+        Example
+        -------
+        >>> import skrull
+        >>> s = skrull.Scheduler(dp=2, cp=2, bucket_tokens=64)
+        >>> s.plan([30, 20, 100]).digest() == s.plan([30, 20, 100]).digest()
+        True
+        """
         h = hashlib.sha256()
         head = np.array([len(self.lengths), self.config.dp, self.config.cp], "<u4")
         parts = [head, self.placements.view(np.uint32).reshape(-1), self.members,
@@ -277,17 +488,125 @@ class Plan:
             summary=ctypes.addressof(self._c_summary), error=ctypes.addressof(self._c_error),
             cp_groups=a(self.cp_groups), cp_groups_len=len(self.cp_groups))
 
+    # ---- comparison, size, export ------------------------------------------------------------
+
+    def __len__(self) -> int:
+        """The number of sequences planned (``len(plan.lengths)``)."""
+        return len(self.lengths)
+
+    def __eq__(self, other: object) -> bool:
+        """Plans are equal when their configurations, lengths and every output table are
+        (what ``digest()`` covers, plus the configuration and the summary)."""
+        if not isinstance(other, Plan):
+            return NotImplemented
+        if self is other:
+            return True
+        pairs = ((self.lengths, other.lengths), (self.placements, other.placements),
+                 (self.micro_batch_table, other.micro_batch_table),
+                 (self._members_c, other._members_c),
+                 (self.micro_batches_per_dp, other.micro_batches_per_dp),
+                 (self.rank_tokens, other.rank_tokens), (self.cp_groups, other.cp_groups))
+        return (self.config == other.config and self.summary == other.summary
+                and all(a.shape == b.shape and bool(np.array_equal(a, b)) for a, b in pairs))
+
+    def __hash__(self) -> int:
+        return hash(self.digest())
+
+    def to_dict(self) -> dict[str, Any]:
+        """The plan as the CLI's ``skrull plan --format json`` prints it.
+
+        Returns
+        -------
+        dict
+            ``config`` (dp, cp, bucket_tokens, policy, victim, model, flops,
+            max_micro_batches, shard_padding, pad_multiple, pad_local, lockstep, subgroups,
+            fill_empty, micro_batches), ``summary``, ``placements`` (per sequence: seq, len,
+            dp, micro_batch, cp (-1 sharded), cp_first, cp_size), ``micro_batches_per_dp``
+            and ``rank_tokens[dp][micro_batch]`` (tokens per CP rank; zeros for an empty
+            lockstep micro-batch).
+
+        Example
+        -------
+        >>> import skrull
+        >>> d = skrull.Scheduler(dp=1, cp=2, bucket_tokens=64).plan([30, 100]).to_dict()
+        >>> d["placements"][1]["cp"], d["rank_tokens"]
+        (-1, [[[80, 50]]])
+        """
+        c, s = self.config, self.summary
+        config = {"dp": c.dp, "cp": c.cp, "bucket_tokens": c.bucket_tokens,
+                  "policy": c.policy, "victim": c.victim, "model": _model_name(c.model),
+                  "flops": c.flops, "max_micro_batches": c.max_micro_batches,
+                  "shard_padding": c.shard_padding, "pad_multiple": c.pad_multiple,
+                  "pad_local": c.pad_local, "lockstep": c.lockstep, "subgroups": c.subgroups,
+                  "fill_empty": c.fill_empty, "micro_batches": c.micro_batches}
+        summary = {"sequences": len(self), "total_tokens": s.total_tokens,
+                   "micro_batches": s.micro_batches, "sharded": s.sharded,
+                   "rollbacks": s.rollbacks, "peak_rank_tokens": s.peak_rank_tokens}
+        placements = [{"seq": i, "len": n, "dp": d, "micro_batch": m, "cp": r, "cp_first": f,
+                       "cp_size": z}
+                      for i, (n, d, m, r, f, z) in enumerate(zip(
+                          self.lengths.tolist(), self.dp_rank.tolist(),
+                          self.micro_batch.tolist(), self.cp_rank.tolist(),
+                          self.cp_first.tolist(), self.cp_size.tolist()))]
+        zeros = [0] * c.cp
+        rank_tokens = []
+        for d, count in enumerate(self.micro_batches_per_dp.tolist()):
+            rows = []
+            for m in range(count):
+                g = self._table_index(d, m)
+                rows.append(zeros if g is None else self.rank_tokens[g].tolist())
+            rank_tokens.append(rows)
+        return {"config": config, "summary": summary, "placements": placements,
+                "micro_batches_per_dp": self.micro_batches_per_dp.tolist(),
+                "rank_tokens": rank_tokens}
+
+    def to_json(self) -> str:
+        """The plan as JSON, byte for byte what ``skrull plan --format json`` prints for the
+        same lengths and settings (``to_dict`` lists the keys).
+
+        Returns
+        -------
+        str
+            The JSON text, ending with a newline.
+
+        Example
+        -------
+        >>> import json, skrull
+        >>> text = skrull.Scheduler(dp=1, cp=2, bucket_tokens=64).plan([30, 100]).to_json()
+        >>> json.loads(text)["summary"]["sharded"]
+        1
+        """
+        d = self.to_dict()
+
+        def dump(x: Any) -> str:
+            return json.dumps(x, separators=(", ", ": "))
+
+        places = ",\n   ".join(dump(p) for p in d["placements"])
+        ranks = ",\n   ".join(dump(r) for r in d["rank_tokens"])
+        return (f'{{"config": {dump(d["config"])},\n "summary": {dump(d["summary"])},\n'
+                f' "placements": [{places}],\n'
+                f' "micro_batches_per_dp": {dump(d["micro_batches_per_dp"])},\n'
+                f' "rank_tokens": [{ranks}]}}\n')
+
     def __repr__(self) -> str:
         s = self.summary
-        return (f"Plan({s.sequences} sequences, {s.total_tokens} tokens, {s.micro_batches} "
-                f"micro-batches (per DP: {self.micro_batches_per_dp.tolist()}), {s.sharded} "
-                f"sharded ({self.subgroup_sharded} over sub-groups), {s.rollbacks} rollbacks, "
-                f"peak {s.peak_rank_tokens} tokens/GPU)")
+        return (f"Plan({s.sequences} sequences, {s.total_tokens} tokens, dp={self.config.dp}, "
+                f"cp={self.config.cp}, micro-batches per DP rank "
+                f"{self.micro_batches_per_dp.tolist()}, {s.sharded} sharded)")
+
+
+def _model_name(shape: ModelShape) -> str:
+    """The CLI's name for a shape: a preset's name, else ``custom:...``."""
+    for name in PRESETS:
+        if model_shape(name) == shape:
+            return name
+    return (f"custom:hidden={shape.hidden},kv_hidden={shape.kv_hidden},ffn={shape.ffn},"
+            f"layers={shape.layers},vocab={shape.vocab},swiglu={str(bool(shape.swiglu)).lower()}")
 
 
 def _rebuild_plan(scheduler: Scheduler, lengths: np.ndarray, placements: np.ndarray,
                   table: np.ndarray, members: np.ndarray, rank_tokens: np.ndarray,
-                  per_dp: np.ndarray, summary: tuple, cp_groups: np.ndarray) -> Plan:
+                  per_dp: np.ndarray, summary: tuple[int, ...], cp_groups: np.ndarray) -> Plan:
     c = _ffi.skrull_summary(total_tokens=summary[0], sequences=summary[1],
                             micro_batches=summary[2], sharded=summary[3], rollbacks=summary[4],
                             peak_rank_tokens=summary[5])

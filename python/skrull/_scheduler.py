@@ -5,12 +5,13 @@ from __future__ import annotations
 import ctypes
 import operator
 import threading
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping, Optional, Union
 
 import numpy as np
 
 from . import _config, _ffi, _layout
-from ._errors import Status, check, from_info, make_error
+from ._cost import CostModel
+from ._errors import ArgumentError, Error, Status, check, from_info, make_error
 from ._plan import CP_GROUP_DTYPE, MICRO_BATCH_DTYPE, PLACEMENT_DTYPE, Plan
 
 #: The most sequences one batch may hold (``MAX_SEQS``).
@@ -21,43 +22,89 @@ _OUT_OF_RANGE = 2**32 - 1  # stands for any length that does not fit uint32_t
 class Scheduler:
     """Plans global batches for one configuration, reusing its buffers between calls.
 
-    Arguments mirror ``skrull_config``: ``dp``, ``cp`` and ``bucket_tokens`` (BucketSize: the
-    most tokens one GPU holds in one micro-batch) default to the ``model`` preset's paper layout;
-    ``model`` is a preset name (``"qwen2.5-0.5b"``, ``"qwen2.5-7b"``), a ``ModelShape`` or a dict
-    of its fields; ``policy`` is ``"balanced"`` (default), ``"skrull"``, ``"deepspeed"``,
-    ``"packed"`` or ``"roundrobin"``; ``victim`` ``"shortest"``/``"longest"``; ``flops``
-    ``"paper"``/``"megatron"`` (``balanced`` takes only ``"paper"``); ``shard_padding``
-    ``"none"``/``"zigzag"``; ``max_micro_batches`` (0 = no limit); ``pad_multiple`` ``M``
-    (0/1: none; else sharded sequences are padded to a multiple of ``lcm(2 cp, M)``, e.g.
-    ``M = 2 cp tp`` for Megatron with sequence parallelism) and ``pad_local`` (pad local
-    sequences to ``M`` too); ``lockstep`` (every DP rank runs the same number of micro-batches,
-    its extra ones empty); ``cost_model`` (what ``balanced`` plans with: ``None`` for the H100
-    preset, ``"h100"``/``"h200"`` or a ``CostModel``); ``subgroups`` (default on, as in the
-    CLI: ``balanced`` may shard a sequence over an aligned sub-group of the CP ranks where its
-    cost model says that is faster, ``Plan.cp_first``/``Plan.cp_size``; the other policies use
-    the whole group only); ``fill_empty`` (with ``lockstep``: a DP rank splits its
-    multi-sequence micro-batches, sharded sequences first, instead of running an empty one);
-    ``micro_batches`` (a fixed count ``G`` per DP rank, 0 = none: every rank runs exactly ``G``,
-    filled the same way, empty only where a rank has fewer than ``G`` sequences; a batch that
-    needs more raises ``BatchError`` ``MICRO_BATCH_COUNT`` whose ``value`` is the smallest
-    ``G`` that fits; Hugging Face's ``gradient_accumulation_steps``). Scheduler and Plan
-    pickle (a plan sent to a DataLoader worker keeps working). Buffers are sized for
-    ``max_sequences``
-    and grow when a larger batch arrives. Invalid settings raise ``ConfigError`` here, with the
-    C status and its details.
-
+    Every rank builds the same ``Scheduler`` and calls ``plan`` with the same lengths: the
+    plans are equal bit for bit (compare ``Plan.digest()`` once), so nothing is broadcast.
     One Scheduler may be shared by threads (calls are serialised); plans are independent
-    copies, valid after later calls.
+    copies, valid after later calls. Scheduler and Plan pickle.
+
+    Parameters
+    ----------
+    dp : int
+        Data-parallel size, 1 to 65536.
+    cp : int
+        Context-parallel size (GPUs per DP rank), 1 to 256.
+    bucket_tokens : int
+        BucketSize: the most tokens one GPU holds in one micro-batch, 1 to 2^31 - 1.
+        ``dp``, ``cp`` and ``bucket_tokens`` are required, unless ``model`` names a preset:
+        its paper layout (DP 4 x CP 8, BucketSize 26624 or 13312) fills the missing ones.
+    model : str, ModelShape, dict or Hugging Face config, optional
+        The shape FLOPs and costs are counted for: a preset (``"qwen2.5-0.5b"``, the default
+        shape, or ``"qwen2.5-7b"``), a ``ModelShape``, a dict of its fields, or a Hugging
+        Face configuration (a dict with ``hidden_size``, ..., a ``config.json`` path or model
+        directory, or a ``PretrainedConfig``; see ``ModelShape.from_hf_config``).
+    policy : str or int, optional
+        ``"balanced"`` (default, as in the CLI), ``"skrull"``, ``"deepspeed"``, ``"packed"``
+        or ``"roundrobin"`` (``skrull.POLICIES``).
+    victim : str or int, optional
+        ``"shortest"`` (default) or ``"longest"``: which sequence ``skrull`` shards first.
+    flops : str or int, optional
+        ``"paper"`` (default) or ``"megatron"``; ``balanced`` takes only ``"paper"``.
+    shard_padding : str or int, optional
+        ``"none"`` (default) or ``"zigzag"`` (sharded sequences padded to a multiple of
+        ``2 cp``).
+    max_micro_batches : int, optional
+        The most micro-batches a DP rank may run; 0 (default) for no limit.
+    pad_multiple : int, optional
+        ``M``, 0 to 65536: sharded sequences are padded to a multiple of ``lcm(2 cp, M)``
+        (``M = 2 cp tp`` for Megatron with sequence parallelism); 0 or 1 for none.
+    pad_local : bool, optional
+        Pad local sequences to a multiple of ``pad_multiple`` too.
+    lockstep : bool, optional
+        Every DP rank runs the same number of micro-batches (the extra ones empty).
+    cost_model : None, str or CostModel, optional
+        What ``balanced`` plans with: ``None`` (the H100 preset), ``"h100"``, ``"h200"`` or a
+        ``CostModel`` (``CostModel.from_json`` for a calibrated one).
+    subgroups : bool, optional
+        Default True, as in the CLI: ``balanced`` may shard a sequence over an aligned
+        sub-group of the CP ranks where its cost model says that is faster.
+    fill_empty : bool, optional
+        With ``lockstep``: split multi-sequence micro-batches instead of running empty ones.
+    micro_batches : int, optional
+        A fixed count ``G`` per DP rank (Hugging Face's ``gradient_accumulation_steps``); 0
+        (default) for as many as needed.
+    max_sequences : int, optional
+        The batch size the buffers are first sized for (default 256); they grow as needed.
+
+    Raises
+    ------
+    ConfigError
+        A setting out of range or unknown (``ValueError``); ``status`` names it
+        (``INVALID_DP``, ``INVALID_ENUM``, ...), ``field_name`` the argument, ``value`` and
+        ``limit`` the value and its bound.
+    ArgumentError
+        A setting of the wrong type, or ``dp``/``cp``/``bucket_tokens`` missing without a
+        preset (``TypeError``).
+    BatchError
+        ``micro_batches`` above a nonzero ``max_micro_batches`` (``MICRO_BATCH_LIMIT``).
+
+    Example
+    -------
+    >>> import skrull
+    >>> s = skrull.Scheduler(dp=1, cp=4, bucket_tokens=4096, policy="skrull")
+    >>> plan = s.plan([1000, 900, 800, 12000])
+    >>> plan.cp_rank.tolist()          # -1: sharded over the 4 CP ranks
+    [2, 1, 0, -1]
     """
 
-    def __init__(self, dp: int | None = None, cp: int | None = None,
-                 bucket_tokens: int | None = None, *, model: _config.ModelSpec = "qwen2.5-0.5b",
-                 policy: str | int = "balanced", victim: str | int = "shortest",
-                 flops: str | int = "paper", shard_padding: str | int = "none",
+    def __init__(self, dp: Optional[int] = None, cp: Optional[int] = None,
+                 bucket_tokens: Optional[int] = None, *, model: Any = None,
+                 policy: Union[str, int] = "balanced", victim: Union[str, int] = "shortest",
+                 flops: Union[str, int] = "paper", shard_padding: Union[str, int] = "none",
                  max_micro_batches: int = 0, pad_multiple: int = 1, pad_local: bool = False,
-                 lockstep: bool = False, cost_model: _config.CostModel | str | None = None,
+                 lockstep: bool = False, cost_model: Union[CostModel, str, None] = None,
                  subgroups: bool = True, fill_empty: bool = False, micro_batches: int = 0,
                  max_sequences: int = 256) -> None:
+        first = _config.setting("max_sequences", max_sequences)
         # self.config holds the CostModel copy self._c_config points at: both live together.
         self.config, self._c_config = _config.build(
             dp, cp, bucket_tokens, model, policy, victim, flops, shard_padding,
@@ -66,10 +113,9 @@ class Scheduler:
         self._lock = threading.Lock()
         self._capacity = -1
         self._layout_capacity = -1
-        first = _config._uint("max_sequences", max_sequences, Status.TOO_MANY_SEQUENCES)
-        self._reserve(min(first, MAX_SEQUENCES))
+        self._reserve(min(max(first, 1), MAX_SEQUENCES))
 
-    def __reduce__(self) -> tuple:
+    def __reduce__(self) -> tuple[Any, ...]:
         """Pickles by configuration (a DataLoader worker or another process rebuilds the
         same Scheduler; its buffers are made anew)."""
         c = self.config
@@ -122,12 +168,40 @@ class Scheduler:
         self._group_words = self._groups.view(np.uint32)
         self._capacity = n
 
-    def plan(self, lengths: Iterable[int] | np.ndarray) -> Plan:
-        """Plans one global batch of sequence lengths (tokens; any integer sequence, numpy or
-        torch array). Raises ``BatchError`` (``EMPTY_SEQUENCE``, ``LENGTH_OUT_OF_RANGE``,
-        ``SEQUENCE_TOO_LONG``, ``TOO_MANY_SEQUENCES``, ``MICRO_BATCH_LIMIT``, with the
-        library's details: ``index``, ``value``, ``limit``) or ``ArgumentError`` for
-        non-integer lengths."""
+    def plan(self, lengths: Union[Iterable[int], np.ndarray, Any]) -> Plan:
+        """Plans one global batch.
+
+        Parameters
+        ----------
+        lengths : sequence of int, numpy or torch array
+            Tokens of each sequence, in batch order: a list, tuple, range, iterator, numpy
+            integer array or torch integer tensor (a CUDA tensor is copied to the CPU). One
+            dimension; each length from 1 to 2^31 - 1.
+
+        Returns
+        -------
+        Plan
+            Where every sequence runs; independent of later calls.
+
+        Raises
+        ------
+        ArgumentError
+            ``lengths`` is not a one-dimensional sequence of integers (``None``, a dict, a
+            string, floats, bools, nested lists); ``index`` names the first bad element.
+        BatchError
+            ``EMPTY_SEQUENCE`` (a 0), ``LENGTH_OUT_OF_RANGE`` (negative, or above 2^31 - 1),
+            ``SEQUENCE_TOO_LONG`` (``limit``: the BucketSize it needs),
+            ``TOO_MANY_SEQUENCES`` (above 65536), ``MICRO_BATCH_LIMIT`` or
+            ``MICRO_BATCH_COUNT`` (``value``: the micro-batches needed); ``index`` is the
+            first offending sequence (or DP rank), in input order.
+
+        Example
+        -------
+        >>> import skrull
+        >>> plan = skrull.Scheduler(dp=2, cp=2, bucket_tokens=64).plan([30, 20, 100, 10])
+        >>> len(plan), plan.summary.sharded
+        (4, 1)
+        """
         arr, original = _as_lengths(lengths)
         n = arr.size
         with self._lock:
@@ -140,7 +214,7 @@ class Scheduler:
                 ctypes.byref(self._c_config), _ffi.address(arr), n, self._ws_addr,
                 self._ws_len, ctypes.byref(self._out))
             if status != Status.OK:
-                raise _batch_error(status, self._error, original)
+                raise _batch_error(status, self._error, original, self.config)
             k = self._summary.micro_batches
             return Plan(self, arr, self._placement_words[:4 * n].copy().view(PLACEMENT_DTYPE),
                         self._table_words[:4 * k].copy().view(MICRO_BATCH_DTYPE),
@@ -174,37 +248,60 @@ class Scheduler:
             return _layout.fill_rank(plan, dp_rank, cp_rank, micro_batches, ws)
 
 
-def _rebuild_scheduler(dp: int, cp: int, bucket_tokens: int, kwargs: dict) -> Scheduler:
+def _rebuild_scheduler(dp: int, cp: int, bucket_tokens: int, kwargs: dict[str, Any]) -> Scheduler:
     return Scheduler(dp, cp, bucket_tokens, **kwargs)
+
+
+_LENGTHS_TYPES = "a one-dimensional sequence of integers (list, tuple, numpy or torch array)"
 
 
 def _as_lengths(lengths: Any) -> tuple[np.ndarray, np.ndarray]:
     """(uint32 copy for C, the caller's values as int64/object). Values that do not fit
     ``uint32_t`` become ``2^32 - 1``, which C rejects as ``LENGTH_OUT_OF_RANGE`` in the same
     first-offender order as the same bits passed from C."""
-    if hasattr(lengths, "__iter__") and not hasattr(lengths, "__len__"):
+    if lengths is None or isinstance(lengths, (str, bytes, Mapping, set, frozenset)) \
+            or isinstance(lengths, (bool, float, int, np.generic)):
+        hint = (f"; for one sequence pass [{lengths!r}]"
+                if isinstance(lengths, (int, np.integer)) and not isinstance(lengths, bool)
+                else "")
+        raise make_error(Status.INVALID_ARG, f"lengths must be {_LENGTHS_TYPES}, got "
+                         f"{_short(lengths)} ({type(lengths).__name__}){hint}", ArgumentError,
+                         field_name="lengths")
+    if hasattr(lengths, "detach") and hasattr(lengths, "cpu"):  # a torch tensor, on any device
+        lengths = lengths.detach().cpu().numpy()
+    elif hasattr(lengths, "__iter__") and not hasattr(lengths, "__len__"):
         lengths = list(lengths)  # an iterator or generator
     try:
         a = np.asarray(lengths)
-    except (TypeError, ValueError) as exc:
-        raise make_error(Status.INVALID_ARG, f"lengths: {exc}") from None
-    if a.size == 0:  # np.asarray([]) is float64: an empty batch has no values to check
+    except (TypeError, ValueError):
+        a = np.empty(len(lengths), dtype=object)
+        a[:] = [v for v in lengths]
+    if isinstance(lengths, (list, tuple)) and a.dtype.kind in "iu" and a.ndim == 1 \
+            and a.size and a.min() <= 1:
+        # numpy reads True and False as 1 and 0: look for bools only where those are.
+        for i in np.flatnonzero(a <= 1).tolist():
+            if isinstance(lengths[i], (bool, np.bool_)):
+                raise make_error(Status.INVALID_ARG, f"lengths[{i}] is {lengths[i]!r} (bool): "
+                                 "every length must be an integer number of tokens (a bool is "
+                                 "not a count)", ArgumentError, index=i, field_name="lengths")
+    if a.size == 0 and a.ndim <= 1:  # np.asarray([]) is float64: no value to check
         return np.empty(0, np.uint32), np.empty(0, np.int64)
-    if a.dtype == object:
-        try:
-            a = np.array([operator.index(v) for v in a.reshape(-1)], dtype=object)
-        except TypeError:
-            bad = next(i for i, v in enumerate(a.reshape(-1)) if not hasattr(v, "__index__"))
-            raise make_error(Status.INVALID_ARG, f"length {bad} is not an integer: "
-                             f"{a.reshape(-1)[bad]!r}", index=bad) from None
-    elif a.dtype.kind not in "iu" or a.dtype == np.bool_:
-        raise make_error(Status.INVALID_ARG, f"lengths must be integers, got dtype {a.dtype}")
-    if a.ndim != 1:
-        if a.size == 0:
-            a = a.reshape(0)
-        else:
-            raise make_error(Status.INVALID_ARG, f"lengths must be one-dimensional, got shape "
-                             f"{a.shape}")
+    if a.ndim != 1 and a.dtype != object:
+        raise make_error(Status.INVALID_ARG, f"lengths must be one-dimensional (one length per "
+                         f"sequence), got shape {a.shape}", ArgumentError, field_name="lengths")
+    if a.dtype == object or a.dtype == np.bool_ or a.dtype.kind not in "iu":
+        # The caller's own elements where there are some (numpy turns [100, 1.5] into floats).
+        flat = list(lengths) if isinstance(lengths, (list, tuple)) else \
+            a.reshape(-1).tolist() if a.dtype != object else list(a.reshape(-1))
+        for i, v in enumerate(flat):
+            if isinstance(v, (bool, np.bool_)) or not hasattr(v, "__index__"):
+                raise make_error(Status.INVALID_ARG, f"lengths[{i}] is {_short(v)} "
+                                 f"({type(v).__name__}): every length must be an integer "
+                                 f"number of tokens{_hint(v)}", ArgumentError, index=i,
+                                 field_name="lengths")
+        a = np.array([operator.index(v) for v in flat], dtype=object)
+        if all(-(2**63) <= v < 2**63 for v in a):
+            a = a.astype(np.int64)
     if a.dtype != object and (a.dtype.kind == "u" and a.dtype.itemsize <= 4
                               or 0 <= a.min() and a.max() <= _OUT_OF_RANGE):
         return a.astype(np.uint32), a  # astype copies: the plan owns its lengths
@@ -213,12 +310,28 @@ def _as_lengths(lengths: Any) -> tuple[np.ndarray, np.ndarray]:
     return np.where(fits, a, _OUT_OF_RANGE).astype(np.uint32), a
 
 
-def _batch_error(status: int, info: _ffi.skrull_error_info, lengths: np.ndarray) -> Exception:
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _hint(value: Any) -> str:
+    if isinstance(value, (bool, np.bool_)):
+        return " (a bool is not a count)"
+    if isinstance(value, (float, np.floating)) and float(value).is_integer():
+        return f" (use {int(value)}, or convert with np.asarray(lengths, dtype=np.int64))"
+    if isinstance(value, (list, tuple, np.ndarray)):
+        return " (lengths is one-dimensional: one integer per sequence)"
+    return ""
+
+
+def _batch_error(status: int, info: _ffi.skrull_error_info, lengths: np.ndarray,
+                 config: _config.Config) -> Error:
     """The exception for a failed ``skrull_schedule``, from the library's ``skrull_error_info``.
     A length that does not fit ``uint32_t`` went to C as ``2^32 - 1``; its ``value`` is the
     caller's own number."""
-    override = {}
+    override: dict[str, Any] = {}
     if (status == Status.LENGTH_OUT_OF_RANGE and info.status == status
             and 0 <= info.index < len(lengths)):
         override["value"] = int(lengths[info.index])
-    return from_info(info, status, **override)
+    return from_info(info, status, config=config, **override)

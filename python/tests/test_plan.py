@@ -144,7 +144,7 @@ def test_config_names_and_presets():
     assert c.model.hidden == 3584 and c.model.swiglu is True
     custom = skrull.Scheduler(2, 2, 100, model=skrull.ModelShape(64, 16, 256, 2, 1000, False))
     assert custom.config.model == skrull.ModelShape(64, 16, 256, 2, 1000, False)
-    assert skrull.Scheduler().config.policy == "balanced"
+    assert skrull.Scheduler(model="qwen2.5-0.5b").config.policy == "balanced"
 
 
 @pytest.mark.parametrize("empty", [[], range(0), np.array([], np.int64), ()])

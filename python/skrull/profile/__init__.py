@@ -29,6 +29,7 @@ import platform
 import shutil
 import subprocess
 import sys
+import sysconfig
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -49,9 +50,30 @@ _SUFFIX = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 
 def parse_bytes(text: str) -> int:
-    """A byte count: a whole number, or a number with a binary suffix ``K``, ``M``, ``G``,
-    ``T`` (``80G``, ``80GiB`` and ``80GB`` are all 80 x 2^30), as ``skrull calibrate``
-    reads it."""
+    """A byte count, as ``skrull calibrate`` reads it.
+
+    Parameters
+    ----------
+    text : str
+        A whole number, or a number with a binary suffix ``K``, ``M``, ``G``, ``T``
+        (``80G``, ``80GiB`` and ``80GB`` are all 80 x 2^30).
+
+    Returns
+    -------
+    int
+        The bytes.
+
+    Raises
+    ------
+    argparse.ArgumentTypeError
+        Not a byte count.
+
+    Example
+    -------
+    >>> from skrull.profile import parse_bytes
+    >>> parse_bytes("80GiB") == 80 * 2**30
+    True
+    """
     s = text.strip()
     for tail in ("iB", "B"):
         if s.endswith(tail):
@@ -80,10 +102,32 @@ def _int_list(text: str) -> list[int]:
 
 
 def find_cli(explicit: Optional[str] = None) -> Optional[str]:
-    """The ``skrull`` command: ``explicit``, else ``$SKRULL_CLI``, else ``skrull`` on
-    ``PATH``, else the source tree's ``target/release/skrull``; ``None`` when none exists."""
+    """The ``skrull`` command.
+
+    Parameters
+    ----------
+    explicit : str, optional
+        A path given by the caller (``--skrull``); used first.
+
+    Returns
+    -------
+    str or None
+        ``explicit``, else ``$SKRULL_CLI``, else the one ``pip install`` put next to this
+        Python (the environment's ``bin/``, also when it is not on ``PATH``), else ``skrull``
+        on ``PATH``, else the source tree's ``target/release/skrull``; ``None`` when none
+        exists.
+
+    Example
+    -------
+    >>> from skrull.profile import find_cli
+    >>> find_cli("/nonexistent/skrull") is None or True
+    True
+    """
     tree = Path(__file__).resolve().parents[3] / "target" / "release" / "skrull"
-    for c in (explicit, os.environ.get("SKRULL_CLI"), shutil.which("skrull"), str(tree)):
+    beside = [str(Path(d) / "skrull") for d in
+              dict.fromkeys([sysconfig.get_path("scripts"), str(Path(sys.executable).parent)])]
+    for c in (explicit, os.environ.get("SKRULL_CLI"), *beside, shutil.which("skrull"),
+              str(tree)):
         if c and os.path.isfile(c) and os.access(c, os.X_OK):
             return c
     return None
@@ -92,12 +136,21 @@ def find_cli(explicit: Optional[str] = None) -> Optional[str]:
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m skrull.profile",
+        usage="python -m skrull.profile (--model PRESET | --hf-config FILE | --hidden N --ffn N "
+              "--layers N --heads N --vocab N) [options]",
         description="Measure this machine for skrull: layer, LM-head and attention times, "
                     "collectives and memory against tokens; write the samples CSV, fit the "
-                    "cost model with `skrull calibrate` and report the BucketSize.")
-    m = p.add_argument_group("model (a preset, a Hugging Face config.json, or the fields)")
+                    "cost model with `skrull calibrate` (the `skrull` command pip installs "
+                    "with this package) and report the BucketSize. Required: the model, as "
+                    "--model (a preset), --hf-config (a Hugging Face config.json or model "
+                    "directory) or all of --hidden --ffn --layers --heads --vocab. Everything "
+                    "else has a default (--device: cuda when available, else cpu).",
+        epilog="Example: python -m skrull.profile --model qwen2.5-0.5b --device cpu --quick")
+    m = p.add_argument_group("model (required: a preset, a Hugging Face config.json, or the "
+                             "fields)")
     m.add_argument("--model", choices=sorted(PRESETS), help="a preset shape")
-    m.add_argument("--hf-config", metavar="FILE", help="a Hugging Face config.json")
+    m.add_argument("--hf-config", metavar="FILE", help="a Hugging Face config.json (or the "
+                   "model directory holding it)")
     for flag in ("hidden", "ffn", "layers", "heads", "kv-heads", "vocab", "head-dim"):
         m.add_argument(f"--{flag}", type=int, help="override or give this field")
     m.add_argument("--no-qkv-bias", action="store_true", help="Q, K, V without biases")
@@ -154,7 +207,7 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _shape(args: argparse.Namespace) -> ProfileShape:
+def _shape(args: argparse.Namespace, parser: argparse.ArgumentParser) -> ProfileShape:
     fields = {k: getattr(args, k.replace("-", "_")) for k in
               ("hidden", "ffn", "layers", "heads", "kv-heads", "vocab", "head-dim")}
     fields = {k.replace("-", "_"): v for k, v in fields.items() if v is not None}
@@ -163,9 +216,12 @@ def _shape(args: argparse.Namespace) -> ProfileShape:
     if args.tie_embeddings:
         fields["tie_embeddings"] = True
     if args.model and args.hf_config:
-        raise SystemExit("give --model or --hf-config, not both")
+        parser.error("give --model or --hf-config, not both")
     if args.hf_config:
-        return from_hf_config(args.hf_config, fields)
+        try:
+            return from_hf_config(args.hf_config, fields)
+        except (OSError, ValueError) as exc:
+            parser.error(f"--hf-config {args.hf_config}: {exc}")
     if args.model:
         base = PRESETS[args.model]
         if not fields:
@@ -173,8 +229,10 @@ def _shape(args: argparse.Namespace) -> ProfileShape:
         return ProfileShape(**{**asdict(base), **fields, "name": "custom"})
     missing = [f for f in ("hidden", "ffn", "layers", "heads", "vocab") if f not in fields]
     if missing:
-        raise SystemExit("give --model, --hf-config, or all of --hidden --ffn --layers "
-                         f"--heads --vocab (missing: {', '.join('--' + m for m in missing)})")
+        parser.error("the model is required: give --model (one of "
+                     f"{', '.join(sorted(PRESETS))}), --hf-config FILE, or all of --hidden "
+                     f"--ffn --layers --heads --vocab (missing: "
+                     f"{', '.join('--' + m for m in missing)})")
     fields.setdefault("kv_heads", fields["heads"])
     return ProfileShape(**fields)
 
@@ -209,14 +267,41 @@ class _Rows:
         return "\n".join(self.lines) + "\n"
 
 
-def _oom_types() -> tuple[type, ...]:
+def _oom_types() -> tuple[type[BaseException], ...]:
     import torch
     return (torch.cuda.OutOfMemoryError,) if hasattr(torch.cuda, "OutOfMemoryError") else ()
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """Runs the profiler (``python -m skrull.profile``); returns the exit status."""
-    args = _parser().parse_args(argv)
+    """Runs the profiler (``python -m skrull.profile``).
+
+    Parameters
+    ----------
+    argv : sequence of str, optional
+        The command-line arguments (default: ``sys.argv[1:]``); ``--help`` lists them.
+
+    Returns
+    -------
+    int
+        The exit status: 0 when the samples (and, with a ``skrull`` command, the fitted cost
+        model and BucketSize) were written.
+
+    Raises
+    ------
+    SystemExit
+        For bad arguments (status 2, with the usage) or an impossible run (no CUDA device,
+        flash_attn missing).
+
+    Example
+    -------
+    >>> from skrull.profile import main
+    >>> main(["--model", "qwen2.5-0.5b", "--device", "cpu", "--quick",
+    ...       "--out", "/tmp/profile.csv"])  # doctest: +SKIP
+    0
+    """
+    parser = _parser()
+    args = parser.parse_args(argv)
+    shape = _shape(args, parser)  # before importing torch: a missing model fails at once
     import torch
 
     from ._dist import Launch, measure, spawn
@@ -225,7 +310,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     from ._model import flash_varlen, sdpa_varlen
 
     t_start = time.perf_counter()
-    shape = _shape(args)
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     if device.type == "cuda" and not torch.cuda.is_available():
         raise SystemExit("--device cuda: torch sees no CUDA device")
@@ -405,8 +489,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     cli = None if args.no_calibrate else find_cli(args.skrull)
     if cli is None:
         why = ("--no-calibrate" if args.no_calibrate else
-               "no skrull command found; pass --skrull PATH or set SKRULL_CLI")
+               "no skrull command found: `pip install ./python` installs it next to this "
+               "Python; else pass --skrull PATH or set SKRULL_CLI")
         print(f"  calibrate next ({why}):\n    skrull {' '.join(cmd)} > {model_out}")
+        print(f"  then in Python: {_python_line(model_out, args.base_gpu, shape)}")
         return 0
     run = subprocess.run([cli, *cmd], capture_output=True, text=True)
     if run.returncode != 0:
@@ -432,7 +518,21 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if bucket:
         print(f"  plan with it: skrull plan --model {shape.model_arg()} --bucket {bucket} "
               f"--cost-model {model_out}")
+        print(f"  in Python:    {_python_line(model_out, args.base_gpu, shape, bucket)}")
     else:
         print("  no token fits the memory limit: raise it, shard the model states "
               "(--zero-stage, --zero-shards) or checkpoint activations")
     return 0
+
+
+def _python_line(model_out: Path, gpu: str, shape: ProfileShape,
+                 bucket: Optional[int] = None) -> str:
+    """The Python that plans with the fitted model (what ``skrull plan --cost-model`` does)."""
+    name = shape.model_arg()
+    model = repr(name) if name in PRESETS else f"skrull.ModelShape(**{shape.model_fields()!r})"
+    load = (f"cost = skrull.CostModel.from_json({str(model_out)!r}, gpu={gpu!r}, "
+            f"model={model})")
+    if bucket is None:
+        return load
+    return (f"{load}; skrull.Scheduler(dp, cp, {bucket}, model={model}, "
+            "cost_model=cost)")

@@ -8,7 +8,7 @@ import os
 import tempfile
 import time
 from dataclasses import asdict, dataclass
-from typing import Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import torch
 import torch.distributed as dist
@@ -50,7 +50,7 @@ class CollectiveRow:
     scope: str
 
 
-def _all_gather_seconds(group: object, size: int, nbytes: int, device: torch.device,
+def _all_gather_seconds(group: Any, size: int, nbytes: int, device: torch.device,
                         dtype: torch.dtype, warmup: int, repeats: int) -> tuple[int, float]:
     """The fastest over ``repeats`` of the slowest rank's time for one all-gather whose result
     is about ``nbytes`` over ``size`` ranks; the exact result size."""
@@ -58,7 +58,8 @@ def _all_gather_seconds(group: object, size: int, nbytes: int, device: torch.dev
     numel = max(nbytes // (size * elt), 1)
     send = torch.ones(numel, dtype=dtype, device=device)
     recv = [torch.empty_like(send) for _ in range(size)]
-    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    sync: Callable[[], None] = (torch.cuda.synchronize if device.type == "cuda"
+                                else (lambda: None))
     times = []
     for i in range(warmup + repeats):
         dist.barrier(group=group)
@@ -84,7 +85,7 @@ def measure(launch: Launch, device: torch.device, sizes: Sequence[int], warmup: 
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     groups = [dist.new_group(list(range(n * local, (n + 1) * local))) for n in range(nodes)]
     rows = []
-    plan = []
+    plan: list[tuple[Any, int, str]] = []
     if local >= 2:
         plan.append((groups[launch.rank // local], local, "intra"))
     if nodes >= 2:
@@ -143,9 +144,9 @@ def spawn(procs: int, nodes: int, device: torch.device, sizes: Sequence[int], wa
 
     with tempfile.TemporaryDirectory(prefix="skrull-profile-") as tmp:
         out = os.path.join(tmp, "collectives.json")
-        mp.start_processes(_worker, args=(procs, procs // nodes, f"file://{tmp}/rendezvous",
-                                          device.type, list(sizes), warmup, repeats, out,
-                                          show), nprocs=procs,
-                           start_method="fork" if fork else "spawn")
+        start: Any = getattr(mp, "start_processes")
+        start(_worker, args=(procs, procs // nodes, f"file://{tmp}/rendezvous", device.type,
+                             list(sizes), warmup, repeats, out, show), nprocs=procs,
+              start_method="fork" if fork else "spawn")
         with open(out, encoding="utf-8") as f:
             return [CollectiveRow(**r) for r in json.load(f)]

@@ -57,7 +57,8 @@ class Bench:
 
     def time(self, step: Callable[[], None], device: torch.device) -> float:
         """Seconds of the fastest ``step()`` on ``device`` (CUDA work is synchronised)."""
-        sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+        sync: Callable[[], None] = (torch.cuda.synchronize if device.type == "cuda"
+                                    else (lambda: None))
         for _ in range(self.warmup):
             step()
         sync()
@@ -100,15 +101,17 @@ class Workload:
 
         def step() -> None:
             y = self.layer_forward(x, p, recompute)
-            y.backward(g)
+            y.backward(g)  # type: ignore[no-untyped-call]
             x.grad = None
         return step
 
     def layer_forward(self, x: torch.Tensor, p: Packing, recompute: bool) -> torch.Tensor:
         """The layer's output on ``x``, checkpointed when ``recompute``."""
         if recompute:
-            return checkpoint(self.layer, x, p, use_reentrant=False)
-        return self.layer(x, p)
+            out: torch.Tensor = checkpoint(self.layer, x, p, use_reentrant=False)
+            return out
+        plain: torch.Tensor = self.layer(x, p)
+        return plain
 
     def head_inputs(self, tokens: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Hidden states (requiring grad) and labels for the head."""
@@ -118,11 +121,12 @@ class Workload:
 
     def head_step(self, tokens: int) -> Callable[[], None]:
         """Forward + backward of the final norm, LM head and loss on ``tokens`` tokens."""
-        assert self.head is not None
+        head = self.head
+        assert head is not None
         x, labels = self.head_inputs(tokens)
 
         def step() -> None:
-            self.head(x, labels).backward()
+            head(x, labels).backward()
             x.grad = None
         return step
 
@@ -137,7 +141,7 @@ class Workload:
         g = self._randn(t, s.heads, s.head_dim)
 
         def step() -> None:
-            self.attention(q, k, v, p).backward(g)
+            self.attention(q, k, v, p).backward(g)  # type: ignore[no-untyped-call]
             q.grad = k.grad = v.grad = None
         return step
 
@@ -193,9 +197,10 @@ def cpu_memory(w: Workload, tokens: int) -> dict[str, PartMemory]:
     plain = saved_bytes(lambda: w.layer_forward(x, p, False), exclude)
     ckpt = saved_bytes(lambda: w.layer_forward(x, p, True), exclude)
     out = {"layer": PartMemory(plain, plain), "layer-checkpoint": PartMemory(ckpt, 2 * plain)}
-    if w.head is not None:
+    lm_head = w.head
+    if lm_head is not None:
         hx, labels = w.head_inputs(tokens)
-        head = saved_bytes(lambda: w.head(hx, labels), exclude)
+        head = saved_bytes(lambda: lm_head(hx, labels), exclude)
         out["head"] = PartMemory(head, head)
     return out
 
@@ -227,17 +232,18 @@ def cuda_memory(w: Workload, tokens: int) -> dict[str, PartMemory]:
     g = w._randn(tokens, w.shape.hidden)
 
     def layer_backward(y: torch.Tensor) -> None:
-        y.backward(g)
+        y.backward(g)  # type: ignore[no-untyped-call]
         x.grad = None
     out["layer"] = measure(lambda: w.layer_forward(x, p, False), layer_backward)
     out["layer-checkpoint"] = measure(lambda: w.layer_forward(x, p, True), layer_backward)
-    if w.head is not None:
+    lm_head = w.head
+    if lm_head is not None:
         hx, labels = w.head_inputs(tokens)
 
         def head_backward(loss: torch.Tensor) -> None:
-            loss.backward()
+            loss.backward()  # type: ignore[no-untyped-call]
             hx.grad = None
-        out["head"] = measure(lambda: w.head(hx, labels), head_backward)
+        out["head"] = measure(lambda: lm_head(hx, labels), head_backward)
     return out
 
 

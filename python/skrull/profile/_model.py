@@ -73,8 +73,9 @@ def flash_varlen() -> Optional[Attention]:
     def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                packing: Packing) -> torch.Tensor:
         cu = packing.cu_seqlens
-        return flash_attn_varlen_func(q, k, v, cu, cu, packing.max_len, packing.max_len,
-                                      causal=True)
+        out: torch.Tensor = flash_attn_varlen_func(q, k, v, cu, cu, packing.max_len,
+                                                   packing.max_len, causal=True)
+        return out
     return attend
 
 
@@ -108,7 +109,8 @@ class DecoderLayer(nn.Module):
         a = self.attention(q, k, v, packing)
         x = x + self.o(a.reshape(t, self.heads * self.head_dim))
         r = F.rms_norm(x, x.shape[-1:], self.ffn_norm, EPS)
-        return x + self.down(F.silu(self.gate(r)) * self.up(r))
+        out: torch.Tensor = x + self.down(F.silu(self.gate(r)) * self.up(r))
+        return out
 
 
 class LMHead(nn.Module):

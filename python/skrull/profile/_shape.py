@@ -7,14 +7,40 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass, replace
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping, Optional, Union
 
 
 @dataclass(frozen=True)
 class ProfileShape:
     """A Qwen2/Llama-style decoder: ``layers`` x (RMSNorm, QKV with grouped-query attention,
     rotary embedding, causal attention, O projection, RMSNorm, SwiGLU FFN), then a final
-    RMSNorm and the LM head."""
+    RMSNorm and the LM head.
+
+    Parameters
+    ----------
+    hidden, ffn, layers, heads, kv_heads, vocab : int
+        The widths and counts (``vocab`` 0: no LM head).
+    head_dim : int, optional
+        Per-head width; 0 (default) for ``hidden // heads``.
+    qkv_bias : bool, optional
+        Q, K, V with biases (Qwen2).
+    tie_embeddings : bool, optional
+        The LM head shares the embedding.
+    name : str, optional
+        A label for the reports.
+
+    Raises
+    ------
+    ValueError
+        A field is not positive, the heads are not a multiple of the KV heads, or the head
+        dim is odd.
+
+    Example
+    -------
+    >>> from skrull.profile import PRESETS
+    >>> PRESETS["qwen2.5-0.5b"].kv_hidden, PRESETS["qwen2.5-0.5b"].model_arg()
+    (128, 'qwen2.5-0.5b')
+    """
 
     hidden: int
     ffn: int
@@ -93,14 +119,53 @@ PRESETS: dict[str, ProfileShape] = {
 }
 
 
-def from_hf_config(path: str | os.PathLike, overrides: Optional[Mapping[str, Any]] = None
-                   ) -> ProfileShape:
-    """The shape of a Hugging Face ``config.json`` (``hidden_size``, ``intermediate_size``,
-    ``num_hidden_layers``, ``num_attention_heads``, ``num_key_value_heads``, ``vocab_size``,
-    optional ``head_dim``, ``attention_bias`` and ``tie_word_embeddings``; Qwen2 configs have
-    QKV biases without saying so)."""
-    with open(path, encoding="utf-8") as f:
-        cfg = json.load(f)
+def from_hf_config(config: Union[str, os.PathLike[str], Mapping[str, Any]],
+                   overrides: Optional[Mapping[str, Any]] = None) -> ProfileShape:
+    """The shape of a Hugging Face model configuration.
+
+    Parameters
+    ----------
+    config : str, path or dict
+        A ``config.json`` file, the model directory holding it, or its parsed dict. Read:
+        ``hidden_size``, ``intermediate_size``, ``num_hidden_layers``,
+        ``num_attention_heads``, ``num_key_value_heads``, ``vocab_size``, optional
+        ``head_dim``, ``attention_bias`` and ``tie_word_embeddings`` (Qwen2 configs have QKV
+        biases without saying so).
+    overrides : mapping, optional
+        Fields of ``ProfileShape`` that replace what the file says (``None`` values ignored).
+
+    Returns
+    -------
+    ProfileShape
+        The decoder the profiler builds; ``skrull.ModelShape(**shape.model_fields())`` is
+        the library's FLOPs shape (``skrull.ModelShape.from_hf_config`` gives it directly).
+
+    Raises
+    ------
+    ValueError
+        A required key is missing, or the shape is inconsistent.
+    OSError
+        The file cannot be read.
+
+    Example
+    -------
+    >>> from skrull.profile import from_hf_config
+    >>> from_hf_config({"hidden_size": 896, "intermediate_size": 4864,
+    ...                 "num_hidden_layers": 24, "num_attention_heads": 14,
+    ...                 "num_key_value_heads": 2, "vocab_size": 151936}).kv_hidden
+    128
+    """
+    if isinstance(config, Mapping):
+        cfg, name = dict(config), "hf"
+    else:
+        path = os.fspath(config)
+        if os.path.isdir(path):
+            path = os.path.join(path, "config.json")
+        with open(path, encoding="utf-8") as f:
+            cfg = json.load(f)
+        name = os.path.basename(os.path.dirname(os.path.abspath(path))) or "hf"
+    if "hidden_size" not in cfg and isinstance(cfg.get("text_config"), Mapping):
+        cfg = dict(cfg["text_config"])
     try:
         heads = int(cfg["num_attention_heads"])
         fields = dict(hidden=int(cfg["hidden_size"]), ffn=int(cfg["intermediate_size"]),
@@ -111,8 +176,9 @@ def from_hf_config(path: str | os.PathLike, overrides: Optional[Mapping[str, Any
                       qkv_bias=bool(cfg.get("attention_bias",
                                             cfg.get("model_type") == "qwen2")),
                       tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),
-                      name=os.path.basename(os.path.dirname(os.path.abspath(path))) or "hf")
+                      name=name)
     except KeyError as exc:
-        raise ValueError(f"{os.fspath(path)}: missing {exc.args[0]}") from None
+        where = "the config" if isinstance(config, Mapping) else os.fspath(config)
+        raise ValueError(f"{where}: missing {exc.args[0]}") from None
     fields.update({k: v for k, v in (overrides or {}).items() if v is not None})
-    return ProfileShape(**fields)
+    return ProfileShape(**fields)  # type: ignore[arg-type]
