@@ -219,6 +219,8 @@ class SkrullLoader:
         for step in range(len(self)):
             idx = order[step * self.global_batch_size:(step + 1) * self.global_batch_size]
             plan = self.scheduler.plan(self.lengths[idx])
-            mbs = collate(plan, lambda i, idx=idx: self.dataset[int(idx[i])], self.dp_rank,
-                          self.cp_rank, sample_ids=idx, **self.collate_kwargs)
+            def sample(i: int, idx: np.ndarray = idx) -> Sample:
+                return self.dataset[int(idx[i])]
+            mbs = collate(plan, sample, self.dp_rank, self.cp_rank, sample_ids=idx.tolist(),
+                          **self.collate_kwargs)
             yield GlobalBatch(step, idx, plan, mbs)

@@ -81,7 +81,8 @@ def all_gather_varlen(x: torch.Tensor, sizes: list[int], group: Any) -> torch.Te
     group".)"""
     if group is None or dist.get_world_size(group) == 1:
         return x
-    return _AllGatherVarlen.apply(x, sizes, group)
+    out: torch.Tensor = _AllGatherVarlen.apply(x, sizes, group)
+    return out
 
 
 def gather_varlen_nograd(x: torch.Tensor, sizes: list[int], group: Any) -> torch.Tensor:

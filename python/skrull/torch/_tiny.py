@@ -33,13 +33,15 @@ class TinyTransformer(nn.Module):
 
     def _run(self, ids: torch.Tensor, positions: torch.Tensor, attend: Attention) -> torch.Tensor:
         x = self.embed(ids)
-        for b in self.blocks:
+        for block in self.blocks:
+            b: nn.ModuleDict = block  # type: ignore[assignment]
             h = F.rms_norm(x, x.shape[-1:])
             q, k, v = b["qkv"](h).view(len(ids), 3 * self.heads, self.head_dim).chunk(3, dim=1)
             q, k = apply_rope(q, positions), apply_rope(k, positions)
             x = x + b["out"](attend(q, k, v).reshape(len(ids), self.heads * self.head_dim))
             x = x + b["down"](F.silu(b["up"](F.rms_norm(x, x.shape[-1:]))))
-        return self.head(x)
+        logits: torch.Tensor = self.head(x)
+        return logits
 
     def forward_packed(self, mb: MicroBatch, group: Any = None,
                        ring_groups: Any = None) -> torch.Tensor:
