@@ -8,7 +8,7 @@ use skrull_core::{Config, Plan, PlanBuffers, Workspace};
 
 use crate::boundary::{Span, any_overlap, check_out, declared, guard, lengths};
 use crate::config::{read_config, read_sized, skrull_config};
-use crate::error::{Failure, finish, info_span, target};
+use crate::error::{Failure, config_spans, finish, info_span, target};
 use crate::plan::{
     PLAN_BUFFERS_SIZES, skrull_cp_group, skrull_micro_batch, skrull_placement, skrull_plan_buffers,
     skrull_summary,
@@ -67,9 +67,19 @@ pub unsafe extern "C" fn skrull_schedule(
     guard(|| {
         // SAFETY: forwarded caller contract.
         let r = unsafe { schedule(config, lengths, n, workspace, workspace_size, out) };
-        let inputs = [Span::of(config, 1), Span::of(lengths, n)];
+        if r.is_ok() {
+            return skrull_status::Ok;
+        }
+        // SAFETY: forwarded caller contract for `config`.
+        let [cfg, cost] = unsafe { config_spans(config) };
+        let others = [
+            cfg,
+            cost,
+            Span::clamped(lengths, n),
+            Span::clamped(workspace.cast_const().cast::<u8>(), workspace_size),
+        ];
         // SAFETY: forwarded caller contract for `out`; the target is checked in `target`.
-        unsafe { finish(r, target(out, &inputs)) }
+        unsafe { finish(r, target(out, &others)) }
     })
 }
 
@@ -108,11 +118,6 @@ unsafe fn schedule(
     if !bufs.summary.is_aligned() {
         return Err(skrull_status::InvalidArg.into());
     }
-    // With sub-groups the groups are required: `cp_rank` -1 alone no longer says which ranks
-    // hold a sequence. Without, they are written when given.
-    if cfg.subgroups && bufs.cp_groups.is_null() {
-        return Err(skrull_status::NullArg.into());
-    }
     let groups_needed = if bufs.cp_groups.is_null() { 0 } else { n };
     let spans = [
         check_out(bufs.placements, bufs.placements_len, n)?,
@@ -120,7 +125,14 @@ unsafe fn schedule(
         check_out(bufs.members, bufs.members_len, n)?,
         check_out(bufs.rank_tokens, bufs.rank_tokens_len, n * cp)?,
         check_out(bufs.micro_batches_per_dp, bufs.micro_batches_per_dp_len, dp)?,
-        check_out(bufs.cp_groups, bufs.cp_groups_len, groups_needed)?,
+        // With sub-groups the groups are required (`cp_rank` -1 alone no longer says which
+        // ranks hold a sequence), checked in field order like every other buffer; without,
+        // they are written when given.
+        if cfg.subgroups && bufs.cp_groups.is_null() {
+            return Err(skrull_status::NullArg.into());
+        } else {
+            check_out(bufs.cp_groups, bufs.cp_groups_len, groups_needed)?
+        },
         Span::of(bufs.summary.cast_const(), 1).ok_or(skrull_status::InvalidArg)?,
         declared(workspace.cast_const().cast::<u8>(), workspace_size)?,
         Span::of(lengths.as_ptr(), n).ok_or(skrull_status::InvalidArg)?,
