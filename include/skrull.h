@@ -776,9 +776,11 @@ typedef struct skrull_plan_buffers {
     struct skrull_summary *summary;
     /**
      * Receives the details of a failure (optional, NULL: none). Written only when the call
-     * fails, by `skrull_schedule()` and by the layout functions that read this plan. It must
-     * not overlap any other argument. Added after version 1: a caller whose `struct_size`
-     * ends before it gets no details.
+     * fails, by `skrull_schedule()` and by the layout functions that read this plan, and only
+     * where it overlaps no other argument (any buffer at its declared capacity included):
+     * one that overlaps is never written, and the call fails with the first problem in its
+     * order (`SKRULL_STATUS_INVALID_ARG` when there is no earlier one). Added after version
+     * 1: a caller whose `struct_size` ends before it gets no details.
      */
     struct skrull_error_info *error;
     /**
@@ -1443,15 +1445,20 @@ skrull_status skrull_plan_sizes(size_t n, uint32_t dp, uint32_t cp, struct skrul
  *
  * Outputs are written only when `SKRULL_STATUS_OK` is returned; on any error every output
  * buffer is left exactly as it was (the workspace may have been overwritten). When several
- * problems exist the first in this order is reported: `config` (NULL, misaligned, struct
- * size, option integers, then ranges `INVALID_DP` ... `INVALID_MODEL`), `out` (NULL,
- * misaligned, struct size, reserved field), `TOO_MANY_SEQUENCES`, `lengths`, `workspace`
- * (NULL, then `WORKSPACE_TOO_SMALL`), the summary pointer, each output buffer in field order
- * (NULL with a nonzero capacity, or `cp_groups` NULL when `subgroups` is 1; misaligned or an
- * impossible declared range, then `OUTPUT_TOO_SMALL`), the workspace's declared range, overlapping declared ranges (outputs,
- * workspace and lengths; see `skrull_plan_buffers`), then the batch's own errors
+ * problems exist the first in this order is reported (`docs/c_api.md`, "The order of
+ * checks"): `config` (NULL, not 4-byte aligned, struct size, not aligned for its size class,
+ * reserved field, option integers in field order, the cost model struct, then ranges
+ * `INVALID_DP`, `INVALID_CP`, `INVALID_BUCKET`, `INVALID_PAD_MULTIPLE`, `INVALID_MODEL`,
+ * `INVALID_COST_MODEL`, `UNSUPPORTED_OPTION`), `out` (NULL, not 4-byte aligned, struct size,
+ * misaligned, reserved field), `TOO_MANY_SEQUENCES`, `lengths`, `workspace` (NULL, then
+ * `WORKSPACE_TOO_SMALL`), the summary pointer, each output buffer in field order, `cp_groups`
+ * last (NULL with a nonzero capacity, or `cp_groups` NULL when `subgroups` is 1; misaligned or
+ * an impossible declared range, then `OUTPUT_TOO_SMALL`), the workspace's declared range,
+ * overlapping declared ranges (outputs, workspace and lengths; see `skrull_plan_buffers`), the
+ * error details (misaligned or overlapping another argument), then the batch's own errors
  * (`EMPTY_SEQUENCE`, `LENGTH_OUT_OF_RANGE`, `SEQUENCE_TOO_LONG`: the first offending
- * sequence in input order) and `MICRO_BATCH_LIMIT`.
+ * sequence in input order) and `MICRO_BATCH_LIMIT`. The error details are written only
+ * where they overlap no argument (see `skrull_error_info`).
  *
  * It never allocates, keeps no state between calls, and is safe to call from many threads at
  * once as long as each call has its own workspace and output buffers (the configuration and
