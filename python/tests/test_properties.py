@@ -361,6 +361,22 @@ def test_bad_batches_and_gpus_raise_skrull_errors(cfg: dict, lengths: object,
         assert isinstance(e, (skrull.LayoutError, skrull.ArgumentError)), e
 
 
+def test_no_such_gpu_names_the_coordinate() -> None:
+    """``field``/``field_name`` of NO_SUCH_GPU say which coordinate is out of range; ``limit``
+    is 0 for a DP rank at or above ``dp`` (docs/python.md, docs/c_api.md)."""
+    plan = skrull.Scheduler(dp=2, cp=4, bucket_tokens=24, policy="skrull").plan(
+        [1, 2, 2, 3, 4, 6, 9, 14, 30, 5])
+    runs = int(plan.micro_batches_per_dp[1])
+    for gpu, field, name, limit in [((5, 0, 0), 1, "dp_rank", 0),
+                                    ((1, runs, 0), 2, "micro_batch", runs),
+                                    ((1, 0, 4), 3, "cp_rank", runs)]:
+        with pytest.raises(skrull.LayoutError) as err:
+            plan.layout(*gpu)
+        e = err.value
+        assert (e.status, e.field, e.field_name, e.index, e.limit) == (
+            "NO_SUCH_GPU", field, name, gpu[0], limit), gpu
+
+
 def test_the_ci_profile_runs_at_least_2000_examples() -> None:
     if PROFILE != "ci":
         pytest.skip(f"profile {PROFILE}")
