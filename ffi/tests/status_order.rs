@@ -3,7 +3,9 @@
 //! listed in that order, and for each pair of problems that can be made at once, the call must
 //! report the one the docs put first. Each problem alone must give its own status (so a pair
 //! test cannot pass for the wrong reason), and the error details, when they may be written,
-//! must carry the returned status.
+//! must carry the returned status. The same walk covers `skrull_layout_fill()` (its plan,
+//! `PLAN_INVALID` and `NO_SUCH_GPU` included), and `DACP_FAILED` gets its place in
+//! `skrull_dacp_place()`.
 #![allow(clippy::unwrap_used)] // test helpers: a failure is a test failure
 
 use core::ffi::c_void;
@@ -460,4 +462,355 @@ fn each_pair_reports_the_problem_documented_first() {
         }
     }
     assert!(pairs > 900, "{pairs} pairs");
+}
+
+/// One `skrull_layout_fill()` call on the plan of the base batch, described by value.
+#[derive(Clone)]
+struct Fill {
+    cfg: skrull_config,
+    cfg_null: bool,
+    n: usize,
+    lengths_null: bool,
+    ws: Ptr,
+    ws_size: Option<usize>,
+    plan_null: bool,
+    plan_reserved: u32,
+    plan_size: Option<u32>,
+    summary_null: bool,
+    summary_reserved: u32,
+    placements_null: bool,
+    placements_short: bool,
+    corrupt: bool,
+    gpu: skrull_gpu,
+    out_null: bool,
+    out_reserved: u32,
+    out_size: Option<u32>,
+    layout_null: bool,
+    spans_short: bool,
+    spans_on_members: bool,
+    details_on_positions: bool,
+}
+
+impl Fill {
+    fn new() -> Fill {
+        Fill {
+            cfg: Call::new().cfg,
+            cfg_null: false,
+            n: N,
+            lengths_null: false,
+            ws: Ptr::Ok,
+            ws_size: None,
+            plan_null: false,
+            plan_reserved: 0,
+            plan_size: None,
+            summary_null: false,
+            summary_reserved: 0,
+            placements_null: false,
+            placements_short: false,
+            corrupt: false,
+            gpu: skrull_gpu {
+                dp_rank: 0,
+                micro_batch: 0,
+                cp_rank: 1,
+            },
+            out_null: false,
+            out_reserved: 0,
+            out_size: None,
+            layout_null: false,
+            spans_short: false,
+            spans_on_members: false,
+            details_on_positions: false,
+        }
+    }
+
+    fn run(&self) -> (skrull_status, Option<u32>) {
+        let base = Call::new().cfg;
+        let (dp, cp) = (2usize, 4usize);
+        let mut placements = vec![skrull_placement::default(); N];
+        let mut micro_batches = vec![skrull_micro_batch::default(); N];
+        // Room after the first N members for the spans of the overlap problem.
+        let mut members = vec![0u32; N + 130];
+        let mut rank_tokens = vec![0u32; N * cp];
+        let mut per_dp = vec![0u32; dp];
+        let mut summary = skrull_summary::default();
+        let mut error = skrull_error_info::of_status(skrull_status::Ok);
+        let mut plan = skrull_plan_buffers {
+            placements: placements.as_mut_ptr(),
+            placements_len: N,
+            micro_batches: micro_batches.as_mut_ptr(),
+            micro_batches_len: N,
+            members: members.as_mut_ptr(),
+            members_len: N,
+            rank_tokens: rank_tokens.as_mut_ptr(),
+            rank_tokens_len: N * cp,
+            micro_batches_per_dp: per_dp.as_mut_ptr(),
+            micro_batches_per_dp_len: dp,
+            summary: &mut summary,
+            ..skrull_plan_buffers::EMPTY
+        };
+        // SAFETY: no preconditions.
+        let mut ws = storage(unsafe { skrull_workspace_size(N, dp as u32, cp as u32) });
+        // SAFETY: every pointer is live for its stated length.
+        let st = unsafe {
+            skrull_schedule(
+                &base,
+                LENGTHS.as_ptr(),
+                N,
+                ws.as_mut_ptr().cast(),
+                ws.len() * 16,
+                &plan,
+            )
+        };
+        assert_eq!(st, skrull_status::Ok);
+        // Edits go through the pointers the plan holds (the arrays stay borrowed by them).
+        // SAFETY: both point into live, writable storage of the plan.
+        unsafe {
+            (*plan.summary)._reserved = self.summary_reserved;
+            if self.corrupt {
+                (*plan.placements.add(3)).micro_batch += 7;
+            }
+        }
+        plan._reserved = self.plan_reserved;
+        plan.struct_size = self.plan_size.unwrap_or(plan.struct_size);
+        if self.summary_null {
+            plan.summary = core::ptr::null_mut();
+        }
+        if self.placements_null {
+            plan.placements = core::ptr::null_mut();
+        }
+        if self.placements_short {
+            plan.placements_len = N - 1;
+        }
+        let mut cap = skrull_layout_capacity::default();
+        // SAFETY: live config and output.
+        let st = unsafe { skrull_layout_sizes_max(&base, N, &mut cap) };
+        assert_eq!(st, skrull_status::Ok);
+        let mut spans = vec![skrull_span::default(); cap.spans];
+        let mut cu: Vec<Vec<i32>> = (0..4).map(|_| vec![0; cap.local_cu_seqlens]).collect();
+        let mut positions = vec![0i32; cap.positions + 8];
+        let mut rec = skrull_layout::default();
+        let mut out = skrull_layout_buffers {
+            spans: spans.as_mut_ptr(),
+            spans_len: if self.spans_short { 0 } else { cap.spans },
+            local_cu_seqlens: cu[0].as_mut_ptr(),
+            local_cu_seqlens_len: cap.local_cu_seqlens,
+            sharded_cu_seqlens: cu[1].as_mut_ptr(),
+            sharded_cu_seqlens_len: cap.sharded_cu_seqlens,
+            sharded_cu_seqlens_padded: cu[2].as_mut_ptr(),
+            sharded_cu_seqlens_padded_len: cap.sharded_cu_seqlens,
+            rank_cu_seqlens: cu[3].as_mut_ptr(),
+            rank_cu_seqlens_len: cap.sharded_cu_seqlens,
+            positions: positions.as_mut_ptr(),
+            positions_len: cap.positions,
+            layout: &mut rec,
+            ..skrull_layout_buffers::EMPTY
+        };
+        out._reserved = self.out_reserved;
+        out.struct_size = self.out_size.unwrap_or(out.struct_size);
+        if self.layout_null {
+            out.layout = core::ptr::null_mut();
+        }
+        if self.spans_on_members {
+            // The spans' declared range reaches into the plan's members (an input).
+            out.spans = members.as_mut_ptr().wrapping_add(N).cast();
+            assert!(out.spans_len * 24 <= (members.len() - N) * 4);
+            plan.members_len = members.len();
+        }
+        plan.error = if self.details_on_positions {
+            positions.as_mut_ptr().cast()
+        } else {
+            &mut error
+        };
+        let mut lws = storage(cap.workspace_bytes);
+        let ws_p = place::<c_void>(&mut lws, self.ws);
+        let cfg: *const skrull_config = if self.cfg_null {
+            core::ptr::null()
+        } else {
+            &self.cfg
+        };
+        let lens = if self.lengths_null {
+            core::ptr::null()
+        } else {
+            LENGTHS.as_ptr()
+        };
+        let plan_p: *const skrull_plan_buffers = if self.plan_null {
+            core::ptr::null()
+        } else {
+            &plan
+        };
+        let out_p: *const skrull_layout_buffers = if self.out_null {
+            core::ptr::null()
+        } else {
+            &out
+        };
+        let ws_size = self.ws_size.unwrap_or(cap.workspace_bytes);
+        // SAFETY: every pointer is NULL or live for what it declares, except the declared
+        // ranges the library must refuse before any access.
+        let st = unsafe {
+            skrull_layout_fill(cfg, lens, self.n, plan_p, self.gpu, ws_p, ws_size, out_p)
+        };
+        let readable = !self.plan_null
+            && self.plan_reserved == 0
+            && self.plan_size.is_none()
+            && !self.details_on_positions
+            && self.ws_size != Some(usize::MAX)
+            && self.n == N;
+        (st, (readable && error.status != 0).then_some(error.status))
+    }
+}
+
+struct FillProblem {
+    name: &'static str,
+    status: skrull_status,
+    slot: &'static str,
+    apply: fn(&mut Fill),
+}
+
+macro_rules! f {
+    ($name:literal, $status:ident, $slot:literal, $apply:expr) => {
+        FillProblem {
+            name: $name,
+            status: skrull_status::$status,
+            slot: $slot,
+            apply: $apply,
+        }
+    };
+}
+
+/// The problems of `skrull_layout_fill()`, in the documented order.
+fn fill_problems() -> Vec<FillProblem> {
+    vec![
+        f!("config NULL", NullArg, "-", |f| f.cfg_null = true),
+        f!("config _reserved", InvalidArg, "-", |f| f.cfg._reserved = 1),
+        f!("policy 99", InvalidEnum, "-", |f| f.cfg.policy = 99),
+        f!("dp 0", InvalidDp, "-", |f| f.cfg.dp = 0),
+        f!("plan NULL", NullArg, "-", |f| f.plan_null = true),
+        f!("plan struct_size 97", BadStructSize, "-", |f| f.plan_size =
+            Some(97)),
+        f!("plan _reserved", InvalidArg, "-", |f| f.plan_reserved = 1),
+        f!("out NULL", NullArg, "-", |f| f.out_null = true),
+        f!("out struct_size 113", BadStructSize, "-", |f| f.out_size =
+            Some(113)),
+        f!("out _reserved", InvalidArg, "-", |f| f.out_reserved = 1),
+        f!("n above 65536", TooManySequences, "-", |f| f.n = 65_537),
+        f!("lengths NULL", NullArg, "-", |f| f.lengths_null = true),
+        f!("workspace NULL", NullArg, "ws", |f| f.ws = Ptr::Null),
+        f!("workspace short", WorkspaceTooSmall, "ws", |f| f.ws_size =
+            Some(10)),
+        f!("summary NULL", NullArg, "summary", |f| f.summary_null =
+            true),
+        f!("summary _reserved", PlanInvalid, "summary", |f| f
+            .summary_reserved =
+            1),
+        f!("placements NULL", NullArg, "placements", |f| f
+            .placements_null =
+            true),
+        f!(
+            "placements below the summary",
+            PlanInvalid,
+            "placements",
+            |f| { f.placements_short = true }
+        ),
+        f!("workspace size SIZE_MAX", InvalidArg, "ws", |f| f.ws_size =
+            Some(usize::MAX)),
+        f!("a corrupted placement", PlanInvalid, "-", |f| f.corrupt =
+            true),
+        f!("cp_rank = cp", NoSuchGpu, "-", |f| f.gpu.cp_rank = 4),
+        f!("out->layout NULL", NullArg, "-", |f| f.layout_null = true),
+        f!("spans short", OutputTooSmall, "spans", |f| f.spans_short =
+            true),
+        f!("spans on the plan's members", InvalidArg, "spans", |f| f
+            .spans_on_members =
+            true),
+        f!("details on positions", InvalidArg, "-", |f| f
+            .details_on_positions =
+            true),
+    ]
+}
+
+#[test]
+fn layout_fill_walks_its_documented_order() {
+    assert_eq!(
+        Fill::new().run().0,
+        skrull_status::Ok,
+        "the base call must succeed"
+    );
+    let all = fill_problems();
+    for p in &all {
+        let mut f = Fill::new();
+        (p.apply)(&mut f);
+        let (st, details) = f.run();
+        assert_eq!(st, p.status, "{}", p.name);
+        if let Some(d) = details {
+            assert_eq!(d, st as u32, "{}: details", p.name);
+        }
+    }
+    let mut pairs = 0;
+    for (i, first) in all.iter().enumerate() {
+        for second in &all[i + 1..] {
+            if first.slot != "-" && first.slot == second.slot {
+                continue;
+            }
+            let mut f = Fill::new();
+            (second.apply)(&mut f);
+            (first.apply)(&mut f);
+            let (st, details) = f.run();
+            assert_eq!(
+                st, first.status,
+                "{} + {}: the docs put {} first",
+                first.name, second.name, first.name
+            );
+            if let Some(d) = details {
+                assert_eq!(d, st as u32, "{} + {}: details", first.name, second.name);
+            }
+            pairs += 1;
+        }
+    }
+    assert!(pairs > 250, "{pairs} pairs");
+}
+
+/// `skrull_dacp_place()`: `DACP_FAILED` comes last, after the configuration, the pointers and
+/// the batch's own errors.
+#[test]
+fn dacp_failed_comes_after_everything_else() {
+    let run = |cfg: &skrull_config, lengths: &[u32], summary_null: bool| {
+        // SAFETY: no preconditions.
+        let mut ws = storage(unsafe { skrull_workspace_size(lengths.len(), 2, 4) });
+        let mut ranks = vec![0i32; lengths.len()];
+        let mut summary = skrull_dacp_summary::default();
+        let s: *mut skrull_dacp_summary = if summary_null {
+            core::ptr::null_mut()
+        } else {
+            &mut summary
+        };
+        // SAFETY: every pointer is NULL or live for its stated length.
+        unsafe {
+            skrull_dacp_place(
+                cfg,
+                lengths.as_ptr(),
+                lengths.len(),
+                ws.as_mut_ptr().cast(),
+                ws.len() * 16,
+                ranks.as_mut_ptr(),
+                ranks.len(),
+                s,
+            )
+        }
+    };
+    let cfg = Call::new().cfg;
+    // Two sequences of 90 tokens: each fits sharded (23 per rank), together they do not.
+    let full = [90, 90, 1];
+    assert_eq!(run(&cfg, &full, false), skrull_status::DacpFailed);
+    assert_eq!(run(&cfg, &[90, 90, 0], false), skrull_status::EmptySequence);
+    assert_eq!(
+        run(&cfg, &[90, 90, 1 << 20], false),
+        skrull_status::SequenceTooLong
+    );
+    assert_eq!(run(&cfg, &full, true), skrull_status::NullArg);
+    let mut bad = cfg;
+    bad.dp = 0;
+    assert_eq!(run(&bad, &full, false), skrull_status::InvalidDp);
+    bad = cfg;
+    bad.max_micro_batches = 1;
+    assert_eq!(run(&bad, &full, false), skrull_status::DacpFailed);
 }
