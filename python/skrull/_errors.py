@@ -141,6 +141,8 @@ _VALUE_LIMIT = {
 #: ``skrull_error_info.field`` of INVALID_MODEL and UNSUPPORTED_OPTION, by number.
 MODEL_FIELDS = {1: "hidden", 2: "kv_hidden", 3: "ffn", 4: "layers", 5: "vocab"}
 OPTION_FIELDS = {1: "flops"}
+#: ``skrull_error_info.field`` of NO_SUCH_GPU: the coordinate at fault.
+GPU_FIELDS = {1: "dp_rank", 2: "micro_batch", 3: "cp_rank"}
 
 
 def _describe(status: int, d: dict) -> str:
@@ -199,6 +201,8 @@ def field_name(code: int, number: int) -> str | None:
         return MODEL_FIELDS.get(number)
     if code == Status.UNSUPPORTED_OPTION:
         return OPTION_FIELDS.get(number)
+    if code == Status.NO_SUCH_GPU:
+        return GPU_FIELDS.get(number)
     if code == Status.INVALID_COST_MODEL:
         from ._cost import cost_field_name
         return cost_field_name(number)
