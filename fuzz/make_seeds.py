@@ -12,7 +12,9 @@ lengths (0xFFF0 and above: a raw 4-byte length follows). Perturbations (byte % 1
 workspace, 9 workspace short, 10 output `arg % 6` short (placements, micro_batches, members,
 rank_tokens, per_dp, cp_groups), 11 pointer `arg % 9` NULL (those five, summary, workspace,
 lengths, cp_groups with capacity 0), 12 out.struct_size, 13 out._reserved, 14 config tail, 15
-config.struct_size. Run: python3 fuzz/make_seeds.py
+config.struct_size, 7 a version-1 config at 4 mod 8, 6 error details on output `arg % 2`
+(micro_batches_per_dp, summary), 5 cp_groups NULL with micro_batches_per_dp one short.
+Run: python3 fuzz/make_seeds.py
 """
 import os
 import struct
@@ -87,6 +89,16 @@ SEEDS = {
     "seed-groups-null-off": cfg() + bytes([11, 8]) + lens(*LMSYS_LIKE),
     # cp_groups one short (perturbation 10 / 5).
     "seed-groups-short": cfg(mode=0x21) + bytes([10, 5]) + lens(*LMSYS_LIKE),
+    # Round 3 of the outside review. A version-1 (60-byte) config at 4 mod 8 (perturbation 7):
+    # planned as from an aligned one.
+    "seed-v1-config-offset4": cfg() + bytes([7]) + lens(*LMSYS_LIKE),
+    # Error details on micro_batches_per_dp (perturbation 6 / 0) with dp = 0 earlier in the
+    # order: INVALID_DP, nothing written; on the summary (6 / 1) alone: INVALID_ARG.
+    "seed-details-on-output-per-dp": cfg(mode=0x24, dp=raw(0)) + bytes([6, 0]) + lens(1, 2),
+    "seed-details-on-output-summary": cfg(mode=0x24) + bytes([6, 1]) + lens(*LMSYS_LIKE),
+    # Sub-groups, cp_groups NULL and micro_batches_per_dp short (perturbation 5): the short
+    # buffer comes first in the field order, OUTPUT_TOO_SMALL.
+    "seed-groups-after-per-dp": cfg(mode=0x21) + bytes([5]) + lens(*LMSYS_LIKE),
 }
 
 # The layout target (kit/src/fuzz/layout/mod.rs): 16 header bytes (GPU mode, corruption

@@ -193,10 +193,12 @@ enum skrull_status
      */
     SKRULL_STATUS_INVALID_ENUM = 3,
     /**
-     * Another malformed argument: a pointer not aligned for its type; a buffer whose declared
-     * range (pointer + capacity x element size, the whole capacity) overlaps a buffer it must
-     * not overlap, exceeds `PTRDIFF_MAX` bytes or runs past the end of the address space; or a
-     * nonzero `_reserved` field of a parameter struct (`skrull_plan_buffers`,
+     * Another malformed argument: a pointer not aligned for its type (an extensible struct:
+     * for its `struct_size` class, see `skrull_config`); a buffer whose declared range
+     * (pointer + capacity x element size, the whole capacity) overlaps a buffer it must not
+     * overlap, exceeds `PTRDIFF_MAX` bytes or runs past the end of the address space; error
+     * details that overlap another argument; or a nonzero `_reserved` field of
+     * `skrull_config` or of a parameter struct (`skrull_plan_buffers`,
      * `skrull_layout_buffers`).
      */
     SKRULL_STATUS_INVALID_ARG = 4,
@@ -257,7 +259,9 @@ enum skrull_status
     SKRULL_STATUS_INVALID_PAD_MULTIPLE = 20,
     /**
      * A `skrull_cost_model` value is out of range (not finite, a rate not above 0, a cost
-     * below 0, an efficiency above 1, a zero tile or node size, a table not increasing).
+     * below 0, an efficiency above 1, a zero tile or node size, `attention_seqlen` not
+     * strictly increasing). Checked for every policy, not only `balanced`, which plans with
+     * it. The throughput columns need only be above 0: they may fall with the length.
      */
     SKRULL_STATUS_INVALID_COST_MODEL = 21,
     /**
@@ -280,7 +284,9 @@ enum skrull_status
     SKRULL_STATUS_PLAN_INVALID = 30,
     /**
      * The GPU asked for is not in the plan: `dp_rank >= dp`, `cp_rank >= cp`, or
-     * `micro_batch >= micro_batches_per_dp[dp_rank]`.
+     * `micro_batch >= micro_batches_per_dp[dp_rank]`. Details: `field` the coordinate at fault
+     * (1 DP rank, 2 micro-batch, 3 CP rank), `index` the DP rank, `value` the micro-batch,
+     * `limit` the micro-batches that DP rank runs (0 for a DP rank at or above `dp`).
      */
     SKRULL_STATUS_NO_SUCH_GPU = 31,
     /**
@@ -377,11 +383,12 @@ typedef struct skrull_cost_model {
      */
     uint32_t attention_seqlen[SKRULL_ATTENTION_POINTS];
     /**
-     * Forward attention throughput at each length, FLOP/s (> 0).
+     * Forward attention throughput at each length, FLOP/s (> 0; need not increase with the
+     * length: a falling column is accepted).
      */
     double attention_fwd_flops[SKRULL_ATTENTION_POINTS];
     /**
-     * Backward attention throughput at each length, FLOP/s (> 0).
+     * Backward attention throughput at each length, FLOP/s (> 0; need not increase).
      */
     double attention_bwd_flops[SKRULL_ATTENTION_POINTS];
     /**
@@ -449,6 +456,14 @@ typedef struct skrull_cost_model {
  * fields it lacks, and a newer (larger) struct is accepted when its unknown trailing bytes are
  * zero. Option fields are plain integers (`SKRULL_POLICY_*` ...), so any value is safe to
  * pass; unknown ones return `SKRULL_STATUS_INVALID_ENUM`.
+ *
+ * Alignment follows `struct_size`: a struct that ends at or before `cost_model` (the first
+ * pointer; every field before it is a `uint32_t`, version 1's 60 bytes included) needs only
+ * 4-byte alignment, so a program built against the first header may keep it at any 4-byte
+ * boundary; one that includes `cost_model` (and any field appended after it) needs
+ * `alignof(skrull_config)`, 8 on 64-bit targets. A pointer that is not 4-byte aligned is
+ * `SKRULL_STATUS_INVALID_ARG` before `struct_size` is read; one aligned for 4 but not for its
+ * size's class is `SKRULL_STATUS_INVALID_ARG` after the size checks.
  */
 typedef struct skrull_config {
     /**
@@ -510,7 +525,8 @@ typedef struct skrull_config {
     /**
      * The cost model `balanced` plans with (hardware, kernels, topology: GPUs per node and
      * intra/inter-node ring latency and bandwidth), read during the call; NULL: the H100
-     * preset for `model`. See `skrull_cost_model_preset()`.
+     * preset for `model`. See `skrull_cost_model_preset()`. Every policy validates it
+     * (`SKRULL_STATUS_INVALID_COST_MODEL`), not only `balanced`, which plans with it.
      */
     const struct skrull_cost_model *cost_model;
     /**
@@ -665,6 +681,10 @@ typedef struct skrull_summary {
  *
  * A caller that wants them points `skrull_plan_buffers.error` at one of these; the call
  * writes it only when it fails (never on success) and leaves every other output untouched.
+ * It is written only where it overlaps no other argument (each buffer at its declared
+ * capacity, the parameter structs, the configuration, the lengths and the workspace): a
+ * details struct that overlaps one is never written, and the call returns the first problem
+ * in its documented order (`SKRULL_STATUS_INVALID_ARG` when there is no earlier one).
  * The fields a status fills are listed in `docs/c_api.md` ("Error details"); the others are
  * `index = -1`, `field = value = limit = 0`.
  */
@@ -677,7 +697,9 @@ typedef struct skrull_error_info {
      * For `SKRULL_STATUS_INVALID_MODEL`: the shape field, 1 `hidden`, 2 `kv_hidden`, 3 `ffn`,
      * 4 `layers`, 5 `vocab`; for `SKRULL_STATUS_INVALID_COST_MODEL`: the field's position in
      * `skrull_cost_model` after `struct_size` (1 `attention_tile`, 2 `peak_flops`, ...);
-     * for `SKRULL_STATUS_UNSUPPORTED_OPTION`: 1 `flops`; otherwise 0.
+     * for `SKRULL_STATUS_UNSUPPORTED_OPTION`: 1 `flops`; for `SKRULL_STATUS_NO_SUCH_GPU`: the
+     * coordinate at fault, 1 `dp_rank >= dp`, 2 `micro_batch >= micro_batches_per_dp[dp_rank]`,
+     * 3 `cp_rank >= cp` (the first of these that holds); otherwise 0.
      */
     uint32_t field;
     /**
@@ -784,9 +806,11 @@ typedef struct skrull_plan_buffers {
     struct skrull_summary *summary;
     /**
      * Receives the details of a failure (optional, NULL: none). Written only when the call
-     * fails, by `skrull_schedule()` and by the layout functions that read this plan. It must
-     * not overlap any other argument. Added after version 1: a caller whose `struct_size`
-     * ends before it gets no details.
+     * fails, by `skrull_schedule()` and by the layout functions that read this plan, and only
+     * where it overlaps no other argument (any buffer at its declared capacity included):
+     * one that overlaps is never written, and the call fails with the first problem in its
+     * order (`SKRULL_STATUS_INVALID_ARG` when there is no earlier one). Added after version
+     * 1: a caller whose `struct_size` ends before it gets no details.
      */
     struct skrull_error_info *error;
     /**
@@ -856,7 +880,10 @@ typedef struct skrull_span {
      */
     uint32_t len;
     /**
-     * Padding tokens after the real ones (0 unless `SKRULL_SHARD_PADDING_ZIGZAG`).
+     * Padding tokens after the real ones: for a chunk of a sharded sequence, from
+     * `SKRULL_SHARD_PADDING_ZIGZAG` or a `pad_multiple` above 1 (the sequence is padded to a
+     * multiple of `lcm(2g, M)`); for a whole local sequence, up to the next multiple of
+     * `pad_multiple` with `pad_local` (else 0). See `docs/layout.md`.
      */
     uint32_t pad;
 } skrull_span;
@@ -923,7 +950,9 @@ typedef struct skrull_layout {
      */
     uint32_t charged_tokens;
     /**
-     * `max_seqlen` of the local group (0 when empty).
+     * `max_seqlen` of the local group over real lengths (0 when empty): the longest local
+     * sequence's real tokens, also with `pad_local` (the padded lengths are the differences
+     * of `skrull_layout_buffers.local_cu_seqlens_padded`).
      */
     int32_t local_max_seqlen;
     /**
@@ -1195,6 +1224,9 @@ uint32_t skrull_abi_version(void);
  * the library ignores every field added since (`pad_multiple`, `pad_local`, `lockstep`,
  * `cost_model`, `subgroups`): new code calls `skrull_config_init(&cfg, sizeof cfg)` instead.
  *
+ * `out` needs 4-byte alignment only (a version-1 struct of `uint32_t` fields, which a program
+ * may place at any 4-byte boundary).
+ *
  * # Safety
  * Unless NULL, `out` must be valid for writing 60 bytes. Safe to call from any thread.
  */
@@ -1208,9 +1240,13 @@ skrull_status skrull_config_default(struct skrull_config *out);
  * `skrull_config_init(&cfg, sizeof cfg)`: a program built against an older, smaller header
  * then gets exactly the fields it has, and a newer library never writes past them.
  *
- * Returns `SKRULL_STATUS_NULL_ARG` for a NULL `out`, `SKRULL_STATUS_INVALID_ARG` when it is
- * misaligned, `SKRULL_STATUS_BAD_STRUCT_SIZE` when `out_size` is below version 1 (60
- * bytes); on error nothing is written.
+ * Returns, first problem first: `SKRULL_STATUS_NULL_ARG` for a NULL `out`;
+ * `SKRULL_STATUS_INVALID_ARG` when it is not 4-byte aligned; `SKRULL_STATUS_BAD_STRUCT_SIZE`
+ * when `out_size` is below version 1 (60 bytes) or, below `sizeof(skrull_config)`, ends
+ * inside a field (61, say: the sizes every other call accepts are the only ones written);
+ * `SKRULL_STATUS_INVALID_ARG` when `out` is not aligned for the size's class (see
+ * `skrull_config`: 4 bytes up to `offsetof(skrull_config, cost_model)`, else
+ * `alignof(skrull_config)`). On error nothing is written.
  *
  * # Safety
  * Unless NULL, `out` must be valid for writing `out_size` bytes. Safe to call from any
@@ -1232,7 +1268,7 @@ skrull_status skrull_config_preset(uint32_t preset, struct skrull_config *out);
  * layout and BucketSize for that model, default options), as [`skrull_config_init`] does
  * with the defaults.
  *
- * Returns the statuses of `skrull_config_init()`, and `SKRULL_STATUS_INVALID_ENUM` for an
+ * Returns the statuses of `skrull_config_init()`, then `SKRULL_STATUS_INVALID_ENUM` for an
  * unknown preset; on error nothing is written.
  *
  * # Safety
@@ -1478,15 +1514,22 @@ skrull_status skrull_plan_sizes(size_t n, uint32_t dp, uint32_t cp, struct skrul
  *
  * Outputs are written only when `SKRULL_STATUS_OK` is returned; on any error every output
  * buffer is left exactly as it was (the workspace may have been overwritten). When several
- * problems exist the first in this order is reported: `config` (NULL, misaligned, struct
- * size, option integers, then ranges `INVALID_DP` ... `INVALID_MODEL`), `out` (NULL,
- * misaligned, struct size, reserved field), `TOO_MANY_SEQUENCES`, `lengths`, `workspace`
- * (NULL, then `WORKSPACE_TOO_SMALL`), the summary pointer, each output buffer in field order
- * (NULL with a nonzero capacity, or `cp_groups` NULL when `subgroups` is 1; misaligned or an
- * impossible declared range, then `OUTPUT_TOO_SMALL`), the workspace's declared range, overlapping declared ranges (outputs,
- * workspace and lengths; see `skrull_plan_buffers`), then the batch's own errors
+ * problems exist the first in this order is reported (`docs/c_api.md`, "The order of
+ * checks"): `config` (NULL, not 4-byte aligned, struct size, not aligned for its size class,
+ * reserved field, option integers in field order, the cost model struct, then ranges
+ * `INVALID_DP`, `INVALID_CP`, `INVALID_BUCKET`, `INVALID_PAD_MULTIPLE`, `INVALID_MODEL`,
+ * `INVALID_COST_MODEL`, `MICRO_BATCH_LIMIT` for a fixed `micro_batches` above a nonzero
+ * `max_micro_batches`, `UNSUPPORTED_OPTION`), `out` (NULL, not 4-byte aligned, struct size,
+ * misaligned, reserved field), `TOO_MANY_SEQUENCES`, `lengths`, `workspace` (NULL, then
+ * `WORKSPACE_TOO_SMALL`), the summary pointer, each output buffer in field order, `cp_groups`
+ * last (NULL with a nonzero capacity, or `cp_groups` NULL when `subgroups` is 1; misaligned or
+ * an impossible declared range, then `OUTPUT_TOO_SMALL`), the workspace's declared range,
+ * overlapping declared ranges (outputs, workspace and lengths; see `skrull_plan_buffers`), the
+ * error details (misaligned or overlapping another argument), then the batch's own errors
  * (`EMPTY_SEQUENCE`, `LENGTH_OUT_OF_RANGE`, `SEQUENCE_TOO_LONG`: the first offending
- * sequence in input order) and `MICRO_BATCH_LIMIT`.
+ * sequence in input order), `MICRO_BATCH_LIMIT` and `MICRO_BATCH_COUNT`. The error details
+ * are written only
+ * where they overlap no argument (see `skrull_error_info`).
  *
  * It never allocates, keeps no state between calls, and is safe to call from many threads at
  * once as long as each call has its own workspace and output buffers (the configuration and

@@ -307,6 +307,28 @@ fn c_abi_subgroup_seeds_reach_what_they_are_named_after() {
     assert!(!input.core_config().unwrap().subgroups);
 }
 
+/// The seeds of round 3 of the outside review: a version-1 config at a 4-byte offset plans;
+/// error details on an output are never written (the earlier INVALID_DP, else INVALID_ARG);
+/// with sub-groups, a short micro_batches_per_dp is reported before a NULL cp_groups.
+#[test]
+#[cfg_attr(miri, ignore)]
+fn c_abi_round3_seeds_reach_what_they_are_named_after() {
+    use skrull::skrull_status as S;
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus/c_abi");
+    let read = |name: &str| std::fs::read(dir.join(name)).unwrap();
+    for (seed, want) in [
+        ("seed-v1-config-offset4", S::Ok),
+        ("seed-details-on-output-per-dp", S::InvalidDp),
+        ("seed-details-on-output-summary", S::InvalidArg),
+        ("seed-groups-after-per-dp", S::OutputTooSmall),
+    ] {
+        assert_eq!(fuzz::c_abi(&read(seed)), want, "{seed}");
+        fuzz::rust_api(&read(seed));
+    }
+    let input = fuzz::decode::decode(&read("seed-groups-after-per-dp"));
+    assert!(input.core_config().unwrap().subgroups);
+}
+
 /// The layout's sub-group seeds: a hand-moved sub-group laid out on every GPU and tiled over
 /// its group (also with zigzag padding and exactly sized buffers), refused without the flag
 /// or with a bad group, the groups optional for a whole-group plan, the rings required.

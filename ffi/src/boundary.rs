@@ -170,6 +170,19 @@ impl Span {
         Some(Span { start, len })
     }
 
+    /// The bytes of `count` elements of `T` at `ptr`, cut at the end of the address space
+    /// (empty for NULL): a conservative stand-in for a declared range that [`Span::of`] or
+    /// [`declared`] refuses, for keeping the error details out of every buffer a caller lent.
+    pub(crate) fn clamped<T>(ptr: *const T, count: usize) -> Span {
+        let start = ptr as usize;
+        let len = if ptr.is_null() {
+            0
+        } else {
+            count.saturating_mul(size_of::<T>()).min(usize::MAX - start)
+        };
+        Span { start, len }
+    }
+
     /// Whether two spans share a byte (empty spans share none).
     pub(crate) fn overlaps(self, other: Span) -> bool {
         self.len != 0

@@ -1,7 +1,7 @@
 //! `skrull_config`: the extensible configuration struct, its option constants and presets, and
 //! its translation to the core's `Config`.
 
-use core::mem::size_of;
+use core::mem::{align_of, size_of};
 
 use skrull_core::{Config, FlopsFormula, ModelShape, Policy, ShardPadding, Victim};
 
@@ -79,6 +79,14 @@ const _: () = assert!(size_of::<skrull_model_shape>() == 24);
 /// fields it lacks, and a newer (larger) struct is accepted when its unknown trailing bytes are
 /// zero. Option fields are plain integers (`SKRULL_POLICY_*` ...), so any value is safe to
 /// pass; unknown ones return `SKRULL_STATUS_INVALID_ENUM`.
+///
+/// Alignment follows `struct_size`: a struct that ends at or before `cost_model` (the first
+/// pointer; every field before it is a `uint32_t`, version 1's 60 bytes included) needs only
+/// 4-byte alignment, so a program built against the first header may keep it at any 4-byte
+/// boundary; one that includes `cost_model` (and any field appended after it) needs
+/// `alignof(skrull_config)`, 8 on 64-bit targets. A pointer that is not 4-byte aligned is
+/// `SKRULL_STATUS_INVALID_ARG` before `struct_size` is read; one aligned for 4 but not for its
+/// size's class is `SKRULL_STATUS_INVALID_ARG` after the size checks.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct skrull_config {
@@ -114,7 +122,8 @@ pub struct skrull_config {
     pub lockstep: u32,
     /// The cost model `balanced` plans with (hardware, kernels, topology: GPUs per node and
     /// intra/inter-node ring latency and bandwidth), read during the call; NULL: the H100
-    /// preset for `model`. See `skrull_cost_model_preset()`.
+    /// preset for `model`. See `skrull_cost_model_preset()`. Every policy validates it
+    /// (`SKRULL_STATUS_INVALID_COST_MODEL`), not only `balanced`, which plans with it.
     pub cost_model: *const skrull_cost_model,
     /// 1: a policy may shard a sequence over an aligned sub-group of `g` CP ranks (`g` a power
     /// of two dividing `cp`, starting at a multiple of `g`) instead of the whole group, where
@@ -174,6 +183,12 @@ pub(crate) const CONFIG_SIZES: [usize; 9] = [
     core::mem::offset_of!(skrull_config, _reserved),
     size_of::<skrull_config>(),
 ];
+
+/// The largest `struct_size` of a `skrull_config` that needs only 4-byte alignment: every field
+/// before `cost_model`, the first pointer, is a `uint32_t`. A struct that ends at or before it
+/// (version 1's 60 bytes included) may sit at any 4-byte boundary; one that includes
+/// `cost_model` (and every field appended after it) needs `alignof(skrull_config)`.
+pub(crate) const CONFIG_NARROW_SIZE: usize = core::mem::offset_of!(skrull_config, cost_model);
 
 /// The largest `skrull_config.pad_multiple`.
 pub const SKRULL_MAX_PAD_MULTIPLE: u32 = 65_536;
@@ -321,7 +336,7 @@ impl skrull_config {
 
 /// Reads an extensible struct whose first field is `uint32_t struct_size`, honouring the
 /// size rules in [`skrull_config`]'s documentation; fields the caller's version lacks keep
-/// their value in `default`.
+/// their value in `default`. The struct must be aligned for `T`.
 ///
 /// # Errors
 /// `NullArg`, `InvalidArg` (misaligned) or `BadStructSize`.
@@ -334,13 +349,44 @@ pub(crate) unsafe fn read_sized<T: Copy>(
     sizes: &[usize],
     default: T,
 ) -> Result<T, skrull_status> {
+    // SAFETY: forwarded caller contract.
+    unsafe { read_sized_narrow(ptr, sizes, 0, default) }
+}
+
+/// The alignment a `struct_size` of `size` bytes needs: that of `uint32_t` when the struct ends
+/// at or before `narrow` (every field there is a `uint32_t`), else that of `T`.
+pub(crate) fn size_class_align<T>(size: usize, narrow: usize) -> usize {
+    if size <= narrow {
+        align_of::<u32>()
+    } else {
+        align_of::<T>()
+    }
+}
+
+/// [`read_sized`] for a struct whose first `narrow` bytes are `uint32_t` fields only: a
+/// `struct_size` of at most `narrow` bytes needs only 4-byte alignment (a version-1 struct of
+/// `uint32_t` fields, which a program may place at any 4-byte boundary), a larger one
+/// alignment for `T`. The checks, in order: NULL; not 4-byte aligned (`struct_size` cannot be
+/// read); the size rules (`BadStructSize`); not aligned for the size's class (`InvalidArg`).
+///
+/// # Errors
+/// `NullArg`, `InvalidArg` (misaligned) or `BadStructSize`.
+///
+/// # Safety
+/// As [`read_sized`].
+pub(crate) unsafe fn read_sized_narrow<T: Copy>(
+    ptr: *const T,
+    sizes: &[usize],
+    narrow: usize,
+    default: T,
+) -> Result<T, skrull_status> {
     if ptr.is_null() {
         return Err(skrull_status::NullArg);
     }
-    if !ptr.is_aligned() {
+    if !ptr.cast::<u32>().is_aligned() {
         return Err(skrull_status::InvalidArg);
     }
-    // SAFETY: non-null, aligned for T (so for its leading u32), and the caller guarantees at
+    // SAFETY: non-null, aligned for its leading u32 (checked), and the caller guarantees at
     // least the 4 bytes of `struct_size` are readable.
     let size = unsafe { ptr.cast::<u32>().read() };
     let v1_size = sizes.first().copied().unwrap_or(size_of::<T>());
@@ -360,14 +406,52 @@ pub(crate) unsafe fn read_sized<T: Copy>(
         // A size that ends inside a field would read part of it (half a pointer, say).
         return Err(skrull_status::BadStructSize);
     }
+    if !(ptr as usize).is_multiple_of(size_class_align::<T>(size, narrow)) {
+        return Err(skrull_status::InvalidArg);
+    }
     let mut out = default;
     // SAFETY: `min(size, known)` bytes are readable at `ptr` (caller contract) and writable
     // in `out`; the types are plain integers and pointers, so every byte pattern the caller
-    // wrote is a valid value; the regions are distinct objects.
+    // wrote is a valid value; the regions are distinct objects. The copy is bytewise, so it
+    // needs no alignment of `ptr`.
     unsafe {
         core::ptr::copy_nonoverlapping(bytes, (&raw mut out).cast::<u8>(), size.min(known));
     }
     Ok(out)
+}
+
+/// Reads what it can of a parameter struct a call refused or has not checked yet, to learn
+/// which buffers it lends: `None` when NULL, not 4-byte aligned or below version 1, otherwise
+/// the fields that lie wholly inside `struct_size` (the largest of `sizes` that fits), the rest
+/// as in `default`. Never an error: used only to keep the error details out of the caller's
+/// buffers.
+///
+/// # Safety
+/// As [`read_sized`].
+pub(crate) unsafe fn read_lenient<T: Copy>(
+    ptr: *const T,
+    sizes: &[usize],
+    default: T,
+) -> Option<T> {
+    if ptr.is_null() || !ptr.cast::<u32>().is_aligned() {
+        return None;
+    }
+    // SAFETY: non-null, 4-byte aligned (checked); its first 4 bytes are readable (contract).
+    let size = unsafe { ptr.cast::<u32>().read() } as usize;
+    let size = size.min(size_of::<T>());
+    let n = sizes
+        .iter()
+        .copied()
+        .chain([size_of::<T>()])
+        .filter(|&s| s <= size)
+        .max()?;
+    let mut out = default;
+    // SAFETY: `n <= struct_size` bytes are readable at `ptr` (contract) and writable in `out`;
+    // plain integers and pointers, bytewise copy; distinct objects.
+    unsafe {
+        core::ptr::copy_nonoverlapping(ptr.cast::<u8>(), (&raw mut out).cast::<u8>(), n);
+    }
+    Some(out)
 }
 
 /// Reads and translates a caller's configuration, range-checking every value.
@@ -382,7 +466,7 @@ pub(crate) unsafe fn read_config(ptr: *const skrull_config) -> Result<Config, Fa
     let default =
         skrull_config::preset(SKRULL_PRESET_QWEN2_5_0_5B).ok_or(skrull_status::Internal)?;
     // SAFETY: forwarded caller contract.
-    let c = unsafe { read_sized(ptr, &CONFIG_SIZES, default) }?;
+    let c = unsafe { read_sized_narrow(ptr, &CONFIG_SIZES, CONFIG_NARROW_SIZE, default) }?;
     let mut cfg = c.to_core()?;
     // SAFETY: forwarded caller contract (the pointer, unless NULL, is a readable cost model).
     cfg.cost = unsafe { read_cost_model(c.cost_model) }?;
@@ -397,9 +481,13 @@ pub(crate) unsafe fn read_config(ptr: *const skrull_config) -> Result<Config, Fa
 /// `skrull_config_init(&cfg, sizeof cfg)`: a program built against an older, smaller header
 /// then gets exactly the fields it has, and a newer library never writes past them.
 ///
-/// Returns `SKRULL_STATUS_NULL_ARG` for a NULL `out`, `SKRULL_STATUS_INVALID_ARG` when it is
-/// misaligned, `SKRULL_STATUS_BAD_STRUCT_SIZE` when `out_size` is below version 1 (60
-/// bytes); on error nothing is written.
+/// Returns, first problem first: `SKRULL_STATUS_NULL_ARG` for a NULL `out`;
+/// `SKRULL_STATUS_INVALID_ARG` when it is not 4-byte aligned; `SKRULL_STATUS_BAD_STRUCT_SIZE`
+/// when `out_size` is below version 1 (60 bytes) or, below `sizeof(skrull_config)`, ends
+/// inside a field (61, say: the sizes every other call accepts are the only ones written);
+/// `SKRULL_STATUS_INVALID_ARG` when `out` is not aligned for the size's class (see
+/// `skrull_config`: 4 bytes up to `offsetof(skrull_config, cost_model)`, else
+/// `alignof(skrull_config)`). On error nothing is written.
 ///
 /// # Safety
 /// Unless NULL, `out` must be valid for writing `out_size` bytes. Safe to call from any
@@ -417,7 +505,7 @@ pub unsafe extern "C" fn skrull_config_init(
 /// layout and BucketSize for that model, default options), as [`skrull_config_init`] does
 /// with the defaults.
 ///
-/// Returns the statuses of `skrull_config_init()`, and `SKRULL_STATUS_INVALID_ENUM` for an
+/// Returns the statuses of `skrull_config_init()`, then `SKRULL_STATUS_INVALID_ENUM` for an
 /// unknown preset; on error nothing is written.
 ///
 /// # Safety
@@ -436,6 +524,9 @@ pub unsafe extern "C" fn skrull_config_preset_init(
 /// only (what a program built against the first header has) and sets `struct_size = 60`, so
 /// the library ignores every field added since (`pad_multiple`, `pad_local`, `lockstep`,
 /// `cost_model`, `subgroups`): new code calls `skrull_config_init(&cfg, sizeof cfg)` instead.
+///
+/// `out` needs 4-byte alignment only (a version-1 struct of `uint32_t` fields, which a program
+/// may place at any 4-byte boundary).
 ///
 /// # Safety
 /// Unless NULL, `out` must be valid for writing 60 bytes. Safe to call from any thread.
@@ -473,16 +564,20 @@ unsafe fn write_preset(preset: u32, out: *mut skrull_config, size: usize) -> skr
     if out.is_null() {
         return skrull_status::NullArg;
     }
-    if !out.is_aligned() {
+    if !out.cast::<u32>().is_aligned() {
         return skrull_status::InvalidArg;
     }
-    if size < SKRULL_CONFIG_SIZE_V1 as usize {
+    let n = size.min(size_of::<skrull_config>());
+    // A size that ends inside a field is refused here as by every call that reads the struct.
+    if size < SKRULL_CONFIG_SIZE_V1 as usize || !CONFIG_SIZES.contains(&n) {
         return skrull_status::BadStructSize;
+    }
+    if !(out as usize).is_multiple_of(size_class_align::<skrull_config>(n, CONFIG_NARROW_SIZE)) {
+        return skrull_status::InvalidArg;
     }
     let Some(mut cfg) = skrull_config::preset(preset) else {
         return skrull_status::InvalidEnum;
     };
-    let n = size.min(size_of::<skrull_config>());
     cfg.struct_size = n as u32;
     // SAFETY: `n` bytes are readable at `cfg` (a whole struct) and writable at `out` (at most
     // `size`, caller contract); distinct objects. Every field in the first `n` bytes is an

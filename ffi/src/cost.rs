@@ -51,9 +51,10 @@ pub struct skrull_cost_model {
     pub weight_passes: f64,
     /// Attention query lengths of the throughput table, tokens, strictly increasing.
     pub attention_seqlen: [u32; SKRULL_ATTENTION_POINTS],
-    /// Forward attention throughput at each length, FLOP/s (> 0).
+    /// Forward attention throughput at each length, FLOP/s (> 0; need not increase with the
+    /// length: a falling column is accepted).
     pub attention_fwd_flops: [f64; SKRULL_ATTENTION_POINTS],
-    /// Backward attention throughput at each length, FLOP/s (> 0).
+    /// Backward attention throughput at each length, FLOP/s (> 0; need not increase).
     pub attention_bwd_flops: [f64; SKRULL_ATTENTION_POINTS],
     /// Backward attention FLOPs per forward FLOP (>= 0).
     pub attention_bwd_ratio: f64,

@@ -9,7 +9,10 @@ use skrull_core::plan::CheckError;
 use skrull_core::plan::layout::LayoutError;
 
 use crate::boundary::Span;
-use crate::config::read_sized;
+use crate::config::{
+    CONFIG_SIZES, SKRULL_MAX_STRUCT_SIZE, SKRULL_PRESET_QWEN2_5_0_5B, read_lenient, read_sized,
+    skrull_config,
+};
 use crate::plan::{PLAN_BUFFERS_SIZES, skrull_plan_buffers};
 use crate::status::skrull_status;
 
@@ -17,6 +20,10 @@ use crate::status::skrull_status;
 ///
 /// A caller that wants them points `skrull_plan_buffers.error` at one of these; the call
 /// writes it only when it fails (never on success) and leaves every other output untouched.
+/// It is written only where it overlaps no other argument (each buffer at its declared
+/// capacity, the parameter structs, the configuration, the lengths and the workspace): a
+/// details struct that overlaps one is never written, and the call returns the first problem
+/// in its documented order (`SKRULL_STATUS_INVALID_ARG` when there is no earlier one).
 /// The fields a status fills are listed in `docs/c_api.md` ("Error details"); the others are
 /// `index = -1`, `field = value = limit = 0`.
 #[repr(C)]
@@ -27,7 +34,9 @@ pub struct skrull_error_info {
     /// For `SKRULL_STATUS_INVALID_MODEL`: the shape field, 1 `hidden`, 2 `kv_hidden`, 3 `ffn`,
     /// 4 `layers`, 5 `vocab`; for `SKRULL_STATUS_INVALID_COST_MODEL`: the field's position in
     /// `skrull_cost_model` after `struct_size` (1 `attention_tile`, 2 `peak_flops`, ...);
-    /// for `SKRULL_STATUS_UNSUPPORTED_OPTION`: 1 `flops`; otherwise 0.
+    /// for `SKRULL_STATUS_UNSUPPORTED_OPTION`: 1 `flops`; for `SKRULL_STATUS_NO_SUCH_GPU`: the
+    /// coordinate at fault, 1 `dp_rank >= dp`, 2 `micro_batch >= micro_batches_per_dp[dp_rank]`,
+    /// 3 `cp_rank >= cp` (the first of these that holds); otherwise 0.
     pub field: u32,
     /// The sequence (input index), DP rank or CP rank the status is about; -1 when none.
     pub index: i64,
@@ -122,9 +131,23 @@ impl skrull_error_info {
         let base = Self::of_status(skrull_status::from(*e));
         match *e {
             LayoutError::Config(c) => Self::of_core(&c),
+            // `field` names the coordinate at fault, first in the order DP rank, micro-batch,
+            // CP rank; `index`, `value` and `limit` are the same three numbers whichever it is.
             LayoutError::NoSuchGpu {
-                gpu, micro_batches, ..
+                gpu,
+                dp,
+                micro_batches,
+                cp,
             } => skrull_error_info {
+                field: if gpu.dp_rank >= dp {
+                    1
+                } else if gpu.micro_batch >= micro_batches {
+                    2
+                } else if gpu.cp_rank >= cp {
+                    3
+                } else {
+                    0
+                },
                 index: gpu.dp_rank.into(),
                 value: gpu.micro_batch.into(),
                 limit: micro_batches.into(),
@@ -243,34 +266,75 @@ pub(crate) unsafe fn finish(
     }
 }
 
+/// The bytes a parameter struct that starts with `uint32_t struct_size` occupies: its
+/// `struct_size` (at least 4, at most `SKRULL_MAX_STRUCT_SIZE + 1`) when it can be read, else
+/// `size_of::<T>()`; empty for NULL.
+///
+/// # Safety
+/// Unless NULL, `ptr` points to at least 4 readable bytes (its `struct_size`).
+pub(crate) unsafe fn struct_span<T>(ptr: *const T) -> Span {
+    if ptr.is_null() || !ptr.cast::<u32>().is_aligned() {
+        return Span::clamped(ptr, 1);
+    }
+    // SAFETY: non-null, 4-byte aligned (checked), 4 readable bytes (contract).
+    let size = unsafe { ptr.cast::<u32>().read() } as usize;
+    let size = size.clamp(4, SKRULL_MAX_STRUCT_SIZE as usize + 1);
+    Span::clamped(ptr.cast::<u8>(), size)
+}
+
+/// The regions of a configuration argument: the struct and the cost model it points at (at
+/// `sizeof(skrull_cost_model)`: the pointer is not followed, since a refused configuration's
+/// pointer need not be valid).
+///
+/// # Safety
+/// As the `config` argument of the exports: unless NULL, a `skrull_config` whose
+/// `struct_size` bytes are readable.
+pub(crate) unsafe fn config_spans(config: *const skrull_config) -> [Span; 2] {
+    let cost = skrull_config::preset(SKRULL_PRESET_QWEN2_5_0_5B)
+        // SAFETY: forwarded caller contract.
+        .and_then(|default| unsafe { read_lenient(config, &CONFIG_SIZES, default) })
+        .map_or(core::ptr::null(), |c| c.cost_model);
+    // SAFETY: forwarded caller contract.
+    [unsafe { struct_span(config) }, Span::clamped(cost, 1)]
+}
+
 /// Where the details of a failed call that took `plan` go: its `error` pointer when the
-/// struct is readable, carries one, and the target is aligned and overlaps none of `inputs`
-/// (the other argument regions the caller gave); NULL otherwise.
+/// struct is readable, carries one, and the target is aligned and overlaps neither the plan
+/// struct, any buffer it lends (each at its declared capacity, cut at the end of the address
+/// space when that capacity does not fit), nor any of `others` (every other region the caller
+/// gave: the configuration and its cost model, the lengths, the workspace, the outputs of a
+/// layout call); NULL otherwise. So the details are never written into an argument, whatever
+/// status the call returns.
 ///
 /// # Safety
 /// As the `plan` (or `out`) argument of the export: unless NULL, `plan` points to a
 /// `skrull_plan_buffers` whose `struct_size` bytes are readable.
 pub(crate) unsafe fn target(
     plan: *const skrull_plan_buffers,
-    inputs: &[Option<Span>],
+    others: &[Span],
 ) -> *mut skrull_error_info {
     let none = core::ptr::null_mut();
     // SAFETY: forwarded caller contract.
-    let Ok(bufs) = (unsafe { read_sized(plan, &PLAN_BUFFERS_SIZES, skrull_plan_buffers::EMPTY) })
+    let Ok(b) = (unsafe { read_sized(plan, &PLAN_BUFFERS_SIZES, skrull_plan_buffers::EMPTY) })
     else {
         return none;
     };
-    let Ok(Some(span)) = info_span(bufs.error) else {
+    let Ok(Some(span)) = info_span(b.error) else {
         return none;
     };
-    let itself = Span::of(plan, 1);
-    if inputs
-        .iter()
-        .chain([&itself])
-        .flatten()
-        .any(|s| s.overlaps(span))
-    {
+    let lent = [
+        // SAFETY: forwarded caller contract.
+        unsafe { struct_span(plan) },
+        Span::clamped(b.placements, b.placements_len),
+        Span::clamped(b.micro_batches, b.micro_batches_len),
+        Span::clamped(b.members, b.members_len),
+        Span::clamped(b.rank_tokens, b.rank_tokens_len),
+        Span::clamped(b.micro_batches_per_dp, b.micro_batches_per_dp_len),
+        Span::clamped(b.summary, 1),
+        Span::clamped(b.cp_groups, b.cp_groups_len),
+    ];
+    if lent.iter().chain(others).any(|s| s.overlaps(span)) {
         return none;
     }
-    bufs.error
+    b.error
 }

@@ -16,8 +16,8 @@ use skrull_core::plan::layout::{self, Gpu, LayoutBuffers, LayoutSizes};
 use skrull_core::{Config, CpGroup, MicroBatch, Placement, Plan, PlanParts};
 
 use crate::boundary::{Span, any_overlap, check_out, declared, guard, lengths};
-use crate::config::{read_config, read_sized, skrull_config};
-use crate::error::{Failure, finish, info_span, target};
+use crate::config::{read_config, read_lenient, read_sized, skrull_config};
+use crate::error::{Failure, config_spans, finish, info_span, struct_span, target};
 use crate::plan::{
     PLAN_BUFFERS_SIZES, skrull_cp_group, skrull_micro_batch, skrull_placement, skrull_plan_buffers,
     skrull_summary,
@@ -63,7 +63,10 @@ pub struct skrull_span {
     pub start: u32,
     /// Real tokens.
     pub len: u32,
-    /// Padding tokens after the real ones (0 unless `SKRULL_SHARD_PADDING_ZIGZAG`).
+    /// Padding tokens after the real ones: for a chunk of a sharded sequence, from
+    /// `SKRULL_SHARD_PADDING_ZIGZAG` or a `pad_multiple` above 1 (the sequence is padded to a
+    /// multiple of `lcm(2g, M)`); for a whole local sequence, up to the next multiple of
+    /// `pad_multiple` with `pad_local` (else 0). See `docs/layout.md`.
     pub pad: u32,
 }
 
@@ -156,7 +159,9 @@ pub struct skrull_layout {
     pub pad_tokens: u32,
     /// Tokens the budget charged this GPU (equals `rank_tokens[g * cp + cp_rank]`).
     pub charged_tokens: u32,
-    /// `max_seqlen` of the local group (0 when empty).
+    /// `max_seqlen` of the local group over real lengths (0 when empty): the longest local
+    /// sequence's real tokens, also with `pad_local` (the padded lengths are the differences
+    /// of `skrull_layout_buffers.local_cu_seqlens_padded`).
     pub local_max_seqlen: i32,
     /// Longest sharded sequence, real tokens (`max_seqlen` for `sharded_cu_seqlens`).
     pub sharded_max_seqlen: i32,
@@ -698,9 +703,20 @@ pub unsafe extern "C" fn skrull_layout_sizes(
                 out,
             )
         };
-        let inputs = [Span::of(config, 1), Span::of(lengths, n), Span::of(out, 1)];
+        if r.is_ok() {
+            return skrull_status::Ok;
+        }
+        // SAFETY: forwarded caller contract for `config`.
+        let [cfg, cost] = unsafe { config_spans(config) };
+        let others = [
+            cfg,
+            cost,
+            Span::clamped(lengths, n),
+            Span::clamped(workspace.cast_const().cast::<u8>(), workspace_size),
+            Span::clamped(out.cast_const(), 1),
+        ];
         // SAFETY: forwarded caller contract for `plan`; the target is checked in `target`.
-        unsafe { finish(r, target(plan, &inputs)) }
+        unsafe { finish(r, target(plan, &others)) }
     })
 }
 
@@ -792,10 +808,78 @@ pub unsafe extern "C" fn skrull_layout_fill(
                 out,
             )
         };
-        let inputs = [Span::of(config, 1), Span::of(lengths, n), Span::of(out, 1)];
+        if r.is_ok() {
+            return skrull_status::Ok;
+        }
+        // SAFETY: forwarded caller contract for `config` and `out`.
+        let others = unsafe { fill_regions(config, lengths, n, workspace, workspace_size, out) };
         // SAFETY: forwarded caller contract for `plan`; the target is checked in `target`.
-        unsafe { finish(r, target(plan, &inputs)) }
+        unsafe { finish(r, target(plan, &others)) }
     })
+}
+
+/// Every region a `skrull_layout_fill()` call lends besides the plan: the configuration and its
+/// cost model, the lengths, the workspace, the `out` struct and each buffer it names (as far
+/// as `out` can be read), for keeping the error details out of all of them.
+///
+/// # Safety
+/// As [`skrull_layout_fill`] for `config` and `out`.
+unsafe fn fill_regions(
+    config: *const skrull_config,
+    lengths: *const u32,
+    n: usize,
+    workspace: *mut c_void,
+    workspace_size: usize,
+    out: *const skrull_layout_buffers,
+) -> [Span; 16] {
+    // SAFETY: forwarded caller contract.
+    let [cfg, cost] = unsafe { config_spans(config) };
+    // SAFETY: forwarded caller contract.
+    let [a, b, c, d, e, f, g, h, i, j, k, l] = unsafe { out_regions(out) };
+    [
+        cfg,
+        cost,
+        Span::clamped(lengths, n),
+        Span::clamped(workspace.cast_const().cast::<u8>(), workspace_size),
+        a,
+        b,
+        c,
+        d,
+        e,
+        f,
+        g,
+        h,
+        i,
+        j,
+        k,
+        l,
+    ]
+}
+
+/// The `out` struct of a layout call and each buffer it names (as far as `out` can be read),
+/// for keeping the error details out of them.
+///
+/// # Safety
+/// As [`skrull_layout_fill`] for `out`.
+pub(crate) unsafe fn out_regions(out: *const skrull_layout_buffers) -> [Span; 12] {
+    // SAFETY: forwarded caller contract.
+    let o = unsafe { read_lenient(out, &LAYOUT_BUFFERS_SIZES, skrull_layout_buffers::EMPTY) }
+        .unwrap_or(skrull_layout_buffers::EMPTY);
+    [
+        // SAFETY: forwarded caller contract.
+        unsafe { struct_span(out) },
+        Span::clamped(o.spans, o.spans_len),
+        Span::clamped(o.local_cu_seqlens, o.local_cu_seqlens_len),
+        Span::clamped(o.sharded_cu_seqlens, o.sharded_cu_seqlens_len),
+        Span::clamped(o.sharded_cu_seqlens_padded, o.sharded_cu_seqlens_padded_len),
+        Span::clamped(o.rank_cu_seqlens, o.rank_cu_seqlens_len),
+        Span::clamped(o.positions, o.positions_len),
+        Span::clamped(o.layout, 1),
+        Span::clamped(o.gather_index, o.gather_index_len),
+        Span::clamped(o.local_cu_seqlens_padded, o.local_cu_seqlens_padded_len),
+        Span::clamped(o.rings, o.rings_len),
+        Span::clamped(o.rings_count, 1),
+    ]
 }
 
 /// Checks the caller's `rings` buffer for a GPU of `gpu_rings` rings: required with

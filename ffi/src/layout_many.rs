@@ -6,9 +6,9 @@ use core::ffi::c_void;
 
 use crate::boundary::{Span, declared, guard};
 use crate::config::skrull_config;
-use crate::error::{Failure, finish, target};
+use crate::error::{Failure, config_spans, finish, skrull_error_info, target};
 use crate::layout::{
-    check_gpu, input, read_head, read_lengths, read_out, read_plan, skrull_gpu,
+    check_gpu, input, out_regions, read_head, read_lengths, read_out, read_plan, skrull_gpu,
     skrull_layout_buffers, write_gpu,
 };
 use crate::plan::skrull_plan_buffers;
@@ -67,15 +67,53 @@ pub unsafe extern "C" fn skrull_layout_fill_many(
         };
         // SAFETY: forwarded caller contract.
         let r = unsafe { fill_many(&call) };
-        let inputs = [
-            Span::of(config, 1),
-            Span::of(lengths, n),
-            Span::of(gpus, count),
-            Span::of(outs, count),
-        ];
-        // SAFETY: forwarded caller contract for `plan`; the target is checked in `target`.
-        unsafe { finish(r, target(plan, &inputs)) }
+        if r.is_ok() {
+            return skrull_status::Ok;
+        }
+        // SAFETY: forwarded caller contract; the target is checked in `details_target`.
+        unsafe { finish(r, details_target(&call)) }
     })
+}
+
+/// Where a failed call's error details go: `plan->error` unless it overlaps any argument
+/// (the configuration and its cost model, the lengths, the workspace, the `gpus` and `outs`
+/// arrays, every `outs[k]` and each buffer it names, the plan); NULL otherwise.
+///
+/// # Safety
+/// As [`skrull_layout_fill_many`] for every pointer of `call`.
+unsafe fn details_target(call: &Call) -> *mut skrull_error_info {
+    // SAFETY: forwarded caller contract.
+    let [cfg, cost] = unsafe { config_spans(call.config) };
+    let others = [
+        cfg,
+        cost,
+        Span::clamped(call.lengths, call.n),
+        Span::clamped(
+            call.workspace.cast_const().cast::<u8>(),
+            call.workspace_size,
+        ),
+        Span::clamped(call.gpus, call.count),
+        Span::clamped(call.outs, call.count),
+    ];
+    // SAFETY: forwarded caller contract for `plan`.
+    let t = unsafe { target(call.plan, &others) };
+    if t.is_null() || call.outs.is_null() {
+        return t;
+    }
+    let details = Span::clamped(t.cast_const(), 1);
+    for k in 0..call.count {
+        // SAFETY: `outs`, not NULL, points to `count` readable pointers (caller contract);
+        // read unaligned, since the call may have failed on its alignment.
+        let out = unsafe { call.outs.add(k).read_unaligned() };
+        // SAFETY: each pointer meets `skrull_layout_fill()`'s contract for `out`.
+        if unsafe { out_regions(out) }
+            .iter()
+            .any(|r| r.overlaps(details))
+        {
+            return core::ptr::null_mut();
+        }
+    }
+    t
 }
 
 /// The arguments of one [`skrull_layout_fill_many`] call.

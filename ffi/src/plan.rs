@@ -133,9 +133,11 @@ pub struct skrull_plan_buffers {
     /// Receives the summary (required).
     pub summary: *mut skrull_summary,
     /// Receives the details of a failure (optional, NULL: none). Written only when the call
-    /// fails, by `skrull_schedule()` and by the layout functions that read this plan. It must
-    /// not overlap any other argument. Added after version 1: a caller whose `struct_size`
-    /// ends before it gets no details.
+    /// fails, by `skrull_schedule()` and by the layout functions that read this plan, and only
+    /// where it overlaps no other argument (any buffer at its declared capacity included):
+    /// one that overlaps is never written, and the call fails with the first problem in its
+    /// order (`SKRULL_STATUS_INVALID_ARG` when there is no earlier one). Added after version
+    /// 1: a caller whose `struct_size` ends before it gets no details.
     pub error: *mut skrull_error_info,
     /// Per sequence, in input order, the CP ranks that hold it (capacity: `n`): `{cp_rank,
     /// 1}` local, `{0, cp}` sharded over the whole group, else the sub-group it is sharded

@@ -8,7 +8,7 @@ use skrull_core::{Config, Plan, PlanBuffers, Workspace};
 
 use crate::boundary::{Span, any_overlap, check_out, declared, guard, lengths};
 use crate::config::{read_config, read_sized, skrull_config};
-use crate::error::{Failure, finish, info_span, target};
+use crate::error::{Failure, config_spans, finish, info_span, target};
 use crate::plan::{
     PLAN_BUFFERS_SIZES, skrull_cp_group, skrull_micro_batch, skrull_placement, skrull_plan_buffers,
     skrull_summary,
@@ -31,15 +31,22 @@ use crate::workspace::{Carver, Layout};
 ///
 /// Outputs are written only when `SKRULL_STATUS_OK` is returned; on any error every output
 /// buffer is left exactly as it was (the workspace may have been overwritten). When several
-/// problems exist the first in this order is reported: `config` (NULL, misaligned, struct
-/// size, option integers, then ranges `INVALID_DP` ... `INVALID_MODEL`), `out` (NULL,
-/// misaligned, struct size, reserved field), `TOO_MANY_SEQUENCES`, `lengths`, `workspace`
-/// (NULL, then `WORKSPACE_TOO_SMALL`), the summary pointer, each output buffer in field order
-/// (NULL with a nonzero capacity, or `cp_groups` NULL when `subgroups` is 1; misaligned or an
-/// impossible declared range, then `OUTPUT_TOO_SMALL`), the workspace's declared range, overlapping declared ranges (outputs,
-/// workspace and lengths; see `skrull_plan_buffers`), then the batch's own errors
+/// problems exist the first in this order is reported (`docs/c_api.md`, "The order of
+/// checks"): `config` (NULL, not 4-byte aligned, struct size, not aligned for its size class,
+/// reserved field, option integers in field order, the cost model struct, then ranges
+/// `INVALID_DP`, `INVALID_CP`, `INVALID_BUCKET`, `INVALID_PAD_MULTIPLE`, `INVALID_MODEL`,
+/// `INVALID_COST_MODEL`, `MICRO_BATCH_LIMIT` for a fixed `micro_batches` above a nonzero
+/// `max_micro_batches`, `UNSUPPORTED_OPTION`), `out` (NULL, not 4-byte aligned, struct size,
+/// misaligned, reserved field), `TOO_MANY_SEQUENCES`, `lengths`, `workspace` (NULL, then
+/// `WORKSPACE_TOO_SMALL`), the summary pointer, each output buffer in field order, `cp_groups`
+/// last (NULL with a nonzero capacity, or `cp_groups` NULL when `subgroups` is 1; misaligned or
+/// an impossible declared range, then `OUTPUT_TOO_SMALL`), the workspace's declared range,
+/// overlapping declared ranges (outputs, workspace and lengths; see `skrull_plan_buffers`), the
+/// error details (misaligned or overlapping another argument), then the batch's own errors
 /// (`EMPTY_SEQUENCE`, `LENGTH_OUT_OF_RANGE`, `SEQUENCE_TOO_LONG`: the first offending
-/// sequence in input order) and `MICRO_BATCH_LIMIT`.
+/// sequence in input order), `MICRO_BATCH_LIMIT` and `MICRO_BATCH_COUNT`. The error details
+/// are written only
+/// where they overlap no argument (see `skrull_error_info`).
 ///
 /// It never allocates, keeps no state between calls, and is safe to call from many threads at
 /// once as long as each call has its own workspace and output buffers (the configuration and
@@ -67,9 +74,19 @@ pub unsafe extern "C" fn skrull_schedule(
     guard(|| {
         // SAFETY: forwarded caller contract.
         let r = unsafe { schedule(config, lengths, n, workspace, workspace_size, out) };
-        let inputs = [Span::of(config, 1), Span::of(lengths, n)];
+        if r.is_ok() {
+            return skrull_status::Ok;
+        }
+        // SAFETY: forwarded caller contract for `config`.
+        let [cfg, cost] = unsafe { config_spans(config) };
+        let others = [
+            cfg,
+            cost,
+            Span::clamped(lengths, n),
+            Span::clamped(workspace.cast_const().cast::<u8>(), workspace_size),
+        ];
         // SAFETY: forwarded caller contract for `out`; the target is checked in `target`.
-        unsafe { finish(r, target(out, &inputs)) }
+        unsafe { finish(r, target(out, &others)) }
     })
 }
 
@@ -108,11 +125,6 @@ unsafe fn schedule(
     if !bufs.summary.is_aligned() {
         return Err(skrull_status::InvalidArg.into());
     }
-    // With sub-groups the groups are required: `cp_rank` -1 alone no longer says which ranks
-    // hold a sequence. Without, they are written when given.
-    if cfg.subgroups && bufs.cp_groups.is_null() {
-        return Err(skrull_status::NullArg.into());
-    }
     let groups_needed = if bufs.cp_groups.is_null() { 0 } else { n };
     let spans = [
         check_out(bufs.placements, bufs.placements_len, n)?,
@@ -120,7 +132,14 @@ unsafe fn schedule(
         check_out(bufs.members, bufs.members_len, n)?,
         check_out(bufs.rank_tokens, bufs.rank_tokens_len, n * cp)?,
         check_out(bufs.micro_batches_per_dp, bufs.micro_batches_per_dp_len, dp)?,
-        check_out(bufs.cp_groups, bufs.cp_groups_len, groups_needed)?,
+        // With sub-groups the groups are required (`cp_rank` -1 alone no longer says which
+        // ranks hold a sequence), checked in field order like every other buffer; without,
+        // they are written when given.
+        if cfg.subgroups && bufs.cp_groups.is_null() {
+            return Err(skrull_status::NullArg.into());
+        } else {
+            check_out(bufs.cp_groups, bufs.cp_groups_len, groups_needed)?
+        },
         Span::of(bufs.summary.cast_const(), 1).ok_or(skrull_status::InvalidArg)?,
         declared(workspace.cast_const().cast::<u8>(), workspace_size)?,
         Span::of(lengths.as_ptr(), n).ok_or(skrull_status::InvalidArg)?,

@@ -33,10 +33,12 @@ pub enum skrull_status {
     /// An integer that selects an option (policy, victim, FLOPs formula, shard padding,
     /// model preset, `swiglu`) has no meaning in this library version.
     InvalidEnum = 3,
-    /// Another malformed argument: a pointer not aligned for its type; a buffer whose declared
-    /// range (pointer + capacity x element size, the whole capacity) overlaps a buffer it must
-    /// not overlap, exceeds `PTRDIFF_MAX` bytes or runs past the end of the address space; or a
-    /// nonzero `_reserved` field of a parameter struct (`skrull_plan_buffers`,
+    /// Another malformed argument: a pointer not aligned for its type (an extensible struct:
+    /// for its `struct_size` class, see `skrull_config`); a buffer whose declared range
+    /// (pointer + capacity x element size, the whole capacity) overlaps a buffer it must not
+    /// overlap, exceeds `PTRDIFF_MAX` bytes or runs past the end of the address space; error
+    /// details that overlap another argument; or a nonzero `_reserved` field of
+    /// `skrull_config` or of a parameter struct (`skrull_plan_buffers`,
     /// `skrull_layout_buffers`).
     InvalidArg = 4,
     /// The workspace is smaller than `skrull_workspace_size()` bytes.
@@ -69,7 +71,9 @@ pub enum skrull_status {
     /// `pad_multiple` is above 65536.
     InvalidPadMultiple = 20,
     /// A `skrull_cost_model` value is out of range (not finite, a rate not above 0, a cost
-    /// below 0, an efficiency above 1, a zero tile or node size, a table not increasing).
+    /// below 0, an efficiency above 1, a zero tile or node size, `attention_seqlen` not
+    /// strictly increasing). Checked for every policy, not only `balanced`, which plans with
+    /// it. The throughput columns need only be above 0: they may fall with the length.
     InvalidCostModel = 21,
     /// The policy does not apply an option set away from its default: `balanced` plans on
     /// estimated time, so it refuses `flops = SKRULL_FLOPS_MEGATRON`.
@@ -84,7 +88,9 @@ pub enum skrull_status {
     /// `summary._reserved`, or another batch).
     PlanInvalid = 30,
     /// The GPU asked for is not in the plan: `dp_rank >= dp`, `cp_rank >= cp`, or
-    /// `micro_batch >= micro_batches_per_dp[dp_rank]`.
+    /// `micro_batch >= micro_batches_per_dp[dp_rank]`. Details: `field` the coordinate at fault
+    /// (1 DP rank, 2 micro-batch, 3 CP rank), `index` the DP rank, `value` the micro-batch,
+    /// `limit` the micro-batches that DP rank runs (0 for a DP rank at or above `dp`).
     NoSuchGpu = 31,
     /// A layout value (a `cu_seqlens` entry, position id or token count) exceeds `INT32_MAX`.
     LayoutOverflow = 32,

@@ -357,3 +357,384 @@ fn overlap_is_checked_on_declared_capacities() {
     let out = o.buffers();
     assert_eq!(fill(&plan, &out), skrull_status::InvalidArg);
 }
+
+/// A byte buffer aligned to 8, for placing structs at chosen offsets.
+#[repr(C, align(8))]
+struct Aligned([u8; 512]);
+
+/// A version-1 (60-byte) configuration, DP 2, CP 4, BucketSize 24, copied to `offset` bytes
+/// past an 8-byte boundary, as a program built against the first header may place it.
+fn v1_config_at(buf: &mut Aligned, offset: usize, size: u32) -> *mut skrull_config {
+    let mut c = config();
+    c.struct_size = size;
+    let p = buf.0.as_mut_ptr().wrapping_add(offset);
+    // SAFETY: `size <= sizeof(skrull_config)` bytes of `c` into `buf` at `offset <= 8`.
+    unsafe { core::ptr::copy_nonoverlapping((&raw const c).cast::<u8>(), p, size as usize) };
+    p.cast()
+}
+
+/// Outside harness, round 3: the `cost_model` pointer raised `alignof(skrull_config)` from 4
+/// to 8, and the library checked every config pointer against it whatever `struct_size` said,
+/// so a version-1 program whose 60-byte config of `uint32_t` sits at a 4-byte boundary got
+/// INVALID_ARG from `skrull_config_default`, `skrull_config_preset` and `skrull_schedule`. A
+/// struct that ends before `cost_model` needs 4-byte alignment only, in every entry point
+/// that takes a config; one that includes the pointer needs 8.
+#[test]
+fn version_1_config_at_a_4_byte_offset_is_accepted() {
+    let narrow = core::mem::offset_of!(skrull_config, cost_model) as u32;
+    let mut h = Held::new();
+    let cap = layout_capacity();
+    for size in [SKRULL_CONFIG_SIZE_V1, 64, 68, narrow] {
+        let mut buf = Aligned([0; 512]);
+        let c = v1_config_at(&mut buf, 4, size);
+        assert_eq!(c as usize % 8, 4);
+        let n = LENGTHS.len();
+        let mut ws = vec![0u8; schedule_workspace().max(cap.workspace_bytes)];
+        // skrull_schedule: the same plan as from the aligned config.
+        let mut got = Held::new();
+        let before = got.placements.clone();
+        got.placements.fill(skrull_placement::default());
+        let bufs = got.buffers();
+        // SAFETY: `c` holds `size` readable bytes; every buffer is live.
+        let st = unsafe {
+            skrull_schedule(
+                c,
+                LENGTHS.as_ptr(),
+                n,
+                ws.as_mut_ptr().cast(),
+                ws.len(),
+                &bufs,
+            )
+        };
+        assert_eq!(st, skrull_status::Ok, "struct_size {size}");
+        assert_eq!(got.placements, before);
+        // skrull_dacp_place.
+        let mut ranks = vec![0i32; n];
+        let mut ds = skrull_dacp_summary::default();
+        // SAFETY: as above.
+        let st = unsafe {
+            skrull_dacp_place(
+                c,
+                LENGTHS.as_ptr(),
+                n,
+                ws.as_mut_ptr().cast(),
+                ws.len(),
+                ranks.as_mut_ptr(),
+                n,
+                &mut ds,
+            )
+        };
+        assert_eq!(st, skrull_status::Ok);
+        // The three layout functions.
+        let mut cap2 = skrull_layout_capacity::default();
+        // SAFETY: as above.
+        assert_eq!(
+            unsafe { skrull_layout_sizes_max(c, n, &mut cap2) },
+            skrull_status::Ok
+        );
+        assert_eq!(cap2, cap);
+        let plan = h.buffers();
+        // SAFETY: as above.
+        let st = unsafe {
+            skrull_layout_sizes(
+                c,
+                LENGTHS.as_ptr(),
+                n,
+                &plan,
+                GPU0,
+                ws.as_mut_ptr().cast(),
+                ws.len(),
+                &mut cap2,
+            )
+        };
+        assert_eq!(st, skrull_status::Ok);
+        let mut o = LayoutOut::new();
+        let out = o.buffers();
+        // SAFETY: as above.
+        let st = unsafe {
+            skrull_layout_fill(
+                c,
+                LENGTHS.as_ptr(),
+                n,
+                &plan,
+                GPU0,
+                ws.as_mut_ptr().cast(),
+                ws.len(),
+                &out,
+            )
+        };
+        assert_eq!(st, skrull_status::Ok);
+    }
+    // The four initialisers write the first 60 bytes (or `size`) at a 4-byte offset, and
+    // nothing around them.
+    /// `skrull_config_preset` for the 7B preset.
+    unsafe fn preset_7b(p: *mut skrull_config) -> skrull_status {
+        // SAFETY: forwarded contract.
+        unsafe { skrull_config_preset(SKRULL_PRESET_QWEN2_5_7B, p) }
+    }
+    type Init = unsafe fn(*mut skrull_config) -> skrull_status;
+    let v1_inits: [(Init, u32); 2] = [
+        (|p| unsafe { skrull_config_default(p) }, 26_624),
+        (preset_7b, 13_312),
+    ];
+    for (init, bucket) in v1_inits {
+        let mut buf = Aligned([0xEE; 512]);
+        let p = buf.0.as_mut_ptr().wrapping_add(4).cast::<skrull_config>();
+        // SAFETY: 60 writable bytes at `p`.
+        assert_eq!(unsafe { init(p) }, skrull_status::Ok);
+        assert_eq!(buf.0[..4], [0xEE; 4]);
+        assert!(buf.0[64..].iter().all(|&b| b == 0xEE));
+        assert_eq!(buf.0[4..8], 60u32.to_ne_bytes());
+        assert_eq!(buf.0[16..20], bucket.to_ne_bytes());
+    }
+    for size in [60, 64, 68, narrow as usize] {
+        let mut buf = Aligned([0xEE; 512]);
+        let p = buf.0.as_mut_ptr().wrapping_add(4).cast::<skrull_config>();
+        // SAFETY: `size` writable bytes at `p`.
+        assert_eq!(
+            unsafe { skrull_config_init(p, size) },
+            skrull_status::Ok,
+            "{size}"
+        );
+        // SAFETY: as above.
+        assert_eq!(
+            unsafe { skrull_config_preset_init(1, p, size) },
+            skrull_status::Ok
+        );
+        assert!(buf.0[4 + size..].iter().all(|&b| b == 0xEE));
+    }
+    // A struct that includes `cost_model` needs 8-byte alignment: refused at a 4-byte offset,
+    // by the readers and the initialisers, with nothing written.
+    let wide = core::mem::size_of::<skrull_config>();
+    for size in [narrow as usize + 8, wide] {
+        let mut buf = Aligned([0; 512]);
+        let c = v1_config_at(&mut buf, 4, size as u32);
+        let mut cap2 = skrull_layout_capacity::default();
+        // SAFETY: `size` readable bytes at `c`.
+        assert_eq!(
+            unsafe { skrull_layout_sizes_max(c, 10, &mut cap2) },
+            skrull_status::InvalidArg
+        );
+        let mut buf = Aligned([0xEE; 512]);
+        let p = buf.0.as_mut_ptr().wrapping_add(4).cast::<skrull_config>();
+        // SAFETY: `size` writable bytes at `p`.
+        assert_eq!(
+            unsafe { skrull_config_init(p, size) },
+            skrull_status::InvalidArg
+        );
+        assert!(buf.0.iter().all(|&b| b == 0xEE));
+    }
+    // Not even 4-byte aligned: refused before `struct_size` is read.
+    let mut buf = Aligned([0; 512]);
+    let c = v1_config_at(&mut buf, 2, 60);
+    let mut cap2 = skrull_layout_capacity::default();
+    // SAFETY: 60 readable bytes at `c`.
+    assert_eq!(
+        unsafe { skrull_layout_sizes_max(c, 10, &mut cap2) },
+        skrull_status::InvalidArg
+    );
+    let _ = &mut h;
+}
+
+/// `skrull_config_init(&c, 61)` succeeded and wrote a struct whose size every other call
+/// refuses (61 cuts the field after version 1). The initialisers now refuse a size that ends
+/// inside a field, as every reader does, and write nothing.
+#[test]
+fn config_init_refuses_a_size_inside_a_field() {
+    let full = core::mem::size_of::<skrull_config>();
+    for size in [61usize, 62, 63, 65, 73, 79, 81, full - 1] {
+        let mut c = config();
+        let before = c;
+        // SAFETY: `c` is a live, aligned skrull_config of at least `size` bytes.
+        assert_eq!(
+            unsafe { skrull_config_init(&mut c, size) },
+            skrull_status::BadStructSize,
+            "{size}"
+        );
+        // SAFETY: as above.
+        assert_eq!(
+            unsafe { skrull_config_preset_init(0, &mut c, size) },
+            skrull_status::BadStructSize
+        );
+        assert_eq!(c, before);
+    }
+    // Every size a reader accepts is one the initialisers write, and the other way round.
+    for size in 60..=full + 8 {
+        let mut c = config();
+        // SAFETY: `c` has `sizeof(skrull_config)` bytes; `size` above that writes only them.
+        let init = unsafe { skrull_config_init(&mut c, size.min(full)) };
+        let mut d = config();
+        d.struct_size = size.min(full) as u32;
+        let mut cap = skrull_layout_capacity::default();
+        // SAFETY: a live, aligned config.
+        let read = unsafe { skrull_layout_sizes_max(&d, 1, &mut cap) };
+        assert_eq!(init, read, "struct_size {size}");
+    }
+}
+
+/// Outside harness, round 3: with `error` on an output buffer and an error earlier in the
+/// documented order (`dp = 0`; in `skrull_layout_fill`, `gpu.cp_rank >= cp` with the details
+/// on `out->spans`), the library returned the earlier status and wrote the 32 bytes of details
+/// into the output. The details now go only where they overlap no argument.
+#[test]
+fn error_details_never_land_in_an_output() {
+    let n = LENGTHS.len();
+    let mut ws = vec![0u8; schedule_workspace()];
+    // skrull_schedule: the details on the placements.
+    let mut h = Held::new();
+    let mut out = h.buffers();
+    let mut store = vec![0x5A5A_5A5A_5A5A_5A5Au64; 2 * n];
+    out.placements = store.as_mut_ptr().cast();
+    out.error = out.placements.cast();
+    let mut c = config();
+    c.dp = 0;
+    // SAFETY: every buffer is live for its capacity.
+    let st = unsafe {
+        skrull_schedule(
+            &c,
+            LENGTHS.as_ptr(),
+            n,
+            ws.as_mut_ptr().cast(),
+            ws.len(),
+            &out,
+        )
+    };
+    assert_eq!(st, skrull_status::InvalidDp);
+    assert!(
+        store.iter().all(|&w| w == 0x5A5A_5A5A_5A5A_5A5A),
+        "details written into placements"
+    );
+    // No earlier problem: INVALID_ARG, still nothing written.
+    assert_eq!(
+        schedule(&out, ws.as_mut_ptr(), ws.len()),
+        skrull_status::InvalidArg
+    );
+    assert!(store.iter().all(|&w| w == 0x5A5A_5A5A_5A5A_5A5A));
+    // Details on the workspace (an argument too) are not written either.
+    let mut out = h.buffers();
+    let mut wsw = vec![0x5A5A_5A5A_5A5A_5A5Au64; ws.len() / 8 + 1];
+    out.error = wsw.as_mut_ptr().cast();
+    c.dp = 2;
+    c.cp = 0;
+    // SAFETY: as above.
+    let st = unsafe {
+        skrull_schedule(
+            &c,
+            LENGTHS.as_ptr(),
+            n,
+            wsw.as_mut_ptr().cast(),
+            ws.len(),
+            &out,
+        )
+    };
+    assert_eq!(st, skrull_status::InvalidCp);
+    assert!(wsw.iter().all(|&w| w == 0x5A5A_5A5A_5A5A_5A5A));
+
+    // skrull_layout_fill: GPU (0, 0, cp) is not in the plan; the details on out->spans.
+    let mut o = LayoutOut::new();
+    let mut spans = vec![0x5A5A_5A5A_5A5A_5A5Au64; o.spans.len() * 3];
+    let mut out = o.buffers();
+    out.spans = spans.as_mut_ptr().cast();
+    let mut plan = h.buffers();
+    plan.error = spans.as_mut_ptr().cast();
+    let far = skrull_gpu { cp_rank: 4, ..GPU0 };
+    let mut lws = vec![0u8; layout_capacity().workspace_bytes];
+    // SAFETY: every buffer is live for its capacity.
+    let st = unsafe {
+        skrull_layout_fill(
+            &config(),
+            LENGTHS.as_ptr(),
+            n,
+            &plan,
+            far,
+            lws.as_mut_ptr().cast(),
+            lws.len(),
+            &out,
+        )
+    };
+    assert_eq!(st, skrull_status::NoSuchGpu);
+    assert!(
+        spans.iter().all(|&w| w == 0x5A5A_5A5A_5A5A_5A5A),
+        "details written into spans"
+    );
+    // Control: details of their own are written, with the same status.
+    let mut e = skrull_error_info::of_status(skrull_status::Ok);
+    plan.error = &mut e;
+    // SAFETY: as above.
+    let st = unsafe {
+        skrull_layout_fill(
+            &config(),
+            LENGTHS.as_ptr(),
+            n,
+            &plan,
+            far,
+            lws.as_mut_ptr().cast(),
+            lws.len(),
+            &out,
+        )
+    };
+    assert_eq!(st, skrull_status::NoSuchGpu);
+    assert_eq!(e.status, skrull_status::NoSuchGpu as u32);
+    // The details on the layout record (an output of skrull_layout_fill whose struct the
+    // library reads leniently even when `out` itself is refused: here its `_reserved`).
+    let mut rec = [0x5A5A_5A5A_5A5A_5A5Au64; 11];
+    let mut out = o.buffers();
+    out.layout = rec.as_mut_ptr().cast();
+    out._reserved = 1;
+    plan.error = rec.as_mut_ptr().cast();
+    // SAFETY: as above.
+    let st = unsafe {
+        skrull_layout_fill(
+            &config(),
+            LENGTHS.as_ptr(),
+            n,
+            &plan,
+            GPU0,
+            lws.as_mut_ptr().cast(),
+            lws.len(),
+            &out,
+        )
+    };
+    assert_eq!(st, skrull_status::InvalidArg);
+    assert!(rec.iter().all(|&w| w == 0x5A5A_5A5A_5A5A_5A5A));
+}
+
+/// Outside harness, round 3: with `subgroups = 1`, a NULL `cp_groups` was reported
+/// (NULL_ARG) before a too-short `micro_batches_per_dp`, which the documented field order puts
+/// first (OUTPUT_TOO_SMALL). The groups are checked in their place in the field order.
+#[test]
+fn cp_groups_are_checked_in_field_order() {
+    let n = LENGTHS.len();
+    let mut c = config();
+    c.subgroups = 1;
+    let mut h = Held::new();
+    let mut out = h.buffers();
+    (out.cp_groups, out.cp_groups_len) = (core::ptr::null_mut(), 0);
+    out.micro_batches_per_dp_len = 1;
+    let mut ws = vec![0u8; schedule_workspace()];
+    // SAFETY: every buffer is live for its capacity.
+    let st = unsafe {
+        skrull_schedule(
+            &c,
+            LENGTHS.as_ptr(),
+            n,
+            ws.as_mut_ptr().cast(),
+            ws.len(),
+            &out,
+        )
+    };
+    assert_eq!(st, skrull_status::OutputTooSmall);
+    out.micro_batches_per_dp_len = 2;
+    // SAFETY: as above.
+    let st = unsafe {
+        skrull_schedule(
+            &c,
+            LENGTHS.as_ptr(),
+            n,
+            ws.as_mut_ptr().cast(),
+            ws.len(),
+            &out,
+        )
+    };
+    assert_eq!(st, skrull_status::NullArg);
+}

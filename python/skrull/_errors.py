@@ -230,6 +230,8 @@ _SETTINGS = {Status.INVALID_DP: ("dp", "the data-parallel size"),
              Status.INVALID_BUCKET: ("bucket_tokens", "BucketSize: the most tokens one GPU holds "
                                      "in one micro-batch"),
              Status.INVALID_PAD_MULTIPLE: ("pad_multiple", "0 or 1 for none")}
+#: ``skrull_error_info.field`` of NO_SUCH_GPU: the coordinate at fault.
+GPU_FIELDS = {1: "dp_rank", 2: "micro_batch", 3: "cp_rank"}
 
 
 def _describe(status: int, d: dict[str, Any], config: Optional[Config] = None) -> str:
@@ -333,6 +335,8 @@ def field_name(code: int, number: int) -> Optional[str]:
         return MODEL_FIELDS.get(number)
     if code == Status.UNSUPPORTED_OPTION:
         return OPTION_FIELDS.get(number)
+    if code == Status.NO_SUCH_GPU:
+        return GPU_FIELDS.get(number)
     if code == Status.INVALID_COST_MODEL:
         from ._cost import cost_field_name
         return cost_field_name(number)

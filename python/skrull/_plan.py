@@ -14,7 +14,8 @@ import numpy as np
 
 from . import _ffi, _layout
 from ._config import PRESETS, Config, ModelShape, model_shape
-from ._errors import BatchError, Error, LayoutError, Status, make_error, type_error
+from ._errors import (GPU_FIELDS, BatchError, Error, LayoutError, Status, make_error,
+                      type_error)
 
 if TYPE_CHECKING:
     from ._scheduler import Scheduler
@@ -59,13 +60,18 @@ def _index(name: str, value: Any) -> int:
     return operator.index(value)
 
 
+#: ``Error.field`` of NO_SUCH_GPU by coordinate name (the C library's numbers).
+GPU_FIELDS_BY_NAME = {name: number for number, name in GPU_FIELDS.items()}
+
+
 def _no_such(name: str, value: int, count: int, where: str, index: Optional[int] = None
              ) -> Error:
     """``LayoutError`` ``NO_SUCH_GPU`` for an index outside ``[0, count)``: ``value`` the
     index, ``limit`` the count."""
     valid = f"valid: 0 to {count - 1}" if count > 0 else "none is valid"
     return make_error(Status.NO_SUCH_GPU, f"{name}={value} is out of range: {where} ({valid})",
-                      LayoutError, index=index, value=value, limit=count, field_name=name)
+                      LayoutError, index=index, value=value, limit=count,
+                      field=GPU_FIELDS_BY_NAME.get(name), field_name=name)
 
 
 class Plan:

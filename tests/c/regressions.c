@@ -316,10 +316,114 @@ static void struct_size_inside_a_field_is_refused(void) {
     store_free(&s);
 }
 
+/*
+ * Outside harness, round 3: when `error` overlapped an output buffer and the call also had an
+ * error earlier in the documented order (dp = 0 in skrull_schedule; gpu.cp_rank >= cp in
+ * skrull_layout_fill, with plan->error on out->spans), the library returned that earlier
+ * status and wrote the 32 bytes of details into the output. The details are now written only
+ * when they overlap no argument at all: the status is the first problem in the order, and
+ * every output is left as it was.
+ */
+static void error_details_never_land_in_an_output(void) {
+    skrull_config c = config();
+    plan_store s;
+    store_init(&s, N, c.dp, c.cp);
+    /* The details on the first placements (an output of skrull_schedule). */
+    skrull_plan_buffers out = s.bufs;
+    out.error = (skrull_error_info *)s.placements.data;
+    CHECK(((uintptr_t)out.error) % 8 == 0);
+    c.dp = 0;
+    CHECK_STATUS(skrull_schedule(&c, LENGTHS, N, s.workspace.data, s.sizes.workspace_bytes,
+                                 &out),
+                 SKRULL_STATUS_INVALID_DP);
+    c.dp = 2;
+    CHECK(all_guards_intact(&s));
+    const unsigned char *pl = (const unsigned char *)s.placements.data;
+    int clean = 1;
+    for (size_t k = 0; k < s.sizes.placements * sizeof(skrull_placement); k++) {
+        clean &= pl[k] == PATTERN;
+    }
+    CHECK(clean);
+    /* With no earlier problem: INVALID_ARG, and still nothing written. */
+    CHECK_STATUS(skrull_schedule(&c, LENGTHS, N, s.workspace.data, s.sizes.workspace_bytes,
+                                 &out),
+                 SKRULL_STATUS_INVALID_ARG);
+    for (size_t k = 0; k < s.sizes.placements * sizeof(skrull_placement); k++) {
+        clean &= pl[k] == PATTERN;
+    }
+    CHECK(clean);
+    /* Details on the workspace or the lengths are not written either. */
+    out.error = (skrull_error_info *)s.workspace.data;
+    c.cp = 0;
+    memset(s.workspace.data, PATTERN, s.sizes.workspace_bytes);
+    CHECK_STATUS(skrull_schedule(&c, LENGTHS, N, s.workspace.data, s.sizes.workspace_bytes,
+                                 &out),
+                 SKRULL_STATUS_INVALID_CP);
+    CHECK(((const unsigned char *)s.workspace.data)[0] == PATTERN);
+    c.cp = 4;
+
+    /* skrull_layout_fill: GPU (0, 0, cp) does not exist; the details on out->spans. */
+    CHECK_STATUS(store_schedule(&s, &c, LENGTHS, N), SKRULL_STATUS_OK);
+    layout_out o;
+    layout_out_init(&o, &c);
+    skrull_plan_buffers plan = s.bufs;
+    static uint64_t spans_store[(2 * N * sizeof(skrull_span)) / 8 + 1];
+    memset(spans_store, PATTERN, sizeof spans_store);
+    o.bufs.spans = (skrull_span *)(void *)spans_store;
+    plan.error = (skrull_error_info *)(void *)spans_store;
+    const skrull_gpu far = {0, 0, 4};
+    CHECK_STATUS(skrull_layout_fill(&c, LENGTHS, N, &plan, far, o.ws, o.cap.workspace_bytes,
+                                    &o.bufs),
+                 SKRULL_STATUS_NO_SUCH_GPU);
+    const unsigned char *sp = (const unsigned char *)spans_store;
+    for (size_t k = 0; k < sizeof spans_store; k++) {
+        clean &= sp[k] == PATTERN;
+    }
+    CHECK(clean);
+    CHECK(layout_out_untouched(&o));
+    plan = s.bufs;
+    /* Control: details in their own struct are written, with the same status. */
+    skrull_error_info e;
+    memset(&e, PATTERN, sizeof e);
+    plan.error = &e;
+    CHECK_STATUS(skrull_layout_fill(&c, LENGTHS, N, &plan, far, o.ws, o.cap.workspace_bytes,
+                                    &o.bufs),
+                 SKRULL_STATUS_NO_SUCH_GPU);
+    CHECK(e.status == SKRULL_STATUS_NO_SUCH_GPU);
+    store_free(&s);
+}
+
+/*
+ * Outside harness, round 3: with subgroups = 1, a NULL cp_groups was reported (NULL_ARG)
+ * before a too-short micro_batches_per_dp, which the documented field order puts first
+ * (OUTPUT_TOO_SMALL). The groups are now checked in their place, after micro_batches_per_dp.
+ */
+static void cp_groups_checked_in_field_order(void) {
+    skrull_config c = config();
+    c.subgroups = 1;
+    plan_store s;
+    store_init(&s, N, c.dp, c.cp);
+    skrull_plan_buffers out = s.bufs;
+    out.cp_groups = NULL;
+    out.cp_groups_len = 0;
+    out.micro_batches_per_dp_len = c.dp - 1;
+    CHECK_STATUS(skrull_schedule(&c, LENGTHS, N, s.workspace.data, s.sizes.workspace_bytes,
+                                 &out),
+                 SKRULL_STATUS_OUTPUT_TOO_SMALL);
+    out.micro_batches_per_dp_len = c.dp; /* then the groups themselves */
+    CHECK_STATUS(skrull_schedule(&c, LENGTHS, N, s.workspace.data, s.sizes.workspace_bytes,
+                                 &out),
+                 SKRULL_STATUS_NULL_ARG);
+    CHECK(all_guards_intact(&s));
+    store_free(&s);
+}
+
 int main(void) {
     struct_size_inside_a_field_is_refused();
     summary_reserved_is_plan_invalid();
     overlap_is_checked_on_declared_capacities();
     corrupted_plan_entries_are_plan_invalid();
+    error_details_never_land_in_an_output();
+    cp_groups_checked_in_field_order();
     return report("regressions");
 }

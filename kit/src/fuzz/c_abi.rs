@@ -110,8 +110,10 @@ pub fn c_abi(data: &[u8]) -> skrull_status {
     // The configuration size the library reads (a smaller one drops the later fields).
     let read_as = match perturb {
         Perturb::ConfigStructSize(s) => s,
+        Perturb::V1ConfigAtFour => 60,
         _ => u32::MAX,
     };
+    let mut cfg_ptr = cfg_mem.as_ptr().cast::<skrull_config>();
     match perturb {
         Perturb::ConfigTail(k) => {
             cfg_mem[0] = (cfg_mem[0] & !0xFFFF_FFFF) | 128;
@@ -123,6 +125,15 @@ pub fn c_abi(data: &[u8]) -> skrull_status {
             // at compile time below).
             unsafe { bytes.add(known + usize::from(k) % (128 - known)).write(1) };
             must_fail = true;
+        }
+        Perturb::V1ConfigAtFour => {
+            let mut v1 = c;
+            v1.struct_size = 60;
+            cfg_mem.fill(0);
+            let at = cfg_mem.as_mut_ptr().cast::<u8>().wrapping_add(4);
+            // SAFETY: 60 bytes of `v1` into the zeroed buffer at byte 4 (it holds 4 KiB).
+            unsafe { core::ptr::copy_nonoverlapping((&raw const v1).cast::<u8>(), at, 60) };
+            cfg_ptr = at.cast_const().cast::<skrull_config>();
         }
         Perturb::ConfigStructSize(s) => {
             cfg_mem[0] = (cfg_mem[0] & !0xFFFF_FFFF) | u64::from(s);
@@ -239,6 +250,19 @@ pub fn c_abi(data: &[u8]) -> skrull_status {
             out._reserved = 1;
             must_fail = true;
         }
+        Perturb::DetailsOnOutput(w) => {
+            out.error = if w % 2 == 0 {
+                out.micro_batches_per_dp.cast()
+            } else {
+                out.summary.cast()
+            };
+            must_fail = true;
+        }
+        Perturb::GroupsNullPerDpShort => {
+            (out.cp_groups, out.cp_groups_len) = (null_mut(), 0);
+            out.micro_batches_per_dp_len -= 1;
+            must_fail = true;
+        }
         _ => {}
     }
     // `out` inside a zeroed 4 KiB + buffer too (its struct_size may be up to 4097).
@@ -255,7 +279,7 @@ pub fn c_abi(data: &[u8]) -> skrull_status {
     // readable for any struct_size up to 4104 bytes.
     let st = unsafe {
         skrull_schedule(
-            cfg_mem.as_ptr().cast::<skrull_config>(),
+            cfg_ptr,
             lens_ptr,
             n,
             ws_ptr.cast::<c_void>(),
@@ -264,6 +288,15 @@ pub fn c_abi(data: &[u8]) -> skrull_status {
         )
     };
     assert_valid_schedule_status(st);
+    if perturb == Perturb::GroupsNullPerDpShort {
+        // The short micro_batches_per_dp comes before cp_groups in the field order, and no
+        // other pointer is NULL.
+        assert_ne!(
+            st,
+            skrull_status::NullArg,
+            "cp_groups checked before its turn"
+        );
+    }
     assert_eq!(lens, lengths, "lengths were written");
     workspace.untouched_from(ws_bytes + 1, "workspace");
     // The groups reach the library when the struct is large enough to carry them.
@@ -283,7 +316,7 @@ pub fn c_abi(data: &[u8]) -> skrull_status {
         && st != skrull_status::Ok
         && (out_size == OUT_STRUCT_SIZES[1]
             || (size_of::<skrull_plan_buffers>()..=4096).contains(&out_size))
-        && !matches!(perturb, Perturb::OutReserved);
+        && !matches!(perturb, Perturb::OutReserved | Perturb::DetailsOnOutput(_));
     if reported {
         details.untouched_from(1, "error details");
         assert_eq!(details.body()[0].status, st as u32, "error details' status");
@@ -299,7 +332,10 @@ pub fn c_abi(data: &[u8]) -> skrull_status {
         per_dp.untouched_from(0, "micro_batches_per_dp");
         summary.untouched_from(0, "summary");
         groups.untouched_from(0, "cp_groups");
-        if perturb == Perturb::None || perturb == Perturb::OddWorkspace {
+        if matches!(
+            perturb,
+            Perturb::None | Perturb::OddWorkspace | Perturb::V1ConfigAtFour
+        ) {
             // A well-formed call fails exactly as the Rust API does.
             let core = input.core_config_sized(read_as);
             match core {

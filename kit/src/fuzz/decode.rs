@@ -79,6 +79,17 @@ pub enum Perturb {
     ConfigStructSize(u32),
     /// The workspace starts at an odd address (allowed: any alignment).
     OddWorkspace,
+    /// The configuration as a version-1 program holds it: its first 60 bytes
+    /// (`struct_size = 60`) at an address 4 past an 8-byte boundary (allowed: a struct that
+    /// ends before `cost_model` needs 4-byte alignment only).
+    V1ConfigAtFour,
+    /// The error details pointed at an output buffer, `which % 2`: `micro_batches_per_dp`, the
+    /// summary. The call must fail (the first problem in the order, `INVALID_ARG` when there
+    /// is no earlier one) and write neither the details nor the output.
+    DetailsOnOutput(u8),
+    /// `cp_groups` NULL (capacity 0) and `micro_batches_per_dp` one short: the short buffer
+    /// comes first in the field order, so never `NULL_ARG`, with sub-groups or without.
+    GroupsNullPerDpShort,
 }
 
 /// A decoded fuzz input.
@@ -164,6 +175,9 @@ pub fn decode(data: &[u8]) -> Input {
         14 => Perturb::ConfigTail(r.u8()),
         15 => Perturb::ConfigStructSize(field(&mut r, &[0, 56, 59, 61, 64, 4096, 4097])),
         8 => Perturb::OddWorkspace,
+        7 => Perturb::V1ConfigAtFour,
+        6 => Perturb::DetailsOnOutput(r.u8()),
+        5 => Perturb::GroupsNullPerDpShort,
         _ => Perturb::None,
     };
     let fit = mode & 0x20 != 0;
