@@ -1,0 +1,166 @@
+"""Padding-free collation: HF-style samples to one flat ``[1, T]`` micro-batch.
+
+Two entry points:
+
+- ``SkrullCollator`` (a ``data_collator`` for ``Trainer``) concatenates whole sequences, as
+  the batch sampler hands them over (no context parallelism);
+- ``collate_gpu_buffer`` fills one GPU's buffer from a skrull ``Layout`` (context
+  parallelism: local sequences whole, sharded ones as their two zigzag chunks, true positions).
+
+Both return ``input_ids``, ``position_ids``, ``labels`` (``-100`` at every sequence start, so
+that HF's own label shift never crosses a boundary) and ``shift_labels`` (the next token within
+the sequence, ``-100`` on its last token and on padding), all ``[1, T]`` int64. An empty
+micro-batch becomes one explicit padding token labelled ``-100``: it adds nothing to the loss
+or the gradients, and the rank still runs its forward and backward, so DDP stays in step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import torch
+
+IGNORE_INDEX = -100
+
+
+def _tokens(sample: Mapping[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(input_ids, labels) of one sample as 1-D int64 tensors; labels default to the ids."""
+    ids = torch.as_tensor(sample["input_ids"], dtype=torch.long).reshape(-1)
+    labels = sample.get("labels")
+    labels = ids if labels is None else torch.as_tensor(labels, dtype=torch.long).reshape(-1)
+    if labels.shape != ids.shape:
+        raise ValueError(f"labels ({labels.numel()}) and input_ids ({ids.numel()}) differ in "
+                         "length")
+    return ids, labels
+
+
+def shifted(labels: torch.Tensor) -> torch.Tensor:
+    """The next-token targets of one sequence: ``labels[1:]`` then ``-100``."""
+    return torch.cat([labels[1:], labels.new_full((1,), IGNORE_INDEX)])
+
+
+def padding_batch(pad_token_id: int = 0) -> dict[str, Any]:
+    """The batch of an empty micro-batch: one padding token, position 0, label ``-100``."""
+    one = torch.tensor([[pad_token_id]], dtype=torch.long)
+    ignore = torch.full((1, 1), IGNORE_INDEX, dtype=torch.long)
+    cu = torch.tensor([0, 1], dtype=torch.int32)
+    return {"input_ids": one, "position_ids": torch.zeros((1, 1), dtype=torch.long),
+            "labels": ignore, "shift_labels": ignore.clone(), "cu_seq_lens_q": cu,
+            "cu_seq_lens_k": cu.clone(), "max_length_q": 1, "max_length_k": 1}
+
+
+@dataclass
+class SkrullCollator:
+    """``data_collator`` for a padding-free ``Trainer`` fed by ``SkrullBatchSampler``.
+
+    Parameters
+    ----------
+    pad_token_id
+        The token id of the padding token an empty micro-batch becomes.
+
+    Returns (per call) ``input_ids``, ``position_ids`` (restarting at 0 per sequence),
+    ``labels``, ``shift_labels`` (``[1, T]`` int64), and the flash-attention varlen arguments
+    ``cu_seq_lens_q`` / ``cu_seq_lens_k`` (int32) and ``max_length_q`` / ``max_length_k``.
+    Samples are mappings with ``input_ids`` and optionally ``labels`` (unshifted, as HF
+    datasets hold them; default: the ids). Other keys are dropped.
+    """
+
+    pad_token_id: int = 0
+
+    def __call__(self, features: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        if len(features) == 0:
+            return padding_batch(self.pad_token_id)
+        pairs = [_tokens(f) for f in features]
+        if any(ids.numel() == 0 for ids, _ in pairs):
+            raise ValueError("a sample has no tokens")
+        lengths = [ids.numel() for ids, _ in pairs]
+        ids = torch.cat([p[0] for p in pairs])
+        positions = torch.cat([torch.arange(n) for n in lengths])
+        labels = torch.cat([torch.cat([lab.new_full((1,), IGNORE_INDEX), lab[1:]])
+                            for _, lab in pairs])
+        shift = torch.cat([shifted(lab) for _, lab in pairs])
+        cu = torch.zeros(len(lengths) + 1, dtype=torch.int32)
+        cu[1:] = torch.cumsum(torch.tensor(lengths), 0)
+        longest = max(lengths)
+        return {"input_ids": ids[None], "position_ids": positions[None], "labels": labels[None],
+                "shift_labels": shift[None], "cu_seq_lens_q": cu, "cu_seq_lens_k": cu.clone(),
+                "max_length_q": longest, "max_length_k": longest}
+
+
+@dataclass(frozen=True)
+class GpuLayout:
+    """What the attention function needs of one GPU's micro-batch (small, picklable).
+
+    ``local_slots``: ``(start, stop)`` buffer rows of each local sequence (its padding
+    included); ``rings``: per CP group the sharded group runs over, ``(first, size, start,
+    stop)`` buffer rows; ``span_seq`` / ``positions``: per buffer row, the sequence it belongs
+    to (padding included) and its true position; ``is_real``: False on padding rows.
+    """
+
+    local_slots: tuple[tuple[int, int], ...]
+    rings: tuple[tuple[int, int, int, int], ...]
+    span_seq: torch.Tensor
+    positions: torch.Tensor
+    is_real: torch.Tensor
+    dp_rank: int
+    micro_batch: int
+    cp_rank: int
+
+    @property
+    def tokens(self) -> int:
+        """Rows in this GPU's buffer (1 for an empty micro-batch's padding token)."""
+        return int(self.positions.numel())
+
+
+def collate_gpu_buffer(layout: Any, samples: Mapping[int, Mapping[str, Any]],
+                       pad_token_id: int = 0) -> dict[str, Any]:
+    """One GPU's batch for a skrull ``Layout`` (any DP rank, micro-batch, CP rank).
+
+    ``samples[s]`` is plan sequence ``s`` (every sequence the layout's spans name). The buffer
+    holds the local sequences whole, then each sharded sequence's two zigzag chunks with its
+    padding; ``position_ids`` are the layout's true positions, ``shift_labels`` the next token
+    of the whole sequence (so a chunk's last token is labelled with the first token of the
+    next chunk, held by another GPU). A GPU with no token gets one padding token. The result
+    also holds ``skrull_layout`` (a ``GpuLayout``) for the attention function.
+    """
+    spans = layout.spans
+    tokens = int(layout.tokens)
+    empty = tokens == 0
+    size = max(tokens, 1)
+    ids = torch.full((size,), pad_token_id, dtype=torch.long)
+    labels = torch.full((size,), IGNORE_INDEX, dtype=torch.long)
+    shift = torch.full((size,), IGNORE_INDEX, dtype=torch.long)
+    span_seq = torch.full((size,), -1, dtype=torch.long)
+    is_real = torch.zeros(size, dtype=torch.bool)
+    positions = torch.zeros(size, dtype=torch.long)
+    if not empty:
+        positions = torch.from_numpy(np.asarray(layout.positions, np.int64))
+    cache: dict[int, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
+    for seq, _chunk, offset, start, length, pad in spans.tolist():
+        if seq not in cache:
+            full_ids, full_labels = _tokens(samples[seq])
+            starts = torch.cat([full_labels.new_full((1,), IGNORE_INDEX), full_labels[1:]])
+            cache[seq] = (full_ids, starts, shifted(full_labels))
+        full_ids, starts, full_shift = cache[seq]
+        ids[offset:offset + length] = full_ids[start:start + length]
+        labels[offset:offset + length] = starts[start:start + length]
+        shift[offset:offset + length] = full_shift[start:start + length]
+        span_seq[offset:offset + length + pad] = seq
+        is_real[offset:offset + length] = True
+    local = int(layout.local_tokens)
+    if empty:
+        local_slots: tuple[tuple[int, int], ...] = ((0, 1),)
+        base = 1
+    else:
+        cu = np.asarray(layout.local_cu_seqlens_padded, np.int64)
+        local_slots = tuple((int(a), int(b)) for a, b in zip(cu[:-1], cu[1:]) if b > a)
+        base = local
+    rings = tuple((r.first, r.size, base + r.start - local, base + r.stop - local)
+                  for r in layout.ring_views())
+    gpu = GpuLayout(local_slots, rings, span_seq, positions, is_real, int(layout.dp_rank),
+                    int(layout.micro_batch), int(layout.cp_rank))
+    return {"input_ids": ids[None], "position_ids": positions[None], "labels": labels[None],
+            "shift_labels": shift[None], "skrull_layout": gpu}
+

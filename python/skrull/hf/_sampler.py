@@ -1,0 +1,142 @@
+"""``SkrullBatchSampler``: transformers' ``BatchRebalanceSampler`` with a skrull plan."""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+from transformers.trainer_pt_utils import BatchRebalanceSampler
+
+from .._errors import BatchError
+from .._plan import Plan
+from .._scheduler import Scheduler
+
+
+class PlannedMicroBatch(list[int]):
+    """One micro-batch of one DP rank: its dataset indices (a plain ``list`` to the
+    ``DataLoader``), with the global batch's ``plan``, ``batch_indices`` (dataset index of
+    every plan sequence), ``dp_rank``, ``micro_batch`` and ``sequences`` (plan indices)."""
+
+    plan: Plan
+    batch_indices: np.ndarray
+    dp_rank: int
+    micro_batch: int
+    sequences: list[int]
+
+
+def scheduler_for_steps(dp: int, cp: int, bucket_tokens: int, micro_batches: int,
+                        **kwargs: Any) -> Scheduler:
+    """A ``Scheduler`` whose plans give every DP rank exactly ``micro_batches``
+    micro-batches (``Scheduler(micro_batches=G)``: empty slots are filled by splitting the
+    rank's multi-sequence micro-batches, sharded sequences first)."""
+    return Scheduler(dp, cp, bucket_tokens, micro_batches=micro_batches, **kwargs)
+
+
+def plan_for_steps(scheduler: Scheduler, lengths: Sequence[int] | np.ndarray,
+                   micro_batches: int) -> Plan:
+    """Plans one global batch; a batch that needs more than ``micro_batches`` micro-batches
+    on some DP rank raises ``ValueError`` naming the smallest ``gradient_accumulation_steps``
+    that fits (the library's ``MICRO_BATCH_COUNT``)."""
+    try:
+        return scheduler.plan(lengths)
+    except BatchError as exc:
+        if exc.status == "MICRO_BATCH_COUNT":
+            raise ValueError(
+                f"this global batch needs {exc.value} micro-batches on some DP rank, more than "
+                f"gradient_accumulation_steps = {micro_batches}: raise "
+                f"gradient_accumulation_steps to at least {exc.value}, raise bucket_tokens, or "
+                "lower the global batch size") from exc
+        raise
+
+
+class SkrullBatchSampler(BatchRebalanceSampler):
+    """transformers' ``BatchRebalanceSampler`` whose assignment is a skrull plan.
+
+    Each global batch of ``effective_batch_size`` samples (shuffled per ``seed + epoch``, the
+    same on every rank, as the base class does) is planned by skrull: the plan chooses each
+    sample's DP rank and micro-batch under the ``bucket_tokens`` budget per GPU and
+    micro-batch, and every DP rank gets exactly ``grad_accum`` micro-batches. Nothing is
+    broadcast: every rank plans the same batch identically.
+
+    Parameters
+    ----------
+    lengths
+        Token count of every dataset sample.
+    effective_batch_size
+        Samples per optimizer step, over all DP ranks.
+    bucket_tokens
+        The most tokens one GPU holds in one micro-batch.
+    grad_accum
+        Micro-batches per DP rank and step (``gradient_accumulation_steps``).
+    dp_size, rank
+        DP size and this process's DP rank; default: from ``torch.distributed`` (world size
+        // ``cp``, rank // ``cp``), or 1 and 0 without a process group.
+    cp
+        CP ranks per DP rank (ranks are laid out ``dp_rank * cp + cp_rank``).
+    shuffle, seed, drop_last
+        As in ``BatchRebalanceSampler``.
+    **scheduler_kwargs
+        Passed to ``skrull.Scheduler`` (``policy``, ``model``, ``cost_model``,
+        ``shard_padding``...).
+
+    Iterating yields this DP rank's ``PlannedMicroBatch`` lists. A micro-batch slot is empty
+    only when its DP rank holds fewer samples than ``grad_accum`` (``SkrullCollator`` turns it
+    into one zero-loss padding token). ``set_epoch`` reshuffles; ``state_dict`` /
+    ``load_state_dict`` save and restore the epoch and seed (the Trainer skips the batches a
+    checkpoint already trained).
+    """
+
+    def __init__(self, lengths: Sequence[int], effective_batch_size: int, bucket_tokens: int,
+                 grad_accum: int = 1, *, dp_size: int | None = None, rank: int | None = None,
+                 cp: int = 1, shuffle: bool = True, seed: int = 42, drop_last: bool = True,
+                 **scheduler_kwargs: Any) -> None:
+        world, global_rank = _world()
+        if dp_size is None:
+            if world % cp:
+                raise ValueError(f"world size {world} is not a multiple of cp = {cp}")
+            dp_size = world // cp
+        if rank is None:
+            rank = global_rank // cp
+        super().__init__(list(lengths), effective_batch_size, dp_size, grad_accum,
+                         shuffle=shuffle, seed=seed, rank=rank, drop_last=drop_last)
+        self.cp = cp
+        self.bucket_tokens = bucket_tokens
+        self.scheduler = scheduler_for_steps(dp_size, cp, bucket_tokens, grad_accum,
+                                             **scheduler_kwargs)
+        self.last_plan: Plan | None = None
+
+    def plan(self, lengths: Sequence[int]) -> Plan:
+        """The plan of one global batch (``lengths`` in batch order)."""
+        return plan_for_steps(self.scheduler, lengths, self.grad_accum)
+
+    def _assign(self, indices: list[int],
+                lengths: list[int]) -> list[list[PlannedMicroBatch]]:
+        plan = self.plan(lengths)
+        self.last_plan = plan
+        batch = np.asarray(indices, np.int64)
+        out = []
+        for d in range(self.dp_size):
+            slots = [plan.members_of(d, m).tolist() for m in range(self.grad_accum)]
+            ranked = []
+            for m, seqs in enumerate(slots):
+                mb = PlannedMicroBatch(int(i) for i in batch[seqs])
+                mb.plan, mb.batch_indices, mb.dp_rank, mb.micro_batch = plan, batch, d, m
+                mb.sequences = [int(s) for s in seqs]
+                ranked.append(mb)
+            out.append(ranked)
+        return out
+
+    def state_dict(self) -> dict[str, int]:
+        """``epoch`` and ``seed``: with the step count, all that the order depends on."""
+        return {"epoch": self.epoch, "seed": self.seed}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        """Restores ``state_dict()``."""
+        self.epoch, self.seed = int(state["epoch"]), int(state["seed"])
+
+
+def _world() -> tuple[int, int]:
+    import torch.distributed as dist
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_world_size(), dist.get_rank()
+    return 1, 0

@@ -1,0 +1,230 @@
+"""``SkrullTrainerMixin`` / ``SkrullTrainer``: skrull placement inside transformers' Trainer."""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Sequence
+
+import torch
+from torch.utils.data import DataLoader, Dataset
+from transformers import Trainer
+
+from ._attention import ATTENTION_NAME, SkrullAttention
+from ._collator import SkrullCollator, collate_gpu_buffer, padding_batch
+from ._loss import exact_causal_lm_loss
+from ._sampler import PlannedMicroBatch, SkrullBatchSampler
+
+
+@dataclass
+class SkrullConfig:
+    """How ``SkrullTrainer`` plans its global batches.
+
+    Parameters
+    ----------
+    bucket_tokens
+        The most tokens one GPU holds in one micro-batch.
+    cp
+        CP ranks per DP rank; the world size must be a multiple (DP = world size // cp).
+        With ``cp > 1`` the model must use ``attn_implementation="skrull"``.
+    lengths
+        Token count of every training sample; default: ``len(sample["input_ids"])``.
+    global_batch_size
+        Samples per optimizer step; default: ``per_device_train_batch_size *
+        gradient_accumulation_steps * DP``, as transformers' ``BatchRebalanceSampler``.
+    exact
+        Refuse bf16/fp16 mixed precision (TRL's ``SFTConfig`` turns ``bf16`` on by default)
+        and compute the model's loss with ``exact_causal_lm_loss`` (no float32 cast of
+        float64 logits).
+    pad_token_id
+        Token id of the padding token of an empty micro-batch (and of zigzag padding).
+    scheduler
+        Further ``skrull.Scheduler`` arguments (``policy``, ``model``, ``cost_model``,
+        ``shard_padding``, ``subgroups``...).
+    """
+
+    bucket_tokens: int
+    cp: int = 1
+    lengths: Sequence[int] | None = None
+    global_batch_size: int | None = None
+    exact: bool = False
+    pad_token_id: int = 0
+    scheduler: dict[str, Any] = field(default_factory=dict)
+
+
+class _EmptySafeCollator:
+    """Wraps a collator so that an empty micro-batch becomes ``padding_batch`` instead of
+    reaching a collator that fails on ``[]`` (TRL's and ``DataCollatorWithFlattening``)."""
+
+    def __init__(self, inner: Any, pad_token_id: int) -> None:
+        self.inner, self.pad_token_id = inner, pad_token_id
+
+    def __call__(self, features: list[Any]) -> dict[str, Any]:
+        if len(features) == 0:
+            batch = padding_batch(self.pad_token_id)
+            del batch["shift_labels"]  # the keys TRL's padding-free collator returns
+            return batch
+        out: dict[str, Any] = self.inner(features)
+        return out
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.__dict__["inner"], name)
+
+
+class _PerGpuDataset(Dataset):  # type: ignore[type-arg]
+    """The training set seen by one (DP, CP) rank: fetching a ``PlannedMicroBatch`` returns
+    this GPU's buffer for it (``collate_gpu_buffer``), loading only the samples it holds."""
+
+    def __init__(self, dataset: Any, cp_rank: int, pad_token_id: int) -> None:
+        self.dataset, self.cp_rank, self.pad_token_id = dataset, cp_rank, pad_token_id
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, index: int) -> Any:
+        return self.dataset[index]
+
+    def __getitems__(self, planned: PlannedMicroBatch) -> list[dict[str, Any]]:
+        layout = planned.plan.layout(planned.dp_rank, planned.micro_batch, self.cp_rank)
+        wanted = {int(s) for s in layout.spans["seq"].tolist()}
+        samples = {s: self.dataset[int(planned.batch_indices[s])] for s in wanted}
+        return [collate_gpu_buffer(layout, samples, self.pad_token_id)]
+
+
+def _only(batch: list[Any]) -> Any:
+    return batch[0]
+
+
+class _EpochDataLoader(DataLoader):  # type: ignore[type-arg]
+    """A DataLoader whose ``set_epoch`` reaches its batch sampler (the Trainer calls it)."""
+
+    def set_epoch(self, epoch: int) -> None:
+        """Reshuffles the batch sampler for ``epoch``."""
+        self.batch_sampler.set_epoch(epoch)  # type: ignore[union-attr]
+
+
+def infer_lengths(dataset: Any) -> list[int]:
+    """``len(sample["input_ids"])`` of every sample (a ``length`` column when present)."""
+    names = getattr(dataset, "column_names", None) or []
+    if "length" in names:
+        return [int(n) for n in dataset["length"]]
+    return [len(dataset[i]["input_ids"]) for i in range(len(dataset))]
+
+
+class SkrullTrainerMixin:
+    """Mix into ``Trainer`` or TRL's ``SFTTrainer`` (before it: ``class T(SkrullTrainerMixin,
+    SFTTrainer)``) to train on skrull plans. Pass ``skrull=SkrullConfig(...)``.
+
+    - ``_get_train_sampler`` returns a ``SkrullBatchSampler``: DP ranks and micro-batches come
+      from the plan, exactly ``gradient_accumulation_steps`` per DP rank and step;
+    - with ``cp > 1``, ``get_train_dataloader`` gives every (DP, CP) rank its own buffers
+      (local sequences whole, sharded ones as zigzag chunks at their true positions) and
+      ``compute_loss`` hands the model each micro-batch's ``SkrullAttention``; DDP runs over
+      all DP x CP ranks and the Trainer's loss normalisation (label tokens of the global batch,
+      ``average_tokens_across_devices``) keeps gradients equal to unpacked training;
+    - guards: ``use_cache`` is forced off in every training forward (a KV cache silently
+      disables transformers' packed-sequence detection), ``cp > 1`` refuses a model whose
+      attention is not ``"skrull"`` (zigzag buffers would be mis-split by position jumps) and
+      ``average_tokens_across_devices=False``, and ``SkrullConfig(exact=True)`` refuses
+      bf16/fp16 (warned about otherwise when bf16 is on, TRL's default).
+    """
+
+    if TYPE_CHECKING:  # what the Trainer it is mixed into provides
+        model: Any
+        args: Any
+        train_dataset: Any
+        data_collator: Any
+
+    def __init__(self, *args: Any, skrull: SkrullConfig, **kwargs: Any) -> None:
+        self.skrull = skrull
+        super().__init__(*args, **kwargs)
+        check_training_setup(self.model, self.args, skrull)
+        if skrull.exact and hasattr(self.model, "loss_function"):
+            self.model.loss_function = exact_causal_lm_loss
+        if self.data_collator is not None and not isinstance(self.data_collator,
+                                                             SkrullCollator):
+            self.data_collator = _EmptySafeCollator(self.data_collator, skrull.pad_token_id)
+        self._ring_groups: dict[tuple[int, int], Any] | None = None
+
+    @property
+    def skrull_dp(self) -> int:
+        """DP ranks: world size // cp."""
+        world: int = self.args.world_size
+        return max(1, world) // self.skrull.cp
+
+    def _get_train_sampler(self, train_dataset: Any = None) -> SkrullBatchSampler:
+        dataset = self.train_dataset if train_dataset is None else train_dataset
+        cfg, args = self.skrull, self.args
+        lengths = list(cfg.lengths) if cfg.lengths is not None else infer_lengths(dataset)
+        dp = self.skrull_dp
+        batch = cfg.global_batch_size or (args.per_device_train_batch_size
+                                          * args.gradient_accumulation_steps * dp)
+        return SkrullBatchSampler(lengths, batch, cfg.bucket_tokens,
+                                  args.gradient_accumulation_steps, dp_size=dp,
+                                  rank=args.process_index // cfg.cp, cp=cfg.cp,
+                                  seed=args.data_seed if args.data_seed is not None
+                                  else args.seed, drop_last=True, **cfg.scheduler)
+
+    def get_train_dataloader(self) -> DataLoader:  # type: ignore[type-arg]
+        if self.skrull.cp == 1:
+            loader: DataLoader = super().get_train_dataloader()  # type: ignore[misc, type-arg]
+            return loader
+        if self.train_dataset is None:
+            raise ValueError("Trainer: training requires a train_dataset.")
+        if self._ring_groups is None:
+            from ..torch import cp_ring_groups
+            self._ring_groups = cp_ring_groups(self.skrull_dp, self.skrull.cp)
+        sampler = self._get_train_sampler()
+        args = self.args
+        return _EpochDataLoader(
+            _PerGpuDataset(self.train_dataset, args.process_index % self.skrull.cp,
+                           self.skrull.pad_token_id),
+            batch_sampler=sampler, collate_fn=_only, num_workers=args.dataloader_num_workers,
+            pin_memory=args.dataloader_pin_memory)
+
+    def compute_loss(self, model: torch.nn.Module, inputs: dict[str, Any],
+                     *args: Any, **kwargs: Any) -> Any:
+        inputs = dict(inputs)
+        inputs["use_cache"] = False
+        gpu = inputs.pop("skrull_layout", None)
+        if gpu is not None:
+            inputs["skrull_attention"] = SkrullAttention(gpu, self._ring_groups)
+        return super().compute_loss(model, inputs, *args, **kwargs)  # type: ignore[misc]
+
+
+def check_training_setup(model: Any, args: Any, cfg: SkrullConfig) -> None:
+    """The guards of ``SkrullTrainerMixin`` (raises ``ValueError``; see there)."""
+    attention = getattr(getattr(model, "config", None), "_attn_implementation", None)
+    if cfg.cp > 1 and attention != ATTENTION_NAME:
+        raise ValueError(
+            f"cp = {cfg.cp} needs the model built with attn_implementation='{ATTENTION_NAME}' "
+            f"(it uses {attention!r}): a CP buffer holds zigzag chunks whose position jumps "
+            "transformers' own attention would read as sequence starts")
+    if cfg.cp > 1 and not args.average_tokens_across_devices:
+        raise ValueError("cp > 1 needs average_tokens_across_devices=True: the loss is "
+                         "normalised by the label tokens of all DP x CP ranks")
+    half = bool(args.bf16 or args.fp16)
+    if cfg.exact and half:
+        raise ValueError("SkrullConfig(exact=True) with bf16/fp16 mixed precision: pass "
+                         "bf16=False (TRL's SFTConfig defaults to bf16=True)")
+    if args.bf16 and not cfg.exact:
+        warnings.warn("bf16=True (TRL's SFTConfig default): losses differ from float32 "
+                      "training by bf16 rounding; pass bf16=False for float exactness",
+                      stacklevel=3)
+    world = max(1, args.world_size)
+    if cfg.cp < 1 or world % cfg.cp:
+        raise ValueError(f"world size {world} is not a multiple of cp = {cfg.cp}")
+    if args.use_cache:
+        warnings.warn("use_cache=True: SkrullTrainer turns the cache off in every training "
+                      "forward (a cache disables transformers' packed-sequence detection)",
+                      stacklevel=3)
+
+
+class SkrullTrainer(SkrullTrainerMixin, Trainer):
+    """``Trainer`` on skrull plans (``SkrullTrainerMixin``), with ``SkrullCollator`` as the
+    default ``data_collator``."""
+
+    def __init__(self, *args: Any, skrull: SkrullConfig, **kwargs: Any) -> None:
+        if kwargs.get("data_collator") is None:
+            kwargs["data_collator"] = SkrullCollator(skrull.pad_token_id)
+        super().__init__(*args, skrull=skrull, **kwargs)
