@@ -115,16 +115,38 @@ class SkrullAttention:
     """Attention for one micro-batch on one GPU, built once (before the forward pass) and
     called by every layer through the ``"skrull"`` attention function.
 
+    Called with ``q`` (``[1, heads, T, dim]``) and ``k``, ``v`` (``[1, kv heads, T, dim]``),
+    it returns ``[1, heads, T, dim]``: local sequences attended on this GPU alone, each
+    sharded sequence over its CP ring.
+
     Parameters
     ----------
-    gpu
+    gpu : GpuLayout
         The micro-batch's ``GpuLayout`` (``collate_gpu_buffer`` returns it as
         ``skrull_layout``).
-    ring_groups
+    ring_groups : dict or None
         ``(first, size)`` -> process group of every CP group this GPU's rings run over
-        (``skrull.torch.cp_ring_groups``). Every GPU of a ring must build its
-        ``SkrullAttention`` for the same micro-batch together: building it all-gathers each
-        ring's sequence ids and positions once.
+        (``skrull.torch.cp_ring_groups``); None when the layout has no ring. Every GPU of a
+        ring must build its ``SkrullAttention`` for the same micro-batch together: building
+        it all-gathers each ring's sequence ids and positions once.
+
+    Raises
+    ------
+    ValueError
+        Rings without ``ring_groups``, buffer rows that belong to no sequence, or a ring
+        whose gathered rows do not hold each position of a sequence exactly once.
+
+    Example
+    -------
+    >>> import torch, skrull
+    >>> from skrull.hf import SkrullAttention, collate_gpu_buffer
+    >>> plan = skrull.Scheduler(dp=1, cp=1, bucket_tokens=64).plan([3, 2])
+    >>> samples = {0: {"input_ids": [5, 6, 7]}, 1: {"input_ids": [8, 9]}}
+    >>> gpu = collate_gpu_buffer(plan.layout(0, 0, 0), samples)["skrull_layout"]
+    >>> attention = SkrullAttention(gpu, ring_groups=None)   # no ring: no process group
+    >>> q, kv = torch.randn(1, 4, 5, 8), torch.randn(1, 2, 5, 8)   # GQA: 4 heads, 2 kv heads
+    >>> attention(q, kv, kv).shape
+    torch.Size([1, 4, 5, 8])
     """
 
     def __init__(self, gpu: GpuLayout, ring_groups: Mapping[tuple[int, int], Any] | None) -> None:
@@ -146,7 +168,9 @@ class SkrullAttention:
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                  scaling: float | None = None, dropout: float = 0.0) -> torch.Tensor:
         """``q``: ``[1, heads, T, dim]``, ``k``/``v``: ``[1, kv heads, T, dim]``; returns
-        ``[1, heads, T, dim]``."""
+        ``[1, heads, T, dim]``. ``scaling``: the softmax scale (default ``1 / sqrt(dim)``);
+        ``dropout``: attention dropout. Raises ``ValueError`` when ``T`` is not the layout's
+        row count."""
         if q.shape[2] != self.tokens:
             raise ValueError(f"{q.shape[2]} query rows for a layout of {self.tokens}")
         n_rep = q.shape[1] // k.shape[1]
@@ -168,8 +192,54 @@ def skrull_attention_forward(module: torch.nn.Module, query: torch.Tensor, key: 
     """transformers attention function (``attn_implementation="skrull"``).
 
     Uses ``skrull_attention`` (a ``SkrullAttention``) when given, else the sequences of
-    ``cu_seq_lens_q``, else treats each batch row as one sequence. Refuses a padding
-    ``attention_mask`` and sliding-window layers (not implemented)."""
+    ``cu_seq_lens_q``, else treats each batch row as one sequence.
+
+    Parameters
+    ----------
+    module : torch.nn.Module
+        The attention layer (read for ``sliding_window``).
+    query : torch.Tensor
+        ``[batch, heads, T, dim]``.
+    key, value : torch.Tensor
+        ``[batch, kv heads, T, dim]`` (each repeated for its query heads).
+    attention_mask : torch.Tensor or None
+        Must be None: batches are padding-free.
+    dropout : float, optional
+        Attention dropout.
+    scaling : float, optional
+        Softmax scale; default ``1 / sqrt(dim)``.
+    **kwargs
+        ``skrull_attention`` (a ``SkrullAttention``, which needs ``batch`` 1) or
+        ``cu_seq_lens_q`` (``SkrullCollator``'s, which needs ``batch`` 1); others ignored.
+
+    Returns
+    -------
+    tuple
+        ``(output, None)``: ``output`` is ``[batch, T, heads, dim]``, no attention weights.
+
+    Raises
+    ------
+    NotImplementedError
+        A sliding-window layer.
+    ValueError
+        A padding ``attention_mask``, or ``cu_seq_lens_q`` / ``skrull_attention`` with more
+        than one batch row.
+
+    Example
+    -------
+    >>> import torch
+    >>> from skrull.hf import skrull_attention_forward
+    >>> q, kv = torch.randn(1, 2, 5, 8), torch.randn(1, 2, 5, 8)
+    >>> cu = torch.tensor([0, 3, 5], dtype=torch.int32)       # two sequences: 3 + 2 rows
+    >>> out, weights = skrull_attention_forward(torch.nn.Module(), q, kv, kv, None,
+    ...                                         cu_seq_lens_q=cu)
+    >>> out.shape, weights
+    (torch.Size([1, 5, 2, 8]), None)
+    >>> alone, _ = skrull_attention_forward(torch.nn.Module(), q[:, :, 3:], kv[:, :, 3:],
+    ...                                     kv[:, :, 3:], None)
+    >>> torch.allclose(out[:, 3:], alone, atol=1e-6)  # the second never sees the first
+    True
+    """
     if getattr(module, "sliding_window", None):
         raise NotImplementedError("skrull attention: sliding-window layers are not supported")
     plan = kwargs.get("skrull_attention")
@@ -198,6 +268,15 @@ def skrull_attention_forward(module: torch.nn.Module, query: torch.Tensor, key: 
 def register() -> None:
     """Registers ``skrull_attention_forward`` as ``"skrull"`` with transformers (idempotent).
     No mask function is registered, so transformers builds no mask and runs no packed-sequence
-    detection for models using it."""
+    detection for models using it. Importing ``skrull.hf`` calls it.
+
+    Example
+    -------
+    >>> from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+    >>> from skrull.hf import ATTENTION_NAME, register, skrull_attention_forward
+    >>> register()
+    >>> ALL_ATTENTION_FUNCTIONS[ATTENTION_NAME] is skrull_attention_forward
+    True
+    """
     from transformers import AttentionInterface
     AttentionInterface.register(ATTENTION_NAME, skrull_attention_forward)

@@ -42,7 +42,27 @@ def shifted(labels: torch.Tensor) -> torch.Tensor:
 
 
 def padding_batch(pad_token_id: int = 0) -> dict[str, Any]:
-    """The batch of an empty micro-batch: one padding token, position 0, label ``-100``."""
+    """The batch of an empty micro-batch: one padding token, position 0, label ``-100``.
+
+    Parameters
+    ----------
+    pad_token_id : int, optional
+        The padding token's id (default 0).
+
+    Returns
+    -------
+    dict
+        ``SkrullCollator``'s keys: ``input_ids``, ``position_ids``, ``labels``,
+        ``shift_labels`` (``[1, 1]`` int64), ``cu_seq_lens_q`` / ``cu_seq_lens_k``
+        (``[0, 1]`` int32) and ``max_length_q`` / ``max_length_k`` (1).
+
+    Example
+    -------
+    >>> from skrull.hf import padding_batch
+    >>> batch = padding_batch(pad_token_id=2)
+    >>> batch["input_ids"].tolist(), batch["labels"].tolist(), batch["cu_seq_lens_q"].tolist()
+    ([[2]], [[-100]], [0, 1])
+    """
     one = torch.tensor([[pad_token_id]], dtype=torch.long)
     ignore = torch.full((1, 1), IGNORE_INDEX, dtype=torch.long)
     cu = torch.tensor([0, 1], dtype=torch.int32)
@@ -55,16 +75,37 @@ def padding_batch(pad_token_id: int = 0) -> dict[str, Any]:
 class SkrullCollator:
     """``data_collator`` for a padding-free ``Trainer`` fed by ``SkrullBatchSampler``.
 
+    Called with a list of samples (mappings with ``input_ids`` and optionally ``labels``,
+    unshifted, as HF datasets hold them; default: the ids; other keys are dropped), it
+    concatenates them into one ``[1, T]`` batch. An empty list gives ``padding_batch``.
+
     Parameters
     ----------
-    pad_token_id
-        The token id of the padding token an empty micro-batch becomes.
+    pad_token_id : int, optional
+        The token id of the padding token an empty micro-batch becomes (default 0).
 
-    Returns (per call) ``input_ids``, ``position_ids`` (restarting at 0 per sequence),
-    ``labels``, ``shift_labels`` (``[1, T]`` int64), and the flash-attention varlen arguments
-    ``cu_seq_lens_q`` / ``cu_seq_lens_k`` (int32) and ``max_length_q`` / ``max_length_k``.
-    Samples are mappings with ``input_ids`` and optionally ``labels`` (unshifted, as HF
-    datasets hold them; default: the ids). Other keys are dropped.
+    Returns
+    -------
+    dict
+        Per call: ``input_ids``, ``position_ids`` (restarting at 0 per sequence),
+        ``labels`` (``-100`` at every sequence start), ``shift_labels`` (the next token,
+        ``-100`` on each sequence's last) (``[1, T]`` int64), and the flash-attention varlen
+        arguments ``cu_seq_lens_q`` / ``cu_seq_lens_k`` (int32) and ``max_length_q`` /
+        ``max_length_k``.
+
+    Raises
+    ------
+    ValueError
+        A sample with no tokens, or ``labels`` of another length than ``input_ids``.
+
+    Example
+    -------
+    >>> from skrull.hf import SkrullCollator
+    >>> batch = SkrullCollator()([{"input_ids": [5, 6, 7]}, {"input_ids": [8, 9]}])
+    >>> batch["position_ids"].tolist(), batch["cu_seq_lens_q"].tolist(), batch["max_length_q"]
+    ([[0, 1, 2, 0, 1]], [0, 3, 5], 3)
+    >>> batch["labels"].tolist(), batch["shift_labels"].tolist()
+    ([[-100, 6, 7, -100, 9]], [[6, 7, -100, 9, -100]])
     """
 
     pad_token_id: int = 0
@@ -93,10 +134,33 @@ class SkrullCollator:
 class GpuLayout:
     """What the attention function needs of one GPU's micro-batch (small, picklable).
 
-    ``local_slots``: ``(start, stop)`` buffer rows of each local sequence (its padding
-    included); ``rings``: per CP group the sharded group runs over, ``(first, size, start,
-    stop)`` buffer rows; ``span_seq`` / ``positions``: per buffer row, the sequence it belongs
-    to (padding included) and its true position; ``is_real``: False on padding rows.
+    Made by ``collate_gpu_buffer`` (its ``skrull_layout``); ``SkrullAttention`` reads it.
+
+    Parameters
+    ----------
+    local_slots : tuple of (int, int)
+        ``(start, stop)`` buffer rows of each local sequence (its padding included).
+    rings : tuple of (int, int, int, int)
+        Per CP group the sharded group runs over, ``(first, size, start, stop)``: the CP
+        ranks ``first .. first + size`` and the buffer rows.
+    span_seq : torch.Tensor
+        Per buffer row, the plan sequence it belongs to (padding included; -1 on none).
+    positions : torch.Tensor
+        Per buffer row, its true position in its sequence.
+    is_real : torch.Tensor
+        Per buffer row, False on padding.
+    dp_rank, micro_batch, cp_rank : int
+        Which GPU and micro-batch.
+
+    Example
+    -------
+    >>> import skrull
+    >>> from skrull.hf import collate_gpu_buffer
+    >>> plan = skrull.Scheduler(dp=1, cp=1, bucket_tokens=64).plan([3, 2])
+    >>> samples = {0: {"input_ids": [5, 6, 7]}, 1: {"input_ids": [8, 9]}}
+    >>> gpu = collate_gpu_buffer(plan.layout(0, 0, 0), samples)["skrull_layout"]
+    >>> gpu.local_slots, gpu.rings, gpu.tokens
+    (((0, 3), (3, 5)), (), 5)
     """
 
     local_slots: tuple[tuple[int, int], ...]
@@ -118,12 +182,44 @@ def collate_gpu_buffer(layout: Any, samples: Mapping[int, Mapping[str, Any]],
                        pad_token_id: int = 0) -> dict[str, Any]:
     """One GPU's batch for a skrull ``Layout`` (any DP rank, micro-batch, CP rank).
 
-    ``samples[s]`` is plan sequence ``s`` (every sequence the layout's spans name). The buffer
-    holds the local sequences whole, then each sharded sequence's two zigzag chunks with its
-    padding; ``position_ids`` are the layout's true positions, ``shift_labels`` the next token
-    of the whole sequence (so a chunk's last token is labelled with the first token of the
-    next chunk, held by another GPU). A GPU with no token gets one padding token. The result
-    also holds ``skrull_layout`` (a ``GpuLayout``) for the attention function.
+    The buffer holds the local sequences whole, then each sharded sequence's two zigzag
+    chunks with its padding. A GPU with no token gets one padding token.
+
+    Parameters
+    ----------
+    layout : Layout
+        This GPU's layout of the micro-batch (``Plan.layout(dp_rank, micro_batch, cp_rank)``).
+    samples : mapping
+        ``samples[s]`` is plan sequence ``s`` (every sequence the layout's spans name), a
+        mapping with ``input_ids`` and optionally ``labels``.
+    pad_token_id : int, optional
+        Token id of padding rows (default 0).
+
+    Returns
+    -------
+    dict
+        ``input_ids``, ``position_ids`` (the layout's true positions), ``labels`` (``-100``
+        at each sequence start) and ``shift_labels`` (the next token of the whole sequence,
+        so a chunk's last token is labelled with the first token of the next chunk, held by
+        another GPU), all ``[1, T]`` int64; and ``skrull_layout`` (a ``GpuLayout``) for the
+        attention function.
+
+    Raises
+    ------
+    ValueError
+        A sample whose ``labels`` differ in length from its ``input_ids``.
+
+    Example
+    -------
+    >>> import skrull
+    >>> from skrull.hf import collate_gpu_buffer
+    >>> plan = skrull.Scheduler(dp=1, cp=2, bucket_tokens=16, policy="packed",
+    ...                         shard_padding="zigzag").plan([8])
+    >>> batch = collate_gpu_buffer(plan.layout(0, 0, 0), {0: {"input_ids": list(range(8))}})
+    >>> batch["position_ids"].tolist(), batch["shift_labels"].tolist()  # two zigzag chunks
+    ([[0, 1, 6, 7]], [[1, 2, 7, -100]])
+    >>> batch["skrull_layout"].rings                  # CP ranks 0..2, buffer rows 0..4
+    ((0, 2, 0, 4),)
     """
     spans = layout.spans
     tokens = int(layout.tokens)

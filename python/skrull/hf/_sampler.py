@@ -14,8 +14,34 @@ from .._scheduler import Scheduler
 
 class PlannedMicroBatch(list[int]):
     """One micro-batch of one DP rank: its dataset indices (a plain ``list`` to the
-    ``DataLoader``), with the global batch's ``plan``, ``batch_indices`` (dataset index of
-    every plan sequence), ``dp_rank``, ``micro_batch`` and ``sequences`` (plan indices)."""
+    ``DataLoader``), with the global batch's plan. ``SkrullBatchSampler`` makes them.
+
+    Parameters
+    ----------
+    iterable : iterable of int, optional
+        The dataset indices, as for ``list``.
+
+    Attributes
+    ----------
+    plan : Plan
+        The global batch's plan.
+    batch_indices : numpy.ndarray
+        Dataset index of every plan sequence.
+    dp_rank, micro_batch : int
+        Which DP rank and which of its micro-batches.
+    sequences : list of int
+        The plan indices of this micro-batch's sequences.
+
+    Example
+    -------
+    >>> from skrull.hf import SkrullBatchSampler
+    >>> sampler = SkrullBatchSampler([5, 3, 4, 6, 2, 7], effective_batch_size=3,
+    ...                              bucket_tokens=16, grad_accum=2, dp_size=1, rank=0,
+    ...                              shuffle=False)
+    >>> mb = next(iter(sampler))
+    >>> list(mb), mb.dp_rank, mb.micro_batch, mb.sequences, mb.batch_indices.tolist()
+    ([1, 2], 0, 0, [1, 2], [0, 1, 2])
+    """
 
     plan: Plan
     batch_indices: np.ndarray
@@ -28,15 +54,72 @@ def scheduler_for_steps(dp: int, cp: int, bucket_tokens: int, micro_batches: int
                         **kwargs: Any) -> Scheduler:
     """A ``Scheduler`` whose plans give every DP rank exactly ``micro_batches``
     micro-batches (``Scheduler(micro_batches=G)``: empty slots are filled by splitting the
-    rank's multi-sequence micro-batches, sharded sequences first)."""
+    rank's multi-sequence micro-batches, sharded sequences first).
+
+    Parameters
+    ----------
+    dp, cp, bucket_tokens : int
+        As ``skrull.Scheduler``.
+    micro_batches : int
+        ``G``: micro-batches per DP rank (``gradient_accumulation_steps``).
+    **kwargs
+        Further ``skrull.Scheduler`` settings (``policy``, ``model``...).
+
+    Returns
+    -------
+    Scheduler
+
+    Raises
+    ------
+    ConfigError, ArgumentError
+        As ``skrull.Scheduler``.
+
+    Example
+    -------
+    >>> from skrull.hf import scheduler_for_steps
+    >>> scheduler = scheduler_for_steps(dp=2, cp=1, bucket_tokens=64, micro_batches=2)
+    >>> scheduler.plan([10, 20, 30]).micro_batches_per_dp.tolist()
+    [2, 2]
+    """
     return Scheduler(dp, cp, bucket_tokens, micro_batches=micro_batches, **kwargs)
 
 
 def plan_for_steps(scheduler: Scheduler, lengths: Sequence[int] | np.ndarray,
                    micro_batches: int) -> Plan:
-    """Plans one global batch; a batch that needs more than ``micro_batches`` micro-batches
-    on some DP rank raises ``ValueError`` naming the smallest ``gradient_accumulation_steps``
-    that fits (the library's ``MICRO_BATCH_COUNT``)."""
+    """Plans one global batch, with an error that names the ``gradient_accumulation_steps``
+    that fits.
+
+    Parameters
+    ----------
+    scheduler : Scheduler
+        Made by ``scheduler_for_steps``.
+    lengths : sequence of int or numpy.ndarray
+        Tokens of each sequence, in batch order.
+    micro_batches : int
+        The scheduler's ``micro_batches`` (for the message).
+
+    Returns
+    -------
+    Plan
+
+    Raises
+    ------
+    ValueError
+        A batch that needs more than ``micro_batches`` micro-batches on some DP rank (the
+        library's ``MICRO_BATCH_COUNT``); the message names the smallest
+        ``gradient_accumulation_steps`` that fits.
+    BatchError
+        Any other error of ``Scheduler.plan``.
+
+    Example
+    -------
+    >>> from skrull.hf import plan_for_steps, scheduler_for_steps
+    >>> scheduler = scheduler_for_steps(dp=1, cp=1, bucket_tokens=16, micro_batches=1)
+    >>> plan_for_steps(scheduler, [10, 10, 10], micro_batches=1)
+    Traceback (most recent call last):
+    ...
+    ValueError: this global batch needs 3 micro-batches on some DP rank, ...
+    """
     try:
         return scheduler.plan(lengths)
     except BatchError as exc:
@@ -58,32 +141,52 @@ class SkrullBatchSampler(BatchRebalanceSampler):
     micro-batch, and every DP rank gets exactly ``grad_accum`` micro-batches. Nothing is
     broadcast: every rank plans the same batch identically.
 
+    ``set_epoch`` reshuffles; ``state_dict`` / ``load_state_dict`` save and restore the epoch
+    and seed (the Trainer skips the batches a checkpoint already trained). ``len(sampler)``
+    counts this DP rank's micro-batches per epoch.
+
     Parameters
     ----------
-    lengths
+    lengths : sequence of int
         Token count of every dataset sample.
-    effective_batch_size
+    effective_batch_size : int
         Samples per optimizer step, over all DP ranks.
-    bucket_tokens
+    bucket_tokens : int
         The most tokens one GPU holds in one micro-batch.
-    grad_accum
-        Micro-batches per DP rank and step (``gradient_accumulation_steps``).
-    dp_size, rank
+    grad_accum : int, optional
+        Micro-batches per DP rank and step (``gradient_accumulation_steps``, default 1).
+    dp_size, rank : int, optional
         DP size and this process's DP rank; default: from ``torch.distributed`` (world size
         // ``cp``, rank // ``cp``), or 1 and 0 without a process group.
-    cp
-        CP ranks per DP rank (ranks are laid out ``dp_rank * cp + cp_rank``).
-    shuffle, seed, drop_last
-        As in ``BatchRebalanceSampler``.
+    cp : int, optional
+        CP ranks per DP rank (ranks are laid out ``dp_rank * cp + cp_rank``; default 1).
+    shuffle, seed, drop_last : optional
+        As in ``BatchRebalanceSampler`` (defaults True, 42, True).
     **scheduler_kwargs
         Passed to ``skrull.Scheduler`` (``policy``, ``model``, ``cost_model``,
         ``shard_padding``...).
 
-    Iterating yields this DP rank's ``PlannedMicroBatch`` lists. A micro-batch slot is empty
-    only when its DP rank holds fewer samples than ``grad_accum`` (``SkrullCollator`` turns it
-    into one zero-loss padding token). ``set_epoch`` reshuffles; ``state_dict`` /
-    ``load_state_dict`` save and restore the epoch and seed (the Trainer skips the batches a
-    checkpoint already trained).
+    Yields
+    ------
+    PlannedMicroBatch
+        This DP rank's micro-batches, ``grad_accum`` per step. One is empty only when its DP
+        rank holds fewer samples than ``grad_accum`` (``SkrullCollator`` turns it into one
+        zero-loss padding token).
+
+    Raises
+    ------
+    ValueError
+        Without ``dp_size``: a world size that is not a multiple of ``cp``; while iterating:
+        a global batch that needs more than ``grad_accum`` micro-batches (``plan_for_steps``).
+
+    Example
+    -------
+    >>> from skrull.hf import SkrullBatchSampler
+    >>> sampler = SkrullBatchSampler([5, 3, 4, 6, 2, 7], effective_batch_size=3,
+    ...                              bucket_tokens=16, grad_accum=2, dp_size=1, rank=0,
+    ...                              shuffle=False)
+    >>> [(list(mb), mb.micro_batch) for mb in sampler]    # 2 steps x 2 micro-batches
+    [([1, 2], 0), ([0], 1), ([4, 5], 0), ([3], 1)]
     """
 
     def __init__(self, lengths: Sequence[int], effective_batch_size: int, bucket_tokens: int,
@@ -106,7 +209,32 @@ class SkrullBatchSampler(BatchRebalanceSampler):
         self.last_plan: Plan | None = None
 
     def plan(self, lengths: Sequence[int]) -> Plan:
-        """The plan of one global batch (``lengths`` in batch order)."""
+        """The plan of one global batch (``plan_for_steps`` with this sampler's scheduler).
+
+        Parameters
+        ----------
+        lengths : sequence of int
+            Tokens of each sequence, in batch order.
+
+        Returns
+        -------
+        Plan
+            Exactly ``grad_accum`` micro-batches per DP rank.
+
+        Raises
+        ------
+        ValueError
+            The batch needs more than ``grad_accum`` micro-batches on some DP rank.
+
+        Example
+        -------
+        >>> from skrull.hf import SkrullBatchSampler
+        >>> sampler = SkrullBatchSampler([5, 3, 4, 6, 2, 7], effective_batch_size=3,
+        ...                              bucket_tokens=16, grad_accum=2, dp_size=1, rank=0,
+        ...                              shuffle=False)
+        >>> sampler.plan([5, 3, 4]).micro_batches_per_dp.tolist()
+        [2]
+        """
         return plan_for_steps(self.scheduler, lengths, self.grad_accum)
 
     def _assign(self, indices: list[int],
@@ -127,11 +255,39 @@ class SkrullBatchSampler(BatchRebalanceSampler):
         return out
 
     def state_dict(self) -> dict[str, int]:
-        """``epoch`` and ``seed``: with the step count, all that the order depends on."""
+        """``epoch`` and ``seed``: with the step count, all that the order depends on.
+
+        Returns
+        -------
+        dict
+            ``{"epoch": ..., "seed": ...}`` (``load_state_dict`` takes it).
+
+        Example
+        -------
+        >>> from skrull.hf import SkrullBatchSampler
+        >>> sampler = SkrullBatchSampler([5, 3, 4, 6], 2, bucket_tokens=16, dp_size=1, rank=0)
+        >>> sampler.set_epoch(3)
+        >>> sampler.state_dict()
+        {'epoch': 3, 'seed': 42}
+        """
         return {"epoch": self.epoch, "seed": self.seed}
 
     def load_state_dict(self, state: dict[str, int]) -> None:
-        """Restores ``state_dict()``."""
+        """Restores ``state_dict()``.
+
+        Parameters
+        ----------
+        state : dict
+            ``epoch`` and ``seed``, as ``state_dict`` returns them.
+
+        Example
+        -------
+        >>> from skrull.hf import SkrullBatchSampler
+        >>> sampler = SkrullBatchSampler([5, 3, 4, 6], 2, bucket_tokens=16, dp_size=1, rank=0)
+        >>> sampler.load_state_dict({"epoch": 3, "seed": 7})
+        >>> sampler.epoch, sampler.seed
+        (3, 7)
+        """
         self.epoch, self.seed = int(state["epoch"]), int(state["seed"])
 
 

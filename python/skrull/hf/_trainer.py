@@ -22,25 +22,33 @@ class SkrullConfig:
 
     Parameters
     ----------
-    bucket_tokens
+    bucket_tokens : int
         The most tokens one GPU holds in one micro-batch.
-    cp
-        CP ranks per DP rank; the world size must be a multiple (DP = world size // cp).
-        With ``cp > 1`` the model must use ``attn_implementation="skrull"``.
-    lengths
-        Token count of every training sample; default: ``len(sample["input_ids"])``.
-    global_batch_size
+    cp : int, optional
+        CP ranks per DP rank (default 1); the world size must be a multiple (DP = world size
+        // cp). With ``cp > 1`` the model must use ``attn_implementation="skrull"``.
+    lengths : sequence of int, optional
+        Token count of every training sample; default: ``len(sample["input_ids"])``
+        (``infer_lengths``).
+    global_batch_size : int, optional
         Samples per optimizer step; default: ``per_device_train_batch_size *
         gradient_accumulation_steps * DP``, as transformers' ``BatchRebalanceSampler``.
-    exact
+    exact : bool, optional
         Refuse bf16/fp16 mixed precision (TRL's ``SFTConfig`` turns ``bf16`` on by default)
         and compute the model's loss with ``exact_causal_lm_loss`` (no float32 cast of
         float64 logits).
-    pad_token_id
+    pad_token_id : int, optional
         Token id of the padding token of an empty micro-batch (and of zigzag padding).
-    scheduler
+    scheduler : dict, optional
         Further ``skrull.Scheduler`` arguments (``policy``, ``model``, ``cost_model``,
         ``shard_padding``, ``subgroups``...).
+
+    Example
+    -------
+    >>> from skrull.hf import SkrullConfig
+    >>> cfg = SkrullConfig(bucket_tokens=4096, cp=2, scheduler={"policy": "skrull"})
+    >>> cfg.cp, cfg.exact, cfg.pad_token_id, cfg.scheduler
+    (2, False, 0, {'policy': 'skrull'})
     """
 
     bucket_tokens: int
@@ -104,7 +112,25 @@ class _EpochDataLoader(DataLoader):  # type: ignore[type-arg]
 
 
 def infer_lengths(dataset: Any) -> list[int]:
-    """``len(sample["input_ids"])`` of every sample (a ``length`` column when present)."""
+    """``len(sample["input_ids"])`` of every sample (a ``length`` column when present).
+
+    Parameters
+    ----------
+    dataset : sequence of mappings or datasets.Dataset
+        Samples with ``input_ids``; a ``datasets.Dataset`` with a ``length`` column is read
+        from that column alone.
+
+    Returns
+    -------
+    list of int
+        One length per sample.
+
+    Example
+    -------
+    >>> from skrull.hf import infer_lengths
+    >>> infer_lengths([{"input_ids": [1, 2, 3]}, {"input_ids": [4]}])
+    [3, 1]
+    """
     names = getattr(dataset, "column_names", None) or []
     if "length" in names:
         return [int(n) for n in dataset["length"]]
@@ -127,6 +153,36 @@ class SkrullTrainerMixin:
       attention is not ``"skrull"`` (zigzag buffers would be mis-split by position jumps) and
       ``average_tokens_across_devices=False``, and ``SkrullConfig(exact=True)`` refuses
       bf16/fp16 (warned about otherwise when bf16 is on, TRL's default).
+
+    Parameters
+    ----------
+    *args, **kwargs
+        The Trainer's own arguments (``model``, ``args``, ``train_dataset``,
+        ``data_collator``...). A ``data_collator`` other than ``SkrullCollator`` is wrapped
+        so that an empty micro-batch becomes ``padding_batch``.
+    skrull : SkrullConfig
+        How global batches are planned (keyword only).
+
+    Raises
+    ------
+    ValueError
+        A guard of ``check_training_setup``.
+
+    Example
+    -------
+    >>> import transformers
+    >>> from skrull.hf import SkrullConfig, SkrullTrainerMixin
+    >>> class MyTrainer(SkrullTrainerMixin, transformers.Trainer):   # or TRL's SFTTrainer
+    ...     pass
+    >>> config = transformers.LlamaConfig(vocab_size=32, hidden_size=16, intermediate_size=32,
+    ...                                   num_hidden_layers=1, num_attention_heads=2,
+    ...                                   use_cache=False, attn_implementation="skrull")
+    >>> args = transformers.TrainingArguments("out", use_cpu=True, report_to=[])
+    >>> trainer = MyTrainer(model=transformers.LlamaForCausalLM(config), args=args,
+    ...                     train_dataset=[{"input_ids": [1, 2, 3]}, {"input_ids": [4, 5]}],
+    ...                     skrull=SkrullConfig(bucket_tokens=16))
+    >>> trainer.skrull_dp
+    1
     """
 
     if TYPE_CHECKING:  # what the Trainer it is mixed into provides
@@ -166,6 +222,40 @@ class SkrullTrainerMixin:
                                   else args.seed, drop_last=True, **cfg.scheduler)
 
     def get_train_dataloader(self) -> DataLoader:  # type: ignore[type-arg]
+        """The training ``DataLoader``, batched by a ``SkrullBatchSampler``.
+
+        With ``cp == 1`` it is the Trainer's own loader (it takes the sampler from
+        ``_get_train_sampler``). With ``cp > 1`` every (DP, CP) rank gets its own buffers
+        (``collate_gpu_buffer``, loading only the samples it holds), and this rank's CP ring
+        process groups are made on the first call (``cp_ring_groups``, a collective).
+
+        Returns
+        -------
+        torch.utils.data.DataLoader
+            One batch per micro-batch: ``gradient_accumulation_steps`` per step.
+
+        Raises
+        ------
+        ValueError
+            With ``cp > 1``, no ``train_dataset``.
+
+        Example
+        -------
+        >>> import torch, transformers
+        >>> from skrull.hf import SkrullConfig, SkrullTrainer
+        >>> config = transformers.LlamaConfig(vocab_size=32, hidden_size=16, intermediate_size=32,
+        ...                                   num_hidden_layers=1, num_attention_heads=2,
+        ...                                   use_cache=False, attn_implementation="skrull")
+        >>> model = transformers.LlamaForCausalLM(config)
+        >>> data = [{"input_ids": list(range(1, n + 1))} for n in (5, 3, 4, 6)]
+        >>> args = transformers.TrainingArguments("out", use_cpu=True, report_to=[],
+        ...                                       per_device_train_batch_size=2, max_steps=1)
+        >>> trainer = SkrullTrainer(model=model, args=args, train_dataset=data,
+        ...                         skrull=SkrullConfig(bucket_tokens=16))
+        >>> batch = next(iter(trainer.get_train_dataloader()))
+        >>> batch["input_ids"].shape[0], sorted(batch)[:3]         # one packed [1, T] row
+        (1, ['cu_seq_lens_k', 'cu_seq_lens_q', 'input_ids'])
+        """
         if self.skrull.cp == 1:
             loader: DataLoader = super().get_train_dataloader()  # type: ignore[misc, type-arg]
             return loader
@@ -184,6 +274,42 @@ class SkrullTrainerMixin:
 
     def compute_loss(self, model: torch.nn.Module, inputs: dict[str, Any],
                      *args: Any, **kwargs: Any) -> Any:
+        """The Trainer's ``compute_loss`` with the cache off (``use_cache=False``) and, for a
+        CP buffer, the micro-batch's ``SkrullAttention`` passed to the model as
+        ``skrull_attention`` (built from the batch's ``skrull_layout``).
+
+        Parameters
+        ----------
+        model : torch.nn.Module
+            The model (as the Trainer passes it).
+        inputs : dict
+            One batch of the training ``DataLoader``; it is copied, not changed.
+        *args, **kwargs
+            Passed on (``return_outputs``, ``num_items_in_batch``).
+
+        Returns
+        -------
+        torch.Tensor or tuple
+            What the Trainer's ``compute_loss`` returns.
+
+        Example
+        -------
+        >>> import torch, transformers
+        >>> from skrull.hf import SkrullConfig, SkrullTrainer
+        >>> config = transformers.LlamaConfig(vocab_size=32, hidden_size=16, intermediate_size=32,
+        ...                                   num_hidden_layers=1, num_attention_heads=2,
+        ...                                   use_cache=False, attn_implementation="skrull")
+        >>> model = transformers.LlamaForCausalLM(config)
+        >>> data = [{"input_ids": list(range(1, n + 1))} for n in (5, 3, 4, 6)]
+        >>> args = transformers.TrainingArguments("out", use_cpu=True, report_to=[],
+        ...                                       per_device_train_batch_size=2, max_steps=1)
+        >>> trainer = SkrullTrainer(model=model, args=args, train_dataset=data,
+        ...                         skrull=SkrullConfig(bucket_tokens=16))
+        >>> batch = next(iter(trainer.get_train_dataloader()))
+        >>> loss = trainer.compute_loss(trainer.model, batch)
+        >>> loss.shape, bool(loss > 0)
+        (torch.Size([]), True)
+        """
         inputs = dict(inputs)
         inputs["use_cache"] = False
         gpu = inputs.pop("skrull_layout", None)
@@ -193,7 +319,42 @@ class SkrullTrainerMixin:
 
 
 def check_training_setup(model: Any, args: Any, cfg: SkrullConfig) -> None:
-    """The guards of ``SkrullTrainerMixin`` (raises ``ValueError``; see there)."""
+    """The guards of ``SkrullTrainerMixin``: raises on a setup that would train wrongly,
+    warns on one that trains less exactly.
+
+    Parameters
+    ----------
+    model : Any
+        The model (its ``config._attn_implementation`` is read).
+    args : TrainingArguments
+        Read: ``average_tokens_across_devices``, ``bf16``, ``fp16``, ``world_size``,
+        ``use_cache``.
+    cfg : SkrullConfig
+        The skrull settings.
+
+    Raises
+    ------
+    ValueError
+        ``cp > 1`` with an attention other than ``"skrull"`` or with
+        ``average_tokens_across_devices=False``; ``exact=True`` with bf16/fp16; a world size
+        that is not a multiple of ``cp``.
+
+    Warns
+    -----
+    UserWarning
+        ``bf16=True`` without ``exact``; ``use_cache=True`` (turned off in training).
+
+    Example
+    -------
+    >>> from types import SimpleNamespace
+    >>> from skrull.hf import SkrullConfig, check_training_setup
+    >>> args = SimpleNamespace(average_tokens_across_devices=True, bf16=True, fp16=False,
+    ...                        world_size=1, use_cache=False)
+    >>> check_training_setup(None, args, SkrullConfig(bucket_tokens=64, exact=True))
+    Traceback (most recent call last):
+    ...
+    ValueError: SkrullConfig(exact=True) with bf16/fp16 mixed precision: ...
+    """
     attention = getattr(getattr(model, "config", None), "_attn_implementation", None)
     if cfg.cp > 1 and attention != ATTENTION_NAME:
         raise ValueError(
@@ -222,7 +383,41 @@ def check_training_setup(model: Any, args: Any, cfg: SkrullConfig) -> None:
 
 class SkrullTrainer(SkrullTrainerMixin, Trainer):
     """``Trainer`` on skrull plans (``SkrullTrainerMixin``), with ``SkrullCollator`` as the
-    default ``data_collator``."""
+    default ``data_collator``.
+
+    Parameters
+    ----------
+    *args, **kwargs
+        ``transformers.Trainer``'s arguments; ``data_collator`` defaults to
+        ``SkrullCollator(skrull.pad_token_id)``.
+    skrull : SkrullConfig
+        How global batches are planned (keyword only).
+
+    Raises
+    ------
+    ValueError
+        A guard of ``check_training_setup``.
+
+    Example
+    -------
+    ``train()`` is skipped as a doctest: it runs optimizer steps (with ``cp > 1``, under
+    ``torchrun`` with a process group of DP x CP ranks).
+
+    >>> import torch, transformers
+    >>> from skrull.hf import SkrullConfig, SkrullTrainer
+    >>> config = transformers.LlamaConfig(vocab_size=32, hidden_size=16, intermediate_size=32,
+    ...                                   num_hidden_layers=1, num_attention_heads=2,
+    ...                                   use_cache=False, attn_implementation="skrull")
+    >>> model = transformers.LlamaForCausalLM(config)
+    >>> data = [{"input_ids": list(range(1, n + 1))} for n in (5, 3, 4, 6)]
+    >>> args = transformers.TrainingArguments("out", use_cpu=True, report_to=[],
+    ...                                       per_device_train_batch_size=2, max_steps=1)
+    >>> trainer = SkrullTrainer(model=model, args=args, train_dataset=data,
+    ...                         skrull=SkrullConfig(bucket_tokens=16))
+    >>> type(trainer.data_collator).__name__
+    'SkrullCollator'
+    >>> trainer.train()                                  # doctest: +SKIP
+    """
 
     def __init__(self, *args: Any, skrull: SkrullConfig, **kwargs: Any) -> None:
         if kwargs.get("data_collator") is None:

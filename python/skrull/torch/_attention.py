@@ -15,8 +15,34 @@ from ._dist import all_gather_varlen, gather_sizes, gather_varlen_nograd
 
 
 def apply_rope(x: torch.Tensor, positions: torch.Tensor, base: float = 10000.0) -> torch.Tensor:
-    """Rotary embedding of ``x`` (``[tokens, heads, head_dim]``, even head_dim) at explicit
-    ``positions`` (``[tokens]``): a shard is rotated by its true positions, not 0..n."""
+    """Rotary embedding of ``x`` at explicit positions: a shard is rotated by its true
+    positions, not 0..n.
+
+    Parameters
+    ----------
+    x : torch.Tensor
+        ``[tokens, heads, head_dim]``, ``head_dim`` even; its first half is rotated against
+        its second half.
+    positions : torch.Tensor
+        ``[tokens]``: the position of each token (``MicroBatch.position_ids``).
+    base : float, optional
+        The RoPE base (default 10000); angles are computed in float64.
+
+    Returns
+    -------
+    torch.Tensor
+        The rotated ``x``: same shape, dtype and device.
+
+    Example
+    -------
+    >>> import torch
+    >>> from skrull.torch import apply_rope
+    >>> x = torch.ones(2, 1, 4)
+    >>> apply_rope(x, torch.tensor([0, 1]))[0].tolist()   # position 0: unchanged
+    [[1.0, 1.0, 1.0, 1.0]]
+    >>> apply_rope(x, torch.tensor([0, 1])).shape
+    torch.Size([2, 1, 4])
+    """
     half = x.shape[-1] // 2
     inv = base ** (-torch.arange(half, dtype=torch.float64, device=x.device) / half)
     angle = positions.to(torch.float64)[:, None] * inv[None, :]
@@ -64,13 +90,34 @@ class PackedAttention:
     Local group (``[0, local_tokens)``): each sequence attends to itself, no communication.
     Sharded group: keys and values of sharded tokens are all-gathered (differentiably); a query
     attends to the keys of its own sequence at earlier or equal positions, padding excluded.
+    Calling it with ``q``, ``k``, ``v`` (``[tokens, heads, head_dim]`` over this GPU's buffer)
+    returns the attention output of the same shape; a padding query gets zeros.
 
-    With ``ring_groups`` (``cp_ring_groups``: ``(first, size)`` -> process group) the sharded
-    group runs ring by ring (``MicroBatch.rings``), each gathered over its own CP group, the
-    whole group's or a sub-group's, as a production CP kernel runs one call per ring; every GPU
-    of a ring calls it, and GPUs without sharded tokens call nothing. Without it, all sharded
-    tokens are gathered over ``group`` (the whole CP group) in one call, which every CP rank of
-    the DP rank must make for every micro-batch, empty ones included.
+    Parameters
+    ----------
+    mb : MicroBatch
+        This GPU's micro-batch (``collate``).
+    group : process group, optional
+        The whole CP group (``cp_group``); None (default) at CP 1. Without ``ring_groups``,
+        all sharded tokens are gathered over it in one call, which every CP rank of the DP rank
+        must make for every micro-batch, empty ones included. Building the attention already
+        all-gathers the sharded tokens' sequence ids and positions over it.
+    ring_groups : dict, optional
+        ``(first, size)`` -> process group (``cp_ring_groups``): the sharded group then runs
+        ring by ring (``MicroBatch.rings``), each gathered over its own CP group, the whole
+        group's or a sub-group's, as a production CP kernel runs one call per ring; every GPU
+        of a ring calls it, and GPUs without sharded tokens call nothing.
+
+    Example
+    -------
+    >>> import torch, skrull
+    >>> from skrull.torch import PackedAttention, collate
+    >>> plan = skrull.Scheduler(dp=1, cp=1, bucket_tokens=64, lockstep=True).plan([5, 3])
+    >>> mb = collate(plan, [torch.arange(5), torch.arange(3)], dp_rank=0, cp_rank=0)[0]
+    >>> attention = PackedAttention(mb)              # CP 1: no group
+    >>> q = k = v = torch.randn(mb.num_tokens, 2, 8)
+    >>> attention(q, k, v).shape
+    torch.Size([8, 2, 8])
     """
 
     def __init__(self, mb: MicroBatch, group: Any = None,
@@ -88,7 +135,8 @@ class PackedAttention:
             assert covered == mb.num_tokens - self.local, "the rings tile the sharded group"
 
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        """``q``, ``k``, ``v``: ``[tokens, heads, head_dim]`` over this GPU's buffer."""
+        """Attention output ``[tokens, heads, head_dim]``; ``q``, ``k``, ``v``:
+        ``[tokens, heads, head_dim]`` over this GPU's buffer."""
         n = self.local
         local = _masked_attention(q[:n], k[:n], v[:n], self.local_mask)
         return torch.cat([local, *(block(q, k, v) for block in self.blocks)])

@@ -10,7 +10,30 @@ import torch.distributed as dist
 
 def cp_group(dp: int, cp: int) -> Any:
     """This rank's CP group, for ranks laid out as ``dp_rank * cp + cp_rank``. Every rank
-    must call it (it creates all ``dp`` groups, in the same order everywhere)."""
+    must call it (it creates all ``dp`` groups, in the same order everywhere).
+
+    Parameters
+    ----------
+    dp, cp : int
+        Data- and context-parallel sizes; the world size is ``dp * cp``.
+
+    Returns
+    -------
+    process group
+        The group of ranks ``d * cp .. (d + 1) * cp`` holding this rank (``d = rank // cp``).
+
+    Example
+    -------
+    The example needs an initialised ``torch.distributed`` process group of ``dp * cp``
+    ranks (e.g. under ``torchrun``), so it is not run as a doctest.
+
+    >>> import torch.distributed as dist
+    >>> from skrull.torch import cp_group
+    >>> dist.init_process_group("gloo")                    # doctest: +SKIP
+    >>> group = cp_group(dp=2, cp=2)                       # doctest: +SKIP
+    >>> dist.get_world_size(group)                         # doctest: +SKIP
+    2
+    """
     mine = None
     for d in range(dp):
         group = dist.new_group(list(range(d * cp, (d + 1) * cp)))
@@ -21,10 +44,34 @@ def cp_group(dp: int, cp: int) -> Any:
 
 def cp_ring_groups(dp: int, cp: int, whole: Any = None) -> dict[tuple[int, int], Any]:
     """This rank's process group for every CP group a plan may shard over, keyed by the
-    ``(first, size)`` of ``Layout.rings``: the whole CP group (``whole``, or a new one from
-    ``cp_group`` when None) and every aligned power-of-two sub-group (sizes ``2 .. cp / 2``)
-    that contains this rank. Ranks are laid out as ``dp_rank * cp + cp_rank``; every rank must
-    call it (it creates every DP rank's sub-groups, in the same order everywhere)."""
+    ``(first, size)`` of ``Layout.rings``. Ranks are laid out as ``dp_rank * cp + cp_rank``;
+    every rank must call it (it creates every DP rank's sub-groups, in the same order
+    everywhere).
+
+    Parameters
+    ----------
+    dp, cp : int
+        Data- and context-parallel sizes; the world size is ``dp * cp``.
+    whole : process group, optional
+        This rank's whole CP group; None (default) makes one with ``cp_group``.
+
+    Returns
+    -------
+    dict
+        ``(first, size)`` -> process group: ``(0, cp)`` for the whole CP group and every
+        aligned power-of-two sub-group (sizes ``2 .. cp / 2``) that contains this rank.
+
+    Example
+    -------
+    The example needs an initialised ``torch.distributed`` process group of ``dp * cp``
+    ranks (e.g. under ``torchrun``), so it is not run as a doctest.
+
+    >>> import torch.distributed as dist
+    >>> from skrull.torch import cp_ring_groups
+    >>> dist.init_process_group("gloo")                    # doctest: +SKIP
+    >>> sorted(cp_ring_groups(dp=1, cp=4))                 # doctest: +SKIP
+    [(0, 2), (0, 4)]
+    """
     rank = dist.get_rank()
     mine = {(0, cp): whole if whole is not None else cp_group(dp, cp)}
     size = 2
@@ -40,9 +87,41 @@ def cp_ring_groups(dp: int, cp: int, whole: Any = None) -> dict[tuple[int, int],
     return mine
 
 
+def collective_device(group: Any) -> torch.device:
+    """Where a tensor must live for a collective over ``group``: the current CUDA device
+    under NCCL (which refuses CPU tensors), else the CPU."""
+    if dist.get_backend(group) == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
 def gather_sizes(n: int, group: Any) -> list[int]:
-    """Every CP rank's ``n``, in group-rank order."""
-    t = torch.tensor([n], dtype=torch.int64)
+    """Every CP rank's ``n``, in group-rank order (one all-gather).
+
+    Parameters
+    ----------
+    n : int
+        This rank's count (rows it will gather with ``all_gather_varlen``).
+    group : process group
+        The group to gather over.
+
+    Returns
+    -------
+    list of int
+        ``n`` of every rank of ``group``.
+
+    Example
+    -------
+    The example needs an initialised ``torch.distributed`` process group of two
+    ranks (e.g. under ``torchrun``), so it is not run as a doctest.
+
+    >>> import torch.distributed as dist
+    >>> from skrull.torch import gather_sizes
+    >>> dist.init_process_group("gloo")                    # doctest: +SKIP
+    >>> gather_sizes(3 + dist.get_rank(), dist.group.WORLD)  # doctest: +SKIP
+    [3, 4]
+    """
+    t = torch.tensor([n], dtype=torch.int64, device=collective_device(group))
     out = [torch.zeros_like(t) for _ in range(dist.get_world_size(group))]
     dist.all_gather(out, t, group=group)
     return [int(x) for x in out]
@@ -76,9 +155,39 @@ class _AllGatherVarlen(torch.autograd.Function):
 
 def all_gather_varlen(x: torch.Tensor, sizes: list[int], group: Any) -> torch.Tensor:
     """Concatenation over the CP group of every rank's ``x`` (``sizes[r]`` rows on rank r),
-    differentiable. (``torch.distributed.nn.functional.all_gather`` is no substitute here: with
-    torch 2.15 on gloo its backward fails on a CP subgroup, "Global rank 0 is not part of
-    group".)"""
+    differentiable: the gradient of a rank's rows is the sum over all ranks of the gradient
+    of the concatenation at those rows. (``torch.distributed.nn.functional.all_gather`` is no
+    substitute here: with torch 2.15 on gloo its backward fails on a CP subgroup, "Global rank
+    0 is not part of group".)
+
+    Parameters
+    ----------
+    x : torch.Tensor
+        This rank's rows, ``[sizes[rank], ...]``.
+    sizes : list of int
+        Rows of every rank of ``group`` (``gather_sizes``).
+    group : process group or None
+        The group to gather over; None, or a group of one rank, returns ``x`` itself.
+
+    Returns
+    -------
+    torch.Tensor
+        ``[sum(sizes), ...]``: every rank's rows in group-rank order.
+
+    Example
+    -------
+    The example needs an initialised ``torch.distributed`` process group of two
+    ranks (e.g. under ``torchrun``), so it is not run as a doctest.
+
+    >>> import torch, torch.distributed as dist
+    >>> from skrull.torch import all_gather_varlen, gather_sizes
+    >>> dist.init_process_group("gloo")                    # doctest: +SKIP
+    >>> rank, world = dist.get_rank(), dist.group.WORLD    # doctest: +SKIP
+    >>> x = torch.full((1 + rank, 2), float(rank), requires_grad=True)  # doctest: +SKIP
+    >>> out = all_gather_varlen(x, gather_sizes(len(x), world), world)  # doctest: +SKIP
+    >>> out[:, 0].tolist()                                 # doctest: +SKIP
+    [0.0, 1.0, 1.0]
+    """
     if group is None or dist.get_world_size(group) == 1:
         return x
     out: torch.Tensor = _AllGatherVarlen.apply(x, sizes, group)
@@ -89,4 +198,4 @@ def gather_varlen_nograd(x: torch.Tensor, sizes: list[int], group: Any) -> torch
     """As ``all_gather_varlen``, for tensors without gradients (ids, positions)."""
     if group is None or dist.get_world_size(group) == 1:
         return x
-    return _gather_padded(x, sizes, group)
+    return _gather_padded(x.to(collective_device(group)), sizes, group).to(x.device)

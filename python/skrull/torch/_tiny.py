@@ -18,7 +18,35 @@ class TinyTransformer(nn.Module):
     """Embedding, ``layers`` x (RMS-normed causal self-attention with RoPE, then a SiLU MLP),
     and an LM head, all with residuals. ``forward_packed`` runs one skrull micro-batch (with
     ``PackedAttention``); ``forward_sequence`` runs one whole sequence with plain causal
-    attention, the unpacked reference."""
+    attention, the unpacked reference.
+
+    Parameters
+    ----------
+    vocab : int, optional
+        Vocabulary size (default 64).
+    hidden : int, optional
+        Hidden size (default 32), a multiple of ``heads`` with an even quotient.
+    heads : int, optional
+        Attention heads (default 2).
+    ffn : int, optional
+        MLP width (default 64).
+    layers : int, optional
+        Transformer blocks (default 1).
+
+    Example
+    -------
+    >>> import torch, skrull
+    >>> from skrull.torch import TinyTransformer, collate
+    >>> _ = torch.manual_seed(0)
+    >>> model = TinyTransformer().double()
+    >>> seqs = [torch.randint(64, (n,)) for n in (5, 3)]
+    >>> plan = skrull.Scheduler(dp=1, cp=1, bucket_tokens=64, lockstep=True).plan([5, 3])
+    >>> mb = collate(plan, seqs, dp_rank=0, cp_rank=0)[0]
+    >>> packed = model.forward_packed(mb)
+    >>> unpacked = torch.cat([model.forward_sequence(s) for s in seqs])
+    >>> torch.allclose(packed, unpacked)             # packing changes nothing
+    True
+    """
 
     def __init__(self, vocab: int = 64, hidden: int = 32, heads: int = 2, ffn: int = 64,
                  layers: int = 1) -> None:
@@ -46,11 +74,53 @@ class TinyTransformer(nn.Module):
     def forward_packed(self, mb: MicroBatch, group: Any = None,
                        ring_groups: Any = None) -> torch.Tensor:
         """Logits ``[tokens, vocab]`` of this GPU's buffer; collective over ``group`` (CP), or
-        ring by ring over ``ring_groups`` (see ``PackedAttention``)."""
+        ring by ring over ``ring_groups`` (see ``PackedAttention``).
+
+        Parameters
+        ----------
+        mb : MicroBatch
+            This GPU's micro-batch (``collate``); ``input_ids`` at ``position_ids``.
+        group : process group, optional
+            The whole CP group; None (default) at CP 1.
+        ring_groups : dict, optional
+            ``(first, size)`` -> process group (``cp_ring_groups``).
+
+        Returns
+        -------
+        torch.Tensor
+            ``[mb.num_tokens, vocab]`` logits, padding rows included.
+
+        Example
+        -------
+        >>> import torch, skrull
+        >>> from skrull.torch import TinyTransformer, collate
+        >>> plan = skrull.Scheduler(dp=1, cp=1, bucket_tokens=64, lockstep=True).plan([5, 3])
+        >>> mb = collate(plan, [torch.arange(5), torch.arange(3)], dp_rank=0, cp_rank=0)[0]
+        >>> TinyTransformer(vocab=64).forward_packed(mb).shape
+        torch.Size([8, 64])
+        """
         return self._run(mb.input_ids, mb.position_ids, PackedAttention(mb, group, ring_groups))
 
     def forward_sequence(self, ids: torch.Tensor) -> torch.Tensor:
-        """Logits ``[len, vocab]`` of one whole sequence at positions ``0 .. len``."""
+        """Logits ``[len, vocab]`` of one whole sequence at positions ``0 .. len``.
+
+        Parameters
+        ----------
+        ids : torch.Tensor
+            ``[len]`` token ids of one sequence.
+
+        Returns
+        -------
+        torch.Tensor
+            ``[len, vocab]`` logits, with plain causal attention (the unpacked reference).
+
+        Example
+        -------
+        >>> import torch
+        >>> from skrull.torch import TinyTransformer
+        >>> TinyTransformer(vocab=64).forward_sequence(torch.tensor([1, 2, 3])).shape
+        torch.Size([3, 64])
+        """
         def causal(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
             o = F.scaled_dot_product_attention(q.transpose(0, 1), k.transpose(0, 1),
                                                v.transpose(0, 1), is_causal=True)
@@ -60,6 +130,37 @@ class TinyTransformer(nn.Module):
 
 def packed_loss(logits: torch.Tensor, mb: MicroBatch, ignore_index: int = -100) -> torch.Tensor:
     """Sum over the buffer of cross-entropy x ``loss_weights``: summed over every GPU of the
-    global batch, the mean over its labelled tokens."""
+    global batch, the mean over its labelled tokens.
+
+    Parameters
+    ----------
+    logits : torch.Tensor
+        ``[mb.num_tokens, vocab]`` (``TinyTransformer.forward_packed``).
+    mb : MicroBatch
+        The micro-batch: its ``labels`` and ``loss_weights``.
+    ignore_index : int, optional
+        The label that adds nothing (default -100, as ``collate``).
+
+    Returns
+    -------
+    torch.Tensor
+        A scalar, in the dtype of ``logits``.
+
+    Example
+    -------
+    >>> import torch, skrull
+    >>> import torch.nn.functional as F
+    >>> from skrull.torch import TinyTransformer, collate, packed_loss
+    >>> _ = torch.manual_seed(0)
+    >>> model = TinyTransformer().double()
+    >>> seqs = [torch.randint(64, (n,)) for n in (5, 3)]
+    >>> plan = skrull.Scheduler(dp=1, cp=1, bucket_tokens=64, lockstep=True).plan([5, 3])
+    >>> mb = collate(plan, seqs, dp_rank=0, cp_rank=0)[0]
+    >>> loss = packed_loss(model.forward_packed(mb), mb)
+    >>> mean = torch.cat([F.cross_entropy(model.forward_sequence(s)[:-1], s[1:],
+    ...                                   reduction="none") for s in seqs]).mean()
+    >>> torch.allclose(loss, mean)                   # the mean over the 6 labelled tokens
+    True
+    """
     ce = F.cross_entropy(logits, mb.labels, ignore_index=ignore_index, reduction="none")
     return (ce * mb.loss_weights.to(ce.dtype)).sum()
