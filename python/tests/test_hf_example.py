@@ -20,12 +20,13 @@ EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "hf_sft.py"
 def test_hf_sft_example_matches_unpacked_training(tmp_path):
     lengths = tmp_path / "lengths.txt"
     lengths.write_text("\n".join(str(n) for n in [5, 120, 33, 64, 1, 90, 17, 128, 8, 47]))
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        [str(EXAMPLE.parents[1])] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
+    # The example imports skrull as this test does: the installed wheel, or the source tree
+    # through the caller's PYTHONPATH and SKRULL_LIBRARY (a regression: prepending the source
+    # tree made the example miss the library that only the installed wheel holds).
     out = subprocess.run(
         [sys.executable, str(EXAMPLE), "--dp", "1", "--cp", "2", "--policy", "skrull",
          "--steps", "2", "--global-batch", "5", "--bucket", "64", "--lengths", str(lengths)],
-        capture_output=True, text=True, timeout=300, env=env)
+        capture_output=True, text=True, timeout=300, env=dict(os.environ))
     assert out.returncode == 0, out.stderr[-3000:]
     steps = re.findall(r"step (\d): loss ([\d.]+), \d+ micro-batches .* sharded (\d+) of 5",
                        out.stdout)
