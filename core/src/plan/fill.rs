@@ -505,7 +505,7 @@ mod tests {
     #[test]
     fn a_fixed_count_fills_every_rank_to_it_and_keeps_placements() {
         let mut rng = Rng(20);
-        let cases = if cfg!(miri) { 8 } else { 400 };
+        let cases = if cfg!(miri) { 2 } else { 400 };
         for _ in 0..cases {
             let (mut cfg, lengths) = random_case(&mut rng);
             let base = plan(&cfg, &lengths).unwrap();
@@ -520,7 +520,7 @@ mod tests {
     #[test]
     fn a_count_too_small_names_the_smallest_that_fits() {
         let mut rng = Rng(21);
-        let cases = if cfg!(miri) { 8 } else { 300 };
+        let cases = if cfg!(miri) { 2 } else { 300 };
         let mut refused = 0;
         for _ in 0..cases {
             let (mut cfg, lengths) = random_case(&mut rng);
@@ -544,13 +544,14 @@ mod tests {
             cfg.micro_batches = most;
             assert!(plan(&cfg, &lengths).is_ok());
         }
-        assert!(refused > cases / 4, "{refused}");
+        // Under miri (2 cases) a batch needing two micro-batches may not come up.
+        assert!(cfg!(miri) || refused > cases / 4, "{refused}");
     }
 
     #[test]
     fn fill_empty_with_lockstep_leaves_no_avoidable_empty_micro_batch() {
         let mut rng = Rng(22);
-        let cases = if cfg!(miri) { 8 } else { 400 };
+        let cases = if cfg!(miri) { 2 } else { 400 };
         let mut split = 0;
         for _ in 0..cases {
             let (mut cfg, lengths) = random_case(&mut rng);
@@ -568,7 +569,7 @@ mod tests {
             assert_eq!(free.placements, plain.placements);
             assert_eq!(free.per_dp, plain.per_dp);
         }
-        assert!(split > cases / 10, "{split}");
+        assert!(cfg!(miri) || split > cases / 10, "{split}");
     }
 
     #[test]
