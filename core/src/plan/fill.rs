@@ -280,12 +280,7 @@ fn split_rank(
     for &kind in kinds {
         for e in 0..listed {
             let g = b.start + e;
-            let lo = table.get(g).map_or(end, |m| m.first as usize);
-            let hi = if e + 1 < listed {
-                table.get(g + 1).map_or(end, |m| m.first as usize)
-            } else {
-                end
-            };
+            let (lo, hi) = member_slots(table, b, e, end);
             for slot in lo..hi {
                 if done == moves || table.get(g).is_none_or(|m| m.count < 2) {
                     break;
@@ -337,6 +332,19 @@ fn split_rank(
     compact(table, members, b, first, end, done);
 }
 
+/// The member slots `[lo, hi)` of the rank's `e`-th original micro-batch, read from the
+/// `first` fields (which tile the rank's members up to `end` until `compact` rewrites them:
+/// it reads entry `e + 1` before it rewrites it).
+fn member_slots(table: &[MicroBatch], b: Block, e: usize, end: usize) -> (usize, usize) {
+    let first = |g: usize| table.get(g).map_or(end, |m| m.first as usize);
+    let hi = if e + 1 < b.listed() {
+        first(b.start + e + 1)
+    } else {
+        end
+    };
+    (first(b.start + e), hi)
+}
+
 /// Closes the gaps the moved sequences left in the rank's members (stable), then lists the
 /// moved ones after them, one per new micro-batch, and points every entry at its members.
 fn compact(
@@ -351,12 +359,7 @@ fn compact(
     let mut w = first;
     for e in 0..listed {
         let g = b.start + e;
-        let lo = table.get(g).map_or(end, |m| m.first as usize);
-        let hi = if e + 1 < listed {
-            table.get(g + 1).map_or(end, |m| m.first as usize)
-        } else {
-            end
-        };
+        let (lo, hi) = member_slots(table, b, e, end);
         if let Some(m) = table.get_mut(g) {
             m.first = w as u32;
         }
