@@ -36,39 +36,29 @@
 //! | `balanced` (cost-aware, the CLI default) | [`policy::balanced`] |
 //!
 //! Every decision uses integer arithmetic, so every rank computes the bit-identical plan from
-//! the same input. The crate never allocates: the caller lends the [`Workspace`] and the
-//! [`PlanBuffers`]; [`PlanSizes`] and [`WorkspaceSizes`] say how large they must be.
+//! the same input. The crate never allocates: the caller lends the [`Workspace`] (one slab of
+//! words the core carves itself) and the [`PlanBuffers`]; [`PlanSizes`] and
+//! [`WorkspaceSizes`] say how large they must be.
 //!
 //! ```
-//! use skrull_core::{schedule, Config, MicroBatch, ModelShape, Placement, PlanBuffers, PlanSizes,
-//!                   Workspace, WorkspaceSizes};
-//! let cfg = Config::new(2, 4, 24, ModelShape::QWEN2_5_0_5B);
+//! use skrull_core::{plan, Config, ModelShape, OwnedBuffers, Setup};
+//! // Validate and prepare once; plan every batch with the same setup and buffers.
+//! let setup = Setup::new(&Config::new(2, 4, 24, ModelShape::QWEN2_5_0_5B)).unwrap();
+//! let mut bufs = OwnedBuffers::new();
 //! let lengths = [1, 2, 2, 3, 4, 6, 9, 14, 30, 5];
-//! // Size the buffers once for the largest batch, then reuse them every step.
-//! let (n, ps, ws) = (lengths.len(), PlanSizes::for_batch(10, &cfg), WorkspaceSizes::for_batch(10, &cfg));
-//! let mut placements = vec![Placement::default(); ps.placements];
-//! let mut micro_batches = vec![MicroBatch::default(); ps.micro_batches];
-//! let mut members = vec![0u32; ps.members];
-//! let mut rank_tokens = vec![0u32; ps.rank_tokens];
-//! let mut per_dp = vec![0u32; ps.micro_batches_per_dp];
-//! let (mut keys, mut seqs, mut scratch, mut loads, mut heap, mut start) = (
-//!     vec![0u64; ws.keys], vec![0u32; ws.seqs], vec![0u32; ws.scratch],
-//!     vec![0u128; ws.dp_loads], vec![0u32; ws.dp_heap], vec![0u32; ws.dp_start]);
-//! let (mut costs, mut marks) = (vec![0u64; ws.costs], vec![0u32; ws.marks]);
-//! let mut work = Workspace { keys: &mut keys, seqs: &mut seqs, scratch: &mut scratch,
-//!                            dp_loads: &mut loads, dp_heap: &mut heap, dp_start: &mut start,
-//!                            costs: &mut costs, marks: &mut marks };
-//! let out = PlanBuffers { placements: &mut placements, micro_batches: &mut micro_batches,
-//!                         members: &mut members, rank_tokens: &mut rank_tokens,
-//!                         micro_batches_per_dp: &mut per_dp };
-//! let plan = schedule(&cfg, &lengths, &mut work, out).unwrap();
-//! assert_eq!(plan.placements().len(), n);
-//! assert!(skrull_core::plan::check(&cfg, &lengths, &plan).is_ok());
+//! let plan = bufs.schedule(&setup, &lengths).unwrap();
+//! assert!(plan::check(&setup, &lengths, &plan).is_ok());
 //! ```
+//!
+//! [`OwnedBuffers`] (the `alloc` feature) owns the memory; without a heap, lend a
+//! [`Workspace`] slab and [`PlanBuffers`] sized by [`Setup::workspace_sizes`] and
+//! [`PlanSizes::for_batch`] to [`schedule()`].
 #![no_std]
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+#[cfg(any(test, feature = "alloc"))]
+extern crate alloc;
 #[cfg(test)]
 extern crate std;
 #[cfg(test)]
@@ -79,15 +69,19 @@ pub mod error;
 pub mod kernel;
 pub mod model;
 pub mod plan;
+#[cfg(any(test, feature = "alloc"))]
+pub mod owned;
 pub mod policy;
+pub mod setup;
 
 pub use config::budget::Budget;
 pub use config::{Config, FlopsFormula, ModelShape, Policy, ShardPadding, Victim};
 pub use error::Error;
 pub use model::CostModel;
 pub use plan::layout::{Gpu, Layout, LayoutBuffers, LayoutError, LayoutSizes, Span};
-pub use plan::{
-    CpGroup, MicroBatch, Placement, Plan, PlanBuffers, PlanParts, PlanSizes, Summary, Workspace,
-    WorkspaceSizes,
-};
+#[cfg(any(test, feature = "alloc"))]
+pub use owned::OwnedBuffers;
+pub use plan::{CpGroup, MicroBatch, Placement, Plan, PlanBuffers, PlanParts, PlanSizes, Summary};
+pub use setup::Setup;
+pub use setup::workspace::{Word, Workspace, WorkspaceSizes};
 pub use policy::schedule;

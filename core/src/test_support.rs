@@ -1,31 +1,15 @@
 //! Test-only owned storage for one plan, so unit tests do not each rebuild the workspace and
 //! plan buffers by hand.
 
-use std::vec;
-use std::vec::Vec;
-
 use crate::config::Config;
 use crate::error::Error;
-use crate::plan::{MicroBatch, Placement, Plan, PlanBuffers, PlanSizes};
-use crate::plan::{Workspace, WorkspaceSizes};
-use crate::policy::schedule;
+use crate::owned::OwnedBuffers;
+use crate::plan::{MicroBatch, Placement, Plan, PlanBuffers};
+use crate::setup::Setup;
+use crate::setup::workspace::Workspace;
 
 /// A workspace and plan buffers sized for one batch.
-pub(crate) struct OwnedPlan {
-    keys: Vec<u64>,
-    seqs: Vec<u32>,
-    scratch: Vec<u32>,
-    dp_loads: Vec<u128>,
-    dp_heap: Vec<u32>,
-    dp_start: Vec<u32>,
-    costs: Vec<u64>,
-    marks: Vec<u32>,
-    placements: Vec<Placement>,
-    micro_batches: Vec<MicroBatch>,
-    members: Vec<u32>,
-    rank_tokens: Vec<u32>,
-    per_dp: Vec<u32>,
-}
+pub(crate) struct OwnedPlan(OwnedBuffers);
 
 impl OwnedPlan {
     /// Zeroed buffers for `n` sequences under `cfg`.
@@ -36,10 +20,7 @@ impl OwnedPlan {
     /// Buffers for `n` sequences with garbage derived from `g` in every element, to show a
     /// policy does not depend on their previous contents.
     pub(crate) fn filled(n: usize, cfg: &Config, g: u32) -> OwnedPlan {
-        let (ws, ps) = (
-            WorkspaceSizes::for_any_policy(n, cfg),
-            PlanSizes::for_batch(n, cfg),
-        );
+        let mut b = OwnedBuffers::for_batch(n, cfg);
         let mb = MicroBatch {
             dp_rank: g,
             index: g.wrapping_mul(2),
@@ -52,64 +33,29 @@ impl OwnedPlan {
             cp_rank: g as i32 * 3,
             ..Placement::default()
         };
-        OwnedPlan {
-            keys: vec![u64::from(g); ws.keys],
-            seqs: vec![g.wrapping_mul(2); ws.seqs],
-            scratch: vec![g.wrapping_mul(3); ws.scratch],
-            dp_loads: vec![u128::from(g) * 4; ws.dp_loads],
-            dp_heap: vec![g.wrapping_mul(5); ws.dp_heap],
-            dp_start: vec![g.wrapping_mul(6); ws.dp_start],
-            costs: vec![u64::from(g) * 11; ws.costs],
-            marks: vec![g.wrapping_mul(13); ws.marks],
-            placements: vec![pl; ps.placements],
-            micro_batches: vec![mb; ps.micro_batches],
-            members: vec![g.wrapping_mul(5); ps.members],
-            rank_tokens: vec![g.wrapping_mul(6); ps.rank_tokens],
-            per_dp: vec![g.wrapping_mul(8); ps.micro_batches_per_dp],
-        }
+        let w = u128::from(g).wrapping_mul(0x9E37_79B9_7F4A_7C15_F39C_C060_5CED_C835);
+        b.words.fill(w);
+        b.placements.fill(pl);
+        b.micro_batches.fill(mb);
+        b.members.fill(g.wrapping_mul(5));
+        b.rank_tokens.fill(g.wrapping_mul(6));
+        b.per_dp.fill(g.wrapping_mul(8));
+        OwnedPlan(b)
     }
 
     /// The workspace and plan buffers, for calling a policy directly.
     pub(crate) fn parts(&mut self) -> (Workspace<'_>, PlanBuffers<'_>) {
-        let work = Workspace {
-            keys: &mut self.keys,
-            seqs: &mut self.seqs,
-            scratch: &mut self.scratch,
-            dp_loads: &mut self.dp_loads,
-            dp_heap: &mut self.dp_heap,
-            dp_start: &mut self.dp_start,
-            costs: &mut self.costs,
-            marks: &mut self.marks,
-        };
-        let out = PlanBuffers {
-            placements: &mut self.placements,
-            micro_batches: &mut self.micro_batches,
-            members: &mut self.members,
-            rank_tokens: &mut self.rank_tokens,
-            micro_batches_per_dp: &mut self.per_dp,
-        };
-        (work, out)
+        self.0.parts()
     }
 
     /// Plans `lengths` under `cfg` into these buffers.
     pub(crate) fn schedule(&mut self, cfg: &Config, lengths: &[u32]) -> Result<Plan<'_>, Error> {
-        let mut work = Workspace {
-            keys: &mut self.keys,
-            seqs: &mut self.seqs,
-            scratch: &mut self.scratch,
-            dp_loads: &mut self.dp_loads,
-            dp_heap: &mut self.dp_heap,
-            dp_start: &mut self.dp_start,
-            costs: &mut self.costs,
-            marks: &mut self.marks,
-        };
-        let out = PlanBuffers {
-            placements: &mut self.placements,
-            micro_batches: &mut self.micro_batches,
-            members: &mut self.members,
-            rank_tokens: &mut self.rank_tokens,
-            micro_batches_per_dp: &mut self.per_dp,
-        };
-        schedule(cfg, lengths, &mut work, out)
+        let setup = Setup::new(cfg)?;
+        self.0.schedule_no_grow(&setup, lengths)
     }
+}
+
+/// The prepared setup of a configuration the test knows is valid.
+pub(crate) fn setup_of(cfg: &Config) -> Setup {
+    Setup::new(cfg).expect("a valid test configuration")
 }

@@ -10,8 +10,13 @@ use skrull_core::plan::layout::{
     self, Gpu, LOCAL_CHUNK, Layout, LayoutBuffers, LayoutError, LayoutRing, LayoutSizes, Span,
     zigzag_chunk,
 };
-use skrull_core::{Config, ModelShape, Plan, Policy, ShardPadding};
+use skrull_core::{Config, ModelShape, Plan, Policy, Setup, ShardPadding};
 use skrull_kit::OwnedBuffers;
+
+/// The prepared setup of a configuration the test knows is valid.
+fn setup_of(cfg: &Config) -> Setup {
+    Setup::new(cfg).expect("a valid test configuration")
+}
 
 /// A random batch and configuration whose BucketSize fits every sequence sharded.
 #[derive(Debug, Clone)]
@@ -116,8 +121,8 @@ fn layout_of(cfg: &Config, lengths: &[u32], plan: &Plan<'_>, gpu: Gpu, max: Layo
         gather_index: &mut gather,
         rings: &mut [LayoutRing::default(); 8],
     };
-    let l = layout::fill(cfg, lengths, plan, gpu, out).expect("layout of an existing GPU");
-    let exact = LayoutSizes::for_gpu(cfg, lengths, plan, gpu).expect("sizes");
+    let l = layout::fill(&setup_of(cfg), lengths, plan, gpu, out).expect("layout of an existing GPU");
+    let exact = LayoutSizes::for_gpu(&setup_of(cfg), lengths, plan, gpu).expect("sizes");
     spans.truncate(exact.spans as usize);
     local_cu.truncate(exact.local_cu_seqlens as usize);
     local_cu_padded.truncate(exact.local_cu_seqlens as usize);
@@ -339,7 +344,7 @@ fn prop(case: Case) {
             cp_rank: cp,
         };
         assert!(matches!(
-            LayoutSizes::for_gpu(&cfg, lengths, &plan, bad),
+            LayoutSizes::for_gpu(&setup_of(&cfg), lengths, &plan, bad),
             Err(LayoutError::NoSuchGpu { .. })
         ));
     }
@@ -377,7 +382,7 @@ fn prop(case: Case) {
             cp_rank: 0,
         };
         assert!(matches!(
-            LayoutSizes::for_gpu(&cfg, lengths, &plan, bad),
+            LayoutSizes::for_gpu(&setup_of(&cfg), lengths, &plan, bad),
             Err(LayoutError::NoSuchGpu { micro_batches, .. }) if micro_batches == count
         ));
     }

@@ -4,7 +4,7 @@
 use skrull_core::model::eval::{
     EvalBuffers, EvalError, EvalSizes, Evaluation, MicroBatchTime, RankSlot, evaluate_placements,
 };
-use skrull_core::{Config, Placement};
+use skrull_core::{Config, Placement, Setup};
 
 use crate::buffers::grow;
 
@@ -54,10 +54,10 @@ impl OwnedEval {
         lengths: &[u32],
         placements: &[Placement],
     ) -> Result<Evaluation<'_>, EvalError> {
-        cfg.validate().map_err(EvalError::Config)?;
+        let setup = Setup::without_models(cfg).map_err(EvalError::Config)?;
         if lengths.len() <= skrull_core::config::MAX_SEQS {
             self.reserve(lengths.len(), cfg);
         }
-        evaluate_placements(cfg, lengths, placements, self.buffers())
+        evaluate_placements(&setup, lengths, placements, self.buffers())
     }
 }

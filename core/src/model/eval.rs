@@ -30,6 +30,7 @@
 //! Plus the per-iteration fixed cost. The value is rounded down by one part in 10⁹ so that
 //! floating-point reordering can never lift it above an evaluated time.
 
+use crate::setup::Setup;
 use core::fmt;
 
 use crate::config::{Config, MAX_SEQ_LEN, MAX_SEQS};
@@ -352,9 +353,8 @@ impl fmt::Display for EvalError {
 
 impl core::error::Error for EvalError {}
 
-fn check_inputs(cfg: &Config, lengths: &[u32]) -> Result<(), EvalError> {
-    cfg.validate().map_err(EvalError::Config)?;
-    cfg.cost_model().validate().map_err(EvalError::Cost)?;
+fn check_inputs(setup: &Setup, lengths: &[u32]) -> Result<(), EvalError> {
+    setup.cost_model().validate().map_err(EvalError::Cost)?;
     if lengths.len() > MAX_SEQS {
         return Err(EvalError::Shape {
             lengths: lengths.len(),
@@ -375,15 +375,16 @@ fn check_inputs(cfg: &Config, lengths: &[u32]) -> Result<(), EvalError> {
 /// [`EvalError::PlanLayout`] when the plan was made for other DP/CP sizes, else as
 /// [`evaluate_placements`].
 pub fn evaluate<'b>(
-    cfg: &Config,
+    setup: &Setup,
     lengths: &[u32],
     plan: &Plan<'_>,
     out: EvalBuffers<'b>,
 ) -> Result<Evaluation<'b>, EvalError> {
+    let cfg = setup.config();
     if plan.dp() != cfg.dp || plan.cp() != cfg.cp {
         return Err(EvalError::PlanLayout);
     }
-    evaluate_placements(cfg, lengths, plan.placements(), out)
+    evaluate_placements(setup, lengths, plan.placements(), out)
 }
 
 /// Evaluates the plan given by `placements` (one per sequence, in input order) of `lengths`
@@ -395,12 +396,13 @@ pub fn evaluate<'b>(
 /// [`EvalError`] for an invalid configuration or cost model, mismatched or bad lengths, a
 /// placement out of range, or buffers smaller than [`EvalSizes::for_batch`] needs.
 pub fn evaluate_placements<'b>(
-    cfg: &Config,
+    setup: &Setup,
     lengths: &[u32],
     placements: &[Placement],
     out: EvalBuffers<'b>,
 ) -> Result<Evaluation<'b>, EvalError> {
-    check_inputs(cfg, lengths)?;
+    check_inputs(setup, lengths)?;
+    let cfg = setup.config();
     if placements.len() != lengths.len() {
         return Err(EvalError::Shape {
             lengths: lengths.len(),
@@ -473,7 +475,7 @@ pub fn evaluate_placements<'b>(
     ranks.fill(RankSlot::default());
 
     // Pass 2: accumulate every sequence into its slot.
-    let tm = TimeModel::new(&cfg.cost_model(), cfg);
+    let tm = setup.time_model();
     let mut report = Report {
         bucket: cfg.bucket,
         ..Report::default()
@@ -623,11 +625,11 @@ pub fn evaluate_placements<'b>(
 ///
 /// # Errors
 /// [`EvalError`] for an invalid configuration, cost model or length.
-pub fn lower_bound(cfg: &Config, lengths: &[u32]) -> Result<LowerBound, EvalError> {
-    check_inputs(cfg, lengths)?;
+pub fn lower_bound(setup: &Setup, lengths: &[u32]) -> Result<LowerBound, EvalError> {
+    check_inputs(setup, lengths)?;
     Ok(lower_bound_with(
-        &TimeModel::new(&cfg.cost_model(), cfg),
-        cfg,
+        &setup.time_model(),
+        setup.config(),
         lengths,
     ))
 }
@@ -732,6 +734,7 @@ pub fn lower_bound_with(tm: &TimeModel, cfg: &Config, lengths: &[u32]) -> LowerB
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_support::setup_of;
     use crate::config::{ModelShape, Policy};
     use crate::model::cost::CostModel;
     use crate::test_support::OwnedPlan;
@@ -782,7 +785,7 @@ mod tests {
         let lengths = [100u32, 5000, 70_000, 1, 2048, 33_333];
         let placements = plan_placements(&cfg, &lengths);
         let mut b = Bufs::new(lengths.len(), &cfg);
-        let ev = evaluate_placements(&cfg, &lengths, &placements, b.out()).unwrap();
+        let ev = evaluate_placements(&setup_of(&cfg), &lengths, &placements, b.out()).unwrap();
         let tm = TimeModel::new(&cfg.cost_model(), &cfg);
         let want: f64 = lengths
             .iter()
@@ -801,7 +804,7 @@ mod tests {
         let cfg2 = Config { dp: 2, ..cfg };
         let placements = plan_placements(&cfg2, &lengths);
         let mut b = Bufs::new(lengths.len(), &cfg2);
-        let ev = evaluate_placements(&cfg2, &lengths, &placements, b.out()).unwrap();
+        let ev = evaluate_placements(&setup_of(&cfg2), &lengths, &placements, b.out()).unwrap();
         let a: f64 = lengths[..3]
             .iter()
             .map(|&s| tm.alone_sharded(s, tm.group_ring(0)))
@@ -831,7 +834,7 @@ mod tests {
         let cost = CostModel::h100(&cfg.model);
         let tm = TimeModel::new(&cost, &cfg);
         let mut b = Bufs::new(3, &cfg);
-        let ev = evaluate_placements(&cfg, &lengths, &placements, b.out()).unwrap();
+        let ev = evaluate_placements(&setup_of(&cfg), &lengths, &placements, b.out()).unwrap();
         let comm = tm.comm(8000, tm.group_ring(0));
         let sh = tm.attention_shard(8000);
         let r0 = comm.max(tm.attention_whole(1000)) + tm.gemm(3000) + sh + tm.fixed();
@@ -876,7 +879,7 @@ mod tests {
             },
         ];
         let mut b = Bufs::new(3, &cfg);
-        let ev = evaluate_placements(&cfg, &lengths, &placements, b.out()).unwrap();
+        let ev = evaluate_placements(&setup_of(&cfg), &lengths, &placements, b.out()).unwrap();
         assert!(!ev.report.within_budget());
         assert_eq!(ev.report.over_budget, 2);
         assert_eq!(
@@ -900,30 +903,30 @@ mod tests {
         let lens = [10u32, 20];
         let bad_dp = Placement { dp_rank: 2, ..ok };
         assert_eq!(
-            evaluate_placements(&cfg, &lens, &[ok, bad_dp], b.out()).unwrap_err(),
+            evaluate_placements(&setup_of(&cfg), &lens, &[ok, bad_dp], b.out()).unwrap_err(),
             EvalError::OutOfRange { seq: 1 }
         );
         let bad_cp = Placement { cp_rank: 4, ..ok };
-        assert!(evaluate_placements(&cfg, &lens, &[bad_cp, ok], b.out()).is_err());
+        assert!(evaluate_placements(&setup_of(&cfg), &lens, &[bad_cp, ok], b.out()).is_err());
         let sparse = Placement {
             micro_batch: 5,
             ..ok
         };
         assert_eq!(
-            evaluate_placements(&cfg, &lens, &[ok, sparse], b.out()).unwrap_err(),
+            evaluate_placements(&setup_of(&cfg), &lens, &[ok, sparse], b.out()).unwrap_err(),
             EvalError::OutOfRange { seq: 1 }
         );
         assert!(matches!(
-            evaluate_placements(&cfg, &[10], &[ok, ok], b.out()),
+            evaluate_placements(&setup_of(&cfg), &[10], &[ok, ok], b.out()),
             Err(EvalError::Shape { .. })
         ));
         assert_eq!(
-            evaluate_placements(&cfg, &[10, 0], &[ok, ok], b.out()).unwrap_err(),
+            evaluate_placements(&setup_of(&cfg), &[10, 0], &[ok, ok], b.out()).unwrap_err(),
             EvalError::Length { index: 1, len: 0 }
         );
         let mut small = Bufs::new(0, &cfg);
         assert!(matches!(
-            evaluate_placements(&cfg, &lens, &[ok, ok], small.out()),
+            evaluate_placements(&setup_of(&cfg), &lens, &[ok, ok], small.out()),
             Err(EvalError::BufferTooSmall {
                 buffer: EvalBuffer::MicroBatches,
                 ..
@@ -939,7 +942,7 @@ mod tests {
             ..ok
         };
         let mut b3 = Bufs::new(3, &cfg);
-        let ev = evaluate_placements(&cfg, &[1, 2, 3], &[ok, third, ok], b3.out()).unwrap();
+        let ev = evaluate_placements(&setup_of(&cfg), &[1, 2, 3], &[ok, third, ok], b3.out()).unwrap();
         assert_eq!(ev.micro_batches[1].time, 0.0);
         assert_eq!(ev.report.micro_batches, 2);
         let _ = gap;
@@ -960,13 +963,13 @@ mod tests {
         // Under miri one model (each takes over a minute there).
         for model in models.into_iter().take(if cfg!(miri) { 1 } else { 2 }) {
             let base = Config::new(4, 8, 26 * 1024, model);
-            let lb = lower_bound(&base, &lengths).unwrap();
+            let lb = lower_bound(&setup_of(&base), &lengths).unwrap();
             assert!(lb.value > 0.0 && lb.min_micro_batches >= 1);
             for policy in Policy::ALL {
                 let cfg = base.with_policy(policy);
                 let placements = plan_placements(&cfg, &lengths);
                 let mut b = Bufs::new(lengths.len(), &cfg);
-                let ev = evaluate_placements(&cfg, &lengths, &placements, b.out()).unwrap();
+                let ev = evaluate_placements(&setup_of(&cfg), &lengths, &placements, b.out()).unwrap();
                 assert!(ev.report.within_budget());
                 assert_eq!(ev.report.lower_bound, lb);
                 assert!(ev.report.iteration_time >= lb.value, "{policy:?}");
@@ -981,7 +984,7 @@ mod tests {
         let cost = CostModel::h100(&cfg.model);
         let tm = TimeModel::new(&cost, &cfg);
         for len in [1u32, 4096, 4097, 32768] {
-            let lb = lower_bound(&cfg, &[len]).unwrap();
+            let lb = lower_bound(&setup_of(&cfg), &[len]).unwrap();
             let best = if len <= 4096 {
                 tm.alone_whole(len)
                     .min(tm.alone_sharded(len, tm.group_ring(0)))
@@ -990,6 +993,6 @@ mod tests {
             };
             assert!(lb.value <= best && lb.value >= best * (1.0 - 1e-8), "{len}");
         }
-        assert_eq!(lower_bound(&cfg, &[]).unwrap().value, 0.0);
+        assert_eq!(lower_bound(&setup_of(&cfg), &[]).unwrap().value, 0.0);
     }
 }

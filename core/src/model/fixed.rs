@@ -48,9 +48,11 @@ pub struct Link {
     per_token_fp: u64,
 }
 
-/// A [`TimeModel`] in integer picoseconds (see the [module docs](self)).
-#[derive(Debug, Clone)]
-pub struct IntModel {
+/// The coefficients of an [`IntModel`]: everything derived from the [`TimeModel`] once (the
+/// costly part), without the per-call tile cache. `Copy` and `Sync`, so a prepared
+/// [`Setup`](crate::Setup) holds one and every call builds its [`IntModel`] from it.
+#[derive(Debug, Clone, Copy)]
+pub struct IntCoeffs {
     tm: TimeModel,
     budget: Budget,
     /// The budget of a sub-group of `2^(l+1)` ranks, per `l` (built once).
@@ -67,15 +69,31 @@ pub struct IntModel {
     /// Padded query lengths of the first and last table points.
     lo_q: u64,
     hi_q: u64,
-    /// Per query tile strictly between `lo_q` and `hi_q`, filled on first use (0: not yet).
-    table: [Cell<u64>; MAX_TILES],
-    /// Whether the tiles between the end points fit `table` (else they are computed each time).
+    /// Whether the tiles between the end points fit the tile cache (else they are computed
+    /// each time).
     use_table: bool,
 }
 
-impl IntModel {
-    /// The integer form of `tm`, for the padding rules of `budget`.
-    pub fn new(tm: &TimeModel, budget: Budget) -> IntModel {
+/// A [`TimeModel`] in integer picoseconds (see the [module docs](self)): [`IntCoeffs`] plus a
+/// cache of attention costs per query tile, filled on first use.
+#[derive(Debug, Clone)]
+pub struct IntModel {
+    c: IntCoeffs,
+    /// Per query tile strictly between `lo_q` and `hi_q`, filled on first use (0: not yet).
+    table: [Cell<u64>; MAX_TILES],
+}
+
+impl core::ops::Deref for IntModel {
+    type Target = IntCoeffs;
+    #[inline(always)]
+    fn deref(&self) -> &IntCoeffs {
+        &self.c
+    }
+}
+
+impl IntCoeffs {
+    /// The integer coefficients of `tm`, for the padding rules of `budget`.
+    pub fn new(tm: &TimeModel, budget: Budget) -> IntCoeffs {
         let cost = &tm.cost;
         let tile = u64::from(cost.attention_tile.max(1));
         let pad = |q: u32| u64::from(q).div_ceil(tile) * tile;
@@ -84,7 +102,7 @@ impl IntModel {
         let tiles = (hi_q / tile).saturating_sub(lo_q / tile);
         let unit = |q: u64| to_fp(tm.attention_unit(q.min(u64::from(u32::MAX)) as u32));
         let groups = core::array::from_fn(|l| budget.for_group(2 << l));
-        IntModel {
+        IntCoeffs {
             tm: *tm,
             budget,
             groups,
@@ -97,8 +115,23 @@ impl IntModel {
             unit_hi: unit(hi_q),
             lo_q,
             hi_q,
-            table: [const { Cell::new(0) }; MAX_TILES],
             use_table: (tiles as usize) <= MAX_TILES,
+        }
+    }
+}
+
+impl IntModel {
+    /// The integer form of `tm`, for the padding rules of `budget`.
+    pub fn new(tm: &TimeModel, budget: Budget) -> IntModel {
+        IntModel::from_coeffs(IntCoeffs::new(tm, budget))
+    }
+
+    /// The model of prepared coefficients, with an empty tile cache.
+    #[inline]
+    pub fn from_coeffs(c: IntCoeffs) -> IntModel {
+        IntModel {
+            c,
+            table: [const { Cell::new(0) }; MAX_TILES],
         }
     }
 

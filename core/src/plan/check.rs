@@ -1,7 +1,8 @@
 //! [`check`]: the independent checker every plan passes, from its placements alone.
 
-use crate::config::{Config, MAX_CP, MAX_SEQS};
+use crate::config::{MAX_CP, MAX_SEQS};
 use crate::plan::types::{Plan, SHARDED};
+use crate::setup::Setup;
 
 /// Why [`check`] rejected a plan.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,7 +56,7 @@ pub enum CheckError {
     },
 }
 
-/// Validates `plan` against `cfg` and `lengths` from the placements alone, without trusting any
+/// Validates `plan` against `setup`'s configuration and `lengths` from the placements alone, without trusting any
 /// of the scheduler's bookkeeping: every sequence placed exactly once with ranks in range, the
 /// micro-batch table consistent, and every GPU within BucketSize in every micro-batch.
 ///
@@ -63,7 +64,8 @@ pub enum CheckError {
 ///
 /// # Errors
 /// The first violation found, as a [`CheckError`].
-pub fn check(cfg: &Config, lengths: &[u32], plan: &Plan<'_>) -> Result<(), CheckError> {
+pub fn check(setup: &Setup, lengths: &[u32], plan: &Plan<'_>) -> Result<(), CheckError> {
+    let cfg = setup.config();
     let n = lengths.len();
     let cp = cfg.cp as usize;
     if plan.dp != cfg.dp
@@ -94,7 +96,7 @@ pub fn check(cfg: &Config, lengths: &[u32], plan: &Plan<'_>) -> Result<(), Check
     // The table must list, in order, micro-batches (d, 0..listed_d) for the DP ranks d that
     // hold sequences, with listed_d = count_d (with lockstep: <= count_d, the rest empty), and
     // the members must tile 0..n in order.
-    let budget = cfg.budget();
+    let budget = setup.budget();
     let per_dp = plan.micro_batches_per_dp;
     // Whether DP rank `d` may end after `listed` micro-batches of the table.
     let complete = |d: u32, listed: u32| {
@@ -216,6 +218,8 @@ pub fn check(cfg: &Config, lengths: &[u32], plan: &Plan<'_>) -> Result<(), Check
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_support::setup_of;
+    use crate::config::Config;
     use crate::config::{ModelShape, Policy};
     use crate::plan::types::{MicroBatch, Placement, PlanParts, Summary};
     use crate::test_support::OwnedPlan;
@@ -271,7 +275,7 @@ mod tests {
         ] {
             let cfg = Config::new(2, 2, 24, ModelShape::QWEN2_5_0_5B).with_policy(policy);
             let o = scheduled(&cfg, &LENGTHS);
-            let plan = Plan::from_parts(&cfg, &LENGTHS, o.parts()).unwrap();
+            let plan = Plan::from_parts(&setup_of(&cfg), &LENGTHS, o.parts()).unwrap();
             assert_eq!(plan.summary(), o.summary, "{policy:?}");
             assert_eq!((plan.dp(), plan.cp()), (2, 2));
             assert_eq!(plan.placements(), &o.placements[..]);
@@ -281,7 +285,7 @@ mod tests {
             for g in 0..o.micro_batches.len() {
                 assert_eq!(plan.rank_tokens(g), &o.rank_tokens[g * 2..g * 2 + 2]);
             }
-            assert_eq!(check(&cfg, &LENGTHS, &plan), Ok(()));
+            assert_eq!(check(&setup_of(&cfg), &LENGTHS, &plan), Ok(()));
         }
         // The empty batch: every DP rank runs no micro-batch.
         let cfg = Config::new(3, 2, 8, ModelShape::QWEN2_5_0_5B);
@@ -293,7 +297,7 @@ mod tests {
             micro_batches_per_dp: &[0, 0, 0],
             rollbacks: 0,
         };
-        let plan = Plan::from_parts(&cfg, &[], parts).unwrap();
+        let plan = Plan::from_parts(&setup_of(&cfg), &[], parts).unwrap();
         assert_eq!(plan.summary(), Summary::default());
     }
 
@@ -336,7 +340,7 @@ mod tests {
             let mut o = good.clone();
             edit(&mut o);
             assert_eq!(
-                Plan::from_parts(&cfg, &LENGTHS, o.parts()).unwrap_err(),
+                Plan::from_parts(&setup_of(&cfg), &LENGTHS, o.parts()).unwrap_err(),
                 want,
                 "edit {k}"
             );
@@ -346,26 +350,24 @@ mod tests {
         let g = o.micro_batches[0];
         let (a, b) = (g.first as usize, g.first as usize + 1);
         o.members[b] = o.members[a];
-        assert!(Plan::from_parts(&cfg, &LENGTHS, o.parts()).is_err());
+        assert!(Plan::from_parts(&setup_of(&cfg), &LENGTHS, o.parts()).is_err());
         // Another configuration or batch than the plan was made for.
         let mut other = cfg;
         other.cp = 4;
         assert_eq!(
-            Plan::from_parts(&other, &LENGTHS, good.parts()).unwrap_err(),
+            Plan::from_parts(&setup_of(&other), &LENGTHS, good.parts()).unwrap_err(),
             CheckError::Shape
         );
+        // An invalid configuration never reaches the checker: it has no `Setup`.
         other.cp = 0;
+        assert!(Setup::new(&other).is_err());
         assert_eq!(
-            Plan::from_parts(&other, &LENGTHS, good.parts()).unwrap_err(),
-            CheckError::Shape
-        );
-        assert_eq!(
-            Plan::from_parts(&cfg, &LENGTHS[1..], good.parts()).unwrap_err(),
+            Plan::from_parts(&setup_of(&cfg), &LENGTHS[1..], good.parts()).unwrap_err(),
             CheckError::Shape
         );
         let mut longer = LENGTHS;
         longer[1] = 60; // a different batch of the same size: over budget or recount differs
-        assert!(Plan::from_parts(&cfg, &longer, good.parts()).is_err());
+        assert!(Plan::from_parts(&setup_of(&cfg), &longer, good.parts()).is_err());
     }
 
     /// A sharded placement that names the whole group must not name a first rank, and a
@@ -391,7 +393,7 @@ mod tests {
             let mut o = good.clone();
             edit(&mut o.placements[seq]);
             assert_eq!(
-                Plan::from_parts(&cfg, &LENGTHS, o.parts()).unwrap_err(),
+                Plan::from_parts(&setup_of(&cfg), &LENGTHS, o.parts()).unwrap_err(),
                 CheckError::OutOfRange { seq }
             );
         }
@@ -407,7 +409,7 @@ mod tests {
         for count in [u32::MAX, u32::MAX - 1, u32::MAX / 2 + 1] {
             o.micro_batches[0].count = count;
             assert!(
-                Plan::from_parts(&cfg, &LENGTHS, o.parts()).is_err(),
+                Plan::from_parts(&setup_of(&cfg), &LENGTHS, o.parts()).is_err(),
                 "{count}"
             );
         }
@@ -456,8 +458,8 @@ mod tests {
                     }
                 }
             }
-            if let Ok(plan) = Plan::from_parts(&cfg, &LENGTHS, o.parts()) {
-                assert_eq!(check(&cfg, &LENGTHS, &plan), Ok(()));
+            if let Ok(plan) = Plan::from_parts(&setup_of(&cfg), &LENGTHS, o.parts()) {
+                assert_eq!(check(&setup_of(&cfg), &LENGTHS, &plan), Ok(()));
                 assert_eq!(plan.summary().total_tokens, good.summary.total_tokens);
             }
         }

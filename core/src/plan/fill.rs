@@ -387,6 +387,7 @@ fn compact(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_support::setup_of;
     use crate::config::{ModelShape, Policy, ShardPadding};
     use crate::plan::check::{CheckError, check};
     use crate::test_support::OwnedPlan;
@@ -427,7 +428,7 @@ mod tests {
     fn plan(cfg: &Config, lengths: &[u32]) -> Result<Snapshot, Error> {
         let mut owned = OwnedPlan::filled(lengths.len(), cfg, 3);
         let plan = owned.schedule(cfg, lengths)?;
-        assert_eq!(check(cfg, lengths, &plan), Ok(()), "{cfg:?}");
+        assert_eq!(check(&setup_of(cfg), lengths, &plan), Ok(()), "{cfg:?}");
         let s = snapshot(&plan);
         assert_eq!(plan.summary().micro_batches as usize, s.table.len());
         let peak = plan.rank_tokens.iter().copied().max().unwrap_or(0);
@@ -586,10 +587,10 @@ mod tests {
         let plan = owned.schedule(&cfg, &lengths).unwrap();
         assert!(plan.micro_batches().iter().any(|m| m.count > 1));
         assert!(plan.micro_batches().len() < 4);
-        assert_eq!(check(&cfg, &lengths, &plan), Ok(()));
+        assert_eq!(check(&setup_of(&cfg), &lengths, &plan), Ok(()));
         cfg.fill_empty = true;
         assert!(matches!(
-            check(&cfg, &lengths, &plan),
+            check(&setup_of(&cfg), &lengths, &plan),
             Err(CheckError::AvoidableEmpty { .. })
         ));
     }

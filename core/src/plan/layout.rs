@@ -104,6 +104,7 @@ use crate::config::Config;
 use crate::config::budget::Budget;
 use crate::error::Error;
 use crate::plan::{CpGroup, MicroBatch, Plan, SHARDED};
+use crate::setup::Setup;
 
 /// [`Span::chunk`] of a local (whole) sequence.
 pub const LOCAL_CHUNK: i32 = -1;
@@ -211,12 +212,12 @@ impl LayoutSizes {
     /// # Errors
     /// As [`fill`], except [`LayoutError::BufferTooSmall`].
     pub fn for_gpu(
-        cfg: &Config,
+        setup: &Setup,
         lengths: &[u32],
         plan: &Plan<'_>,
         gpu: Gpu,
     ) -> Result<LayoutSizes, LayoutError> {
-        measure(cfg, lengths, plan, gpu).map(|(sizes, _)| sizes)
+        measure(setup, lengths, plan, gpu).map(|(sizes, _)| sizes)
     }
 
     /// Checks that `out` is at least this large (an empty `local_cu_seqlens_padded`,
@@ -591,12 +592,12 @@ fn members<'p>(
 
 /// Checks the request and counts: the sizes and totals of one GPU's layout.
 fn measure(
-    cfg: &Config,
+    setup: &Setup,
     lengths: &[u32],
     plan: &Plan<'_>,
     gpu: Gpu,
 ) -> Result<(LayoutSizes, Totals), LayoutError> {
-    cfg.validate().map_err(LayoutError::Config)?;
+    let cfg = setup.config();
     if plan.dp() != cfg.dp || plan.cp() != cfg.cp || plan.placements().len() != lengths.len() {
         return Err(LayoutError::PlanMismatch);
     }
@@ -613,7 +614,7 @@ fn measure(
             cp: cfg.cp,
         });
     }
-    let budget = cfg.budget();
+    let budget = setup.budget();
     let mut t = Totals {
         g: plan.find(gpu.dp_rank, gpu.micro_batch),
         ..Totals::default()
@@ -762,13 +763,14 @@ fn set(cu: &mut [i32], k: usize, value: i32) {
 /// [`LayoutError::Overflow`] (a `cu_seqlens` entry, position id or token count above
 /// `i32::MAX`) and [`LayoutError::BufferTooSmall`].
 pub fn fill(
-    cfg: &Config,
+    setup: &Setup,
     lengths: &[u32],
     plan: &Plan<'_>,
     gpu: Gpu,
     out: LayoutBuffers<'_>,
 ) -> Result<Layout, LayoutError> {
-    let (sizes, t) = measure(cfg, lengths, plan, gpu)?;
+    let (sizes, t) = measure(setup, lengths, plan, gpu)?;
+    let cfg = setup.config();
     sizes.check(&out)?;
     let LayoutBuffers {
         spans,
@@ -797,7 +799,7 @@ pub fn fill(
         n_spans: 0,
         offset: 0,
     };
-    let budget = cfg.budget();
+    let budget = setup.budget();
     let mut t_rings = 0u32;
     let mb = t.g.and_then(|g| plan.micro_batches().get(g));
     if let Some(mb) = mb {
@@ -902,6 +904,7 @@ pub fn fill(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_support::setup_of;
     use crate::config::ShardPadding;
     use crate::config::{ModelShape, Policy};
     use crate::test_support::OwnedPlan;
@@ -933,7 +936,7 @@ mod tests {
     }
 
     fn layout_of(cfg: &Config, lengths: &[u32], plan: &Plan<'_>, gpu: Gpu) -> Owned {
-        let s = LayoutSizes::for_gpu(cfg, lengths, plan, gpu).unwrap();
+        let s = LayoutSizes::for_gpu(&setup_of(cfg), lengths, plan, gpu).unwrap();
         let mut spans = vec![Span::default(); s.spans as usize];
         let mut local_cu = vec![-7; s.local_cu_seqlens as usize];
         let mut local_cu_padded = vec![-7; s.local_cu_seqlens as usize];
@@ -953,7 +956,7 @@ mod tests {
             gather_index: &mut gather,
             rings: &mut [LayoutRing::default(); 8],
         };
-        let layout = fill(cfg, lengths, plan, gpu, out).unwrap();
+        let layout = fill(&setup_of(cfg), lengths, plan, gpu, out).unwrap();
         Owned {
             layout,
             spans,
@@ -1197,30 +1200,28 @@ mod tests {
         let mut st = store(2, &cfg);
         let plan = plan_of(&cfg, &lengths, &mut st);
         for bad in [gpu(2, 0, 0), gpu(0, 5, 0), gpu(0, 0, 4)] {
-            let e = LayoutSizes::for_gpu(&cfg, &lengths, &plan, bad).unwrap_err();
+            let e = LayoutSizes::for_gpu(&setup_of(&cfg), &lengths, &plan, bad).unwrap_err();
             assert!(
                 matches!(e, LayoutError::NoSuchGpu { dp: 2, cp: 4, .. }),
                 "{e:?}"
             );
         }
         assert_eq!(
-            LayoutSizes::for_gpu(&cfg, &lengths[..1], &plan, gpu(0, 0, 0)),
+            LayoutSizes::for_gpu(&setup_of(&cfg), &lengths[..1], &plan, gpu(0, 0, 0)),
             Err(LayoutError::PlanMismatch)
         );
         let mut other = cfg;
         other.cp = 2;
         assert_eq!(
-            LayoutSizes::for_gpu(&other, &lengths, &plan, gpu(0, 0, 0)),
+            LayoutSizes::for_gpu(&setup_of(&other), &lengths, &plan, gpu(0, 0, 0)),
             Err(LayoutError::PlanMismatch)
         );
+        // An invalid configuration has no `Setup` to lay out with.
         other.cp = 0;
-        assert_eq!(
-            LayoutSizes::for_gpu(&other, &lengths, &plan, gpu(0, 0, 0)),
-            Err(LayoutError::Config(Error::InvalidCp { cp: 0 }))
-        );
+        assert_eq!(Setup::new(&other).unwrap_err(), Error::InvalidCp { cp: 0 });
         // Short buffers: the error carries every size needed; nothing is written.
         let d = plan.placements()[0].dp_rank;
-        let needed = LayoutSizes::for_gpu(&cfg, &lengths, &plan, gpu(d, 0, 0)).unwrap();
+        let needed = LayoutSizes::for_gpu(&setup_of(&cfg), &lengths, &plan, gpu(d, 0, 0)).unwrap();
         let mut spans = vec![Span::default(); 1];
         let (mut a, mut b, mut c, mut e) = (vec![-7; 8], vec![-7; 8], vec![-7; 8], vec![-7; 8]);
         let mut p = vec![-7; 8];
@@ -1236,7 +1237,7 @@ mod tests {
             gather_index: &mut [],
             rings: &mut [LayoutRing::default(); 8],
         };
-        let err = fill(&cfg, &lengths, &plan, gpu(d, 0, 0), out).unwrap_err();
+        let err = fill(&setup_of(&cfg), &lengths, &plan, gpu(d, 0, 0), out).unwrap_err();
         assert_eq!(
             err,
             LayoutError::BufferTooSmall {
@@ -1260,7 +1261,7 @@ mod tests {
             gather_index: &mut [],
             rings: &mut [LayoutRing::default(); 8],
         };
-        let l = fill(&cfg, &lengths, &plan, gpu(d, 0, 0), out).unwrap();
+        let l = fill(&setup_of(&cfg), &lengths, &plan, gpu(d, 0, 0), out).unwrap();
         assert_eq!(l.tokens, 3);
         assert_eq!(&b[..2], &[0, 10]);
     }
@@ -1277,7 +1278,7 @@ mod tests {
         let plan = plan_of(&cfg, &lengths, &mut st);
         assert_eq!(plan.micro_batches_per_dp()[0], 1);
         assert_eq!(
-            LayoutSizes::for_gpu(&cfg, &lengths, &plan, gpu(0, 0, 0)),
+            LayoutSizes::for_gpu(&setup_of(&cfg), &lengths, &plan, gpu(0, 0, 0)),
             Err(LayoutError::Overflow {
                 buffer: LayoutBuffer::ShardedCuSeqlens,
                 value: 2 * u64::from(max - 1)
@@ -1289,7 +1290,7 @@ mod tests {
         let mut st = store(1, &cfg);
         let plan = plan_of(&cfg, &[max], &mut st);
         assert_eq!(
-            LayoutSizes::for_gpu(&cfg, &[max], &plan, gpu(0, 0, 0)),
+            LayoutSizes::for_gpu(&setup_of(&cfg), &[max], &plan, gpu(0, 0, 0)),
             Err(LayoutError::Overflow {
                 buffer: LayoutBuffer::ShardedCuSeqlensPadded,
                 value: 1 << 31
@@ -1312,7 +1313,7 @@ mod tests {
         let lengths: Vec<u32> = base.iter().chain(&base).map(|&l| l - 7).collect();
         let mut st = store(lengths.len(), &cfg);
         let plan = plan_of(&cfg, &lengths, &mut st);
-        assert_eq!(crate::plan::check(&cfg, &lengths, &plan), Ok(()));
+        assert_eq!(crate::plan::check(&setup_of(&cfg), &lengths, &plan), Ok(()));
         assert!(
             plan.placements().iter().any(|p| p.is_subgroup(16)),
             "the test needs a sub-group shard"
@@ -1321,7 +1322,7 @@ mod tests {
         for mb in plan.micro_batches() {
             for r in 0..16 {
                 let gpu = gpu(mb.dp_rank, mb.index, r);
-                let s = LayoutSizes::for_gpu(&cfg, &lengths, &plan, gpu).unwrap();
+                let s = LayoutSizes::for_gpu(&setup_of(&cfg), &lengths, &plan, gpu).unwrap();
                 let mut spans = vec![Span::default(); s.spans as usize];
                 let mut cu = [
                     vec![0; s.local_cu_seqlens as usize],
@@ -1343,7 +1344,7 @@ mod tests {
                     gather_index: &mut [],
                     rings: &mut rings,
                 };
-                let l = fill(&cfg, &lengths, &plan, gpu, out).unwrap();
+                let l = fill(&setup_of(&cfg), &lengths, &plan, gpu, out).unwrap();
                 if s.rings > 0 {
                     assert_eq!(l.rings, s.rings);
                     let mut next = 0;
@@ -1403,7 +1404,7 @@ mod tests {
         );
         for mb in plan.micro_batches() {
             for r in 0..4 {
-                let s = LayoutSizes::for_gpu(&cfg, &lengths, &plan, gpu(mb.dp_rank, mb.index, r))
+                let s = LayoutSizes::for_gpu(&setup_of(&cfg), &lengths, &plan, gpu(mb.dp_rank, mb.index, r))
                     .unwrap();
                 assert!(s.spans <= max.spans && s.positions <= max.positions);
                 assert!(s.local_cu_seqlens <= max.local_cu_seqlens);
@@ -1542,7 +1543,7 @@ mod tests {
             3,
             "the table lists the non-empty ones"
         );
-        assert_eq!(crate::plan::check(&cfg, &lengths, &plan), Ok(()));
+        assert_eq!(crate::plan::check(&setup_of(&cfg), &lengths, &plan), Ok(()));
         for r in 0..2 {
             let o = layout_of(&cfg, &lengths, &plan, gpu(1, 1, r));
             assert_eq!(o.layout.micro_batch_global, NO_MICRO_BATCH);
@@ -1557,7 +1558,7 @@ mod tests {
             );
         }
         assert!(matches!(
-            LayoutSizes::for_gpu(&cfg, &lengths, &plan, gpu(1, 2, 0)),
+            LayoutSizes::for_gpu(&setup_of(&cfg), &lengths, &plan, gpu(1, 2, 0)),
             Err(LayoutError::NoSuchGpu {
                 micro_batches: 2,
                 ..

@@ -4,6 +4,7 @@
 use crate::config::Config;
 use crate::error::{Buffer, Error};
 use crate::plan::check::{CheckError, check};
+use crate::setup::Setup;
 
 /// `Placement::cp_rank` of a sequence sharded over the whole CP group.
 pub const SHARDED: i32 = -1;
@@ -306,21 +307,20 @@ pub struct PlanParts<'a> {
 }
 
 impl<'a> Plan<'a> {
-    /// Rebuilds the read-only view of a plan of `cfg` and `lengths` from its raw slices, and
+    /// Rebuilds the read-only view of a plan of `setup` and `lengths` from its raw slices, and
     /// validates it with the independent [`check`] (so every accessor and the layout see a
     /// consistent plan). The summary is recounted from the parts; `rollbacks` is taken as
     /// given.
     ///
     /// # Errors
-    /// The first violation [`check`] finds; [`CheckError::Shape`] also when `cfg` is invalid
-    /// ([`Config::validate`]), [`CheckError::MicroBatchTable`] when the micro-batch counts add
+    /// The first violation [`check`] finds; [`CheckError::MicroBatchTable`] when the micro-batch counts add
     /// up to more than the members. Never panics, whatever the slices hold.
     pub fn from_parts(
-        cfg: &Config,
+        setup: &Setup,
         lengths: &[u32],
         parts: PlanParts<'a>,
     ) -> Result<Plan<'a>, CheckError> {
-        cfg.validate().map_err(|_| CheckError::Shape)?;
+        let cfg = setup.config();
         let mut plan = Plan {
             dp: cfg.dp,
             cp: cfg.cp,
@@ -331,7 +331,7 @@ impl<'a> Plan<'a> {
             micro_batches_per_dp: parts.micro_batches_per_dp,
             summary: Summary::default(),
         };
-        check(cfg, lengths, &plan)?;
+        check(setup, lengths, &plan)?;
         // `check` bounded the table by the sequence count (at most MAX_SEQS).
         let count = |k: usize| u32::try_from(k).map_err(|_| CheckError::Shape);
         plan.summary = Summary {

@@ -43,8 +43,10 @@ use crate::kernel::ranks::{self, Ledger, Rooms, Slots, Stop, UNSET};
 use crate::kernel::sort::{key_index, sort_ascending_radix};
 use crate::model::eval::GROUP_LEVELS;
 use crate::model::fixed::{CAP, IntModel, Link};
-use crate::model::time::{Ring, TimeModel};
-use crate::plan::{CpGroup, Plan, PlanBuffers, PlanWriter, SHARDED, Workspace};
+use crate::model::time::Ring;
+use crate::plan::{CpGroup, Plan, PlanBuffers, PlanWriter, SHARDED};
+use crate::setup::Setup;
+use crate::setup::workspace::Scratch;
 
 /// Most bins of the LPT grouping (its state lives on the stack).
 const MAX_BINS: usize = 256;
@@ -1073,29 +1075,30 @@ impl DpSearch<'_, '_> {
 /// [`Error::MicroBatchLimit`] when no candidate fits `cfg.max_micro_batches`, or
 /// [`Error::DacpFailed`] (defensive: one sequence per micro-batch always fits sharded).
 pub(crate) fn schedule<'b>(
-    cfg: &Config,
+    setup: &Setup,
     lengths: &[u32],
-    ws: &mut Workspace<'_>,
+    ws: &mut Scratch<'_>,
     out: PlanBuffers<'b>,
     total_tokens: u64,
 ) -> Result<Plan<'b>, Error> {
-    plan_with(cfg, lengths, ws, out, total_tokens, true)
+    plan_with(setup, lengths, ws, out, total_tokens, true)
 }
 
 /// [`schedule`], with the shortcuts that change no plan on or off ([`Placer::shortcuts`]).
 fn plan_with<'b>(
-    cfg: &Config,
+    setup: &Setup,
     lengths: &[u32],
-    ws: &mut Workspace<'_>,
+    ws: &mut Scratch<'_>,
     out: PlanBuffers<'b>,
     total_tokens: u64,
     shortcuts: bool,
 ) -> Result<Plan<'b>, Error> {
+    let cfg = setup.config();
     let n = lengths.len();
     let dp = cfg.dp as usize;
-    let budget = cfg.budget();
-    let tm = TimeModel::new(&cfg.cost_model(), cfg);
-    let im = IntModel::new(&tm, budget);
+    let budget = setup.budget();
+    let im = setup.int_model();
+    let tm = *im.time_model();
     sort_ascending_radix(lengths, ws.keys, ws.seqs, ws.scratch);
     // Per-sequence costs, once per distinct length: whole and shard attention, and work.
     // (The workspace check guarantees 4n words; the fallback is never taken.)
@@ -1389,6 +1392,7 @@ fn write_plan<'b>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_support::setup_of;
     use crate::config::{ModelShape, Policy, ShardPadding, Victim};
     use crate::plan::Placement;
     use crate::plan::{self};
@@ -1404,7 +1408,7 @@ mod tests {
         // Garbage in every buffer: the policy must not depend on their contents.
         let mut bufs = OwnedPlan::filled(lengths.len(), &cfg, 1);
         let plan = bufs.schedule(&cfg, lengths)?;
-        assert_eq!(plan::check(&cfg, lengths, &plan), Ok(()), "{lengths:?}");
+        assert_eq!(plan::check(&setup_of(&cfg), lengths, &plan), Ok(()), "{lengths:?}");
         Ok((
             plan.placements().to_vec(),
             plan.micro_batches_per_dp().to_vec(),
@@ -1536,8 +1540,10 @@ mod tests {
         for shortcuts in [true, false] {
             let mut bufs = OwnedPlan::filled(lengths.len(), &cfg, 3);
             let (mut ws, out) = bufs.parts();
-            let plan = plan_with(&cfg, lengths, &mut ws, out, total, shortcuts).unwrap();
-            assert_eq!(plan::check(&cfg, lengths, &plan), Ok(()));
+            let setup = Setup::new(&cfg).unwrap();
+            let mut rows = ws.carve(lengths.len(), cfg.dp as usize, true).unwrap();
+            let plan = plan_with(&setup, lengths, &mut rows, out, total, shortcuts).unwrap();
+            assert_eq!(plan::check(&setup_of(&cfg), lengths, &plan), Ok(()));
             got.push((
                 plan.placements().to_vec(),
                 plan.micro_batches_per_dp().to_vec(),
@@ -1673,7 +1679,7 @@ mod tests {
                 dp_times: &mut d,
                 dp_offsets: &mut o,
             };
-            let ev = evaluate_placements(cfg, lengths, &p, out).unwrap();
+            let ev = evaluate_placements(&setup_of(cfg), lengths, &p, out).unwrap();
             assert!(ev.report.within_budget());
             let subs = p.iter().filter(|x| x.is_subgroup(cfg.cp)).count();
             (ev.report.iteration_time, subs)
@@ -1726,7 +1732,7 @@ mod tests {
             let mut d = vec![0.0; es.dp_times];
             let mut o = vec![0u32; es.dp_offsets];
             let ev = evaluate_placements(
-                &c,
+                &setup_of(&c),
                 lengths,
                 plan.placements(),
                 EvalBuffers {

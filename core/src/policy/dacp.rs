@@ -8,6 +8,7 @@
 //! FLOPs load, then most room) and the paper's round-robin baseline, Algorithm 4 (most room;
 //! FLOPs ignored).
 
+use crate::setup::Setup;
 use heapless::Vec as HVec;
 
 use crate::config::budget::Budget;
@@ -254,7 +255,7 @@ pub struct DacpOutcome {
     pub rollbacks: u32,
 }
 
-/// Runs DACP on one micro-batch of `lengths` under `cfg` (its `cp`, `bucket`, padding,
+/// Runs DACP on one micro-batch of `lengths` under `setup`'s configuration (its `cp`, `bucket`, padding,
 /// `victim`, model and FLOPs formula), writing `out[k]` = -1 (sharded) or the CP rank that
 /// holds sequence `k`.
 ///
@@ -264,14 +265,14 @@ pub struct DacpOutcome {
 /// The configuration and length errors of [`schedule`](crate::schedule()), an
 /// [`Error::BufferTooSmall`], or [`Error::DacpFailed`] when the micro-batch cannot fit.
 pub fn place(
-    cfg: &Config,
+    setup: &Setup,
     lengths: &[u32],
     order: &mut [u32],
     out: &mut [i32],
 ) -> Result<DacpOutcome, Error> {
     use crate::error::Buffer;
-    cfg.validate()?;
-    let budget = cfg.budget();
+    let cfg = setup.config();
+    let budget = setup.budget();
     budget.check_lengths(lengths)?;
     let n = lengths.len();
     if order.len() < n {
@@ -322,6 +323,7 @@ pub fn place(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_support::setup_of;
     use crate::config::{ModelShape, Victim};
 
     fn dacp(
@@ -333,7 +335,7 @@ mod tests {
         let cfg = Config::new(1, cp, bucket, ModelShape::QWEN2_5_0_5B).with_victim(victim);
         let mut order = [0u32; 9];
         let mut out = [0i32; 9];
-        let o = place(&cfg, lengths, &mut order, &mut out)?;
+        let o = place(&setup_of(&cfg), lengths, &mut order, &mut out)?;
         Ok((out, o.rollbacks))
     }
 

@@ -18,7 +18,8 @@ use crate::kernel::group::{max_strided_sum, strided};
 use crate::kernel::lpt::{group_by_dp, lpt};
 use crate::kernel::sort::sort_ascending_radix;
 use crate::model::flops::FlopsModel;
-use crate::plan::{Placement, PlanWriter, Workspace};
+use crate::plan::{Placement, PlanWriter};
+use crate::setup::workspace::Scratch;
 use crate::policy::dacp::{self, MemberSlots, Rule};
 
 /// Greatest common divisor (`gcd(0, 0) = 0`).
@@ -43,7 +44,7 @@ fn gcd(mut a: u64, mut b: u64) -> u64 {
 pub(crate) fn bin_pack(
     cfg: &Config,
     flops: &FlopsModel,
-    ws: &mut Workspace<'_>,
+    ws: &mut Scratch<'_>,
     n: usize,
     dp_of: &mut [Placement],
 ) {
@@ -87,7 +88,7 @@ pub(crate) fn bin_pack(
 pub(crate) fn run(
     cfg: &Config,
     lengths: &[u32],
-    ws: &mut Workspace<'_>,
+    ws: &mut Scratch<'_>,
     w: &mut PlanWriter<'_>,
     rule: Rule,
 ) -> Result<(), Error> {
@@ -231,7 +232,7 @@ mod tests {
             let (mut keys, mut seqs, mut scratch) = (vec![0u64; n], vec![0u32; n], vec![0u32; n]);
             let (mut loads, mut heap, mut start) =
                 (vec![0u128; d], vec![0u32; d], vec![0u32; d + 1]);
-            let mut ws = Workspace {
+            let mut ws = Scratch {
                 keys: &mut keys,
                 seqs: &mut seqs,
                 scratch: &mut scratch,

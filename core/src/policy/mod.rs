@@ -18,17 +18,20 @@ pub mod gds;
 
 use crate::config::{Config, Policy};
 use crate::error::Error;
-use crate::plan::{Plan, PlanBuffers, PlanSizes, PlanWriter, Workspace, WorkspaceSizes, fill};
+use crate::plan::{Plan, PlanBuffers, PlanSizes, PlanWriter, fill};
+use crate::setup::Setup;
+use crate::setup::workspace::{Scratch, Workspace};
 use dacp::Rule;
 
 /// Plans one global batch: every sequence's DP rank, micro-batch and placement.
 ///
 /// The same `cfg` and `lengths` always give the same plan, on every platform. Runs in
 /// `O(n log n + n·cp)` for typical batches without allocating; `ws` and `out` must be at least
-/// [`WorkspaceSizes::for_batch`] and [`PlanSizes::for_batch`] large.
+/// [`Setup::workspace_sizes`] and [`PlanSizes::for_batch`] large. The configuration was
+/// validated when `setup` was built.
 ///
 /// # Errors
-/// Configuration errors ([`Error::InvalidDp`], ...), batch errors ([`Error::EmptySequence`],
+/// Batch errors ([`Error::EmptySequence`],
 /// [`Error::SequenceTooLong`], ...), [`Error::BufferTooSmall`] and
 /// [`Error::MicroBatchLimit`], and [`Error::MicroBatchCount`] when a fixed
 /// [`Config::micro_batches`] is too small. On error the contents of `out` are unspecified.
@@ -37,23 +40,23 @@ use dacp::Rule;
 /// is then filled: every DP rank reports the same count, and a rank splits its
 /// multi-sequence micro-batches rather than run an empty one (see `docs/algorithms.md`).
 pub fn schedule<'b>(
-    cfg: &Config,
+    setup: &Setup,
     lengths: &[u32],
     ws: &mut Workspace<'_>,
     out: PlanBuffers<'b>,
 ) -> Result<Plan<'b>, Error> {
-    cfg.validate()?;
-    let total = cfg.budget().check_lengths(lengths)?;
+    let cfg = setup.config();
+    let total = setup.budget().check_lengths(lengths)?;
     let n = lengths.len();
     PlanSizes::for_batch(n, cfg).check(&out)?;
-    WorkspaceSizes::for_batch(n, cfg).check(ws)?;
+    let ws = &mut ws.carve(n, cfg.dp as usize, cfg.policy == Policy::Balanced)?;
     if !cfg.fills_empty() {
-        return run(cfg, lengths, ws, out, total);
+        return run(setup, lengths, ws, out, total);
     }
     // The policy writes into the buffers, then the fill pass rearranges them in place.
     let mut out = out;
     let written = {
-        let plan = run(cfg, lengths, ws, out.reborrow(), total)?;
+        let plan = run(setup, lengths, ws, out.reborrow(), total)?;
         fill::Written {
             summary: plan.summary,
             micro_batches: plan.micro_batches.len(),
@@ -64,17 +67,18 @@ pub fn schedule<'b>(
 
 /// Runs the configured policy on validated input and buffers.
 fn run<'b>(
-    cfg: &Config,
+    setup: &Setup,
     lengths: &[u32],
-    ws: &mut Workspace<'_>,
+    ws: &mut Scratch<'_>,
     out: PlanBuffers<'b>,
     total: u64,
 ) -> Result<Plan<'b>, Error> {
+    let cfg = setup.config();
     let n = lengths.len();
     // `balanced` lends the plan buffers to itself as scratch before writing, so it takes
     // them whole; every other policy writes through a `PlanWriter`.
     match cfg.policy {
-        Policy::Balanced => balanced::schedule(cfg, lengths, ws, out, total),
+        Policy::Balanced => balanced::schedule(setup, lengths, ws, out, total),
         Policy::Skrull => written(cfg, n, total, out, |w| {
             gds::run(cfg, lengths, ws, w, Rule::Dacp)
         }),

@@ -1,0 +1,121 @@
+//! The prepared planning context: a [`Config`] validated once, with what every call derives
+//! from it (the token budget and its per-sub-group budgets, the float and integer cost
+//! models), and the scratch memory layout of a call ([`workspace`]).
+//!
+//! Build one [`Setup`] per configuration and reuse it for every batch: [`schedule`],
+//! [`plan::check`], the evaluator and the layout all take `&Setup`.
+//!
+//! [`schedule`]: crate::schedule
+//! [`plan::check`]: crate::plan::check
+
+pub mod workspace;
+
+use crate::config::budget::Budget;
+use crate::config::{Config, Policy};
+use crate::error::Error;
+use crate::model::fixed::{IntCoeffs, IntModel};
+use crate::model::time::TimeModel;
+use crate::model::CostModel;
+use workspace::WorkspaceSizes;
+
+/// A validated configuration with its derived models (see the [module docs](self)).
+///
+/// Plain data: copy it, share it between threads, or keep it in caller memory (the C ABI's
+/// prepared form). Building one validates the configuration and, for `balanced`, derives the
+/// cost model in float and integer form; planning with it never does either again.
+#[derive(Debug, Clone, Copy)]
+pub struct Setup {
+    cfg: Config,
+    cost: CostModel,
+    budget: Budget,
+    /// The cost model in float and integer form, derived when the policy plans by cost
+    /// (`balanced`); the other policies never read it while planning.
+    models: Option<(TimeModel, IntCoeffs)>,
+}
+
+impl Setup {
+    /// Validates `cfg` and derives everything a call needs.
+    ///
+    /// # Errors
+    /// What [`Config::validate`] returns.
+    pub fn new(cfg: &Config) -> Result<Setup, Error> {
+        cfg.validate()?;
+        let cost = cfg.cost_model();
+        let budget = cfg.budget();
+        let models = (cfg.policy == Policy::Balanced).then(|| {
+            let time = TimeModel::with_budget(&cost, &cfg.model, budget);
+            (time, IntCoeffs::new(&time, budget))
+        });
+        Ok(Setup {
+            cfg: *cfg,
+            cost,
+            budget,
+            models,
+        })
+    }
+
+    /// Validates `cfg` and computes its budget only: the cost models are derived on each use
+    /// ([`Setup::time_model`], [`Setup::int_model`]). For callers that only lay out or check
+    /// plans.
+    ///
+    /// # Errors
+    /// What [`Config::validate`] returns.
+    pub fn without_models(cfg: &Config) -> Result<Setup, Error> {
+        cfg.validate()?;
+        Ok(Setup {
+            cfg: *cfg,
+            cost: cfg.cost_model(),
+            budget: cfg.budget(),
+            models: None,
+        })
+    }
+
+    /// The configuration.
+    #[inline]
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    /// The resolved cost model ([`Config::cost`], or the H100 preset for the model shape).
+    #[inline]
+    pub fn cost_model(&self) -> &CostModel {
+        &self.cost
+    }
+
+    /// The token budget: what each placement costs a GPU.
+    #[inline]
+    pub fn budget(&self) -> Budget {
+        self.budget
+    }
+
+    /// The cost model bound to the model shape and CP layout (derived on the spot when the
+    /// policy does not plan by cost).
+    pub fn time_model(&self) -> TimeModel {
+        match &self.models {
+            Some((time, _)) => *time,
+            None => TimeModel::with_budget(&self.cost, &self.cfg.model, self.budget),
+        }
+    }
+
+    /// The integer cost model, with an empty tile cache (derived on the spot when the policy
+    /// does not plan by cost).
+    pub fn int_model(&self) -> IntModel {
+        match &self.models {
+            Some((_, c)) => IntModel::from_coeffs(*c),
+            None => IntModel::new(&self.time_model(), self.budget),
+        }
+    }
+
+    /// The workspace size for a batch of `n` sequences.
+    #[inline]
+    pub fn workspace_sizes(&self, n: usize) -> WorkspaceSizes {
+        WorkspaceSizes::for_batch(n, &self.cfg)
+    }
+}
+
+impl TryFrom<&Config> for Setup {
+    type Error = Error;
+    fn try_from(cfg: &Config) -> Result<Setup, Error> {
+        Setup::new(cfg)
+    }
+}
