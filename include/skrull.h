@@ -313,6 +313,17 @@ typedef uint32_t skrull_status;
 #endif // __cplusplus
 
 /**
+ * A prepared configuration, built in caller memory by `skrull_setup_init()` (opaque: its size
+ * and layout may change between versions; use `skrull_setup_size()`).
+ *
+ * Plain data with no pointers: it stays valid as long as its memory does, may be read by
+ * many threads at once (`skrull_schedule_prepared()` never writes to it), and is discarded
+ * by freeing that memory. Copying its bytes elsewhere is not supported (the handle is the
+ * address `skrull_setup_init()` returned).
+ */
+typedef struct skrull_setup skrull_setup;
+
+/**
  * The transformer shape FLOPs are counted for (frozen layout, 24 bytes).
  */
 typedef struct skrull_model_shape {
@@ -573,6 +584,48 @@ typedef struct skrull_config {
 } skrull_config;
 
 /**
+ * Details of a failed call (frozen layout, 32 bytes).
+ *
+ * A caller that wants them points `skrull_plan_buffers.error` at one of these; the call
+ * writes it only when it fails (never on success) and leaves every other output untouched.
+ * It is written only where it overlaps no other argument (each buffer at its declared
+ * capacity, the parameter structs, the configuration, the lengths and the workspace): a
+ * details struct that overlaps one is never written, and the call returns the first problem
+ * in its documented order (`SKRULL_STATUS_INVALID_ARG` when there is no earlier one).
+ * The fields a status fills are listed in `docs/c_api.md` ("Error details"); the others are
+ * `index = -1`, `field = value = limit = 0`.
+ */
+typedef struct skrull_error_info {
+    /**
+     * The status the call returned.
+     */
+    uint32_t status;
+    /**
+     * For `SKRULL_STATUS_INVALID_MODEL`: the shape field, 1 `hidden`, 2 `kv_hidden`, 3 `ffn`,
+     * 4 `layers`, 5 `vocab`; for `SKRULL_STATUS_INVALID_COST_MODEL`: the field's position in
+     * `skrull_cost_model` after `struct_size` (1 `attention_tile`, 2 `peak_flops`, ...);
+     * for `SKRULL_STATUS_UNSUPPORTED_OPTION`: 1 `flops`; for `SKRULL_STATUS_NO_SUCH_GPU`: the
+     * coordinate at fault, 1 `dp_rank >= dp`, 2 `micro_batch >= micro_batches_per_dp[dp_rank]`,
+     * 3 `cp_rank >= cp` (the first of these that holds); otherwise 0.
+     */
+    uint32_t field;
+    /**
+     * The sequence (input index), DP rank or CP rank the status is about; -1 when none.
+     */
+    int64_t index;
+    /**
+     * The offending value: the out-of-range number, the sequence's length, the batch size,
+     * the micro-batches needed, the micro-batch asked for, or the overflowing value.
+     */
+    uint64_t value;
+    /**
+     * The bound it broke: the largest accepted value, the BucketSize the sequence needs, the
+     * configured micro-batch limit, or the micro-batches the DP rank runs.
+     */
+    uint64_t limit;
+} skrull_error_info;
+
+/**
  * What `skrull_dacp_place()` decided besides the placements (frozen layout, 8 bytes).
  */
 typedef struct skrull_dacp_summary {
@@ -675,48 +728,6 @@ typedef struct skrull_summary {
      */
     uint32_t _reserved;
 } skrull_summary;
-
-/**
- * Details of a failed call (frozen layout, 32 bytes).
- *
- * A caller that wants them points `skrull_plan_buffers.error` at one of these; the call
- * writes it only when it fails (never on success) and leaves every other output untouched.
- * It is written only where it overlaps no other argument (each buffer at its declared
- * capacity, the parameter structs, the configuration, the lengths and the workspace): a
- * details struct that overlaps one is never written, and the call returns the first problem
- * in its documented order (`SKRULL_STATUS_INVALID_ARG` when there is no earlier one).
- * The fields a status fills are listed in `docs/c_api.md` ("Error details"); the others are
- * `index = -1`, `field = value = limit = 0`.
- */
-typedef struct skrull_error_info {
-    /**
-     * The status the call returned.
-     */
-    uint32_t status;
-    /**
-     * For `SKRULL_STATUS_INVALID_MODEL`: the shape field, 1 `hidden`, 2 `kv_hidden`, 3 `ffn`,
-     * 4 `layers`, 5 `vocab`; for `SKRULL_STATUS_INVALID_COST_MODEL`: the field's position in
-     * `skrull_cost_model` after `struct_size` (1 `attention_tile`, 2 `peak_flops`, ...);
-     * for `SKRULL_STATUS_UNSUPPORTED_OPTION`: 1 `flops`; for `SKRULL_STATUS_NO_SUCH_GPU`: the
-     * coordinate at fault, 1 `dp_rank >= dp`, 2 `micro_batch >= micro_batches_per_dp[dp_rank]`,
-     * 3 `cp_rank >= cp` (the first of these that holds); otherwise 0.
-     */
-    uint32_t field;
-    /**
-     * The sequence (input index), DP rank or CP rank the status is about; -1 when none.
-     */
-    int64_t index;
-    /**
-     * The offending value: the out-of-range number, the sequence's length, the batch size,
-     * the micro-batches needed, the micro-batch asked for, or the overflowing value.
-     */
-    uint64_t value;
-    /**
-     * The bound it broke: the largest accepted value, the BucketSize the sequence needs, the
-     * configured micro-batch limit, or the micro-batches the DP rank runs.
-     */
-    uint64_t limit;
-} skrull_error_info;
 
 /**
  * The consecutive CP ranks `first .. first + size` that hold one sequence (frozen layout, 8
@@ -1219,6 +1230,20 @@ void rust_eh_personality(void);
 uint32_t skrull_abi_version(void);
 
 /**
+ * Validates `config` alone: `SKRULL_STATUS_OK`, or the first problem `skrull_schedule()`
+ * would report for it (pointer, struct size, reserved fields, option integers, the cost
+ * model, then the ranges), with its details in `error` (unless NULL, misaligned or
+ * overlapping the configuration).
+ *
+ * # Safety
+ * `config`, unless NULL, points to a `skrull_config` whose `struct_size` bytes are readable
+ * (and its `cost_model`, unless NULL, to a readable `skrull_cost_model`); `error`, unless
+ * NULL, to a writable `skrull_error_info`.
+ */
+skrull_status skrull_config_check(const struct skrull_config *config,
+                                  struct skrull_error_info *error);
+
+/**
  * The version-1 initialiser: `skrull_config_init(out, 60)`. It writes the first 60 bytes
  * only (what a program built against the first header has) and sets `struct_size = 60`, so
  * the library ignores every field added since (`pad_multiple`, `pad_local`, `lockstep`,
@@ -1552,6 +1577,61 @@ skrull_status skrull_schedule(const struct skrull_config *config,
                               void *workspace,
                               size_t workspace_size,
                               const struct skrull_plan_buffers *out);
+
+/**
+ * Plans one global batch with a prepared configuration: exactly `skrull_schedule()` with the
+ * configuration `setup` was prepared from (the same checks from `lengths` on, in the same
+ * order; the same plan, bit for bit), without validating it or deriving its cost model again.
+ *
+ * `setup` must be what `skrull_setup_init()` stored: NULL is `SKRULL_STATUS_NULL_ARG`, a
+ * misaligned pointer or memory that does not hold a prepared configuration (checked by a
+ * marker word) `SKRULL_STATUS_INVALID_ARG`, reported before any other argument.
+ *
+ * # Safety
+ * - `setup`, unless NULL, points to memory readable for `skrull_setup_size()` bytes from the
+ *   handle (what `skrull_setup_init()` stored), not written during the call.
+ * - The other arguments as for `skrull_schedule()`.
+ */
+skrull_status skrull_schedule_prepared(const struct skrull_setup *setup,
+                                       const uint32_t *lengths,
+                                       size_t n,
+                                       void *workspace,
+                                       size_t workspace_size,
+                                       const struct skrull_plan_buffers *out);
+
+/**
+ * Validates `config` once and prepares it in `buf` (`len` bytes, any alignment, at least
+ * `skrull_setup_size()`), storing the handle in `*setup`. Plan with it through
+ * `skrull_schedule_prepared()` for as many batches as the configuration serves.
+ *
+ * Checks, in order: `config` exactly as `skrull_schedule()` does (pointer, struct size,
+ * reserved fields, option integers, the cost model, then the ranges), `buf` NULL, `setup`
+ * NULL or misaligned, `buf` shorter than `skrull_setup_size()`, then `buf`, `setup`, the
+ * configuration and `error` overlapping (`SKRULL_STATUS_INVALID_ARG`). On error nothing is
+ * written but `error` (unless NULL, misaligned or overlapping another argument).
+ *
+ * # Safety
+ * - `config`, unless NULL, points to a `skrull_config` whose `struct_size` bytes are
+ *   readable, and its `cost_model` pointer, unless NULL, to a readable `skrull_cost_model`.
+ * - `buf`, unless NULL, points to `len` writable bytes that nothing else touches while the
+ *   setup is in use.
+ * - `setup`, unless NULL, is writable; `error`, unless NULL, points to a writable
+ *   `skrull_error_info`.
+ */
+skrull_status skrull_setup_init(const struct skrull_config *config,
+                                void *buf,
+                                size_t len,
+                                const struct skrull_setup **setup,
+                                struct skrull_error_info *error);
+
+/**
+ * Bytes `skrull_setup_init()` needs: the prepared configuration plus the slack to align a
+ * buffer of any alignment.
+ *
+ * # Safety
+ * None: no arguments. Safe to call from any thread.
+ */
+size_t skrull_setup_size(void);
 
 /**
  * Returns a static, NUL-terminated English message for a status number.

@@ -23,7 +23,7 @@ use skrull::{
 use skrull_core::config::{MAX_BUCKET, MAX_CP, MAX_DP, MAX_SEQ_LEN, MAX_SEQS};
 use skrull_core::error::{Buffer, ShapeField};
 use skrull_core::{
-    Config, Error, FlopsFormula, ModelShape, PlanBuffers, PlanSizes, Policy, ShardPadding,
+    Config, Error, FlopsFormula, ModelShape, PlanBuffers, PlanSizes, Policy, Setup, ShardPadding,
     Workspace, WorkspaceSizes,
 };
 use skrull_kit::Guarded;
@@ -418,8 +418,6 @@ fn rust_cases() -> Vec<RCase> {
     ];
     // Every buffer one element short, named exactly, for every policy.
     let n = EXAMPLE.len();
-    // The last two (costs, marks) only `balanced` needs.
-    let needed = [n, n, n, n * 4, 2, n, n, n, 2, 2, 3, 4 * n, 4 * n];
     let which = [
         Buffer::Placements,
         Buffer::MicroBatches,
@@ -428,8 +426,10 @@ fn rust_cases() -> Vec<RCase> {
         Buffer::MicroBatchesPerDp,
     ];
     for policy in Policy::ALL {
-        let rows = if policy == Policy::Balanced { 13 } else { 11 };
-        for k in 0..rows {
+        // The workspace slab: `balanced` needs more words than the others.
+        let words = WorkspaceSizes::for_batch(n, &b.with_policy(policy)).words;
+        let needed = [n, n, n, n * 4, 2, words];
+        for k in 0..needed.len() {
             let buffer = which.get(k).copied().unwrap_or(Buffer::Workspace);
             v.push(RCase {
                 name: "one buffer one short",
@@ -473,14 +473,7 @@ fn run_rust(c: &RCase) {
         ps.members,
         ps.rank_tokens,
         ps.micro_batches_per_dp,
-        ws.keys,
-        ws.seqs,
-        ws.scratch,
-        ws.dp_loads,
-        ws.dp_heap,
-        ws.dp_start,
-        ws.costs,
-        ws.marks,
+        ws.words,
     ];
     if let Some(k) = c.short {
         s[k] -= 1;
@@ -490,24 +483,8 @@ fn run_rust(c: &RCase) {
     let mut members = Guarded::new(s[2], FILL);
     let mut rank_tokens = Guarded::new(s[3], FILL);
     let mut per_dp = Guarded::new(s[4], FILL);
-    let mut keys = Guarded::new(s[5], u64::MAX);
-    let mut seqs = Guarded::new(s[6], FILL);
-    let mut scratch = Guarded::new(s[7], FILL);
-    let mut loads = Guarded::new(s[8], u128::MAX);
-    let mut heap = Guarded::new(s[9], FILL);
-    let mut start = Guarded::new(s[10], FILL);
-    let mut costs = Guarded::new(s[11], u64::MAX);
-    let mut marks = Guarded::new(s[12], FILL);
-    let mut work = Workspace {
-        keys: keys.body_mut(),
-        seqs: seqs.body_mut(),
-        scratch: scratch.body_mut(),
-        dp_loads: loads.body_mut(),
-        dp_heap: heap.body_mut(),
-        dp_start: start.body_mut(),
-        costs: costs.body_mut(),
-        marks: marks.body_mut(),
-    };
+    let mut words = Guarded::new(s[5], u128::MAX);
+    let mut work = Workspace::new(words.body_mut());
     let out = PlanBuffers {
         placements: placements.body_mut(),
         micro_batches: micro_batches.body_mut(),
@@ -515,7 +492,11 @@ fn run_rust(c: &RCase) {
         rank_tokens: rank_tokens.body_mut(),
         micro_batches_per_dp: per_dp.body_mut(),
     };
-    let got = skrull_core::schedule(&c.cfg, &c.lengths, &mut work, out);
+    let setup = Setup::new(&c.cfg);
+    let got = setup
+        .as_ref()
+        .map_err(|e| *e)
+        .and_then(|s| skrull_core::schedule(s, &c.lengths, &mut work, out));
     let name = format!("rust {} ({:?}, short {:?})", c.name, c.cfg.policy, c.short);
     // `balanced` plans on time, not FLOPs: it refuses another FLOPs formula up front.
     let refused = Err(Error::Unsupported {
@@ -536,7 +517,7 @@ fn run_rust(c: &RCase) {
                 "{name}"
             );
             assert_eq!(
-                skrull_core::plan::check(&c.cfg, &c.lengths, plan),
+                skrull_core::plan::check(&skrull_kit::setup_of(&c.cfg), &c.lengths, plan),
                 Ok(()),
                 "{name}"
             );
@@ -549,21 +530,14 @@ fn run_rust(c: &RCase) {
     members.guards_intact(&format!("{name}: members"));
     rank_tokens.guards_intact(&format!("{name}: rank_tokens"));
     per_dp.guards_intact(&format!("{name}: micro_batches_per_dp"));
-    keys.guards_intact(&format!("{name}: keys"));
-    seqs.guards_intact(&format!("{name}: seqs"));
-    scratch.guards_intact(&format!("{name}: scratch"));
-    loads.guards_intact(&format!("{name}: dp_loads"));
-    heap.guards_intact(&format!("{name}: dp_heap"));
-    start.guards_intact(&format!("{name}: dp_start"));
-    costs.guards_intact(&format!("{name}: costs"));
-    marks.guards_intact(&format!("{name}: marks"));
+    words.guards_intact(&format!("{name}: workspace"));
 }
 
 #[test]
 #[cfg_attr(miri, ignore)] // 65,536-sequence cases
 fn rust_schedule_matrix() {
     let cases = rust_cases();
-    assert!(cases.len() > 90);
+    assert!(cases.len() > 60);
     for c in &cases {
         if c.short.is_some() || c.cfg.policy != Policy::Skrull {
             run_rust(c);
@@ -757,8 +731,9 @@ fn rust_dacp_matrix() {
         let n = lengths.len();
         let mut order = Guarded::new(n - order_short, FILL);
         let mut out = Guarded::new(n - out_short, 7i32);
-        let got =
-            skrull_core::policy::dacp::place(&cfg, &lengths, order.body_mut(), out.body_mut());
+        let got = Setup::new(&cfg).and_then(|s| {
+            skrull_core::policy::dacp::place(&s, &lengths, order.body_mut(), out.body_mut())
+        });
         match (&got, &want) {
             (Ok(o), Ok(())) => {
                 let sharded = out.body().iter().filter(|&&r| r == -1).count() as u32;

@@ -112,7 +112,9 @@ fn dacp_place_does_not_allocate() {
     let lengths = TABLE1[1].batch(5, 64, 8 * 26 * 1024);
     let mut order = vec![0u32; 64];
     let mut out = vec![0i32; 64];
-    let (n, r) = allocations_during(|| dacp::place(&cfg, &lengths, &mut order, &mut out));
+    let (n, r) = allocations_during(|| {
+        dacp::place(&skrull_kit::setup_of(&cfg), &lengths, &mut order, &mut out)
+    });
     assert!(r.is_ok(), "{r:?}");
     assert_eq!(n, 0);
 }
@@ -140,7 +142,7 @@ fn layout_fill_and_evaluate_do_not_allocate() {
                 };
                 let (n, r) = allocations_during(|| {
                     layout::fill(
-                        &cfg,
+                        &skrull_kit::setup_of(&cfg),
                         &lengths,
                         &plan,
                         gpu,
@@ -166,7 +168,8 @@ fn layout_fill_and_evaluate_do_not_allocate() {
         // The evaluator on the same plan.
         let mut ev = OwnedEval::for_batch(lengths.len(), &cfg);
         let (n, r) = allocations_during(|| {
-            eval::evaluate(&cfg, &lengths, &plan, ev.buffers()).map(|e| e.report.iteration_time)
+            eval::evaluate(&skrull_kit::setup_of(&cfg), &lengths, &plan, ev.buffers())
+                .map(|e| e.report.iteration_time)
         });
         assert!(r.is_ok(), "{r:?}");
         assert_eq!(n, 0, "evaluate allocated");

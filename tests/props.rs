@@ -14,7 +14,8 @@ fn plan_of(case: &Case, policy: Policy) -> Result<(Vec<Placement>, Vec<u32>), St
         .schedule(&cfg, &case.lengths)
         .map_err(|e| format!("{policy:?}: {e}"))?;
     independent_check(&cfg, &case.lengths, &plan).map_err(|e| format!("{policy:?}: {e}"))?;
-    plan::check(&cfg, &case.lengths, &plan).map_err(|e| format!("{policy:?}: core check {e:?}"))?;
+    plan::check(&skrull_kit::setup_of(&cfg), &case.lengths, &plan)
+        .map_err(|e| format!("{policy:?}: core check {e:?}"))?;
     Ok((
         plan.placements().to_vec(),
         plan.micro_batches_per_dp().to_vec(),

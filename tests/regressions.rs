@@ -21,7 +21,10 @@ fn run(
     let mut bufs = OwnedBuffers::for_batch(lengths.len(), cfg);
     let plan = bufs.schedule(cfg, lengths)?;
     assert_eq!(independent_check(cfg, lengths, &plan), Ok(()));
-    assert_eq!(plan::check(cfg, lengths, &plan), Ok(()));
+    assert_eq!(
+        plan::check(&skrull_kit::setup_of(cfg), lengths, &plan),
+        Ok(())
+    );
     let ranks = plan.placements().iter().map(|p| p.cp_rank).collect();
     let mbs = plan.placements().iter().map(|p| p.micro_batch).collect();
     let loads = (0..plan.micro_batches().len())

@@ -64,7 +64,7 @@ fn targets(c: &mut Criterion) {
     let cfg = config(1, skrull);
     let mb = lmsys(64);
     let (mut order, mut out) = (vec![0u32; mb.len()], vec![0i32; mb.len()]);
-    if let Err(e) = dacp::place(&cfg, &mb, &mut order, &mut out) {
+    if let Err(e) = dacp::place(&skrull_kit::setup_of(&cfg), &mb, &mut order, &mut out) {
         eprintln!("targets/dacp_64_cp8: {e}");
         return;
     }
@@ -72,7 +72,7 @@ fn targets(c: &mut Criterion) {
         .bench_function("dacp_64_cp8", |b| {
             b.iter(|| {
                 black_box(dacp::place(
-                    black_box(&cfg),
+                    black_box(&skrull_kit::setup_of(&cfg)),
                     black_box(&mb),
                     &mut order,
                     &mut out,
@@ -110,7 +110,7 @@ fn evaluator(c: &mut Criterion) {
             .bench_function(format!("lmsys_{n}_dp{dp}"), |b| {
                 b.iter(|| {
                     let r = eval::evaluate_placements(
-                        black_box(&cfg),
+                        black_box(&skrull_kit::setup_of(&cfg)),
                         black_box(&lengths),
                         black_box(&placements),
                         ev.buffers(),

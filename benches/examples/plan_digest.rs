@@ -153,7 +153,9 @@ fn main() {
             let cfg = Config::new(1, cp, bucket, model).with_victim(victim);
             let mb = &lengths[..n.min(64)];
             let (mut order, mut out) = (vec![0u32; mb.len()], vec![0i32; mb.len()]);
-            match dacp::place(&cfg, mb, &mut order, &mut out) {
+            match skrull_core::Setup::new(&cfg)
+                .and_then(|s| dacp::place(&s, mb, &mut order, &mut out))
+            {
                 Ok(o) => (o.sharded, o.rollbacks, &out).hash(&mut all),
                 Err(e) => format!("{e:?}").hash(&mut all),
             }

@@ -1,5 +1,5 @@
 //! Runs one benchmark input many times, for profilers (callgrind, perf):
-//! `[POLICY=name|floor] run_case {lmsys256|chatqa256|lmsys4096|lmsys65536|dp65536|dacp64} [iterations]`.
+//! `[POLICY=name|floor] [SETUP=reuse] run_case {lmsys256|chatqa256|lmsys4096|lmsys65536|dp65536|dacp64} [iterations]`.
 
 use std::hint::black_box;
 
@@ -32,6 +32,7 @@ fn main() {
     let cfg = config(dp, policy);
     if case == "dacp64" {
         let (mut order, mut out) = (vec![0u32; 64], vec![0i32; 64]);
+        let setup = skrull_kit::setup_of(&cfg);
         let rounds: usize = std::env::var("TIME")
             .ok()
             .and_then(|s| s.parse().ok())
@@ -40,7 +41,12 @@ fn main() {
         for _ in 0..rounds {
             let t = std::time::Instant::now();
             for _ in 0..iters {
-                let _ = black_box(dacp::place(&cfg, black_box(&lengths), &mut order, &mut out));
+                let _ = black_box(dacp::place(
+                    &setup,
+                    black_box(&lengths),
+                    &mut order,
+                    &mut out,
+                ));
             }
             per_call.push(t.elapsed().as_secs_f64() / iters.max(1) as f64);
         }
@@ -54,6 +60,10 @@ fn main() {
         return;
     }
     let mut bufs = OwnedBuffers::for_batch(lengths.len(), &cfg);
+    // SETUP=reuse plans every call with one prepared `Setup` (what a trainer does); by
+    // default each call prepares its own (the stateless `skrull_schedule` path).
+    let reuse = std::env::var("SETUP").as_deref() == Ok("reuse");
+    let setup = skrull_kit::setup_of(&cfg);
     // POLICY=floor runs the floor instead (radix sort + one placement per sequence).
     let mut floor =
         (std::env::var("POLICY").as_deref() == Ok("floor")).then(|| Floor::new(lengths.len()));
@@ -70,6 +80,10 @@ fn main() {
         for _ in 0..iters {
             if let Some(f) = floor.as_mut() {
                 mbs = black_box(f.run(black_box(&lengths)).len()) as u32;
+            } else if reuse {
+                if let Ok(p) = bufs.core().schedule_no_grow(&setup, black_box(&lengths)) {
+                    mbs = black_box(p.summary().micro_batches);
+                }
             } else if let Ok(p) = bufs.schedule_no_grow(&cfg, black_box(&lengths)) {
                 mbs = black_box(p.summary().micro_batches);
             }

@@ -97,10 +97,10 @@ fn main() {
     let mut wide = config(4, Policy::Skrull);
     wide.cp = skrull_core::config::MAX_CP;
     schedule_case("skrull 4096 LMsys DP4 CP256", wide, lmsys(4096));
-    let cfg = config(1, Policy::Skrull);
+    let setup = skrull_kit::setup_of(&config(1, Policy::Skrull));
     let mb = lmsys(64);
     on_thread("dacp::place 64 LMsys CP8", move || {
         let (mut order, mut out) = ([0u32; 64], [0i32; 64]);
-        black_box(dacp::place(&cfg, black_box(&mb), &mut order, &mut out).ok());
+        black_box(dacp::place(&setup, black_box(&mb), &mut order, &mut out).ok());
     });
 }

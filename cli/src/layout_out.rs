@@ -62,7 +62,8 @@ pub fn compute(
     plan: &Plan<'_>,
     gpu: Gpu,
 ) -> Result<GpuLayout, String> {
-    let s = LayoutSizes::for_gpu(cfg, lengths, plan, gpu).map_err(|e| e.to_string())?;
+    let s = LayoutSizes::for_gpu(&skrull_kit::setup_of(cfg), lengths, plan, gpu)
+        .map_err(|e| e.to_string())?;
     let mut g = GpuLayout {
         spans: vec![Span::default(); s.spans as usize],
         local_cu_seqlens: vec![0; s.local_cu_seqlens as usize],
@@ -85,7 +86,8 @@ pub fn compute(
         gather_index: &mut [],
         rings: &mut g.rings,
     };
-    g.layout = layout::fill(cfg, lengths, plan, gpu, out).map_err(|e| e.to_string())?;
+    g.layout = layout::fill(&skrull_kit::setup_of(cfg), lengths, plan, gpu, out)
+        .map_err(|e| e.to_string())?;
     g.rings.truncate(g.layout.rings as usize);
     Ok(g)
 }

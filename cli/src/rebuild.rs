@@ -114,7 +114,7 @@ impl RebuiltPlan {
             micro_batches_per_dp: &self.per_dp,
             rollbacks: 0,
         };
-        Plan::from_parts(cfg, lengths, parts).map_err(|e| format!("{e:?}"))
+        Plan::from_parts(&skrull_kit::setup_of(cfg), lengths, parts).map_err(|e| format!("{e:?}"))
     }
 }
 

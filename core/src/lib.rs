@@ -68,9 +68,9 @@ pub mod config;
 pub mod error;
 pub mod kernel;
 pub mod model;
-pub mod plan;
 #[cfg(any(test, feature = "alloc"))]
 pub mod owned;
+pub mod plan;
 pub mod policy;
 pub mod setup;
 
@@ -78,10 +78,10 @@ pub use config::budget::Budget;
 pub use config::{Config, FlopsFormula, ModelShape, Policy, ShardPadding, Victim};
 pub use error::Error;
 pub use model::CostModel;
-pub use plan::layout::{Gpu, Layout, LayoutBuffers, LayoutError, LayoutSizes, Span};
 #[cfg(any(test, feature = "alloc"))]
 pub use owned::OwnedBuffers;
+pub use plan::layout::{Gpu, Layout, LayoutBuffers, LayoutError, LayoutSizes, Span};
 pub use plan::{CpGroup, MicroBatch, Placement, Plan, PlanBuffers, PlanParts, PlanSizes, Summary};
+pub use policy::schedule;
 pub use setup::Setup;
 pub use setup::workspace::{Word, Workspace, WorkspaceSizes};
-pub use policy::schedule;

@@ -121,7 +121,8 @@ fn layout_of(cfg: &Config, lengths: &[u32], plan: &Plan<'_>, gpu: Gpu, max: Layo
         gather_index: &mut gather,
         rings: &mut [LayoutRing::default(); 8],
     };
-    let l = layout::fill(&setup_of(cfg), lengths, plan, gpu, out).expect("layout of an existing GPU");
+    let l =
+        layout::fill(&setup_of(cfg), lengths, plan, gpu, out).expect("layout of an existing GPU");
     let exact = LayoutSizes::for_gpu(&setup_of(cfg), lengths, plan, gpu).expect("sizes");
     spans.truncate(exact.spans as usize);
     local_cu.truncate(exact.local_cu_seqlens as usize);

@@ -119,7 +119,8 @@ unsafe fn place(
     let mut carver = unsafe { Carver::new(workspace.cast::<u8>(), workspace_size, layout.end()) }?;
     let order: &mut [u32] = carver.take(n)?;
     let staged: &mut [i32] = carver.take(n)?;
-    let outcome = skrull_core::policy::dacp::place(&cfg, lengths, order, staged)?;
+    let setup = skrull_core::Setup::without_models(&cfg)?;
+    let outcome = skrull_core::policy::dacp::place(&setup, lengths, order, staged)?;
     // SAFETY: `cp_ranks` holds at least `n` aligned writable elements and `summary` one
     // (checked above, caller contract); neither overlaps the staging workspace (checked).
     unsafe {

@@ -13,7 +13,7 @@ use core::mem::{align_of, size_of};
 use skrull_core::config::MAX_SEQS;
 use skrull_core::plan::SHARDED;
 use skrull_core::plan::layout::{self, Gpu, LayoutBuffers, LayoutSizes};
-use skrull_core::{Config, CpGroup, MicroBatch, Placement, Plan, PlanParts};
+use skrull_core::{Config, CpGroup, MicroBatch, Placement, Plan, PlanParts, Setup};
 
 use crate::boundary::{Span, any_overlap, check_out, declared, guard, lengths};
 use crate::config::{read_config, read_lenient, read_sized, skrull_config};
@@ -368,12 +368,13 @@ pub(crate) struct CallerPlan<'a> {
 /// states (the summary: one); `workspace`, unless NULL, to `workspace_size` writable bytes;
 /// nothing writes to any of them for `'a`.
 pub(crate) unsafe fn read_plan<'a>(
-    cfg: &Config,
+    setup: &Setup,
     lengths: &'a [u32],
     bufs: &skrull_plan_buffers,
     workspace: *mut c_void,
     workspace_size: usize,
 ) -> Result<CallerPlan<'a>, skrull_status> {
+    let cfg = setup.config();
     let n = lengths.len();
     if workspace.is_null() {
         return Err(skrull_status::NullArg);
@@ -464,7 +465,7 @@ pub(crate) unsafe fn read_plan<'a>(
         micro_batches_per_dp: per_dp,
         rollbacks: summary.rollbacks,
     };
-    let plan = Plan::from_parts(cfg, lengths, parts)?;
+    let plan = Plan::from_parts(setup, lengths, parts)?;
     let s = plan.summary();
     if (
         s.total_tokens,
@@ -552,7 +553,7 @@ fn check_error_target<'s>(
 pub(crate) unsafe fn read_head(
     config: *const skrull_config,
     plan: *const skrull_plan_buffers,
-) -> Result<(Config, skrull_plan_buffers), Failure> {
+) -> Result<(Setup, skrull_plan_buffers), Failure> {
     // SAFETY: forwarded caller contract for `config`.
     let cfg = unsafe { read_config(config) }?;
     // SAFETY: forwarded caller contract for `plan`.
@@ -560,7 +561,7 @@ pub(crate) unsafe fn read_head(
     if bufs._reserved != 0 {
         return Err(skrull_status::InvalidArg.into());
     }
-    Ok((cfg, bufs))
+    Ok((Setup::without_models(&cfg)?, bufs))
 }
 
 /// Checks `n` and borrows the lengths.
@@ -736,12 +737,12 @@ unsafe fn sizes(
     out: *mut skrull_layout_capacity,
 ) -> Result<(), Failure> {
     // SAFETY: forwarded caller contract.
-    let (cfg, bufs) = unsafe { read_head(config, plan) }?;
+    let (setup, bufs) = unsafe { read_head(config, plan) }?;
     // SAFETY: forwarded caller contract.
     let lengths = unsafe { read_lengths(lengths_ptr, n) }?;
     // SAFETY: forwarded caller contract.
-    let p = unsafe { read_plan(&cfg, lengths, &bufs, workspace, workspace_size) }?;
-    let s = LayoutSizes::for_gpu(&cfg, lengths, &p.plan, core_gpu(gpu))?;
+    let p = unsafe { read_plan(&setup, lengths, &bufs, workspace, workspace_size) }?;
+    let s = LayoutSizes::for_gpu(&setup, lengths, &p.plan, core_gpu(gpu))?;
     if out.is_null() {
         return Err(skrull_status::NullArg.into());
     }
@@ -930,18 +931,18 @@ unsafe fn fill(
     out: *const skrull_layout_buffers,
 ) -> Result<(), Failure> {
     // SAFETY: forwarded caller contract.
-    let (cfg, bufs) = unsafe { read_head(config, plan) }?;
+    let (setup, bufs) = unsafe { read_head(config, plan) }?;
     // SAFETY: forwarded caller contract for `out`.
     let o = unsafe { read_out(out) }?;
     // SAFETY: forwarded caller contract.
     let lengths = unsafe { read_lengths(lengths_ptr, n) }?;
     // SAFETY: forwarded caller contract.
-    let mut p = unsafe { read_plan(&cfg, lengths, &bufs, workspace, workspace_size) }?;
+    let mut p = unsafe { read_plan(&setup, lengths, &bufs, workspace, workspace_size) }?;
     let ws = declared(workspace.cast_const().cast::<u8>(), workspace_size)?;
-    let c = check_gpu(&cfg, lengths, &p, &bufs, &o, gpu, ws, &[])?;
+    let c = check_gpu(&setup, lengths, &p, &bufs, &o, gpu, ws, &[])?;
     let staged: &mut [layout::Span] = p.carver.take(c.spans)?;
     // SAFETY: `check_gpu` passed for `o` (caller contract: its buffers are writable).
-    unsafe { write_gpu(&cfg, lengths, &p.plan, &o, &c, staged) }
+    unsafe { write_gpu(&setup, lengths, &p.plan, &o, &c, staged) }
 }
 
 /// Reads one `skrull_layout_buffers` (struct size and reserved field).
@@ -982,7 +983,7 @@ pub(crate) struct Checked {
 /// `NO_SUCH_GPU`, `LAYOUT_OVERFLOW`, `NULL_ARG`, `INVALID_ARG`, `OUTPUT_TOO_SMALL`.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn check_gpu(
-    cfg: &Config,
+    setup: &Setup,
     lengths: &[u32],
     p: &CallerPlan<'_>,
     bufs: &skrull_plan_buffers,
@@ -991,8 +992,9 @@ pub(crate) fn check_gpu(
     ws: Span,
     more_inputs: &[Span],
 ) -> Result<Checked, Failure> {
+    let cfg = setup.config();
     let g = core_gpu(gpu);
-    let s = LayoutSizes::for_gpu(cfg, lengths, &p.plan, g)?;
+    let s = LayoutSizes::for_gpu(setup, lengths, &p.plan, g)?;
     if o.layout.is_null() {
         return Err(skrull_status::NullArg.into());
     }
@@ -1086,7 +1088,7 @@ pub(crate) fn check_gpu(
 /// `c` is what [`check_gpu`] returned for `o` and this plan, and `o`'s buffers are writable
 /// for the counts it checked and touched by nothing else during the call.
 pub(crate) unsafe fn write_gpu(
-    cfg: &Config,
+    setup: &Setup,
     lengths: &[u32],
     plan: &Plan<'_>,
     o: &skrull_layout_buffers,
@@ -1113,7 +1115,7 @@ pub(crate) unsafe fn write_gpu(
         }
     };
     // Every check `fill` makes already passed in `check_gpu` (and it writes nothing on error).
-    let l = layout::fill(cfg, lengths, plan, c.gpu, bufs)?;
+    let l = layout::fill(setup, lengths, plan, c.gpu, bufs)?;
     // SAFETY: `o.spans` holds at least `c.spans` writable, aligned spans, `o.rings` (unless
     // NULL) this GPU's rings, `o.rings_count` (unless NULL) and `o.layout` one value each
     // (checked), disjoint from the workspace the staged spans live in (checked).

@@ -135,7 +135,7 @@ struct Call {
 /// As [`skrull_layout_fill_many`] for every pointer of `call`.
 unsafe fn fill_many(call: &Call) -> Result<(), Failure> {
     // SAFETY: forwarded caller contract.
-    let (cfg, bufs) = unsafe { read_head(call.config, call.plan) }?;
+    let (setup, bufs) = unsafe { read_head(call.config, call.plan) }?;
     // SAFETY: `count` readable GPUs unless NULL (caller contract).
     let (gpus, gpus_span) = unsafe { input(call.gpus, call.count, call.count) }?;
     // SAFETY: `count` readable pointers unless NULL (caller contract).
@@ -147,7 +147,7 @@ unsafe fn fill_many(call: &Call) -> Result<(), Failure> {
     // SAFETY: forwarded caller contract.
     let lengths = unsafe { read_lengths(call.lengths, call.n) }?;
     // SAFETY: forwarded caller contract.
-    let mut p = unsafe { read_plan(&cfg, lengths, &bufs, call.workspace, call.workspace_size) }?;
+    let mut p = unsafe { read_plan(&setup, lengths, &bufs, call.workspace, call.workspace_size) }?;
     let ws = declared(
         call.workspace.cast_const().cast::<u8>(),
         call.workspace_size,
@@ -157,7 +157,7 @@ unsafe fn fill_many(call: &Call) -> Result<(), Failure> {
     for (&gpu, &out) in gpus.iter().zip(outs) {
         // SAFETY: as above (nothing was written yet).
         let o = unsafe { read_out(out) }?;
-        check_gpu(&cfg, lengths, &p, &bufs, &o, gpu, ws, &more)?;
+        check_gpu(&setup, lengths, &p, &bufs, &o, gpu, ws, &more)?;
     }
     // The spans of one GPU at a time, staged in the same workspace region (a GPU's layout
     // has at most `2n` spans, what the workspace holds).
@@ -167,10 +167,10 @@ unsafe fn fill_many(call: &Call) -> Result<(), Failure> {
         // (a caller error that leaves outputs unspecified, never an unchecked write).
         // SAFETY: as above.
         let o = unsafe { read_out(out) }?;
-        let c = check_gpu(&cfg, lengths, &p, &bufs, &o, gpu, ws, &more)?;
+        let c = check_gpu(&setup, lengths, &p, &bufs, &o, gpu, ws, &more)?;
         let staged = staging.get_mut(..c.spans).ok_or(skrull_status::Internal)?;
         // SAFETY: `check_gpu` passed for `o` (caller contract: its buffers are writable).
-        unsafe { write_gpu(&cfg, lengths, &p.plan, &o, &c, staged) }?;
+        unsafe { write_gpu(&setup, lengths, &p.plan, &o, &c, staged) }?;
     }
     Ok(())
 }

@@ -14,7 +14,9 @@
 //! - [`config`]: `skrull_config` (extensible, `struct_size` first), option constants, presets;
 //! - [`workspace`]: buffer sizing (`skrull_workspace_size()`, `skrull_plan_sizes()`);
 //! - [`plan`]: the frozen output records and `skrull_plan_buffers`;
-//! - [`schedule`]: `skrull_schedule()`; [`dacp`]: `skrull_dacp_place()`;
+//! - [`schedule`]: `skrull_schedule()`; [`setup`]: the prepared form
+//!   (`skrull_setup_init()`, `skrull_schedule_prepared()`) and `skrull_config_check()`;
+//!   [`dacp`]: `skrull_dacp_place()`;
 //! - [`layout`]: one GPU's execution layout (`skrull_layout_sizes_max()`,
 //!   `skrull_layout_sizes()`, `skrull_layout_fill()`);
 //! - [`version`]: `SKRULL_ABI_VERSION`, `skrull_abi_version()`, `skrull_version()`;
@@ -47,6 +49,7 @@ pub mod layout;
 pub mod layout_many;
 pub mod plan;
 pub mod schedule;
+pub mod setup;
 pub mod status;
 pub mod version;
 pub mod workspace;
@@ -78,6 +81,10 @@ pub use plan::{
     skrull_sizes, skrull_summary,
 };
 pub use schedule::skrull_schedule;
+pub use setup::{
+    skrull_config_check, skrull_schedule_prepared, skrull_setup, skrull_setup_init,
+    skrull_setup_size,
+};
 pub use status::{skrull_status, skrull_status_str};
 pub use version::{SKRULL_ABI_VERSION, skrull_abi_version, skrull_version};
 pub use workspace::{skrull_plan_sizes, skrull_workspace_size};

@@ -4,7 +4,7 @@
 use core::ffi::c_void;
 
 use skrull_core::plan::SHARDED;
-use skrull_core::{Config, Plan, PlanBuffers, Workspace};
+use skrull_core::{Config, Plan, PlanBuffers, Setup, Workspace};
 
 use crate::boundary::{Span, any_overlap, check_out, declared, guard, lengths};
 use crate::config::{read_config, read_sized, skrull_config};
@@ -104,6 +104,26 @@ unsafe fn schedule(
 ) -> Result<(), Failure> {
     // SAFETY: forwarded caller contract for `config`.
     let cfg = unsafe { read_config(config) }?;
+    // `read_config` validated it; this derives what the policy needs.
+    let setup = Setup::new(&cfg)?;
+    // SAFETY: forwarded caller contract.
+    unsafe { schedule_with(&setup, lengths_ptr, n, workspace, workspace_size, out) }
+}
+
+/// [`skrull_schedule`] after the configuration: the same checks, in the same order, from
+/// `out` on.
+///
+/// # Safety
+/// As [`skrull_schedule`] for every argument but the configuration.
+pub(crate) unsafe fn schedule_with(
+    setup: &Setup,
+    lengths_ptr: *const u32,
+    n: usize,
+    workspace: *mut c_void,
+    workspace_size: usize,
+    out: *const skrull_plan_buffers,
+) -> Result<(), Failure> {
+    let cfg = *setup.config();
     // SAFETY: forwarded caller contract for `out`.
     let bufs = unsafe { read_sized(out, &PLAN_BUFFERS_SIZES, skrull_plan_buffers::EMPTY) }?;
     if bufs._reserved != 0 {
@@ -157,16 +177,7 @@ unsafe fn schedule(
     // (checked).
     let mut carver = unsafe { Carver::new(workspace.cast::<u8>(), workspace_size, layout.end()) }?;
     let r = layout.carve(&mut carver)?;
-    let mut ws = Workspace {
-        keys: r.keys,
-        seqs: r.seqs,
-        scratch: r.scratch,
-        dp_loads: r.dp_loads,
-        dp_heap: r.dp_heap,
-        dp_start: r.dp_start,
-        costs: r.costs,
-        marks: r.marks,
-    };
+    let mut ws = Workspace::new(r.slab);
     let staged = PlanBuffers {
         placements: r.placements,
         micro_batches: r.micro_batches,
@@ -174,7 +185,7 @@ unsafe fn schedule(
         rank_tokens: r.rank_tokens,
         micro_batches_per_dp: r.micro_batches_per_dp,
     };
-    let plan = skrull_core::schedule(&cfg, lengths, &mut ws, staged)?;
+    let plan = skrull_core::schedule(setup, lengths, &mut ws, staged)?;
     // SAFETY: every output pointer was checked non-null (or needed 0 elements), aligned, of
     // sufficient capacity and disjoint from the staging workspace and the other outputs; the
     // caller guarantees they are writable.

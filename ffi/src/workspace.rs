@@ -1,12 +1,12 @@
-//! The caller's workspace bytes: their size for a batch, and carving them into the typed
-//! scratch slices the core needs plus a staging copy of the plan (outputs are copied out only
-//! after the scheduler succeeded).
+//! The caller's workspace bytes: their size for a batch, and carving them into the core's
+//! workspace slab plus a staging copy of the plan (outputs are copied out only after the
+//! scheduler succeeded).
 
 use core::marker::PhantomData;
 use core::mem::{align_of, size_of};
 
 use skrull_core::config::{MAX_CP, MAX_DP, MAX_SEQS};
-use skrull_core::{MicroBatch, Placement};
+use skrull_core::{MicroBatch, Placement, Word, WorkspaceSizes};
 
 use crate::boundary::guard;
 use crate::plan::skrull_sizes;
@@ -19,6 +19,8 @@ const BASE_ALIGN: usize = align_of::<u128>();
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Layout {
     n: usize,
+    /// Words of the core's workspace slab.
+    words: usize,
     dp: usize,
     cp: usize,
     /// Bytes from the aligned base to the end of the last region.
@@ -33,21 +35,16 @@ impl Layout {
         }
         let (dp, cp) = (dp as usize, cp as usize);
         let mut c = Cursor(0);
-        c.skip::<u128>(dp);
-        c.skip::<u64>(n);
-        c.skip::<u64>(4 * n); // costs (balanced)
+        let words = WorkspaceSizes::for_any_policy_on(n, dp as u32).words;
+        c.skip::<Word>(words); // the core's slab
         c.skip::<Placement>(n);
         c.skip::<MicroBatch>(n);
         c.skip::<u32>(n); // members
         c.skip::<u32>(n * cp); // rank_tokens
         c.skip::<u32>(dp); // micro_batches_per_dp
-        c.skip::<u32>(n); // seqs
-        c.skip::<u32>(n); // scratch
-        c.skip::<u32>(dp); // dp_heap
-        c.skip::<u32>(dp + 1); // dp_start
-        c.skip::<u32>(4 * n); // marks (balanced)
         Some(Layout {
             n,
+            words,
             dp,
             cp,
             end: c.0,
@@ -137,19 +134,12 @@ impl<'a> Carver<'a> {
 
 /// Every region of a carved workspace.
 pub(crate) struct Regions<'a> {
-    pub(crate) dp_loads: &'a mut [u128],
-    pub(crate) keys: &'a mut [u64],
+    pub(crate) slab: &'a mut [Word],
     pub(crate) placements: &'a mut [Placement],
     pub(crate) micro_batches: &'a mut [MicroBatch],
     pub(crate) members: &'a mut [u32],
     pub(crate) rank_tokens: &'a mut [u32],
     pub(crate) micro_batches_per_dp: &'a mut [u32],
-    pub(crate) seqs: &'a mut [u32],
-    pub(crate) scratch: &'a mut [u32],
-    pub(crate) dp_heap: &'a mut [u32],
-    pub(crate) dp_start: &'a mut [u32],
-    pub(crate) costs: &'a mut [u64],
-    pub(crate) marks: &'a mut [u32],
 }
 
 impl Layout {
@@ -160,19 +150,12 @@ impl Layout {
     pub(crate) fn carve<'a>(&self, c: &mut Carver<'a>) -> Result<Regions<'a>, skrull_status> {
         let (n, dp, cp) = (self.n, self.dp, self.cp);
         Ok(Regions {
-            dp_loads: c.take(dp)?,
-            keys: c.take(n)?,
-            costs: c.take(4 * n)?,
+            slab: c.take(self.words)?,
             placements: c.take(n)?,
             micro_batches: c.take(n)?,
             members: c.take(n)?,
             rank_tokens: c.take(n * cp)?,
             micro_batches_per_dp: c.take(dp)?,
-            seqs: c.take(n)?,
-            scratch: c.take(n)?,
-            dp_heap: c.take(dp)?,
-            dp_start: c.take(dp + 1)?,
-            marks: c.take(4 * n)?,
         })
     }
 
@@ -262,8 +245,10 @@ mod tests {
                 let mut c = unsafe { Carver::new(ptr, bytes, layout.end()) }.unwrap();
                 let r = layout.carve(&mut c).unwrap();
                 assert_eq!(r.rank_tokens.len(), n * cp as usize);
-                assert_eq!(r.dp_start.len(), dp as usize + 1);
-                assert!(r.dp_loads.as_ptr().is_aligned());
+                assert_eq!(r.micro_batches_per_dp.len(), dp as usize);
+                let words = WorkspaceSizes::for_any_policy_on(n, dp).words;
+                assert_eq!(r.slab.len(), words);
+                assert!(r.slab.as_ptr().is_aligned());
                 // One byte less must not fit at the worst alignment.
                 if ptr.align_offset(BASE_ALIGN) == BASE_ALIGN - 1 {
                     // SAFETY: as above.

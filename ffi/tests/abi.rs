@@ -7,7 +7,6 @@ use core::ptr::{null, null_mut};
 use std::ffi::CStr;
 
 use skrull::*;
-use skrull_core::{MicroBatch, Placement, PlanBuffers, PlanSizes, Workspace, WorkspaceSizes};
 
 /// Buffers a C caller would allocate for one batch, pre-filled with guard values.
 struct Outs {
@@ -145,39 +144,10 @@ fn batch(seed: u64, n: usize, max: u32) -> Vec<u32> {
 fn assert_same_as_core(cfg: &skrull_config, lengths: &[u32], outs: &Outs) {
     let core = cfg.to_core().unwrap();
     let n = lengths.len();
-    let ps = PlanSizes::for_batch(n, &core);
-    let wsz = WorkspaceSizes::for_any_policy(n, &core);
-    let mut placements = vec![Placement::default(); ps.placements];
-    let mut mbs = vec![MicroBatch::default(); ps.micro_batches];
-    let mut members = vec![0u32; ps.members];
-    let mut rank_tokens = vec![0u32; ps.rank_tokens];
-    let mut per_dp = vec![0u32; ps.micro_batches_per_dp];
-    let (mut keys, mut seqs, mut scratch) = (vec![0; wsz.keys], vec![0; wsz.seqs], vec![0; n]);
-    let (mut loads, mut heap, mut start) = (
-        vec![0u128; wsz.dp_loads],
-        vec![0u32; wsz.dp_heap],
-        vec![0u32; wsz.dp_start],
-    );
-    let (mut costs, mut marks) = (vec![0u64; wsz.costs], vec![0u32; wsz.marks]);
-    let mut ws = Workspace {
-        keys: &mut keys,
-        seqs: &mut seqs,
-        scratch: &mut scratch,
-        dp_loads: &mut loads,
-        dp_heap: &mut heap,
-        dp_start: &mut start,
-        costs: &mut costs,
-        marks: &mut marks,
-    };
-    let out = PlanBuffers {
-        placements: &mut placements,
-        micro_batches: &mut mbs,
-        members: &mut members,
-        rank_tokens: &mut rank_tokens,
-        micro_batches_per_dp: &mut per_dp,
-    };
-    let plan = skrull_core::schedule(&core, lengths, &mut ws, out).unwrap();
-    assert!(skrull_core::plan::check(&core, lengths, &plan).is_ok());
+    let setup = skrull_core::Setup::new(&core).unwrap();
+    let mut bufs = skrull_core::OwnedBuffers::new();
+    let plan = bufs.schedule(&setup, lengths).unwrap();
+    assert!(skrull_core::plan::check(&setup, lengths, &plan).is_ok());
     for (i, (c, p)) in outs.placements.iter().zip(plan.placements()).enumerate() {
         let share = if p.is_sharded() {
             core.shard_tokens(lengths[i])

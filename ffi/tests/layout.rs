@@ -259,13 +259,14 @@ fn core_layout(s: &Sched, gpu: skrull_gpu) -> (layout::Layout, Vec<Span>, [Vec<i
         micro_batches_per_dp: &s.per_dp,
         rollbacks: s.summary.rollbacks,
     };
-    let plan = Plan::from_parts(&cfg, &s.lengths, parts).unwrap();
+    let setup = skrull_core::Setup::new(&cfg).unwrap();
+    let plan = Plan::from_parts(&setup, &s.lengths, parts).unwrap();
     let g = Gpu {
         dp_rank: gpu.dp_rank,
         micro_batch: gpu.micro_batch,
         cp_rank: gpu.cp_rank,
     };
-    let z = LayoutSizes::for_gpu(&cfg, &s.lengths, &plan, g).unwrap();
+    let z = LayoutSizes::for_gpu(&setup, &s.lengths, &plan, g).unwrap();
     let mut spans = vec![Span::default(); z.spans as usize];
     let mut arrays = [
         vec![0; z.local_cu_seqlens as usize],
@@ -288,7 +289,7 @@ fn core_layout(s: &Sched, gpu: skrull_gpu) -> (layout::Layout, Vec<Span>, [Vec<i
         gather_index: &mut gather,
         rings: &mut [],
     };
-    let l = layout::fill(&cfg, &s.lengths, &plan, g, out).unwrap();
+    let l = layout::fill(&setup, &s.lengths, &plan, g, out).unwrap();
     (l, spans, arrays, gather)
 }
 

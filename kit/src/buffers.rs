@@ -55,3 +55,13 @@ pub(crate) fn grow<T: Default + Clone>(v: &mut Vec<T>, n: usize) {
         v.resize(n, T::default());
     }
 }
+
+/// The prepared [`Setup`] of a configuration the caller knows is valid (a plan was made with
+/// it), for tests and checkers.
+///
+/// # Panics
+/// When `cfg` is invalid: a bug in the caller.
+#[allow(clippy::expect_used)]
+pub fn setup_of(cfg: &Config) -> Setup {
+    Setup::without_models(cfg).expect("a configuration that already planned is valid")
+}

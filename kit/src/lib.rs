@@ -41,6 +41,6 @@ pub mod fuzz;
 pub mod guarded;
 pub mod sample;
 
-pub use buffers::OwnedBuffers;
+pub use buffers::{OwnedBuffers, setup_of};
 pub use eval::OwnedEval;
 pub use guarded::Guarded;

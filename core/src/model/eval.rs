@@ -734,10 +734,10 @@ pub fn lower_bound_with(tm: &TimeModel, cfg: &Config, lengths: &[u32]) -> LowerB
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::test_support::setup_of;
     use crate::config::{ModelShape, Policy};
     use crate::model::cost::CostModel;
     use crate::test_support::OwnedPlan;
+    use crate::test_support::setup_of;
 
     use std::vec;
     use std::vec::Vec;
@@ -942,7 +942,8 @@ mod tests {
             ..ok
         };
         let mut b3 = Bufs::new(3, &cfg);
-        let ev = evaluate_placements(&setup_of(&cfg), &[1, 2, 3], &[ok, third, ok], b3.out()).unwrap();
+        let ev =
+            evaluate_placements(&setup_of(&cfg), &[1, 2, 3], &[ok, third, ok], b3.out()).unwrap();
         assert_eq!(ev.micro_batches[1].time, 0.0);
         assert_eq!(ev.report.micro_batches, 2);
         let _ = gap;
@@ -969,7 +970,8 @@ mod tests {
                 let cfg = base.with_policy(policy);
                 let placements = plan_placements(&cfg, &lengths);
                 let mut b = Bufs::new(lengths.len(), &cfg);
-                let ev = evaluate_placements(&setup_of(&cfg), &lengths, &placements, b.out()).unwrap();
+                let ev =
+                    evaluate_placements(&setup_of(&cfg), &lengths, &placements, b.out()).unwrap();
                 assert!(ev.report.within_budget());
                 assert_eq!(ev.report.lower_bound, lb);
                 assert!(ev.report.iteration_time >= lb.value, "{policy:?}");

@@ -218,11 +218,11 @@ pub fn check(setup: &Setup, lengths: &[u32], plan: &Plan<'_>) -> Result<(), Chec
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::test_support::setup_of;
     use crate::config::Config;
     use crate::config::{ModelShape, Policy};
     use crate::plan::types::{MicroBatch, Placement, PlanParts, Summary};
     use crate::test_support::OwnedPlan;
+    use crate::test_support::setup_of;
 
     use std::vec::Vec;
 

@@ -387,10 +387,10 @@ fn compact(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::test_support::setup_of;
     use crate::config::{ModelShape, Policy, ShardPadding};
     use crate::plan::check::{CheckError, check};
     use crate::test_support::OwnedPlan;
+    use crate::test_support::setup_of;
     use std::vec::Vec;
 
     /// SplitMix64, for reproducible inputs.

@@ -904,10 +904,10 @@ pub fn fill(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::test_support::setup_of;
     use crate::config::ShardPadding;
     use crate::config::{ModelShape, Policy};
     use crate::test_support::OwnedPlan;
+    use crate::test_support::setup_of;
 
     use crate::Error;
     use std::vec;
@@ -1404,8 +1404,13 @@ mod tests {
         );
         for mb in plan.micro_batches() {
             for r in 0..4 {
-                let s = LayoutSizes::for_gpu(&setup_of(&cfg), &lengths, &plan, gpu(mb.dp_rank, mb.index, r))
-                    .unwrap();
+                let s = LayoutSizes::for_gpu(
+                    &setup_of(&cfg),
+                    &lengths,
+                    &plan,
+                    gpu(mb.dp_rank, mb.index, r),
+                )
+                .unwrap();
                 assert!(s.spans <= max.spans && s.positions <= max.positions);
                 assert!(s.local_cu_seqlens <= max.local_cu_seqlens);
                 assert!(s.sharded_cu_seqlens <= max.sharded_cu_seqlens);

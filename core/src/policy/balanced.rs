@@ -1392,11 +1392,11 @@ fn write_plan<'b>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::test_support::setup_of;
     use crate::config::{ModelShape, Policy, ShardPadding, Victim};
     use crate::plan::Placement;
     use crate::plan::{self};
     use crate::test_support::OwnedPlan;
+    use crate::test_support::setup_of;
 
     use std::vec;
     use std::vec::Vec;
@@ -1408,7 +1408,11 @@ mod tests {
         // Garbage in every buffer: the policy must not depend on their contents.
         let mut bufs = OwnedPlan::filled(lengths.len(), &cfg, 1);
         let plan = bufs.schedule(&cfg, lengths)?;
-        assert_eq!(plan::check(&setup_of(&cfg), lengths, &plan), Ok(()), "{lengths:?}");
+        assert_eq!(
+            plan::check(&setup_of(&cfg), lengths, &plan),
+            Ok(()),
+            "{lengths:?}"
+        );
         Ok((
             plan.placements().to_vec(),
             plan.micro_batches_per_dp().to_vec(),

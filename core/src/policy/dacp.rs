@@ -323,8 +323,8 @@ pub fn place(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::test_support::setup_of;
     use crate::config::{ModelShape, Victim};
+    use crate::test_support::setup_of;
 
     fn dacp(
         lengths: &[u32],

@@ -19,8 +19,8 @@ use crate::kernel::lpt::{group_by_dp, lpt};
 use crate::kernel::sort::sort_ascending_radix;
 use crate::model::flops::FlopsModel;
 use crate::plan::{Placement, PlanWriter};
-use crate::setup::workspace::Scratch;
 use crate::policy::dacp::{self, MemberSlots, Rule};
+use crate::setup::workspace::Scratch;
 
 /// Greatest common divisor (`gcd(0, 0) = 0`).
 fn gcd(mut a: u64, mut b: u64) -> u64 {

@@ -13,9 +13,9 @@ pub mod workspace;
 use crate::config::budget::Budget;
 use crate::config::{Config, Policy};
 use crate::error::Error;
+use crate::model::CostModel;
 use crate::model::fixed::{IntCoeffs, IntModel};
 use crate::model::time::TimeModel;
-use crate::model::CostModel;
 use workspace::WorkspaceSizes;
 
 /// A validated configuration with its derived models (see the [module docs](self)).

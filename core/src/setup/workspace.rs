@@ -30,6 +30,14 @@ impl WorkspaceSizes {
         Self::for_batch(n, &cfg.with_policy(Policy::Balanced))
     }
 
+    /// The size that fits every policy for `n` sequences on `dp` DP ranks (what the C ABI
+    /// lends).
+    pub fn for_any_policy_on(n: usize, dp: u32) -> WorkspaceSizes {
+        WorkspaceSizes {
+            words: Rows::new(n, dp as usize, true).words(),
+        }
+    }
+
     /// Bytes of a slab of this size.
     pub fn bytes(&self) -> usize {
         self.words * size_of::<Word>()
@@ -75,7 +83,12 @@ impl<'a> Workspace<'a> {
     ///
     /// # Errors
     /// [`Error::BufferTooSmall`] when the slab is shorter than [`WorkspaceSizes::for_batch`].
-    pub(crate) fn carve(&mut self, n: usize, dp: usize, balanced: bool) -> Result<Scratch<'_>, Error> {
+    pub(crate) fn carve(
+        &mut self,
+        n: usize,
+        dp: usize,
+        balanced: bool,
+    ) -> Result<Scratch<'_>, Error> {
         let rows = Rows::new(n, dp, balanced);
         let short = Error::BufferTooSmall {
             buffer: Buffer::Workspace,
@@ -196,7 +209,12 @@ mod tests {
                 let d = dp as usize;
                 let extra = if b { 4 * n } else { 0 };
                 assert_eq!(
-                    [s.keys.len(), s.seqs.len(), s.scratch.len(), s.dp_loads.len()],
+                    [
+                        s.keys.len(),
+                        s.seqs.len(),
+                        s.scratch.len(),
+                        s.dp_loads.len()
+                    ],
                     [n, n, n, d]
                 );
                 assert_eq!([s.dp_heap.len(), s.dp_start.len()], [d, d + 1]);
@@ -206,7 +224,11 @@ mod tests {
                     let err = Workspace::new(&mut short).carve(n, d, b).unwrap_err();
                     assert_eq!(
                         err,
-                        Error::BufferTooSmall { buffer: Buffer::Workspace, needed: words, got: words - 1 }
+                        Error::BufferTooSmall {
+                            buffer: Buffer::Workspace,
+                            needed: words,
+                            got: words - 1
+                        }
                     );
                 }
             }

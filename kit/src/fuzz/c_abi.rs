@@ -66,7 +66,7 @@ pub fn rust_plan(cfg: &Config, lengths: &[u32]) -> Result<RustPlan, Error> {
     if let Err(e) = check_rust_plan(cfg, lengths, &plan) {
         panic!("Rust API plan fails the independent check: {e}");
     }
-    if let Err(e) = skrull_core::plan::check(cfg, lengths, &plan) {
+    if let Err(e) = skrull_core::plan::check(&crate::setup_of(cfg), lengths, &plan) {
         panic!("Rust API plan fails the core check: {e:?}");
     }
     let mbs = plan.micro_batches().to_vec();

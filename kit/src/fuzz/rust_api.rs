@@ -13,8 +13,8 @@ use skrull::{
 use skrull_core::config::{MAX_CP, MAX_DP};
 use skrull_core::error::Buffer;
 use skrull_core::{
-    Config, Error, FlopsFormula, MicroBatch, Placement, PlanBuffers, PlanSizes, Policy, Workspace,
-    WorkspaceSizes,
+    Config, Error, FlopsFormula, MicroBatch, Placement, PlanBuffers, PlanSizes, Policy, Setup,
+    Workspace, WorkspaceSizes,
 };
 
 use super::decode::{Perturb, decode};
@@ -37,24 +37,19 @@ pub fn rust_api(data: &[u8]) {
         ..cfg
     };
     let ps = PlanSizes::for_batch(n, &sized);
-    let wsz = WorkspaceSizes::for_any_policy(n, &sized);
+    let wsz = WorkspaceSizes::for_batch(n, &sized);
     let mut sizes = [
         ps.placements,
         ps.micro_batches,
         ps.members,
         ps.rank_tokens,
         ps.micro_batches_per_dp,
-        wsz.keys,
-        wsz.seqs,
-        wsz.scratch,
-        wsz.dp_loads,
-        wsz.dp_heap,
-        wsz.dp_start,
+        wsz.words,
     ];
     let mut short: Option<usize> = None;
     match input.perturb {
         Perturb::OutputShort(w) => short = Some(usize::from(w % 5)),
-        Perturb::WorkspaceShort(w) => short = Some(5 + usize::from(w % 6)),
+        Perturb::WorkspaceShort(_) => short = Some(5),
         _ => {}
     }
     if let Some(k) = short {
@@ -69,21 +64,8 @@ pub fn rust_api(data: &[u8]) {
     let mut members = vec![0u32; sizes[2]];
     let mut rank_tokens = vec![0u32; sizes[3]];
     let mut per_dp = vec![0u32; sizes[4]];
-    let mut keys = vec![0u64; sizes[5]];
-    let (mut seqs, mut scratch) = (vec![0u32; sizes[6]], vec![0u32; sizes[7]]);
-    let mut loads = vec![0u128; sizes[8]];
-    let (mut heap, mut start) = (vec![0u32; sizes[9]], vec![0u32; sizes[10]]);
-    let (mut costs, mut marks) = (vec![0u64; wsz.costs], vec![0u32; wsz.marks]);
-    let mut work = Workspace {
-        keys: &mut keys,
-        seqs: &mut seqs,
-        scratch: &mut scratch,
-        dp_loads: &mut loads,
-        dp_heap: &mut heap,
-        dp_start: &mut start,
-        costs: &mut costs,
-        marks: &mut marks,
-    };
+    let mut words = vec![0u128; sizes[5]];
+    let mut work = Workspace::new(&mut words);
     let out = PlanBuffers {
         placements: &mut placements,
         micro_batches: &mut micro_batches,
@@ -94,7 +76,11 @@ pub fn rust_api(data: &[u8]) {
     let pre = cfg
         .validate()
         .and_then(|()| cfg.budget().check_lengths(lengths).map(|_| ()));
-    let r = skrull_core::schedule(&cfg, lengths, &mut work, out);
+    let setup = Setup::new(&cfg);
+    let r = setup
+        .as_ref()
+        .map_err(|e| *e)
+        .and_then(|s| skrull_core::schedule(s, lengths, &mut work, out));
     match (&r, pre, short) {
         (Err(e), Err(p), _) => assert_eq!(*e, p, "the first error must be reported"),
         (Ok(_), Err(p), _) => panic!("planned although {p:?}"),
@@ -139,7 +125,10 @@ pub fn rust_api(data: &[u8]) {
             if let Err(e) = check_rust_plan(&cfg, lengths, plan) {
                 panic!("plan fails the independent check: {e}");
             }
-            if let Err(e) = skrull_core::plan::check(&cfg, lengths, plan) {
+            let Ok(setup) = &setup else {
+                panic!("planned without a setup");
+            };
+            if let Err(e) = skrull_core::plan::check(setup, lengths, plan) {
                 panic!("plan fails the core check: {e:?}");
             }
         }
@@ -153,7 +142,8 @@ fn dacp_both(cfg: &Config, cost: Option<&skrull_cost_model>, lengths: &[u32]) {
     let n = lengths.len();
     let mut order = vec![0u32; n];
     let mut ranks = vec![7i32; n];
-    let r = skrull_core::policy::dacp::place(cfg, lengths, &mut order, &mut ranks);
+    let r = Setup::new(cfg)
+        .and_then(|s| skrull_core::policy::dacp::place(&s, lengths, &mut order, &mut ranks));
     let mut c = skrull_config::from_core(cfg);
     if let Some(m) = cost {
         c.cost_model = m;

@@ -40,7 +40,7 @@ pub(super) fn core_fill(
     gpu: Gpu,
     with_positions: bool,
 ) -> Result<CoreLayout, LayoutError> {
-    let z = LayoutSizes::for_gpu(cfg, lengths, plan, gpu)?;
+    let z = LayoutSizes::for_gpu(&crate::setup_of(cfg), lengths, plan, gpu)?;
     let npos = if with_positions {
         z.positions as usize
     } else {
@@ -69,7 +69,7 @@ pub(super) fn core_fill(
     if z.spans > 0 {
         let mut short = vec![layout::Span::default(); z.spans as usize - 1];
         let r = layout::fill(
-            cfg,
+            &crate::setup_of(cfg),
             lengths,
             plan,
             gpu,
@@ -99,7 +99,7 @@ pub(super) fn core_fill(
     // Room for every ring (the core writes as many as the GPU has).
     let mut rings = [LayoutRing::default(); MAX_RINGS as usize];
     c.l = layout::fill(
-        cfg,
+        &crate::setup_of(cfg),
         lengths,
         plan,
         gpu,

@@ -211,7 +211,8 @@ pub fn layout(data: &[u8]) -> Run {
         };
         let want_sizes = match &plan {
             None => Err(skrull_status::PlanInvalid),
-            Some(p) => LayoutSizes::for_gpu(&cfg, &lengths, p, gpu).map_err(skrull_status::from),
+            Some(p) => LayoutSizes::for_gpu(&crate::setup_of(&cfg), &lengths, p, gpu)
+                .map_err(skrull_status::from),
         };
         // This GPU's rings, which the C sizes have no field for: the core counts them when one
         // is a sub-group, else there is the whole group's if anything is sharded.

@@ -202,7 +202,7 @@ pub(super) fn core_plan<'a>(
         micro_batches_per_dp: &h.per_dp[..dp],
         rollbacks: h.summary.rollbacks,
     };
-    let plan = Plan::from_parts(cfg, lengths, parts).ok()?;
+    let plan = Plan::from_parts(&crate::setup_of(cfg), lengths, parts).ok()?;
     let s = plan.summary();
     let c = &h.summary;
     let same = (
