@@ -1,0 +1,232 @@
+//! The core's layering, read from its source: no file imports a higher layer, and no import
+//! circle exists except at most one between two files of the same folder. The layers, lowest
+//! first, are drawn in `docs/architecture.md`.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs;
+use std::path::{Path, PathBuf};
+
+/// The layer of a core source file (its path under `core/src`), lowest first; `None` for
+/// files outside the layering (the crate root and test support).
+fn layer(file: &str) -> Option<usize> {
+    if file == "model/eval.rs" {
+        return Some(6); // the evaluator reads plans: it sits above them
+    }
+    let top = file.split('/').next()?.trim_end_matches(".rs");
+    Some(match top {
+        "config" | "error" => 0,
+        "model" => 1,
+        "kernel" => 2,
+        "setup" => 3,
+        "plan" => 4,
+        "policy" => 5,
+        "owned" => 7,
+        _ => return None,
+    })
+}
+
+/// Every `.rs` file under `dir`, as paths relative to `root`.
+fn sources(root: &Path, dir: &Path, out: &mut Vec<String>) {
+    let mut entries: Vec<PathBuf> = fs::read_dir(dir)
+        .expect("core/src is readable")
+        .map(|e| e.expect("a directory entry").path())
+        .collect();
+    entries.sort();
+    for p in entries {
+        if p.is_dir() {
+            sources(root, &p, out);
+        } else if p.extension().is_some_and(|e| e == "rs") {
+            let rel = p.strip_prefix(root).expect("under root");
+            out.push(rel.to_string_lossy().replace('\\', "/"));
+        }
+    }
+}
+
+/// The module path of a source file: `config/mod.rs` -> `config`, `plan/check.rs` ->
+/// `plan::check`.
+fn module_of(file: &str) -> Vec<String> {
+    let mut parts: Vec<String> = file
+        .trim_end_matches(".rs")
+        .split('/')
+        .map(String::from)
+        .collect();
+    if parts.last().is_some_and(|p| p == "mod" || p == "lib") {
+        parts.pop();
+    }
+    parts
+}
+
+/// The code before the unit tests, without comments (doc links are not imports).
+fn production(text: &str) -> String {
+    let code = match text.find("#[cfg(test)]\nmod tests") {
+        Some(i) => &text[..i],
+        None => text,
+    };
+    code.lines()
+        .filter(|l| !l.trim_start().starts_with("//"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Every `crate::a::b::...` path in `text`, with `use crate::x::{y, z::w}` groups expanded.
+fn crate_paths(text: &str) -> Vec<Vec<String>> {
+    let mut out = Vec::new();
+    let mut rest = text;
+    while let Some(i) = rest.find("crate::") {
+        rest = &rest[i + "crate::".len()..];
+        let end = rest
+            .find(|c: char| !(c.is_alphanumeric() || c == '_' || c == ':'))
+            .unwrap_or(rest.len());
+        let base: Vec<String> = rest[..end]
+            .split("::")
+            .filter(|s| !s.is_empty())
+            .map(String::from)
+            .collect();
+        if rest[end..].starts_with('{') {
+            let close = rest[end..].find('}').map_or(rest.len(), |c| end + c);
+            for item in rest[end + 1..close].split(',') {
+                let mut p = base.clone();
+                p.extend(
+                    item.trim()
+                        .split("::")
+                        .filter(|s| !s.is_empty() && *s != "self")
+                        .map(|s| s.split_whitespace().next().unwrap_or(s).to_string()),
+                );
+                out.push(p);
+            }
+        } else {
+            out.push(base);
+        }
+    }
+    out
+}
+
+/// The import graph of the core's production code: file -> files it names.
+fn graph() -> BTreeMap<String, BTreeSet<String>> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../core/src");
+    let mut files = Vec::new();
+    sources(&root, &root, &mut files);
+    let modules: BTreeMap<Vec<String>, String> =
+        files.iter().map(|f| (module_of(f), f.clone())).collect();
+    let mut edges = BTreeMap::new();
+    for f in &files {
+        if layer(f).is_none() || f.ends_with("tests.rs") {
+            continue;
+        }
+        let text = fs::read_to_string(root.join(f)).expect("a readable source file");
+        let mut to = BTreeSet::new();
+        for path in crate_paths(&production(&text)) {
+            // The longest prefix that names a module file.
+            let target = (1..=path.len())
+                .rev()
+                .find_map(|k| modules.get(&path[..k]));
+            if let Some(t) = target
+                && t != f
+                && layer(t).is_some()
+            {
+                to.insert(t.clone());
+            }
+        }
+        edges.insert(f.clone(), to);
+    }
+    edges
+}
+
+/// Strongly connected components with more than one file (Tarjan).
+fn circles(edges: &BTreeMap<String, BTreeSet<String>>) -> Vec<Vec<String>> {
+    struct T<'a> {
+        edges: &'a BTreeMap<String, BTreeSet<String>>,
+        index: BTreeMap<&'a str, usize>,
+        low: BTreeMap<&'a str, usize>,
+        stack: Vec<&'a str>,
+        on: BTreeSet<&'a str>,
+        out: Vec<Vec<String>>,
+    }
+    impl<'a> T<'a> {
+        fn visit(&mut self, v: &'a str) {
+            let i = self.index.len();
+            self.index.insert(v, i);
+            self.low.insert(v, i);
+            self.stack.push(v);
+            self.on.insert(v);
+            for w in self.edges.get(v).into_iter().flatten() {
+                let w = w.as_str();
+                if !self.edges.contains_key(w) {
+                    continue;
+                }
+                if !self.index.contains_key(w) {
+                    self.visit(w);
+                    let m = self.low[v].min(self.low[w]);
+                    self.low.insert(v, m);
+                } else if self.on.contains(w) {
+                    let m = self.low[v].min(self.index[w]);
+                    self.low.insert(v, m);
+                }
+            }
+            if self.low[v] == self.index[v] {
+                let mut comp = Vec::new();
+                while let Some(w) = self.stack.pop() {
+                    self.on.remove(w);
+                    comp.push(w.to_string());
+                    if w == v {
+                        break;
+                    }
+                }
+                if comp.len() > 1 {
+                    comp.sort();
+                    self.out.push(comp);
+                }
+            }
+        }
+    }
+    let mut t = T {
+        edges,
+        index: BTreeMap::new(),
+        low: BTreeMap::new(),
+        stack: Vec::new(),
+        on: BTreeSet::new(),
+        out: Vec::new(),
+    };
+    for v in edges.keys() {
+        if !t.index.contains_key(v.as_str()) {
+            t.visit(v);
+        }
+    }
+    t.out
+}
+
+#[test]
+fn no_file_imports_a_higher_layer() {
+    let edges = graph();
+    assert!(edges.len() > 20, "the source walk found the core");
+    let upward: Vec<String> = edges
+        .iter()
+        .flat_map(|(f, to)| to.iter().map(move |t| (f, t)))
+        .filter(|(f, t)| layer(f) < layer(t))
+        .map(|(f, t)| format!("{f} -> {t}"))
+        .collect();
+    assert!(upward.is_empty(), "imports of a higher layer: {upward:#?}");
+}
+
+#[test]
+fn at_most_one_import_circle_between_two_files_of_one_folder() {
+    let found = circles(&graph());
+    let folder = |f: &String| f.rsplit_once('/').map(|(d, _)| d.to_string());
+    let allowed = found.len() <= 1
+        && found
+            .iter()
+            .all(|c| c.len() == 2 && folder(&c[0]).is_some() && folder(&c[0]) == folder(&c[1]));
+    assert!(allowed, "import circles in core: {found:#?}");
+}
+
+#[test]
+fn the_path_reader_expands_groups_and_ignores_tests() {
+    let text = "use crate::config::{Config, budget::Budget};\n/// [`x`](crate::model::eval)\n\
+                fn f() { crate::plan::check(); }\n#[cfg(test)]\nmod tests { use crate::policy::gds; }";
+    let paths = crate_paths(&production(text));
+    let names: Vec<String> = paths.iter().map(|p| p.join("::")).collect();
+    assert_eq!(
+        names,
+        ["config::Config", "config::budget::Budget", "plan::check"]
+    );
+}
