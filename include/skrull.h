@@ -1201,15 +1201,6 @@ extern "C" {
 #endif // __cplusplus
 
 /**
- * The unwinding personality routine that the precompiled `core` of a hosted target (built with
- * `panic = "unwind"`) refers to from its unwind tables. Nothing in this library unwinds (it is
- * built with `panic = "abort"`, and it never calls back into foreign code), so it is never
- * called; it exists so that the `no_std` static library links on such targets without the
- * standard library. Bare-metal targets (`target_os = "none"`) ship a `core` that needs none.
- */
-void rust_eh_personality(void);
-
-/**
  * Returns the ABI version of the linked library; a program should check that it equals the
  * `SKRULL_ABI_VERSION` it was compiled with.
  *
