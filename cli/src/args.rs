@@ -208,6 +208,11 @@ pub fn config_over(flags: &Flags, base: Config) -> Result<Config, String> {
     Ok(cfg)
 }
 
+/// `a|b|c`: the names an option flag accepts, for its error message.
+pub fn one_of<const N: usize>(names: [&str; N]) -> String {
+    names.join("|")
+}
+
 /// What `--subgroups` asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Subgroups {
@@ -266,19 +271,28 @@ pub fn options_with(flags: &Flags, base: Config, compare: bool) -> Result<Config
         cfg.subgroups = s.enabled();
     }
     if let Some(v) = flags.get("--victim") {
-        cfg.victim = Victim::from_name(v)
-            .ok_or_else(|| format!("--victim: '{v}' is not shortest|longest"))?;
+        cfg.victim = Victim::from_name(v).ok_or_else(|| {
+            format!(
+                "--victim: '{v}' is not {}",
+                one_of(Victim::ALL.map(Victim::name))
+            )
+        })?;
     }
     if let Some(f) = flags.get("--flops") {
-        cfg.flops = match f {
-            "paper" => FlopsFormula::Paper,
-            "megatron" => FlopsFormula::Megatron,
-            _ => return Err(format!("--flops: '{f}' is not paper|megatron")),
-        };
+        cfg.flops = FlopsFormula::from_name(f).ok_or_else(|| {
+            format!(
+                "--flops: '{f}' is not {}",
+                one_of(FlopsFormula::ALL.map(FlopsFormula::name))
+            )
+        })?;
     }
     if let Some(p) = flags.get("--shard-padding") {
-        cfg.shard_padding = ShardPadding::from_name(p)
-            .ok_or_else(|| format!("--shard-padding: '{p}' is not none|zigzag"))?;
+        cfg.shard_padding = ShardPadding::from_name(p).ok_or_else(|| {
+            format!(
+                "--shard-padding: '{p}' is not {}",
+                one_of(ShardPadding::ALL.map(ShardPadding::name))
+            )
+        })?;
     }
     cfg.max_micro_batches = flags.tokens("--max-micro-batches", cfg.max_micro_batches)?;
     cfg.pad_multiple = flags.tokens("--pad-multiple", cfg.pad_multiple)?;
@@ -323,8 +337,12 @@ pub fn cost_over(
             .ok_or_else(|| format!("--gpus-per-node: '{v}' is not a positive whole number"))?;
     }
     if let Some(o) = flags.get("--overlap") {
-        cost.overlap = Overlap::from_name(o)
-            .ok_or_else(|| format!("--overlap: '{o}' is not local-attention|all-attention"))?;
+        cost.overlap = Overlap::from_name(o).ok_or_else(|| {
+            format!(
+                "--overlap: '{o}' is not {}",
+                one_of(Overlap::ALL.map(Overlap::name))
+            )
+        })?;
     }
     cost.validate().map_err(|e| e.to_string())?;
     Ok(Some(cost))

@@ -111,6 +111,24 @@ pub enum FlopsFormula {
     Megatron,
 }
 
+impl FlopsFormula {
+    /// Every formula, in a fixed order (the C ABI's `SKRULL_FLOPS_*` numbers).
+    pub const ALL: [FlopsFormula; 2] = [FlopsFormula::Paper, FlopsFormula::Megatron];
+
+    /// The formula's stable name (`paper`, `megatron`).
+    pub fn name(self) -> &'static str {
+        match self {
+            FlopsFormula::Paper => "paper",
+            FlopsFormula::Megatron => "megatron",
+        }
+    }
+
+    /// Parses a name given by [`FlopsFormula::name`].
+    pub fn from_name(name: &str) -> Option<FlopsFormula> {
+        Self::ALL.iter().copied().find(|f| f.name() == name)
+    }
+}
+
 /// Which scheduling policy writes the plan.
 ///
 /// Every option of [`Config`] is honoured by every policy it concerns: the rollback
@@ -177,6 +195,9 @@ pub enum Victim {
 }
 
 impl Victim {
+    /// Every victim, in a fixed order (the C ABI's `SKRULL_VICTIM_*` numbers).
+    pub const ALL: [Victim; 2] = [Victim::Shortest, Victim::Longest];
+
     /// The option's stable name (`shortest`, `longest`).
     pub fn name(self) -> &'static str {
         match self {
@@ -187,11 +208,7 @@ impl Victim {
 
     /// Parses a name given by [`Victim::name`].
     pub fn from_name(name: &str) -> Option<Victim> {
-        match name {
-            "shortest" => Some(Victim::Shortest),
-            "longest" => Some(Victim::Longest),
-            _ => None,
-        }
+        Self::ALL.iter().copied().find(|v| v.name() == name)
     }
 }
 
@@ -207,6 +224,9 @@ pub enum ShardPadding {
 }
 
 impl ShardPadding {
+    /// Every padding, in a fixed order (the C ABI's `SKRULL_SHARD_PADDING_*` numbers).
+    pub const ALL: [ShardPadding; 2] = [ShardPadding::None, ShardPadding::Zigzag];
+
     /// The option's stable name (`none`, `zigzag`).
     pub fn name(self) -> &'static str {
         match self {
@@ -217,11 +237,7 @@ impl ShardPadding {
 
     /// Parses a name given by [`ShardPadding::name`].
     pub fn from_name(name: &str) -> Option<ShardPadding> {
-        match name {
-            "none" => Some(ShardPadding::None),
-            "zigzag" => Some(ShardPadding::Zigzag),
-            _ => None,
-        }
+        Self::ALL.iter().copied().find(|p| p.name() == name)
     }
 }
 
@@ -468,13 +484,24 @@ mod tests {
     }
 
     #[test]
-    fn policy_and_victim_names_round_trip() {
+    fn option_names_round_trip() {
         for p in Policy::ALL {
             assert_eq!(Policy::from_name(p.name()), Some(p));
         }
         assert_eq!(Policy::from_name("fifo"), None);
-        for v in [Victim::Shortest, Victim::Longest] {
+        for v in Victim::ALL {
             assert_eq!(Victim::from_name(v.name()), Some(v));
         }
+        for f in FlopsFormula::ALL {
+            assert_eq!(FlopsFormula::from_name(f.name()), Some(f));
+        }
+        for p in ShardPadding::ALL {
+            assert_eq!(ShardPadding::from_name(p.name()), Some(p));
+        }
+        assert_eq!(Victim::ALL[0], Victim::default());
+        assert_eq!(FlopsFormula::ALL[0], FlopsFormula::default());
+        assert_eq!(ShardPadding::ALL[0], ShardPadding::default());
+        assert_eq!(FlopsFormula::from_name("Paper"), None);
+        assert_eq!(ShardPadding::from_name(""), None);
     }
 }

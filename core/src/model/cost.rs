@@ -127,6 +127,9 @@ pub enum Overlap {
 }
 
 impl Overlap {
+    /// Every overlap, in a fixed order (the C ABI's `SKRULL_OVERLAP_*` numbers).
+    pub const ALL: [Overlap; 2] = [Overlap::LocalAttention, Overlap::AllAttention];
+
     /// The option's stable name (`local-attention`, `all-attention`).
     pub fn name(self) -> &'static str {
         match self {
@@ -137,11 +140,7 @@ impl Overlap {
 
     /// Parses a name given by [`Overlap::name`].
     pub fn from_name(name: &str) -> Option<Overlap> {
-        match name {
-            "local-attention" => Some(Overlap::LocalAttention),
-            "all-attention" => Some(Overlap::AllAttention),
-            _ => None,
-        }
+        Self::ALL.iter().copied().find(|o| o.name() == name)
     }
 }
 
