@@ -1270,6 +1270,23 @@ skrull_status skrull_config_preset_init(uint32_t preset,
                                         size_t out_size);
 
 /**
+ * Fills the first `out_size` bytes of `*out` with the recommended preset: the layout and
+ * BucketSize of `preset` (`SKRULL_PRESET_*`) with the options the CLI and the Python package
+ * default to, `SKRULL_POLICY_BALANCED` and `subgroups = 1` (so the caller must read each
+ * sharded sequence's `cp_first`/`cp_size`). `skrull_config_init()` and
+ * `skrull_config_preset_init()` keep the paper's `SKRULL_POLICY_SKRULL` with `subgroups = 0`.
+ * A struct too small to hold `subgroups` gets the library's default for it (off).
+ *
+ * Returns the statuses of `skrull_config_preset_init()`; on error nothing is written.
+ *
+ * # Safety
+ * As [`skrull_config_init`].
+ */
+skrull_status skrull_config_recommended_init(uint32_t preset,
+                                             struct skrull_config *out,
+                                             size_t out_size);
+
+/**
  * Fills the first `out_size` bytes of `*out` with a GPU preset (`SKRULL_GPU_*`) for a model
  * shape (the shape picks the attention table: head dim 64 for the Qwen2.5-0.5B shape, 128
  * otherwise; NULL: the Qwen2.5-0.5B shape) and sets `struct_size = min(out_size,

@@ -166,18 +166,18 @@ pub fn model_name(shape: &ModelShape) -> String {
     )
 }
 
-/// The policy the CLI plans with when `--policy` is not given: `balanced`, which beats the
-/// best of `skrull`, `packed` and `deepspeed` on every `skrull simulate` row
-/// (docs/balanced.md).
-pub const DEFAULT_POLICY: Policy = Policy::Balanced;
+/// The policy the CLI plans with when `--policy` is not given: the core's
+/// [`RECOMMENDED_POLICY`](skrull_core::config::RECOMMENDED_POLICY) (`balanced`).
+pub const DEFAULT_POLICY: Policy = skrull_core::config::RECOMMENDED_POLICY;
 
-/// Builds a [`Config`] from the flags over the paper's defaults (DP 4, CP 8, BucketSize 26K,
-/// Qwen2.5-0.5B) and `default_policy`: see [`config_over`].
+/// Builds a [`Config`] from the flags over [`Config::recommended`] for the paper's layout
+/// (DP 4, CP 8, BucketSize 26K, Qwen2.5-0.5B) with `default_policy`: see [`config_over`].
 ///
 /// # Errors
 /// A message naming the bad flag and value, or the configuration error.
 pub fn config_from(flags: &Flags, default_policy: Policy) -> Result<Config, String> {
-    let base = Config::new(4, 8, 26 * 1024, ModelShape::QWEN2_5_0_5B).with_policy(default_policy);
+    let base =
+        Config::recommended(4, 8, 26 * 1024, ModelShape::QWEN2_5_0_5B).with_policy(default_policy);
     config_over(flags, base)
 }
 

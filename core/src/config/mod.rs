@@ -184,6 +184,10 @@ impl Policy {
     }
 }
 
+/// The policy of [`Config::recommended`]: `balanced`, which beats the best of `skrull`,
+/// `packed` and `deepspeed` on every `skrull simulate` row (`docs/balanced.md`).
+pub const RECOMMENDED_POLICY: Policy = Policy::Balanced;
+
 /// Which local sequence a DACP rollback shards.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Victim {
@@ -323,6 +327,18 @@ impl Config {
             micro_batches: 0,
             cost: None,
         }
+    }
+
+    /// The recommended configuration for a layout and model: [`RECOMMENDED_POLICY`]
+    /// (`balanced`) with sub-groups on, every other option as [`Config::new`]. The CLI's
+    /// `skrull plan`, the C ABI's `skrull_config_recommended_init` and Python's `Scheduler`
+    /// default to it. [`Config::new`] keeps the paper's policy (`skrull`), and the C presets
+    /// (`skrull_config_init`, `skrull_config_preset_init`) keep `skrull` with sub-groups off,
+    /// so existing callers' plans do not change.
+    pub fn recommended(dp: u32, cp: u32, bucket: u32, model: ModelShape) -> Config {
+        let mut cfg = Config::new(dp, cp, bucket, model).with_policy(RECOMMENDED_POLICY);
+        cfg.subgroups = true;
+        cfg
     }
 
     /// Whether every DP rank reports the same micro-batch count, some of them possibly past
@@ -481,6 +497,21 @@ mod tests {
                 value: 0
             })
         );
+    }
+
+    #[test]
+    fn recommended_differs_from_new_in_the_policy_only() {
+        let new = Config::new(4, 8, 26 * 1024, ModelShape::QWEN2_5_0_5B);
+        let rec = Config::recommended(4, 8, 26 * 1024, ModelShape::QWEN2_5_0_5B);
+        assert_eq!(rec.policy, Policy::Balanced);
+        assert!(rec.subgroups);
+        assert_eq!(
+            new.policy,
+            Policy::Skrull,
+            "Config::new keeps the paper's policy"
+        );
+        assert_eq!(rec, new.with_policy(RECOMMENDED_POLICY));
+        assert_eq!(rec.validate(), Ok(()));
     }
 
     #[test]
