@@ -1212,15 +1212,6 @@ extern "C" {
 #endif // __cplusplus
 
 /**
- * The unwinding personality routine that the precompiled `core` of a hosted target (built with
- * `panic = "unwind"`) refers to from its unwind tables. Nothing in this library unwinds (it is
- * built with `panic = "abort"`, and it never calls back into foreign code), so it is never
- * called; it exists so that the `no_std` static library links on such targets without the
- * standard library. Bare-metal targets (`target_os = "none"`) ship a `core` that needs none.
- */
-void rust_eh_personality(void);
-
-/**
  * Returns the ABI version of the linked library; a program should check that it equals the
  * `SKRULL_ABI_VERSION` it was compiled with.
  *
@@ -1302,6 +1293,23 @@ skrull_status skrull_config_preset(uint32_t preset, struct skrull_config *out);
 skrull_status skrull_config_preset_init(uint32_t preset,
                                         struct skrull_config *out,
                                         size_t out_size);
+
+/**
+ * Fills the first `out_size` bytes of `*out` with the recommended preset: the layout and
+ * BucketSize of `preset` (`SKRULL_PRESET_*`) with the options the CLI and the Python package
+ * default to, `SKRULL_POLICY_BALANCED` and `subgroups = 1` (so the caller must read each
+ * sharded sequence's `cp_first`/`cp_size`). `skrull_config_init()` and
+ * `skrull_config_preset_init()` keep the paper's `SKRULL_POLICY_SKRULL` with `subgroups = 0`.
+ * A struct too small to hold `subgroups` gets the library's default for it (off).
+ *
+ * Returns the statuses of `skrull_config_preset_init()`; on error nothing is written.
+ *
+ * # Safety
+ * As [`skrull_config_init`].
+ */
+skrull_status skrull_config_recommended_init(uint32_t preset,
+                                             struct skrull_config *out,
+                                             size_t out_size);
 
 /**
  * Fills the first `out_size` bytes of `*out` with a GPU preset (`SKRULL_GPU_*`) for a model

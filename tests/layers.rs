@@ -2,6 +2,8 @@
 //! circle exists except at most one between two files of the same folder. The layers, lowest
 //! first, are drawn in `docs/architecture.md`.
 
+#![allow(clippy::expect_used)] // a test: an unreadable source tree is a failure
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -117,9 +119,7 @@ fn graph() -> BTreeMap<String, BTreeSet<String>> {
         let mut to = BTreeSet::new();
         for path in crate_paths(&production(&text)) {
             // The longest prefix that names a module file.
-            let target = (1..=path.len())
-                .rev()
-                .find_map(|k| modules.get(&path[..k]));
+            let target = (1..=path.len()).rev().find_map(|k| modules.get(&path[..k]));
             if let Some(t) = target
                 && t != f
                 && layer(t).is_some()

@@ -166,18 +166,18 @@ pub fn model_name(shape: &ModelShape) -> String {
     )
 }
 
-/// The policy the CLI plans with when `--policy` is not given: `balanced`, which beats the
-/// best of `skrull`, `packed` and `deepspeed` on every `skrull simulate` row
-/// (docs/balanced.md).
-pub const DEFAULT_POLICY: Policy = Policy::Balanced;
+/// The policy the CLI plans with when `--policy` is not given: the core's
+/// [`RECOMMENDED_POLICY`](skrull_core::config::RECOMMENDED_POLICY) (`balanced`).
+pub const DEFAULT_POLICY: Policy = skrull_core::config::RECOMMENDED_POLICY;
 
-/// Builds a [`Config`] from the flags over the paper's defaults (DP 4, CP 8, BucketSize 26K,
-/// Qwen2.5-0.5B) and `default_policy`: see [`config_over`].
+/// Builds a [`Config`] from the flags over [`Config::recommended`] for the paper's layout
+/// (DP 4, CP 8, BucketSize 26K, Qwen2.5-0.5B) with `default_policy`: see [`config_over`].
 ///
 /// # Errors
 /// A message naming the bad flag and value, or the configuration error.
 pub fn config_from(flags: &Flags, default_policy: Policy) -> Result<Config, String> {
-    let base = Config::new(4, 8, 26 * 1024, ModelShape::QWEN2_5_0_5B).with_policy(default_policy);
+    let base =
+        Config::recommended(4, 8, 26 * 1024, ModelShape::QWEN2_5_0_5B).with_policy(default_policy);
     config_over(flags, base)
 }
 
@@ -206,6 +206,11 @@ pub fn config_over(flags: &Flags, base: Config) -> Result<Config, String> {
     cfg.cost = cost_over(flags, &cfg.model, cfg.cost)?;
     cfg.validate().map_err(|e| e.to_string())?;
     Ok(cfg)
+}
+
+/// `a|b|c`: the names an option flag accepts, for its error message.
+pub fn one_of<const N: usize>(names: [&str; N]) -> String {
+    names.join("|")
 }
 
 /// What `--subgroups` asks for.
@@ -266,19 +271,28 @@ pub fn options_with(flags: &Flags, base: Config, compare: bool) -> Result<Config
         cfg.subgroups = s.enabled();
     }
     if let Some(v) = flags.get("--victim") {
-        cfg.victim = Victim::from_name(v)
-            .ok_or_else(|| format!("--victim: '{v}' is not shortest|longest"))?;
+        cfg.victim = Victim::from_name(v).ok_or_else(|| {
+            format!(
+                "--victim: '{v}' is not {}",
+                one_of(Victim::ALL.map(Victim::name))
+            )
+        })?;
     }
     if let Some(f) = flags.get("--flops") {
-        cfg.flops = match f {
-            "paper" => FlopsFormula::Paper,
-            "megatron" => FlopsFormula::Megatron,
-            _ => return Err(format!("--flops: '{f}' is not paper|megatron")),
-        };
+        cfg.flops = FlopsFormula::from_name(f).ok_or_else(|| {
+            format!(
+                "--flops: '{f}' is not {}",
+                one_of(FlopsFormula::ALL.map(FlopsFormula::name))
+            )
+        })?;
     }
     if let Some(p) = flags.get("--shard-padding") {
-        cfg.shard_padding = ShardPadding::from_name(p)
-            .ok_or_else(|| format!("--shard-padding: '{p}' is not none|zigzag"))?;
+        cfg.shard_padding = ShardPadding::from_name(p).ok_or_else(|| {
+            format!(
+                "--shard-padding: '{p}' is not {}",
+                one_of(ShardPadding::ALL.map(ShardPadding::name))
+            )
+        })?;
     }
     cfg.max_micro_batches = flags.tokens("--max-micro-batches", cfg.max_micro_batches)?;
     cfg.pad_multiple = flags.tokens("--pad-multiple", cfg.pad_multiple)?;
@@ -323,8 +337,12 @@ pub fn cost_over(
             .ok_or_else(|| format!("--gpus-per-node: '{v}' is not a positive whole number"))?;
     }
     if let Some(o) = flags.get("--overlap") {
-        cost.overlap = Overlap::from_name(o)
-            .ok_or_else(|| format!("--overlap: '{o}' is not local-attention|all-attention"))?;
+        cost.overlap = Overlap::from_name(o).ok_or_else(|| {
+            format!(
+                "--overlap: '{o}' is not {}",
+                one_of(Overlap::ALL.map(Overlap::name))
+            )
+        })?;
     }
     cost.validate().map_err(|e| e.to_string())?;
     Ok(Some(cost))

@@ -6,12 +6,10 @@ use std::fmt::Write;
 use serde_json::Value;
 use skrull_core::model::eval::{Evaluation, Report};
 use skrull_core::plan::SHARDED;
-use skrull_core::{
-    Config, CpGroup, FlopsFormula, ModelShape, Placement, Policy, ShardPadding, Victim,
-};
+use skrull_core::{Config, CpGroup, ModelShape, Placement};
 use skrull_kit::OwnedEval;
 
-use crate::args::{Flags, config_over, cost_label, model_name, parse_model, read_lengths};
+use crate::args::{Flags, config_over, cost_label, model_name, read_lengths};
 
 /// A plan read from `skrull plan --format json`.
 #[derive(Debug, Clone, PartialEq)]
@@ -29,60 +27,6 @@ fn field_u32(obj: &Value, key: &str, ctx: &str) -> Result<u32, String> {
         .and_then(Value::as_u64)
         .and_then(|v| u32::try_from(v).ok())
         .ok_or_else(|| format!("{ctx}: \"{key}\" must be a whole number"))
-}
-
-fn parse_config(c: &Value) -> Result<Config, String> {
-    let ctx = "plan config";
-    let model = match c.get("model").and_then(Value::as_str) {
-        Some(m) => parse_model(m)?,
-        None => ModelShape::QWEN2_5_0_5B,
-    };
-    let mut cfg = Config::new(
-        field_u32(c, "dp", ctx)?,
-        field_u32(c, "cp", ctx)?,
-        field_u32(c, "bucket_tokens", ctx)?,
-        model,
-    );
-    if let Some(p) = c.get("policy").and_then(Value::as_str) {
-        cfg.policy = Policy::from_name(p).ok_or_else(|| format!("{ctx}: unknown policy '{p}'"))?;
-    }
-    if let Some(v) = c.get("victim").and_then(Value::as_str) {
-        cfg.victim = Victim::from_name(v).ok_or_else(|| format!("{ctx}: unknown victim '{v}'"))?;
-    }
-    if let Some(f) = c.get("flops").and_then(Value::as_str) {
-        cfg.flops = match f {
-            "paper" => FlopsFormula::Paper,
-            "megatron" => FlopsFormula::Megatron,
-            _ => return Err(format!("{ctx}: unknown flops formula '{f}'")),
-        };
-    }
-    if let Some(p) = c.get("shard_padding").and_then(Value::as_str) {
-        cfg.shard_padding = ShardPadding::from_name(p)
-            .ok_or_else(|| format!("{ctx}: unknown shard_padding '{p}'"))?;
-    }
-    if let Some(m) = c.get("max_micro_batches").and_then(Value::as_u64) {
-        cfg.max_micro_batches = u32::try_from(m).unwrap_or(0);
-    }
-    if let Some(m) = c.get("pad_multiple").and_then(Value::as_u64) {
-        cfg.pad_multiple =
-            u32::try_from(m).map_err(|_| format!("{ctx}: pad_multiple {m} is out of range"))?;
-    }
-    cfg.pad_local = c.get("pad_local").and_then(Value::as_bool).unwrap_or(false);
-    cfg.lockstep = c.get("lockstep").and_then(Value::as_bool).unwrap_or(false);
-    cfg.fill_empty = c
-        .get("fill_empty")
-        .and_then(Value::as_bool)
-        .unwrap_or(false);
-    if let Some(m) = c.get("micro_batches").and_then(Value::as_u64) {
-        cfg.micro_batches =
-            u32::try_from(m).map_err(|_| format!("{ctx}: micro_batches {m} is out of range"))?;
-    }
-    // Absent in plans written before sub-groups: the default (on).
-    cfg.subgroups = c
-        .get("subgroups")
-        .and_then(Value::as_bool)
-        .unwrap_or(cfg.subgroups);
-    Ok(cfg)
 }
 
 /// An optional whole-number field that must fit a `u16` (a CP rank or group size).
@@ -110,7 +54,7 @@ fn field_u16(obj: &Value, key: &str, ctx: &str) -> Result<Option<u16>, String> {
 pub fn parse_plan(text: &str) -> Result<PlanFile, String> {
     let v: Value = serde_json::from_str(text).map_err(|e| format!("plan: {e}"))?;
     let config = match v.get("config") {
-        Some(c) => Some(parse_config(c)?),
+        Some(c) => Some(crate::config_keys::read(c)?),
         None => None,
     };
     let list = v

@@ -2,36 +2,11 @@
 
 use std::fmt::Write;
 
-use skrull_core::{Config, CpGroup, FlopsFormula, Plan};
+use skrull_core::{Config, CpGroup, Plan};
 
-use crate::args::model_name;
-
-/// The `"config"` object.
+/// The `"config"` object ([`config_keys::write`](crate::config_keys::write)).
 pub fn config_json(cfg: &Config) -> String {
-    format!(
-        "{{\"dp\": {}, \"cp\": {}, \"bucket_tokens\": {}, \"policy\": \"{}\", \"victim\": \"{}\", \
-         \"model\": \"{}\", \"flops\": \"{}\", \"max_micro_batches\": {}, \"shard_padding\": \"{}\", \
-         \"pad_multiple\": {}, \"pad_local\": {}, \"lockstep\": {}, \"subgroups\": {}, \
-         \"fill_empty\": {}, \"micro_batches\": {}}}",
-        cfg.dp,
-        cfg.cp,
-        cfg.bucket,
-        cfg.policy.name(),
-        cfg.victim.name(),
-        model_name(&cfg.model),
-        match cfg.flops {
-            FlopsFormula::Paper => "paper",
-            FlopsFormula::Megatron => "megatron",
-        },
-        cfg.max_micro_batches,
-        cfg.shard_padding.name(),
-        cfg.pad_multiple,
-        cfg.pad_local,
-        cfg.lockstep,
-        cfg.subgroups,
-        cfg.fill_empty,
-        cfg.micro_batches
-    )
+    crate::config_keys::write(cfg)
 }
 
 /// The whole plan as JSON: config, summary, placements (in input order; `cp = -1` means

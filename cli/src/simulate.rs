@@ -293,14 +293,11 @@ impl Default for Options {
     }
 }
 
-/// The longest sequence that fits sharded: `N x C`, less if shard padding needs it.
+/// The longest sequence that fits sharded: `N x C`, less if shard padding needs it
+/// ([`Budget::max_sharded_len`](skrull_core::config::budget::Budget::max_sharded_len); 0
+/// when nothing fits).
 pub fn sharded_limit(cfg: &Config) -> u32 {
-    let mut s = u64::from(cfg.cp) * u64::from(cfg.bucket);
-    s = s.min(u64::from(skrull_core::config::MAX_SEQ_LEN));
-    while s > 1 && cfg.shard_tokens(s as u32) > cfg.bucket {
-        s -= 1;
-    }
-    s as u32
+    cfg.budget().max_sharded_len()
 }
 
 fn config_for(setup: &Setup, template: &Config) -> Config {

@@ -64,8 +64,8 @@ pub enum Error {
     },
     /// A cost-model coefficient is out of range (not finite, negative, a zero rate, ...).
     InvalidCost {
-        /// The field's name, as in [`CostModel`](crate::model::CostModel).
-        field: &'static str,
+        /// The field ([`CostField::name`](crate::model::cost::CostField::name) names it).
+        field: crate::model::cost::CostField,
     },
     /// The policy does not apply an option that is set away from its default (the FLOPs
     /// formula of a policy that balances estimated time, not FLOPs).

@@ -1,6 +1,10 @@
 //! Test-only owned storage for one plan, so unit tests do not each rebuild the workspace and
 //! plan buffers by hand.
 
+#[path = "test_support/splitmix.rs"]
+mod splitmix;
+pub(crate) use splitmix::SplitMix64;
+
 use crate::config::Config;
 use crate::error::Error;
 use crate::owned::OwnedBuffers;

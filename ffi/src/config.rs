@@ -269,6 +269,15 @@ impl skrull_config {
         })
     }
 
+    /// The recommended preset: the paper's layout and BucketSize for a Qwen2.5 model with the
+    /// core's `Config::recommended` options (`balanced`, sub-groups on).
+    pub fn recommended(preset: u32) -> Option<Self> {
+        let cfg = Self::preset(preset)?.to_core().ok()?;
+        Some(Self::from_core(&Config::recommended(
+            cfg.dp, cfg.cp, cfg.bucket, cfg.model,
+        )))
+    }
+
     /// Translates the option integers into the core's `Config` (not yet range-checked: the
     /// core's `Config::validate` names the first bad number).
     ///
@@ -520,6 +529,27 @@ pub unsafe extern "C" fn skrull_config_preset_init(
     guard(|| unsafe { write_preset(preset, out, out_size) })
 }
 
+/// Fills the first `out_size` bytes of `*out` with the recommended preset: the layout and
+/// BucketSize of `preset` (`SKRULL_PRESET_*`) with the options the CLI and the Python package
+/// default to, `SKRULL_POLICY_BALANCED` and `subgroups = 1` (so the caller must read each
+/// sharded sequence's `cp_first`/`cp_size`). `skrull_config_init()` and
+/// `skrull_config_preset_init()` keep the paper's `SKRULL_POLICY_SKRULL` with `subgroups = 0`.
+/// A struct too small to hold `subgroups` gets the library's default for it (off).
+///
+/// Returns the statuses of `skrull_config_preset_init()`; on error nothing is written.
+///
+/// # Safety
+/// As [`skrull_config_init`].
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn skrull_config_recommended_init(
+    preset: u32,
+    out: *mut skrull_config,
+    out_size: usize,
+) -> skrull_status {
+    // SAFETY: forwarded caller contract.
+    guard(|| unsafe { write_config(skrull_config::recommended(preset), out, out_size) })
+}
+
 /// The version-1 initialiser: `skrull_config_init(out, 60)`. It writes the first 60 bytes
 /// only (what a program built against the first header has) and sets `struct_size = 60`, so
 /// the library ignores every field added since (`pad_multiple`, `pad_local`, `lockstep`,
@@ -561,6 +591,20 @@ pub unsafe extern "C" fn skrull_config_preset(
 /// # Safety
 /// Unless NULL, `out` must be valid for writing `size` bytes.
 unsafe fn write_preset(preset: u32, out: *mut skrull_config, size: usize) -> skrull_status {
+    // SAFETY: forwarded caller contract.
+    unsafe { write_config(skrull_config::preset(preset), out, size) }
+}
+
+/// Writes the first `min(size, sizeof)` bytes of `config` (`None`: an unknown preset, checked
+/// after the pointer and the size), with that `struct_size`.
+///
+/// # Safety
+/// Unless NULL, `out` must be valid for writing `size` bytes.
+unsafe fn write_config(
+    config: Option<skrull_config>,
+    out: *mut skrull_config,
+    size: usize,
+) -> skrull_status {
     if out.is_null() {
         return skrull_status::NullArg;
     }
@@ -575,7 +619,7 @@ unsafe fn write_preset(preset: u32, out: *mut skrull_config, size: usize) -> skr
     if !(out as usize).is_multiple_of(size_class_align::<skrull_config>(n, CONFIG_NARROW_SIZE)) {
         return skrull_status::InvalidArg;
     }
-    let Some(mut cfg) = skrull_config::preset(preset) else {
+    let Some(mut cfg) = config else {
         return skrull_status::InvalidEnum;
     };
     cfg.struct_size = n as u32;
@@ -617,6 +661,58 @@ mod tests {
             c_preset(Config::new(4, 8, 13_312, ModelShape::QWEN2_5_7B))
         );
         assert_eq!(skrull_config::preset(2), None);
+    }
+
+    #[test]
+    fn the_recommended_preset_is_the_cores() {
+        for (preset, bucket, model) in [
+            (SKRULL_PRESET_QWEN2_5_0_5B, 26_624, ModelShape::QWEN2_5_0_5B),
+            (SKRULL_PRESET_QWEN2_5_7B, 13_312, ModelShape::QWEN2_5_7B),
+        ] {
+            let c = skrull_config::recommended(preset).unwrap();
+            assert_eq!(c.policy, SKRULL_POLICY_BALANCED);
+            assert_eq!(c.subgroups, 1);
+            assert_eq!(c.to_core(), Ok(Config::recommended(4, 8, bucket, model)));
+            let mut out = skrull_config::preset(SKRULL_PRESET_QWEN2_5_0_5B).unwrap();
+            // SAFETY: `out` is a whole struct.
+            let status = unsafe {
+                skrull_config_recommended_init(preset, &mut out, size_of::<skrull_config>())
+            };
+            assert_eq!((status, out), (skrull_status::Ok, c));
+        }
+        assert_eq!(skrull_config::recommended(2), None);
+        let mut out = default_cfg();
+        // SAFETY: `out` is a whole struct.
+        let status = unsafe { skrull_config_recommended_init(2, &mut out, size_of_val(&out)) };
+        assert_eq!((status, out), (skrull_status::InvalidEnum, default_cfg()));
+        // SAFETY: NULL is refused before anything is read.
+        let status = unsafe { skrull_config_recommended_init(0, core::ptr::null_mut(), 300) };
+        assert_eq!(status, skrull_status::NullArg);
+    }
+
+    /// The C option numbers are the positions in the core's `ALL` lists, both ways.
+    #[test]
+    fn option_numbers_follow_the_cores_lists() {
+        let base = default_cfg();
+        for (i, p) in Policy::ALL.into_iter().enumerate() {
+            let c = skrull_config::from_core(&base.to_core().unwrap().with_policy(p));
+            assert_eq!(c.policy as usize, i);
+            assert_eq!(c.to_core().map(|c| c.policy), Ok(p));
+        }
+        for (i, v) in Victim::ALL.into_iter().enumerate() {
+            let c = skrull_config::from_core(&base.to_core().unwrap().with_victim(v));
+            assert_eq!(c.victim as usize, i);
+        }
+        for (i, f) in FlopsFormula::ALL.into_iter().enumerate() {
+            let mut core = base.to_core().unwrap();
+            core.flops = f;
+            assert_eq!(skrull_config::from_core(&core).flops as usize, i);
+        }
+        for (i, p) in ShardPadding::ALL.into_iter().enumerate() {
+            let mut core = base.to_core().unwrap();
+            core.shard_padding = p;
+            assert_eq!(skrull_config::from_core(&core).shard_padding as usize, i);
+        }
     }
 
     #[test]

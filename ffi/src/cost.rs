@@ -89,41 +89,6 @@ pub const SKRULL_COST_MODEL_SIZE_V1: u32 = 264;
 
 const _: () = assert!(size_of::<skrull_cost_model>() == SKRULL_COST_MODEL_SIZE_V1 as usize);
 
-/// The field names of [`CostModel::validate`] in `skrull_cost_model` order: the error details'
-/// `field` is the 1-based position here.
-const FIELDS: [&str; 22] = [
-    "attention_tile",
-    "peak_flops",
-    "gemm_efficiency",
-    "hbm_bandwidth",
-    "weight_bytes",
-    "weight_passes",
-    "attention.seqlen",
-    "attention.fwd_flops",
-    "attention.bwd_flops",
-    "attention_bwd_ratio",
-    "kv_element_bytes",
-    "comm_passes",
-    "ring_step_latency_s",
-    "inter_node_ring_step_latency_s",
-    "intra_node_bandwidth",
-    "inter_node_bandwidth",
-    "gpus_per_node",
-    "overlap",
-    "kernels_per_layer",
-    "kernel_launch_s",
-    "micro_batch_extra_s",
-    "iteration_fixed_s",
-];
-
-/// The 1-based position of a cost-model field in [`skrull_cost_model`] (0 when unknown).
-pub(crate) fn field_number(name: &str) -> u32 {
-    FIELDS
-        .iter()
-        .position(|&f| f == name)
-        .map_or(0, |i| i as u32 + 1)
-}
-
 impl skrull_cost_model {
     /// The C form of a core cost model.
     pub fn from_core(c: &CostModel) -> skrull_cost_model {
@@ -287,6 +252,7 @@ pub unsafe extern "C" fn skrull_cost_model_preset(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use skrull_core::model::cost::CostField;
 
     #[test]
     fn presets_round_trip_through_the_c_form() {
@@ -332,14 +298,13 @@ mod tests {
             let mut c = preset;
             poison(&mut c);
             let err = c.to_core().unwrap().validate().unwrap_err();
-            assert_eq!(field_number(err.field), want, "{}", err.field);
+            assert_eq!(err.field.number(), want, "{}", err.field);
         }
         // Field 18, `overlap`, is an enum: an unknown value is `InvalidEnum`.
         let mut c = preset;
         c.overlap = 7;
         assert_eq!(c.to_core(), Err(skrull_status::InvalidEnum));
-        assert_eq!(field_number("overlap"), 18);
-        assert_eq!(FIELDS.len(), 22);
-        assert_eq!(field_number("nope"), 0);
+        assert_eq!(CostField::Overlap.number(), 18);
+        assert_eq!(CostField::ALL.len(), 22);
     }
 }

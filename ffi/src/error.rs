@@ -115,7 +115,7 @@ impl skrull_error_info {
             } => with(dp_rank.into(), needed.into(), count.into()),
             Error::DacpFailed { cp_rank } => with(cp_rank.into(), 0, 0),
             Error::InvalidCost { field } => skrull_error_info {
-                field: crate::cost::field_number(field),
+                field: field.number(),
                 ..with(-1, 0, 0)
             },
             Error::Unsupported { .. } => skrull_error_info {

@@ -117,16 +117,12 @@ fn config(dp: u32, cp: u32, bucket: u32) -> skrull_config {
     }
 }
 
-/// A long-tailed batch from a fixed-seed generator (splitmix64).
+/// A long-tailed batch from a fixed-seed generator (kit's SplitMix64).
 fn batch(seed: u64, n: usize, max: u32) -> Vec<u32> {
-    let mut x = seed;
+    let mut rng = skrull_kit::sample::Rng::new(seed);
     (0..n)
         .map(|_| {
-            x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
-            let mut z = x;
-            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-            z ^= z >> 31;
+            let z = rng.next_u64();
             let r = (z % 1000) as u32;
             let len = if r < 700 {
                 50 + (z >> 20) as u32 % 1000

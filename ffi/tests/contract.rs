@@ -5,6 +5,7 @@
 #![allow(clippy::unwrap_used)] // test helpers: a failure is a test failure
 
 use skrull::*;
+use skrull_kit::c_layout::OwnedCLayout;
 
 fn config(dp: u32, cp: u32, bucket: u32) -> skrull_config {
     let mut c = skrull_config::preset(SKRULL_PRESET_QWEN2_5_0_5B).unwrap();
@@ -91,33 +92,9 @@ fn layout(
         unsafe { skrull_layout_sizes_max(c, n, &mut cap) },
         skrull_status::Ok
     );
-    let mut spans = vec![skrull_span::default(); cap.spans];
-    let mut local = vec![0i32; cap.local_cu_seqlens];
-    let mut local_padded = vec![0i32; cap.local_cu_seqlens];
-    let mut sharded = vec![0i32; cap.sharded_cu_seqlens];
-    let mut sharded_padded = vec![0i32; cap.sharded_cu_seqlens];
-    let mut rank = vec![0i32; cap.sharded_cu_seqlens];
-    let mut rings = [skrull_layout_ring::default(); SKRULL_MAX_RINGS as usize];
-    let mut rec = skrull_layout::default();
-    let mut ws = vec![0u8; cap.workspace_bytes];
-    let out = skrull_layout_buffers {
-        spans: spans.as_mut_ptr(),
-        spans_len: spans.len(),
-        local_cu_seqlens: local.as_mut_ptr(),
-        local_cu_seqlens_len: local.len(),
-        sharded_cu_seqlens: sharded.as_mut_ptr(),
-        sharded_cu_seqlens_len: sharded.len(),
-        sharded_cu_seqlens_padded: sharded_padded.as_mut_ptr(),
-        sharded_cu_seqlens_padded_len: sharded_padded.len(),
-        rank_cu_seqlens: rank.as_mut_ptr(),
-        rank_cu_seqlens_len: rank.len(),
-        layout: &mut rec,
-        local_cu_seqlens_padded: local_padded.as_mut_ptr(),
-        local_cu_seqlens_padded_len: local_padded.len(),
-        rings: rings.as_mut_ptr(),
-        rings_len: rings.len(),
-        ..skrull_layout_buffers::EMPTY
-    };
+    let mut o = OwnedCLayout::new(cap).with_rings(SKRULL_MAX_RINGS as usize);
+    o.gather = Vec::new();
+    let out = o.buffers();
     let plan = h.buffers();
     // SAFETY: every pointer is live for its stated length.
     let st = unsafe {
@@ -127,14 +104,15 @@ fn layout(
             n,
             &plan,
             gpu,
-            ws.as_mut_ptr().cast(),
-            ws.len(),
+            o.workspace.as_mut_ptr().cast(),
+            o.workspace.len(),
             &out,
         )
     };
-    spans.truncate(rec.spans as usize);
-    local_padded.truncate(rec.local_seqs as usize + 1);
-    (st, spans, rec, local_padded)
+    let rec = o.layout;
+    o.spans.truncate(rec.spans as usize);
+    o.local_cu_padded.truncate(rec.local_seqs as usize + 1);
+    (st, o.spans, rec, o.local_cu_padded)
 }
 
 /// `skrull_span.pad` comes from `pad_local` (a local sequence) and from a pad multiple (a

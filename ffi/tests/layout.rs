@@ -9,6 +9,7 @@ use core::ptr::{null, null_mut};
 use skrull::*;
 use skrull_core::plan::layout::{self, Gpu, LayoutBuffers, LayoutSizes, Span};
 use skrull_core::{Plan, PlanParts};
+use skrull_kit::c_layout::{GUARD_SPAN, OwnedCLayout};
 
 /// A plan as a C caller holds it after `skrull_schedule()`.
 struct Sched {
@@ -100,74 +101,21 @@ impl Sched {
     }
 }
 
-const GUARD_SPAN: skrull_span = skrull_span {
-    seq: 0xDEAD_BEEF,
-    chunk: -7,
-    offset: 0xDEAD_BEEF,
-    start: 0xDEAD_BEEF,
-    len: 0xDEAD_BEEF,
-    pad: 0xDEAD_BEEF,
-};
-
 /// Layout output buffers, pre-filled with guard values.
-#[derive(Clone, PartialEq, Debug)]
-struct Outs {
-    spans: Vec<skrull_span>,
-    local_cu: Vec<i32>,
-    sharded_cu: Vec<i32>,
-    sharded_cu_padded: Vec<i32>,
-    rank_cu: Vec<i32>,
-    positions: Vec<i32>,
-    local_cu_padded: Vec<i32>,
-    gather: Vec<i64>,
-    layout: skrull_layout,
-    workspace: Vec<u8>,
+type Outs = OwnedCLayout;
+
+/// Fills `Outs` the way C calls `skrull_layout_fill()`.
+trait Fill {
+    fn fill(&mut self, s: &mut Sched, gpu: skrull_gpu) -> skrull_status;
+    fn fill_with(
+        &mut self,
+        s: &mut Sched,
+        gpu: skrull_gpu,
+        out: &skrull_layout_buffers,
+    ) -> skrull_status;
 }
 
-impl Outs {
-    fn new(m: skrull_layout_capacity) -> Outs {
-        Outs {
-            spans: vec![GUARD_SPAN; m.spans],
-            local_cu: vec![-7; m.local_cu_seqlens],
-            sharded_cu: vec![-7; m.sharded_cu_seqlens],
-            sharded_cu_padded: vec![-7; m.sharded_cu_seqlens],
-            rank_cu: vec![-7; m.sharded_cu_seqlens],
-            positions: vec![-7; m.positions],
-            local_cu_padded: vec![-7; m.local_cu_seqlens],
-            gather: vec![-7; m.positions],
-            layout: skrull_layout {
-                dp_rank: 0xDEAD_BEEF,
-                _reserved: 0xDEAD_BEEF,
-                global_tokens: 0xDEAD_BEEF,
-                ..skrull_layout::default()
-            },
-            workspace: vec![0xA5; m.workspace_bytes],
-        }
-    }
-
-    fn buffers(&mut self) -> skrull_layout_buffers {
-        skrull_layout_buffers {
-            spans: self.spans.as_mut_ptr(),
-            spans_len: self.spans.len(),
-            local_cu_seqlens: self.local_cu.as_mut_ptr(),
-            local_cu_seqlens_len: self.local_cu.len(),
-            sharded_cu_seqlens: self.sharded_cu.as_mut_ptr(),
-            sharded_cu_seqlens_len: self.sharded_cu.len(),
-            sharded_cu_seqlens_padded: self.sharded_cu_padded.as_mut_ptr(),
-            sharded_cu_seqlens_padded_len: self.sharded_cu_padded.len(),
-            rank_cu_seqlens: self.rank_cu.as_mut_ptr(),
-            rank_cu_seqlens_len: self.rank_cu.len(),
-            positions: self.positions.as_mut_ptr(),
-            positions_len: self.positions.len(),
-            layout: &mut self.layout,
-            gather_index: self.gather.as_mut_ptr(),
-            gather_index_len: self.gather.len(),
-            local_cu_seqlens_padded: self.local_cu_padded.as_mut_ptr(),
-            local_cu_seqlens_padded_len: self.local_cu_padded.len(),
-            ..skrull_layout_buffers::EMPTY
-        }
-    }
-
+impl Fill for Outs {
     fn fill(&mut self, s: &mut Sched, gpu: skrull_gpu) -> skrull_status {
         let out = self.buffers();
         self.fill_with(s, gpu, &out)
@@ -192,14 +140,6 @@ impl Outs {
                 self.workspace.len(),
                 out,
             )
-        }
-    }
-
-    /// Everything but the workspace (whose contents are unspecified after a call).
-    fn outputs(&self) -> Outs {
-        Outs {
-            workspace: Vec::new(),
-            ..self.clone()
         }
     }
 }

@@ -6,6 +6,7 @@
 use core::ffi::c_void;
 
 use skrull::*;
+use skrull_kit::c_layout::OwnedCLayout;
 
 /// The batch of the report: DP 2, CP 4, BucketSize 24.
 const LENGTHS: [u32; 10] = [1, 2, 2, 3, 4, 6, 9, 14, 30, 5];
@@ -87,57 +88,13 @@ fn layout_capacity() -> skrull_layout_capacity {
     cap
 }
 
-/// Layout output buffers sized by `skrull_layout_sizes_max()`, filled with a guard value.
-#[derive(Clone, PartialEq, Debug)]
-struct LayoutOut {
-    spans: Vec<skrull_span>,
-    local_cu: Vec<i32>,
-    sharded_cu: Vec<i32>,
-    sharded_cu_padded: Vec<i32>,
-    rank_cu: Vec<i32>,
-    positions: Vec<i32>,
-    layout: skrull_layout,
-}
+/// Layout output buffers.
+type LayoutOut = OwnedCLayout;
 
-impl LayoutOut {
-    fn new() -> LayoutOut {
-        let cap = layout_capacity();
-        let span = skrull_span {
-            seq: 0xDEAD_BEEF,
-            ..skrull_span::default()
-        };
-        LayoutOut {
-            spans: vec![span; cap.spans],
-            local_cu: vec![-7; cap.local_cu_seqlens],
-            sharded_cu: vec![-7; cap.sharded_cu_seqlens],
-            sharded_cu_padded: vec![-7; cap.sharded_cu_seqlens],
-            rank_cu: vec![-7; cap.sharded_cu_seqlens],
-            positions: vec![-7; cap.positions],
-            layout: skrull_layout {
-                dp_rank: 0xDEAD_BEEF,
-                ..skrull_layout::default()
-            },
-        }
-    }
-
-    fn buffers(&mut self) -> skrull_layout_buffers {
-        skrull_layout_buffers {
-            spans: self.spans.as_mut_ptr(),
-            spans_len: self.spans.len(),
-            local_cu_seqlens: self.local_cu.as_mut_ptr(),
-            local_cu_seqlens_len: self.local_cu.len(),
-            sharded_cu_seqlens: self.sharded_cu.as_mut_ptr(),
-            sharded_cu_seqlens_len: self.sharded_cu.len(),
-            sharded_cu_seqlens_padded: self.sharded_cu_padded.as_mut_ptr(),
-            sharded_cu_seqlens_padded_len: self.sharded_cu_padded.len(),
-            rank_cu_seqlens: self.rank_cu.as_mut_ptr(),
-            rank_cu_seqlens_len: self.rank_cu.len(),
-            positions: self.positions.as_mut_ptr(),
-            positions_len: self.positions.len(),
-            layout: &mut self.layout,
-            ..skrull_layout_buffers::EMPTY
-        }
-    }
+/// Layout output buffers sized by `skrull_layout_sizes_max()`, filled with guard values, without
+/// the optional outputs (gather index, padded local `cu_seqlens`, rings).
+fn layout_out() -> LayoutOut {
+    OwnedCLayout::new(layout_capacity()).without_optional()
 }
 
 const GPU0: skrull_gpu = skrull_gpu {
@@ -191,13 +148,13 @@ fn sizes(plan: &skrull_plan_buffers, out: *mut skrull_layout_capacity) -> skrull
 fn layout_rejects_a_summary_with_nonzero_reserved() {
     let mut h = Held::new();
     assert_eq!(h.summary._reserved, 0);
-    let mut o = LayoutOut::new();
+    let mut o = layout_out();
     let out = o.buffers();
     // The untouched plan works: the test fails for the right reason below.
     assert_eq!(fill(&h.buffers(), &out), skrull_status::Ok);
     for reserved in [1, 0x8000_0000, u32::MAX] {
         h.summary._reserved = reserved;
-        let mut o = LayoutOut::new();
+        let mut o = layout_out();
         let before = o.clone();
         let out = o.buffers();
         assert_eq!(fill(&h.buffers(), &out), skrull_status::PlanInvalid);
@@ -211,7 +168,7 @@ fn layout_rejects_a_summary_with_nonzero_reserved() {
     h.summary._reserved = 0;
     let mut plan = h.buffers();
     plan._reserved = 1;
-    let mut o = LayoutOut::new();
+    let mut o = layout_out();
     let out = o.buffers();
     assert_eq!(fill(&plan, &out), skrull_status::InvalidArg);
     let mut cap = skrull_layout_capacity::default();
@@ -327,7 +284,7 @@ fn overlap_is_checked_on_declared_capacities() {
 
     // skrull_layout_fill: spans of capacity 2 x cap.spans, positions on its spare half.
     let cap = layout_capacity();
-    let mut o = LayoutOut::new();
+    let mut o = layout_out();
     let mut spans = vec![skrull_span::default(); 2 * cap.spans];
     let mut out = o.buffers();
     out.spans = spans.as_mut_ptr();
@@ -448,7 +405,7 @@ fn version_1_config_at_a_4_byte_offset_is_accepted() {
             )
         };
         assert_eq!(st, skrull_status::Ok);
-        let mut o = LayoutOut::new();
+        let mut o = layout_out();
         let out = o.buffers();
         // SAFETY: as above.
         let st = unsafe {
@@ -631,7 +588,7 @@ fn error_details_never_land_in_an_output() {
     assert!(wsw.iter().all(|&w| w == 0x5A5A_5A5A_5A5A_5A5A));
 
     // skrull_layout_fill: GPU (0, 0, cp) is not in the plan; the details on out->spans.
-    let mut o = LayoutOut::new();
+    let mut o = layout_out();
     let mut spans = vec![0x5A5A_5A5A_5A5A_5A5Au64; o.spans.len() * 3];
     let mut out = o.buffers();
     out.spans = spans.as_mut_ptr().cast();

@@ -9,6 +9,7 @@ use core::ffi::c_void;
 use core::ptr::null_mut;
 
 use skrull::*;
+use skrull_kit::c_layout::OwnedCLayout;
 
 /// A plan as a C caller holds it, with the groups.
 struct Held {
@@ -149,65 +150,31 @@ fn config(cp: u32, bucket: u32, padding: u32, subgroups: u32) -> skrull_config {
 }
 
 /// One GPU's layout outputs.
-struct Outs {
-    spans: Vec<skrull_span>,
-    local_cu: Vec<i32>,
-    sharded_cu: Vec<i32>,
-    sharded_cu_padded: Vec<i32>,
-    rank_cu: Vec<i32>,
-    positions: Vec<i32>,
-    rings: Vec<skrull_layout_ring>,
-    rings_count: u32,
-    layout: skrull_layout,
-    workspace: Vec<u8>,
+type Outs = OwnedCLayout;
+
+/// `h`'s layout outputs sized by `skrull_layout_sizes_max()` with `rings` ring entries (and
+/// the ring count passed), without the gather index and padded local `cu_seqlens`.
+fn outs(h: &Held, rings: usize) -> Outs {
+    let mut m = skrull_layout_capacity::default();
+    // SAFETY: live config and output.
+    let st = unsafe { skrull_layout_sizes_max(&h.cfg, h.lengths.len(), &mut m) };
+    assert_eq!(st, skrull_status::Ok);
+    OwnedCLayout::new(m).without_optional().with_rings(rings)
 }
 
-impl Outs {
-    fn new(h: &Held, rings: usize) -> Outs {
-        let mut m = skrull_layout_capacity::default();
-        // SAFETY: live config and output.
-        let st = unsafe { skrull_layout_sizes_max(&h.cfg, h.lengths.len(), &mut m) };
-        assert_eq!(st, skrull_status::Ok);
-        Outs {
-            spans: vec![skrull_span::default(); m.spans],
-            local_cu: vec![-7; m.local_cu_seqlens],
-            sharded_cu: vec![-7; m.sharded_cu_seqlens],
-            sharded_cu_padded: vec![-7; m.sharded_cu_seqlens],
-            rank_cu: vec![-7; m.sharded_cu_seqlens],
-            positions: vec![-7; m.positions],
-            rings: vec![skrull_layout_ring::default(); rings],
-            rings_count: 0xDEAD,
-            layout: skrull_layout::default(),
-            workspace: vec![0; m.workspace_bytes],
-        }
-    }
+/// The layout calls on `Outs`, the way C makes them.
+trait Calls {
+    fn fill_with(
+        &mut self,
+        h: &mut Held,
+        plan: &skrull_plan_buffers,
+        gpu: skrull_gpu,
+    ) -> skrull_status;
+    fn fill(&mut self, h: &mut Held, gpu: skrull_gpu) -> skrull_status;
+    fn sizes(&mut self, h: &mut Held, gpu: skrull_gpu) -> skrull_status;
+}
 
-    fn buffers(&mut self) -> skrull_layout_buffers {
-        skrull_layout_buffers {
-            spans: self.spans.as_mut_ptr(),
-            spans_len: self.spans.len(),
-            local_cu_seqlens: self.local_cu.as_mut_ptr(),
-            local_cu_seqlens_len: self.local_cu.len(),
-            sharded_cu_seqlens: self.sharded_cu.as_mut_ptr(),
-            sharded_cu_seqlens_len: self.sharded_cu.len(),
-            sharded_cu_seqlens_padded: self.sharded_cu_padded.as_mut_ptr(),
-            sharded_cu_seqlens_padded_len: self.sharded_cu_padded.len(),
-            rank_cu_seqlens: self.rank_cu.as_mut_ptr(),
-            rank_cu_seqlens_len: self.rank_cu.len(),
-            positions: self.positions.as_mut_ptr(),
-            positions_len: self.positions.len(),
-            layout: &mut self.layout,
-            rings: if self.rings.is_empty() {
-                null_mut()
-            } else {
-                self.rings.as_mut_ptr()
-            },
-            rings_len: self.rings.len(),
-            rings_count: &mut self.rings_count,
-            ..skrull_layout_buffers::EMPTY
-        }
-    }
-
+impl Calls for Outs {
     fn fill_with(
         &mut self,
         h: &mut Held,
@@ -276,7 +243,7 @@ fn hand_built(padding: u32) -> Held {
 /// spans of the group's ranks tiling each sequence exactly once.
 fn lay_out_every_gpu(padding: u32) {
     let mut h = hand_built(padding);
-    let mut o = Outs::new(&h, SKRULL_MAX_RINGS as usize);
+    let mut o = outs(&h, SKRULL_MAX_RINGS as usize);
     let cp = 8u32;
     // cover[seq] = (start, end, rank) of every span.
     let mut cover: Vec<Vec<(u32, u32, u32)>> = vec![Vec::new(); 5];
@@ -432,7 +399,7 @@ fn a_bad_group_is_plan_invalid() {
     let check = |edit: &dyn Fn(&mut Held), want: skrull_status, what: &str| {
         let mut h = hand_built(SKRULL_SHARD_PADDING_NONE);
         edit(&mut h);
-        let mut o = Outs::new(&h, SKRULL_MAX_RINGS as usize);
+        let mut o = outs(&h, SKRULL_MAX_RINGS as usize);
         assert_eq!(o.sizes(&mut h, gpu), want, "{what}: sizes");
         assert_eq!(o.fill(&mut h, gpu), want, "{what}: fill");
         if want != skrull_status::Ok {
@@ -480,13 +447,13 @@ fn a_bad_group_is_plan_invalid() {
     let mut h = hand_built(SKRULL_SHARD_PADDING_NONE);
     let mut plan = h.buffers();
     plan.cp_groups_len = 4;
-    let mut o = Outs::new(&h, 8);
+    let mut o = outs(&h, 8);
     assert_eq!(o.fill_with(&mut h, &plan, gpu), skrull_status::PlanInvalid);
     // A whole-group plan read without its groups is fine.
     let mut h = Held::schedule(config(8, 64, 0, 1), &[40, 3, 50, 2]).unwrap();
     let mut plan = h.buffers();
     (plan.cp_groups, plan.cp_groups_len) = (null_mut(), 0);
-    let mut o = Outs::new(&h, 8);
+    let mut o = outs(&h, 8);
     assert_eq!(o.fill_with(&mut h, &plan, gpu), skrull_status::Ok);
 }
 
@@ -499,17 +466,17 @@ fn rings_are_required_with_sub_groups_and_sized_per_gpu() {
     };
     let mut h = hand_built(SKRULL_SHARD_PADDING_NONE);
     // NULL with sub-groups: NULL_ARG, even on a GPU whose rings would fit.
-    let mut o = Outs::new(&h, 0);
+    let mut o = outs(&h, 0);
     assert_eq!(o.fill(&mut h, gpu(0)), skrull_status::NullArg);
     // Rank 4 has three rings, rank 0 two: capacity 2 fits one, not the other.
-    let mut o = Outs::new(&h, 2);
+    let mut o = outs(&h, 2);
     assert_eq!(o.fill(&mut h, gpu(0)), skrull_status::Ok);
     assert_eq!(o.rings_count, 2);
-    let mut o = Outs::new(&h, 2);
+    let mut o = outs(&h, 2);
     assert_eq!(o.fill(&mut h, gpu(4)), skrull_status::OutputTooSmall);
     assert_eq!(o.rings_count, 0xDEAD);
     // Misaligned rings_count.
-    let mut o = Outs::new(&h, 8);
+    let mut o = outs(&h, 8);
     let mut out = o.buffers();
     out.rings_count = out.rings_count.cast::<u8>().wrapping_add(1).cast();
     let plan = h.buffers();
@@ -529,10 +496,10 @@ fn rings_are_required_with_sub_groups_and_sized_per_gpu() {
     assert_eq!(st, skrull_status::InvalidArg);
     // Without sub-groups: rings optional; when given, the whole group's ring is written.
     let mut h = Held::schedule(config(8, 64, 0, 0), &[40, 3, 50, 2]).unwrap();
-    let mut o = Outs::new(&h, 0);
+    let mut o = outs(&h, 0);
     assert_eq!(o.fill(&mut h, gpu(0)), skrull_status::Ok);
     assert_eq!(o.rings_count, 1);
-    let mut o = Outs::new(&h, 1);
+    let mut o = outs(&h, 1);
     assert_eq!(o.fill(&mut h, gpu(0)), skrull_status::Ok);
     assert_eq!((o.rings[0].first, o.rings[0].size), (0, 8));
     assert_eq!(
@@ -540,7 +507,7 @@ fn rings_are_required_with_sub_groups_and_sized_per_gpu() {
         (0, o.layout.sharded_seqs)
     );
     // A struct that ends before the rings: fine without sub-groups.
-    let mut o = Outs::new(&h, 1);
+    let mut o = outs(&h, 1);
     let mut out = o.buffers();
     out.struct_size = core::mem::offset_of!(skrull_layout_buffers, rings) as u32;
     let plan = h.buffers();

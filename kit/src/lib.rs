@@ -15,6 +15,8 @@
 //! - `cases` (feature `quickcheck`): the random configurations and batches of the property
 //!   tests;
 //! - `c_check` (feature `ffi`): the independent checker of a plan as the C ABI writes it;
+//! - `c_layout` (feature `ffi`): `OwnedCLayout`, the output buffers of `skrull_layout_fill()`
+//!   on the heap, guard-filled;
 //! - `c_plan` (feature `ffi`): `OwnedCPlan`, the output buffers of `skrull_schedule()` on the
 //!   heap;
 //! - `fuzz` (feature `ffi`): the fuzz harnesses (bytes to calls to checks) behind the
@@ -30,6 +32,8 @@ pub mod batch;
 pub mod buffers;
 #[cfg(feature = "ffi")]
 pub mod c_check;
+#[cfg(feature = "ffi")]
+pub mod c_layout;
 #[cfg(feature = "ffi")]
 pub mod c_plan;
 #[cfg(feature = "quickcheck")]

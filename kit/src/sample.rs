@@ -10,36 +10,12 @@
 //!
 //! The numbers are embedded here; nothing is read from disk at run time.
 
-/// SplitMix64: a tiny, well-mixed 64-bit generator; the same seed gives the same stream on
-/// every platform.
-#[derive(Debug, Clone)]
-pub struct Rng(u64);
+#[path = "../../core/src/test_support/splitmix.rs"]
+mod splitmix;
 
-impl Rng {
-    /// A generator seeded with `seed`.
-    pub fn new(seed: u64) -> Rng {
-        Rng(seed)
-    }
-
-    /// The next 64 random bits.
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `[0, 1)` with 53 bits.
-    pub fn unit(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
-    }
-
-    /// Uniform integer in `0..n` (`n > 0`), by multiply-shift.
-    pub fn below(&mut self, n: u64) -> u64 {
-        ((u128::from(self.next_u64()) * u128::from(n)) >> 64) as u64
-    }
-}
+/// SplitMix64 (the one implementation, shared with core's unit tests): the same seed gives the
+/// same stream on every platform.
+pub use splitmix::SplitMix64 as Rng;
 
 /// Draws log-uniformly in `[lo, hi]` (both at least 1), as an integer.
 pub fn log_uniform(rng: &mut Rng, lo: u32, hi: u32) -> u32 {

@@ -338,7 +338,7 @@ def check_config(c: _ffi.skrull_config, context: str = "",
 def build(dp: Optional[int], cp: Optional[int], bucket_tokens: Optional[int], model: Any,
           policy: Any, victim: Any, flops: Any, shard_padding: Any, max_micro_batches: Any,
           pad_multiple: Any = 1, pad_local: Any = False, lockstep: Any = False,
-          cost_model: Any = None, subgroups: Any = True, fill_empty: Any = False,
+          cost_model: Any = None, subgroups: Any = None, fill_empty: Any = False,
           micro_batches: Any = 0) -> tuple[Config, _ffi.skrull_config]:
     """Builds the C struct (``struct_size`` = our ``sizeof``) and its Python description, and
     has the library validate it.
@@ -347,7 +347,9 @@ def build(dp: Optional[int], cp: Optional[int], bucket_tokens: Optional[int], mo
     paper layout then fills the missing ones. ``cost_model`` is ``None`` (the library's H100
     preset for the model), a GPU preset name (``"h100"``, ``"h200"``: that preset for this
     model) or a ``CostModel``; the returned ``Config`` holds a read-only copy whose C struct
-    the returned config points at, so it lives as long as the ``Config``."""
+    the returned config points at, so it lives as long as the ``Config``. It starts from the
+    library's recommended preset (``skrull_config_recommended_init``): ``subgroups=None``
+    keeps its setting."""
     preset = model.lower() if isinstance(model, str) and model.lower() in PRESETS else None
     missing = [n for n, v in (("dp", dp), ("cp", cp), ("bucket_tokens", bucket_tokens))
                if v is None]
@@ -358,7 +360,7 @@ def build(dp: Optional[int], cp: Optional[int], bucket_tokens: Optional[int], mo
                          "or 'qwen2.5-7b') to take its paper layout", ArgumentError,
                          field_name=missing[0])
     shape = model_shape("qwen2.5-0.5b" if model is None else model)
-    status, c = _ffi.preset_config(PRESETS[preset or "qwen2.5-0.5b"])
+    status, c = _ffi.recommended_config(PRESETS[preset or "qwen2.5-0.5b"])
     check_status(status)
     if dp is not None:
         c.dp = setting("dp", dp)
@@ -375,7 +377,8 @@ def build(dp: Optional[int], cp: Optional[int], bucket_tokens: Optional[int], mo
     c.pad_multiple = setting("pad_multiple", pad_multiple)
     c.pad_local = _flag("pad_local", pad_local)
     c.lockstep = _flag("lockstep", lockstep)
-    c.subgroups = _flag("subgroups", subgroups)
+    if subgroups is not None:
+        c.subgroups = _flag("subgroups", subgroups)
     c.fill_empty = _flag("fill_empty", fill_empty)
     c.micro_batches = setting("micro_batches", micro_batches)
     if c.max_micro_batches and c.micro_batches > c.max_micro_batches:
@@ -406,3 +409,15 @@ def build(dp: Optional[int], cp: Optional[int], bucket_tokens: Optional[int], mo
                  c.micro_batches)
     check_config(c, config=cfg)
     return cfg, c
+
+
+def _recommended() -> tuple[str, bool]:
+    """The policy name and sub-group setting of the library's recommended preset."""
+    status, c = _ffi.recommended_config(PRESETS["qwen2.5-0.5b"])
+    check_status(status)
+    return next(n for n, v in POLICIES.items() if v == c.policy), bool(c.subgroups)
+
+
+#: The library's recommended policy and sub-group setting (``skrull_config_recommended_init``,
+#: the core's ``Config::recommended``): the ``Scheduler`` defaults, as the CLI's.
+RECOMMENDED_POLICY, RECOMMENDED_SUBGROUPS = _recommended()

@@ -199,6 +199,7 @@ _PROTOTYPES = {
     # and ``struct_size = 60``, which makes the library ignore every field added since: unused.
     "skrull_config_init": (_u32, [_P(skrull_config), _usize]),
     "skrull_config_preset_init": (_u32, [_u32, _P(skrull_config), _usize]),
+    "skrull_config_recommended_init": (_u32, [_u32, _P(skrull_config), _usize]),
     "skrull_cost_model_preset": (_u32, [_u32, _P(skrull_model_shape), _P(skrull_cost_model),
                                         _usize]),
     "skrull_plan_sizes": (_u32, [_usize, _u32, _u32, _P(skrull_sizes)]),
@@ -268,6 +269,14 @@ def preset_config(preset: int) -> tuple[int, skrull_config]:
     ``struct_size`` is ``sizeof`` of our struct, whatever the library's is."""
     cfg = skrull_config()
     status = lib.skrull_config_preset_init(preset, ctypes.byref(cfg), ctypes.sizeof(cfg))
+    return status, cfg
+
+
+def recommended_config(preset: int) -> tuple[int, skrull_config]:
+    """Runs ``skrull_config_recommended_init`` (the preset's layout with the recommended
+    options: ``balanced``, sub-groups on) on a struct of our size; returns (status, config)."""
+    cfg = skrull_config()
+    status = lib.skrull_config_recommended_init(preset, ctypes.byref(cfg), ctypes.sizeof(cfg))
     return status, cfg
 
 

@@ -43,8 +43,8 @@ class Scheduler:
         Face configuration (a dict with ``hidden_size``, ..., a ``config.json`` path or model
         directory, or a ``PretrainedConfig``; see ``ModelShape.from_hf_config``).
     policy : str or int, optional
-        ``"balanced"`` (default, as in the CLI), ``"skrull"``, ``"deepspeed"``, ``"packed"``
-        or ``"roundrobin"`` (``skrull.POLICIES``).
+        ``"balanced"`` (default: the library's recommended preset, as in the CLI),
+        ``"skrull"``, ``"deepspeed"``, ``"packed"`` or ``"roundrobin"`` (``skrull.POLICIES``).
     victim : str or int, optional
         ``"shortest"`` (default) or ``"longest"``: which sequence ``skrull`` shards first.
     flops : str or int, optional
@@ -65,7 +65,7 @@ class Scheduler:
         What ``balanced`` plans with: ``None`` (the H100 preset), ``"h100"``, ``"h200"`` or a
         ``CostModel`` (``CostModel.from_json`` for a calibrated one).
     subgroups : bool, optional
-        Default True, as in the CLI: ``balanced`` may shard a sequence over an aligned
+        Default True (the recommended preset, as in the CLI): ``balanced`` may shard a sequence over an aligned
         sub-group of the CP ranks where its cost model says that is faster.
     fill_empty : bool, optional
         With ``lockstep``: split multi-sequence micro-batches instead of running empty ones.
@@ -98,11 +98,13 @@ class Scheduler:
 
     def __init__(self, dp: Optional[int] = None, cp: Optional[int] = None,
                  bucket_tokens: Optional[int] = None, *, model: Any = None,
-                 policy: Union[str, int] = "balanced", victim: Union[str, int] = "shortest",
+                 policy: Union[str, int] = _config.RECOMMENDED_POLICY,
+                 victim: Union[str, int] = "shortest",
                  flops: Union[str, int] = "paper", shard_padding: Union[str, int] = "none",
                  max_micro_batches: int = 0, pad_multiple: int = 1, pad_local: bool = False,
                  lockstep: bool = False, cost_model: Union[CostModel, str, None] = None,
-                 subgroups: bool = True, fill_empty: bool = False, micro_batches: int = 0,
+                 subgroups: bool = _config.RECOMMENDED_SUBGROUPS, fill_empty: bool = False,
+                 micro_batches: int = 0,
                  max_sequences: int = 256) -> None:
         first = _config.setting("max_sequences", max_sequences)
         # self.config holds the CostModel copy self._c_config points at: both live together.

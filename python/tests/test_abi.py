@@ -10,7 +10,7 @@ import subprocess
 import pytest
 
 import skrull
-from skrull import _ffi
+from skrull import _config, _ffi
 from skrull._config import FLOPS, POLICIES, PRESETS, SHARD_PADDINGS, VICTIMS
 
 from conftest import HEADER
@@ -138,6 +138,30 @@ def test_sized_initialisers_never_write_past_the_size_given(size):
     assert _ffi.lib.skrull_cost_model_preset(1, None, ctypes.cast(cost, ctypes.POINTER(
         _ffi.skrull_cost_model)), _ffi.COST_MODEL_SIZE_V1) == 0
     assert bytes(cost[_ffi.COST_MODEL_SIZE_V1:]) == b"\xab" * (512 - _ffi.COST_MODEL_SIZE_V1)
+
+
+@pytest.mark.parametrize("size", [_ffi.CONFIG_SIZE_V1, 64, ctypes.sizeof(_ffi.skrull_config)])
+def test_the_recommended_initialiser_never_writes_past_the_size_given(size):
+    buf = (ctypes.c_uint8 * 256)(*([0xAB] * 256))
+    assert _ffi.lib.skrull_config_recommended_init(1, ctypes.cast(buf, ctypes.POINTER(
+        _ffi.skrull_config)), size) == 0
+    assert bytes(buf[size:]) == b"\xab" * (256 - size)
+    assert int.from_bytes(bytes(buf[:4]), "little") == size
+
+
+def test_scheduler_defaults_are_the_recommended_preset():
+    # One definition (the core's Config::recommended): the C preset, the Scheduler's
+    # defaults and the CLI's agree; the plain C initialiser keeps skrull without sub-groups.
+    status, rec = _ffi.recommended_config(skrull.PRESETS["qwen2.5-7b"])
+    assert status == 0
+    assert (rec.dp, rec.cp, rec.bucket_tokens) == (4, 8, 13312)
+    assert (rec.policy, rec.subgroups) == (skrull.POLICIES["balanced"], 1)
+    status, plain = _ffi.preset_config(skrull.PRESETS["qwen2.5-7b"])
+    assert (plain.policy, plain.subgroups) == (skrull.POLICIES["skrull"], 0)
+    c = skrull.Scheduler(2, 4, 4096).config
+    assert (c.policy, c.subgroups) == ("balanced", True)
+    assert _config.RECOMMENDED_POLICY == "balanced" and _config.RECOMMENDED_SUBGROUPS is True
+    assert skrull.Scheduler(2, 4, 4096, subgroups=False).config.subgroups is False
 
 
 def test_the_schedulers_config_carries_the_fields_added_after_version_1():

@@ -7,6 +7,7 @@
  * every output untouched.
  */
 #include "common.h"
+#include "rng.h"
 
 static skrull_config config(uint32_t dp, uint32_t cp, uint32_t bucket, uint32_t policy,
                             uint32_t padding) {
@@ -202,15 +203,6 @@ static void worked_example_zigzag(void) {
     CHECK(loss == 10);
     layout_free(&l);
     store_free(&s);
-}
-
-static uint64_t rng_state;
-
-static uint64_t next_u64(void) {
-    uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
 }
 
 /* Whether the cu_seqlens array `cu[0..=count]` starts at 0, is monotone and ends at `end`. */

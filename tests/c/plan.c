@@ -4,6 +4,7 @@
  * equal, every sequence exactly at the budget), misaligned and reused workspaces.
  */
 #include "common.h"
+#include "rng.h"
 
 static skrull_config config(uint32_t dp, uint32_t cp, uint32_t bucket) {
     skrull_config c;
@@ -69,15 +70,6 @@ static void several_micro_batches(void) {
     CHECK(verify_plan(&c, lengths, 12, &s) == 0);
     CHECK(all_guards_intact(&s));
     store_free(&s);
-}
-
-static uint64_t rng_state;
-
-static uint64_t next_u64(void) {
-    uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
 }
 
 /* A long-tailed batch: mostly short, some medium, a few long; at most `max` tokens each. */

@@ -155,6 +155,15 @@ impl Budget {
         }
     }
 
+    /// The longest sequence that fits the bucket sharded (and that [`Budget::check_lengths`]
+    /// accepts): `u·floor(N·C / u)` for the shard unit `u`, capped at
+    /// [`MAX_SEQ_LEN`]; 0 when not even one token fits (a shard unit above `N·C`).
+    #[inline]
+    pub fn max_sharded_len(&self) -> u32 {
+        // Capped at MAX_SEQ_LEN < 2^32: the cast keeps the value.
+        self.max_len.min(u64::from(MAX_SEQ_LEN)) as u32
+    }
+
     /// Whether a sequence of `len` tokens fits the bucket sharded.
     #[inline]
     pub fn fits_sharded(&self, len: u32) -> bool {
@@ -292,6 +301,50 @@ mod tests {
             })
         );
         assert_eq!(b.check_lengths(&[]), Ok(0));
+    }
+
+    /// The longest length the search for `share(s) <= C` finds (downwards from `N·C`).
+    fn searched_max_len(b: &Budget) -> u32 {
+        let mut s = (u64::from(b.cp()) * u64::from(b.bucket())).min(u64::from(MAX_SEQ_LEN));
+        while s > 0 && b.share(s as u32) > b.bucket() {
+            s -= 1;
+        }
+        s as u32
+    }
+
+    /// The closed form agrees with the search and with `check_lengths` on every budget of a
+    /// grid of CP sizes, buckets, paddings and pad multiples.
+    #[test]
+    fn max_sharded_len_is_the_longest_accepted_length() {
+        let (max_cp, max_bucket) = if cfg!(miri) { (3, 5) } else { (17, 70) };
+        for padding in [ShardPadding::None, ShardPadding::Zigzag] {
+            for m in [1, 2, 3, 5, 8, 12, 16, 48] {
+                for cp in 1..=max_cp {
+                    for bucket in 1..=max_bucket {
+                        let b = budget(cp, bucket, padding, m, m % 2 == 0);
+                        let max = b.max_sharded_len();
+                        assert_eq!(
+                            max,
+                            searched_max_len(&b),
+                            "{padding:?} m {m} cp {cp} C {bucket}"
+                        );
+                        if max > 0 {
+                            assert!(b.check_lengths(&[max]).is_ok());
+                        }
+                        assert!(b.check_lengths(&[max + 1]).is_err());
+                    }
+                }
+            }
+        }
+        // Large budgets: capped at MAX_SEQ_LEN, and exact far from the cap.
+        let b = budget(256, MAX_SEQ_LEN, ShardPadding::Zigzag, 65_536, false);
+        assert_eq!(b.max_sharded_len(), MAX_SEQ_LEN);
+        let b = budget(8, 13 * 1024 + 1, ShardPadding::Zigzag, 48, false);
+        assert_eq!(b.max_sharded_len(), searched_max_len(&b));
+        assert_eq!(
+            budget(8, 1, ShardPadding::Zigzag, 1, false).max_sharded_len(),
+            0
+        );
     }
 
     /// The division-free check rejects exactly the lengths whose share exceeds the bucket.

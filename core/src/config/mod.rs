@@ -111,6 +111,24 @@ pub enum FlopsFormula {
     Megatron,
 }
 
+impl FlopsFormula {
+    /// Every formula, in a fixed order (the C ABI's `SKRULL_FLOPS_*` numbers).
+    pub const ALL: [FlopsFormula; 2] = [FlopsFormula::Paper, FlopsFormula::Megatron];
+
+    /// The formula's stable name (`paper`, `megatron`).
+    pub fn name(self) -> &'static str {
+        match self {
+            FlopsFormula::Paper => "paper",
+            FlopsFormula::Megatron => "megatron",
+        }
+    }
+
+    /// Parses a name given by [`FlopsFormula::name`].
+    pub fn from_name(name: &str) -> Option<FlopsFormula> {
+        Self::ALL.iter().copied().find(|f| f.name() == name)
+    }
+}
+
 /// Which scheduling policy writes the plan.
 ///
 /// Every option of [`Config`] is honoured by every policy it concerns: the rollback
@@ -166,6 +184,10 @@ impl Policy {
     }
 }
 
+/// The policy of [`Config::recommended`]: `balanced`, which beats the best of `skrull`,
+/// `packed` and `deepspeed` on every `skrull simulate` row (`docs/balanced.md`).
+pub const RECOMMENDED_POLICY: Policy = Policy::Balanced;
+
 /// Which local sequence a DACP rollback shards.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Victim {
@@ -177,6 +199,9 @@ pub enum Victim {
 }
 
 impl Victim {
+    /// Every victim, in a fixed order (the C ABI's `SKRULL_VICTIM_*` numbers).
+    pub const ALL: [Victim; 2] = [Victim::Shortest, Victim::Longest];
+
     /// The option's stable name (`shortest`, `longest`).
     pub fn name(self) -> &'static str {
         match self {
@@ -187,11 +212,7 @@ impl Victim {
 
     /// Parses a name given by [`Victim::name`].
     pub fn from_name(name: &str) -> Option<Victim> {
-        match name {
-            "shortest" => Some(Victim::Shortest),
-            "longest" => Some(Victim::Longest),
-            _ => None,
-        }
+        Self::ALL.iter().copied().find(|v| v.name() == name)
     }
 }
 
@@ -207,6 +228,9 @@ pub enum ShardPadding {
 }
 
 impl ShardPadding {
+    /// Every padding, in a fixed order (the C ABI's `SKRULL_SHARD_PADDING_*` numbers).
+    pub const ALL: [ShardPadding; 2] = [ShardPadding::None, ShardPadding::Zigzag];
+
     /// The option's stable name (`none`, `zigzag`).
     pub fn name(self) -> &'static str {
         match self {
@@ -217,11 +241,7 @@ impl ShardPadding {
 
     /// Parses a name given by [`ShardPadding::name`].
     pub fn from_name(name: &str) -> Option<ShardPadding> {
-        match name {
-            "none" => Some(ShardPadding::None),
-            "zigzag" => Some(ShardPadding::Zigzag),
-            _ => None,
-        }
+        Self::ALL.iter().copied().find(|p| p.name() == name)
     }
 }
 
@@ -307,6 +327,18 @@ impl Config {
             micro_batches: 0,
             cost: None,
         }
+    }
+
+    /// The recommended configuration for a layout and model: [`RECOMMENDED_POLICY`]
+    /// (`balanced`) with sub-groups on, every other option as [`Config::new`]. The CLI's
+    /// `skrull plan`, the C ABI's `skrull_config_recommended_init` and Python's `Scheduler`
+    /// default to it. [`Config::new`] keeps the paper's policy (`skrull`), and the C presets
+    /// (`skrull_config_init`, `skrull_config_preset_init`) keep `skrull` with sub-groups off,
+    /// so existing callers' plans do not change.
+    pub fn recommended(dp: u32, cp: u32, bucket: u32, model: ModelShape) -> Config {
+        let mut cfg = Config::new(dp, cp, bucket, model).with_policy(RECOMMENDED_POLICY);
+        cfg.subgroups = true;
+        cfg
     }
 
     /// Whether every DP rank reports the same micro-batch count, some of them possibly past
@@ -468,13 +500,39 @@ mod tests {
     }
 
     #[test]
-    fn policy_and_victim_names_round_trip() {
+    fn recommended_differs_from_new_in_the_policy_only() {
+        let new = Config::new(4, 8, 26 * 1024, ModelShape::QWEN2_5_0_5B);
+        let rec = Config::recommended(4, 8, 26 * 1024, ModelShape::QWEN2_5_0_5B);
+        assert_eq!(rec.policy, Policy::Balanced);
+        assert!(rec.subgroups);
+        assert_eq!(
+            new.policy,
+            Policy::Skrull,
+            "Config::new keeps the paper's policy"
+        );
+        assert_eq!(rec, new.with_policy(RECOMMENDED_POLICY));
+        assert_eq!(rec.validate(), Ok(()));
+    }
+
+    #[test]
+    fn option_names_round_trip() {
         for p in Policy::ALL {
             assert_eq!(Policy::from_name(p.name()), Some(p));
         }
         assert_eq!(Policy::from_name("fifo"), None);
-        for v in [Victim::Shortest, Victim::Longest] {
+        for v in Victim::ALL {
             assert_eq!(Victim::from_name(v.name()), Some(v));
         }
+        for f in FlopsFormula::ALL {
+            assert_eq!(FlopsFormula::from_name(f.name()), Some(f));
+        }
+        for p in ShardPadding::ALL {
+            assert_eq!(ShardPadding::from_name(p.name()), Some(p));
+        }
+        assert_eq!(Victim::ALL[0], Victim::default());
+        assert_eq!(FlopsFormula::ALL[0], FlopsFormula::default());
+        assert_eq!(ShardPadding::ALL[0], ShardPadding::default());
+        assert_eq!(FlopsFormula::from_name("Paper"), None);
+        assert_eq!(ShardPadding::from_name(""), None);
     }
 }

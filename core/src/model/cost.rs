@@ -127,6 +127,9 @@ pub enum Overlap {
 }
 
 impl Overlap {
+    /// Every overlap, in a fixed order (the C ABI's `SKRULL_OVERLAP_*` numbers).
+    pub const ALL: [Overlap; 2] = [Overlap::LocalAttention, Overlap::AllAttention];
+
     /// The option's stable name (`local-attention`, `all-attention`).
     pub fn name(self) -> &'static str {
         match self {
@@ -137,11 +140,7 @@ impl Overlap {
 
     /// Parses a name given by [`Overlap::name`].
     pub fn from_name(name: &str) -> Option<Overlap> {
-        match name {
-            "local-attention" => Some(Overlap::LocalAttention),
-            "all-attention" => Some(Overlap::AllAttention),
-            _ => None,
-        }
+        Self::ALL.iter().copied().find(|o| o.name() == name)
     }
 }
 
@@ -276,11 +275,11 @@ impl CostModel {
     /// [`InvalidCost`] naming the first bad field.
     pub fn validate(&self) -> Result<(), InvalidCost> {
         let positive = [
-            ("peak_flops", self.peak_flops),
-            ("gemm_efficiency", self.gemm_efficiency),
-            ("hbm_bandwidth", self.hbm_bandwidth),
-            ("intra_node_bandwidth", self.intra_node_bandwidth),
-            ("inter_node_bandwidth", self.inter_node_bandwidth),
+            (CostField::PeakFlops, self.peak_flops),
+            (CostField::GemmEfficiency, self.gemm_efficiency),
+            (CostField::HbmBandwidth, self.hbm_bandwidth),
+            (CostField::IntraNodeBandwidth, self.intra_node_bandwidth),
+            (CostField::InterNodeBandwidth, self.inter_node_bandwidth),
         ];
         for (field, v) in positive {
             if !(v.is_finite() && v > 0.0) {
@@ -288,20 +287,20 @@ impl CostModel {
             }
         }
         let non_negative = [
-            ("weight_bytes", self.weight_bytes),
-            ("weight_passes", self.weight_passes),
-            ("attention_bwd_ratio", self.attention_bwd_ratio),
-            ("kv_element_bytes", self.kv_element_bytes),
-            ("comm_passes", self.comm_passes),
-            ("ring_step_latency_s", self.ring_step_latency_s),
+            (CostField::WeightBytes, self.weight_bytes),
+            (CostField::WeightPasses, self.weight_passes),
+            (CostField::AttentionBwdRatio, self.attention_bwd_ratio),
+            (CostField::KvElementBytes, self.kv_element_bytes),
+            (CostField::CommPasses, self.comm_passes),
+            (CostField::RingStepLatencyS, self.ring_step_latency_s),
             (
-                "inter_node_ring_step_latency_s",
+                CostField::InterNodeRingStepLatencyS,
                 self.inter_node_ring_step_latency_s,
             ),
-            ("kernels_per_layer", self.kernels_per_layer),
-            ("kernel_launch_s", self.kernel_launch_s),
-            ("micro_batch_extra_s", self.micro_batch_extra_s),
-            ("iteration_fixed_s", self.iteration_fixed_s),
+            (CostField::KernelsPerLayer, self.kernels_per_layer),
+            (CostField::KernelLaunchS, self.kernel_launch_s),
+            (CostField::MicroBatchExtraS, self.micro_batch_extra_s),
+            (CostField::IterationFixedS, self.iteration_fixed_s),
         ];
         for (field, v) in non_negative {
             if !(v.is_finite() && v >= 0.0) {
@@ -310,34 +309,34 @@ impl CostModel {
         }
         if self.gemm_efficiency > 1.0 {
             return Err(InvalidCost {
-                field: "gemm_efficiency",
+                field: CostField::GemmEfficiency,
             });
         }
         if self.attention_tile == 0 {
             return Err(InvalidCost {
-                field: "attention_tile",
+                field: CostField::AttentionTile,
             });
         }
         if self.gpus_per_node == 0 {
             return Err(InvalidCost {
-                field: "gpus_per_node",
+                field: CostField::GpusPerNode,
             });
         }
         let a = &self.attention;
         for i in 0..ATTN_POINTS {
             if !(a.fwd[i].is_finite() && a.fwd[i] > 0.0) {
                 return Err(InvalidCost {
-                    field: "attention.fwd_flops",
+                    field: CostField::AttentionFwdFlops,
                 });
             }
             if !(a.bwd[i].is_finite() && a.bwd[i] > 0.0) {
                 return Err(InvalidCost {
-                    field: "attention.bwd_flops",
+                    field: CostField::AttentionBwdFlops,
                 });
             }
             if a.seqlen[i] == 0 || (i > 0 && a.seqlen[i] <= a.seqlen[i - 1]) {
                 return Err(InvalidCost {
-                    field: "attention.seqlen",
+                    field: CostField::AttentionSeqlen,
                 });
             }
         }
@@ -345,11 +344,139 @@ impl CostModel {
     }
 }
 
+/// A [`CostModel`] field, as validation errors name it. The order is the C ABI's
+/// `skrull_cost_model` field order, and [`CostField::number`] (the 1-based position) is the
+/// number the C error details report, so every surface names a field the same way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CostField {
+    /// `attention_tile`.
+    AttentionTile,
+    /// `peak_flops`.
+    PeakFlops,
+    /// `gemm_efficiency`.
+    GemmEfficiency,
+    /// `hbm_bandwidth`.
+    HbmBandwidth,
+    /// `weight_bytes`.
+    WeightBytes,
+    /// `weight_passes`.
+    WeightPasses,
+    /// `attention.seqlen`.
+    AttentionSeqlen,
+    /// `attention.fwd_flops`.
+    AttentionFwdFlops,
+    /// `attention.bwd_flops`.
+    AttentionBwdFlops,
+    /// `attention_bwd_ratio`.
+    AttentionBwdRatio,
+    /// `kv_element_bytes`.
+    KvElementBytes,
+    /// `comm_passes`.
+    CommPasses,
+    /// `ring_step_latency_s`.
+    RingStepLatencyS,
+    /// `inter_node_ring_step_latency_s`.
+    InterNodeRingStepLatencyS,
+    /// `intra_node_bandwidth`.
+    IntraNodeBandwidth,
+    /// `inter_node_bandwidth`.
+    InterNodeBandwidth,
+    /// `gpus_per_node`.
+    GpusPerNode,
+    /// `overlap`.
+    Overlap,
+    /// `kernels_per_layer`.
+    KernelsPerLayer,
+    /// `kernel_launch_s`.
+    KernelLaunchS,
+    /// `micro_batch_extra_s`.
+    MicroBatchExtraS,
+    /// `iteration_fixed_s`.
+    IterationFixedS,
+}
+
+impl CostField {
+    /// Every field, in the C struct's order.
+    pub const ALL: [CostField; 22] = [
+        CostField::AttentionTile,
+        CostField::PeakFlops,
+        CostField::GemmEfficiency,
+        CostField::HbmBandwidth,
+        CostField::WeightBytes,
+        CostField::WeightPasses,
+        CostField::AttentionSeqlen,
+        CostField::AttentionFwdFlops,
+        CostField::AttentionBwdFlops,
+        CostField::AttentionBwdRatio,
+        CostField::KvElementBytes,
+        CostField::CommPasses,
+        CostField::RingStepLatencyS,
+        CostField::InterNodeRingStepLatencyS,
+        CostField::IntraNodeBandwidth,
+        CostField::InterNodeBandwidth,
+        CostField::GpusPerNode,
+        CostField::Overlap,
+        CostField::KernelsPerLayer,
+        CostField::KernelLaunchS,
+        CostField::MicroBatchExtraS,
+        CostField::IterationFixedS,
+    ];
+
+    /// The field's stable name (the [`CostModel`] field; `attention.seqlen` and the like for
+    /// the attention table's arrays).
+    pub fn name(self) -> &'static str {
+        match self {
+            CostField::AttentionTile => "attention_tile",
+            CostField::PeakFlops => "peak_flops",
+            CostField::GemmEfficiency => "gemm_efficiency",
+            CostField::HbmBandwidth => "hbm_bandwidth",
+            CostField::WeightBytes => "weight_bytes",
+            CostField::WeightPasses => "weight_passes",
+            CostField::AttentionSeqlen => "attention.seqlen",
+            CostField::AttentionFwdFlops => "attention.fwd_flops",
+            CostField::AttentionBwdFlops => "attention.bwd_flops",
+            CostField::AttentionBwdRatio => "attention_bwd_ratio",
+            CostField::KvElementBytes => "kv_element_bytes",
+            CostField::CommPasses => "comm_passes",
+            CostField::RingStepLatencyS => "ring_step_latency_s",
+            CostField::InterNodeRingStepLatencyS => "inter_node_ring_step_latency_s",
+            CostField::IntraNodeBandwidth => "intra_node_bandwidth",
+            CostField::InterNodeBandwidth => "inter_node_bandwidth",
+            CostField::GpusPerNode => "gpus_per_node",
+            CostField::Overlap => "overlap",
+            CostField::KernelsPerLayer => "kernels_per_layer",
+            CostField::KernelLaunchS => "kernel_launch_s",
+            CostField::MicroBatchExtraS => "micro_batch_extra_s",
+            CostField::IterationFixedS => "iteration_fixed_s",
+        }
+    }
+
+    /// Parses a name given by [`CostField::name`].
+    pub fn from_name(name: &str) -> Option<CostField> {
+        Self::ALL.iter().copied().find(|f| f.name() == name)
+    }
+
+    /// The 1-based position of the field in [`CostField::ALL`] (the C struct's order).
+    pub fn number(self) -> u32 {
+        // Fewer than 2^32 fields: the position fits.
+        Self::ALL
+            .iter()
+            .position(|&f| f == self)
+            .map_or(0, |i| i as u32 + 1)
+    }
+}
+
+impl fmt::Display for CostField {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 /// A [`CostModel`] field out of range.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct InvalidCost {
-    /// The field's name.
-    pub field: &'static str,
+    /// The field.
+    pub field: CostField,
 }
 
 impl fmt::Display for InvalidCost {
@@ -388,12 +515,30 @@ mod tests {
         assert_eq!(
             bad.validate(),
             Err(InvalidCost {
-                field: "attention.seqlen"
+                field: CostField::AttentionSeqlen
             })
         );
         bad = CostModel::H100_QWEN2_5_7B;
         bad.kernel_launch_s = f64::NAN;
         assert!(bad.validate().is_err());
+    }
+
+    #[test]
+    fn cost_field_names_and_numbers_round_trip() {
+        use std::string::ToString;
+        for (i, f) in CostField::ALL.into_iter().enumerate() {
+            assert_eq!(CostField::from_name(f.name()), Some(f));
+            assert_eq!(f.number() as usize, i + 1);
+        }
+        assert_eq!(CostField::Overlap.number(), 18);
+        assert_eq!(CostField::from_name("attention_seqlen"), None);
+        assert_eq!(
+            InvalidCost {
+                field: CostField::AttentionSeqlen
+            }
+            .to_string(),
+            "cost model field attention.seqlen is out of range"
+        );
     }
 
     #[test]

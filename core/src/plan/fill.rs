@@ -393,20 +393,7 @@ mod tests {
     use crate::test_support::setup_of;
     use std::vec::Vec;
 
-    /// SplitMix64, for reproducible inputs.
-    struct Rng(u64);
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-            let mut z = self.0;
-            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-            z ^ (z >> 31)
-        }
-        fn below(&mut self, n: u64) -> u64 {
-            self.next() % n
-        }
-    }
+    use crate::test_support::SplitMix64 as Rng;
 
     /// A plan's placements and per-rank micro-batch table, owned.
     struct Snapshot {
@@ -437,20 +424,20 @@ mod tests {
     }
 
     fn random_case(rng: &mut Rng) -> (Config, Vec<u32>) {
-        let cp = 1 << rng.below(4);
-        let dp = 1 + rng.below(4) as u32;
-        let bucket = 64 + rng.below(192) as u32;
+        let cp = 1 << rng.below_mod(4);
+        let dp = 1 + rng.below_mod(4) as u32;
+        let bucket = 64 + rng.below_mod(192) as u32;
         let mut cfg = Config::new(dp, cp, bucket, ModelShape::QWEN2_5_0_5B)
-            .with_policy(Policy::ALL[rng.below(5) as usize]);
-        cfg.shard_padding = if rng.below(2) == 0 {
+            .with_policy(Policy::ALL[rng.below_mod(5) as usize]);
+        cfg.shard_padding = if rng.below_mod(2) == 0 {
             ShardPadding::None
         } else {
             ShardPadding::Zigzag
         };
-        cfg.subgroups = rng.below(2) == 0;
-        let n = 1 + rng.below(40) as usize;
+        cfg.subgroups = rng.below_mod(2) == 0;
+        let n = 1 + rng.below_mod(40) as usize;
         let longest = u64::from(bucket) * u64::from(cp) / 2;
-        let lengths = (0..n).map(|_| 1 + rng.below(longest) as u32).collect();
+        let lengths = (0..n).map(|_| 1 + rng.below_mod(longest) as u32).collect();
         (cfg, lengths)
     }
 
@@ -508,13 +495,13 @@ mod tests {
 
     #[test]
     fn a_fixed_count_fills_every_rank_to_it_and_keeps_placements() {
-        let mut rng = Rng(20);
+        let mut rng = Rng::new(20);
         let cases = if cfg!(miri) { 2 } else { 400 };
         for _ in 0..cases {
             let (mut cfg, lengths) = random_case(&mut rng);
             let base = plan(&cfg, &lengths).unwrap();
             let most = base.per_dp.iter().copied().max().unwrap();
-            let target = most.max(1) + rng.below(6) as u32;
+            let target = most.max(1) + rng.below_mod(6) as u32;
             cfg.micro_batches = target;
             let got = plan(&cfg, &lengths).unwrap();
             assert_filled(&cfg, &base, &got, target);
@@ -523,7 +510,7 @@ mod tests {
 
     #[test]
     fn a_count_too_small_names_the_smallest_that_fits() {
-        let mut rng = Rng(21);
+        let mut rng = Rng::new(21);
         let cases = if cfg!(miri) { 2 } else { 300 };
         let mut refused = 0;
         for _ in 0..cases {
@@ -554,7 +541,7 @@ mod tests {
 
     #[test]
     fn fill_empty_with_lockstep_leaves_no_avoidable_empty_micro_batch() {
-        let mut rng = Rng(22);
+        let mut rng = Rng::new(22);
         let cases = if cfg!(miri) { 2 } else { 400 };
         let mut split = 0;
         for _ in 0..cases {

@@ -289,20 +289,7 @@ mod tests {
     use std::vec;
     use std::vec::Vec;
 
-    /// SplitMix64, for reproducible inputs.
-    struct Rng(u64);
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-            let mut z = self.0;
-            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-            z ^ (z >> 31)
-        }
-        fn below(&mut self, n: u64) -> u64 {
-            self.next() % n.max(1)
-        }
-    }
+    use crate::test_support::SplitMix64 as Rng;
 
     /// Plan buffers for driving the writer by hand: `n` sequences, `mbs` micro-batch rows of
     /// `cp` ranks (loads pre-filled with `stale`), `dps` DP ranks.
@@ -337,35 +324,35 @@ mod tests {
     }
 
     fn random_lengths(rng: &mut Rng, n: usize) -> Vec<u32> {
-        let max = match rng.below(4) {
+        let max = match rng.below_mod(4) {
             0 => 3,
             1 => 1 << 11,
             2 => 1 << 17,
             _ => MAX_SEQ_LEN,
         };
         (0..n)
-            .map(|_| 1 + rng.below(u64::from(max)) as u32)
+            .map(|_| 1 + rng.below_mod(u64::from(max)) as u32)
             .collect()
     }
 
     #[test]
     fn push_placed_equals_push_one_by_one() {
-        let mut rng = Rng(5);
+        let mut rng = Rng::new(5);
         for case in 0..if cfg!(miri) { 5 } else { 100 } {
-            let cp = 1 + rng.below(9) as u32;
-            let n = 1 + rng.below(60) as usize;
+            let cp = 1 + rng.below_mod(9) as u32;
+            let n = 1 + rng.below_mod(60) as usize;
             let lengths = random_lengths(&mut rng, n);
             let mut cfg = Config::new(2, cp, 1 << 30, ModelShape::QWEN2_5_0_5B);
             if case % 2 == 0 {
                 cfg.shard_padding = crate::config::ShardPadding::Zigzag;
             }
             let ranks: Vec<i32> = (0..n)
-                .map(|_| match rng.below(u64::from(cp) + 2) {
+                .map(|_| match rng.below_mod(u64::from(cp) + 2) {
                     0 => SHARDED,
                     r => (r as i32 - 1).min(cp as i32 - 1),
                 })
                 .collect();
-            let split = rng.below(n as u64 + 1) as usize;
+            let split = rng.below_mod(n as u64 + 1) as usize;
             let run = |bulk: bool| {
                 let mut bufs = Buffers::new(n, n, cp, 2, 0);
                 for (p, &r) in bufs.placements.iter_mut().zip(&ranks) {
@@ -403,10 +390,10 @@ mod tests {
     /// pushes, empty micro-batches and saturated sums.
     #[test]
     fn deferred_loads_equal_adding_each_share_as_it_comes() {
-        let mut rng = Rng(0xDEFE_44ED);
+        let mut rng = Rng::new(0xDEFE_44ED);
         for case in 0..if cfg!(miri) { 5 } else { 200 } {
-            let cp = 1u32 << rng.below(5);
-            let n = rng.below(40) as usize;
+            let cp = 1u32 << rng.below_mod(5);
+            let n = rng.below_mod(40) as usize;
             let mut lengths = random_lengths(&mut rng, n.max(1));
             lengths.truncate(n);
             if case % 7 == 0 {
@@ -424,28 +411,28 @@ mod tests {
             let mut want: Vec<Vec<u32>> = Vec::new();
             let mut sharded = 0;
             for (s, &len) in lengths.iter().enumerate() {
-                if want.is_empty() || rng.below(4) == 0 {
+                if want.is_empty() || rng.below_mod(4) == 0 {
                     w.open(0, want.len() as u32);
                     want.push(vec![0; cpu]);
-                    if rng.below(5) == 0 {
+                    if rng.below_mod(5) == 0 {
                         w.open(0, want.len() as u32); // an empty micro-batch
                         want.push(vec![0; cpu]);
                     }
                 }
                 let row = want.last_mut().unwrap();
                 let size = if cp >= 2 {
-                    1 << rng.below(u64::from(cp.ilog2()) + 1)
+                    1 << rng.below_mod(u64::from(cp.ilog2()) + 1)
                 } else {
                     1
                 };
-                match rng.below(3) {
+                match rng.below_mod(3) {
                     0 => {
-                        let r = rng.below(u64::from(cp)) as usize;
+                        let r = rng.below_mod(u64::from(cp)) as usize;
                         row[r] = row[r].saturating_add(budget.local(len));
                         w.push(s as u32, len, r as i32);
                     }
                     1 if size >= 2 && size < cp => {
-                        let first = size * rng.below(u64::from(cp / size)) as u32;
+                        let first = size * rng.below_mod(u64::from(cp / size)) as u32;
                         let share = budget.for_group(size).share(len);
                         for t in &mut row[first as usize..(first + size) as usize] {
                             *t = t.saturating_add(share);

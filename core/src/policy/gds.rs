@@ -165,30 +165,17 @@ mod tests {
     use std::vec;
     use std::vec::Vec;
 
-    /// SplitMix64, for reproducible inputs.
-    struct Rng(u64);
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-            let mut z = self.0;
-            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-            z ^ (z >> 31)
-        }
-        fn below(&mut self, n: u64) -> u64 {
-            self.next() % n.max(1)
-        }
-    }
+    use crate::test_support::SplitMix64 as Rng;
 
     fn random_lengths(rng: &mut Rng, n: usize) -> Vec<u32> {
-        let max = match rng.below(4) {
+        let max = match rng.below_mod(4) {
             0 => 3,
             1 => 1 << 11,
             2 => 1 << 17,
             _ => MAX_SEQ_LEN,
         };
         (0..n)
-            .map(|_| 1 + rng.below(u64::from(max)) as u32)
+            .map(|_| 1 + rng.below_mod(u64::from(max)) as u32)
             .collect()
     }
 
@@ -208,11 +195,11 @@ mod tests {
 
     #[test]
     fn both_lpt_key_widths_match_the_reference() {
-        let mut rng = Rng(11);
+        let mut rng = Rng::new(11);
         for case in 0..if cfg!(miri) { 3 } else { 200 } {
-            let n = rng.below(if cfg!(miri) { 300 } else { 3000 }) as usize;
+            let n = rng.below_mod(if cfg!(miri) { 300 } else { 3000 }) as usize;
             let lengths = random_lengths(&mut rng, n);
-            let dp = 1 + rng.below(if case % 4 == 0 && !cfg!(miri) {
+            let dp = 1 + rng.below_mod(if case % 4 == 0 && !cfg!(miri) {
                 1500
             } else {
                 70
