@@ -6,8 +6,8 @@
 use std::collections::BTreeMap;
 
 use quickcheck::{QuickCheck, TestResult};
-use skrull_core::model::CostModel;
-use skrull_core::model::cost::Overlap;
+use skrull_core::CostModel;
+use skrull_core::config::cost::Overlap;
 use skrull_core::plan::SHARDED;
 use skrull_core::{Config, Placement};
 use skrull_kit::cases::{Case, POLICIES, cases, with_policy};

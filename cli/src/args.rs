@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::io::Read;
 
-use skrull_core::model::cost::Overlap;
+use skrull_core::config::cost::Overlap;
 use skrull_core::{Config, CostModel, FlopsFormula, ModelShape, Policy, ShardPadding, Victim};
 
 /// `--flag value` pairs and bare `--switch`es after the subcommand.

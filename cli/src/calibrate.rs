@@ -6,7 +6,7 @@ use std::fmt::Write;
 
 use serde_json::Value;
 use skrull_core::ModelShape;
-use skrull_core::model::cost::{ATTN_POINTS, AttentionTable, CostModel, Overlap};
+use skrull_core::config::cost::{ATTN_POINTS, AttentionTable, CostModel, Overlap};
 use skrull_core::model::fit::{CollectiveFit, ComputeFit, fit_collective, fit_compute};
 
 use crate::args::{Flags, model_name, parse_model};

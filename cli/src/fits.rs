@@ -8,8 +8,8 @@
 use std::collections::BTreeMap;
 
 use skrull_core::config::MAX_BUCKET;
+use skrull_core::config::cost::{ATTN_POINTS, AttentionTable, CostModel};
 use skrull_core::model::TimeModel;
-use skrull_core::model::cost::{ATTN_POINTS, AttentionTable, CostModel};
 use skrull_core::model::fit::{ComputeFit, least_squares};
 use skrull_core::{ModelShape, ShardPadding};
 

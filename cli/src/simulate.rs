@@ -9,7 +9,8 @@
 use std::fmt::Write;
 use std::time::Instant;
 
-use skrull_core::model::{CostModel, TimeModel};
+use skrull_core::CostModel;
+use skrull_core::model::TimeModel;
 use skrull_core::{Config, ModelShape, Policy};
 use skrull_kit::sample::{Dataset, Rng};
 use skrull_kit::{OwnedBuffers, OwnedEval};

@@ -7,8 +7,8 @@
 
 use std::fmt::Write;
 
+use skrull_core::config::cost::Overlap;
 use skrull_core::model::TimeModel;
-use skrull_core::model::cost::Overlap;
 use skrull_core::model::eval::{Evaluation, GROUP_LEVELS, MicroBatchTime, RankSlot};
 
 /// One sub-group ring of a micro-batch: the sequences sharded over CP ranks

@@ -8,8 +8,9 @@ use std::path::PathBuf;
 use std::process::{Command, Output};
 
 use skrull_cli::calibrate::parse_cost_model;
+use skrull_core::CostModel;
+use skrull_core::model::TimeModel;
 use skrull_core::model::fit::SKRULL_TABLE5_ALL_GATHER;
-use skrull_core::model::{CostModel, TimeModel};
 use skrull_core::{Config, ModelShape, Placement, Policy, ShardPadding};
 use skrull_kit::{OwnedBuffers, OwnedEval};
 
@@ -376,7 +377,7 @@ fn rect_ys(doc: &str, color: &str) -> Vec<f64> {
 #[test]
 fn the_gantt_chart_draws_sub_group_shards_in_their_lanes() {
     use skrull_cli::svg::{Panel, gantt};
-    use skrull_core::model::cost::Overlap;
+    use skrull_core::config::cost::Overlap;
     let cfg = Config::new(1, 8, 26 * 1024, ModelShape::QWEN2_5_0_5B);
     let lengths = [60_000u32, 40_000, 9000, 5000, 700];
     let p = |micro_batch, cp_rank, cp_first, cp_size| Placement {

@@ -21,6 +21,128 @@ pub enum Buffer {
     Workspace,
 }
 
+/// A [`CostModel`](crate::config::cost::CostModel) field, as validation errors name it. The order is the C ABI's
+/// `skrull_cost_model` field order, and [`CostField::number`] (the 1-based position) is the
+/// number the C error details report, so every surface names a field the same way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CostField {
+    /// `attention_tile`.
+    AttentionTile,
+    /// `peak_flops`.
+    PeakFlops,
+    /// `gemm_efficiency`.
+    GemmEfficiency,
+    /// `hbm_bandwidth`.
+    HbmBandwidth,
+    /// `weight_bytes`.
+    WeightBytes,
+    /// `weight_passes`.
+    WeightPasses,
+    /// `attention.seqlen`.
+    AttentionSeqlen,
+    /// `attention.fwd_flops`.
+    AttentionFwdFlops,
+    /// `attention.bwd_flops`.
+    AttentionBwdFlops,
+    /// `attention_bwd_ratio`.
+    AttentionBwdRatio,
+    /// `kv_element_bytes`.
+    KvElementBytes,
+    /// `comm_passes`.
+    CommPasses,
+    /// `ring_step_latency_s`.
+    RingStepLatencyS,
+    /// `inter_node_ring_step_latency_s`.
+    InterNodeRingStepLatencyS,
+    /// `intra_node_bandwidth`.
+    IntraNodeBandwidth,
+    /// `inter_node_bandwidth`.
+    InterNodeBandwidth,
+    /// `gpus_per_node`.
+    GpusPerNode,
+    /// `overlap`.
+    Overlap,
+    /// `kernels_per_layer`.
+    KernelsPerLayer,
+    /// `kernel_launch_s`.
+    KernelLaunchS,
+    /// `micro_batch_extra_s`.
+    MicroBatchExtraS,
+    /// `iteration_fixed_s`.
+    IterationFixedS,
+}
+
+impl CostField {
+    /// Every field, in the C struct's order.
+    pub const ALL: [CostField; 22] = [
+        CostField::AttentionTile,
+        CostField::PeakFlops,
+        CostField::GemmEfficiency,
+        CostField::HbmBandwidth,
+        CostField::WeightBytes,
+        CostField::WeightPasses,
+        CostField::AttentionSeqlen,
+        CostField::AttentionFwdFlops,
+        CostField::AttentionBwdFlops,
+        CostField::AttentionBwdRatio,
+        CostField::KvElementBytes,
+        CostField::CommPasses,
+        CostField::RingStepLatencyS,
+        CostField::InterNodeRingStepLatencyS,
+        CostField::IntraNodeBandwidth,
+        CostField::InterNodeBandwidth,
+        CostField::GpusPerNode,
+        CostField::Overlap,
+        CostField::KernelsPerLayer,
+        CostField::KernelLaunchS,
+        CostField::MicroBatchExtraS,
+        CostField::IterationFixedS,
+    ];
+
+    /// The field's stable name (the [`CostModel`](crate::config::cost::CostModel) field; `attention.seqlen` and the like for
+    /// the attention table's arrays).
+    pub fn name(self) -> &'static str {
+        match self {
+            CostField::AttentionTile => "attention_tile",
+            CostField::PeakFlops => "peak_flops",
+            CostField::GemmEfficiency => "gemm_efficiency",
+            CostField::HbmBandwidth => "hbm_bandwidth",
+            CostField::WeightBytes => "weight_bytes",
+            CostField::WeightPasses => "weight_passes",
+            CostField::AttentionSeqlen => "attention.seqlen",
+            CostField::AttentionFwdFlops => "attention.fwd_flops",
+            CostField::AttentionBwdFlops => "attention.bwd_flops",
+            CostField::AttentionBwdRatio => "attention_bwd_ratio",
+            CostField::KvElementBytes => "kv_element_bytes",
+            CostField::CommPasses => "comm_passes",
+            CostField::RingStepLatencyS => "ring_step_latency_s",
+            CostField::InterNodeRingStepLatencyS => "inter_node_ring_step_latency_s",
+            CostField::IntraNodeBandwidth => "intra_node_bandwidth",
+            CostField::InterNodeBandwidth => "inter_node_bandwidth",
+            CostField::GpusPerNode => "gpus_per_node",
+            CostField::Overlap => "overlap",
+            CostField::KernelsPerLayer => "kernels_per_layer",
+            CostField::KernelLaunchS => "kernel_launch_s",
+            CostField::MicroBatchExtraS => "micro_batch_extra_s",
+            CostField::IterationFixedS => "iteration_fixed_s",
+        }
+    }
+
+    /// Parses a name given by [`CostField::name`].
+    pub fn from_name(name: &str) -> Option<CostField> {
+        Self::ALL.iter().copied().find(|f| f.name() == name)
+    }
+
+    /// The 1-based position of the field in [`CostField::ALL`] (the C struct's order).
+    pub fn number(self) -> u32 {
+        // Fewer than 2^32 fields: the position fits.
+        Self::ALL
+            .iter()
+            .position(|&f| f == self)
+            .map_or(0, |i| i as u32 + 1)
+    }
+}
+
 /// Which model-shape field is out of range.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -41,37 +163,37 @@ pub enum ShapeField {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Error {
-    /// The DP size is 0 or larger than [`MAX_DP`](crate::config::MAX_DP).
+    /// The DP size is 0 or larger than [`MAX_DP`](crate::config::limits::MAX_DP).
     InvalidDp {
         /// The value given.
         dp: u32,
     },
-    /// The CP size is 0 or larger than [`MAX_CP`](crate::config::MAX_CP).
+    /// The CP size is 0 or larger than [`MAX_CP`](crate::config::limits::MAX_CP).
     InvalidCp {
         /// The value given.
         cp: u32,
     },
-    /// The BucketSize is 0 or larger than [`MAX_BUCKET`](crate::config::MAX_BUCKET).
+    /// The BucketSize is 0 or larger than [`MAX_BUCKET`](crate::config::limits::MAX_BUCKET).
     InvalidBucket {
         /// The value given.
         bucket: u32,
     },
     /// The pad multiple is 0 or larger than
-    /// [`MAX_PAD_MULTIPLE`](crate::config::MAX_PAD_MULTIPLE).
+    /// [`MAX_PAD_MULTIPLE`](crate::config::limits::MAX_PAD_MULTIPLE).
     InvalidPadMultiple {
         /// The value given.
         pad_multiple: u32,
     },
     /// A cost-model coefficient is out of range (not finite, negative, a zero rate, ...).
     InvalidCost {
-        /// The field ([`CostField::name`](crate::model::cost::CostField::name) names it).
-        field: crate::model::cost::CostField,
+        /// The field ([`CostField::name`](CostField::name) names it).
+        field: CostField,
     },
     /// The policy does not apply an option that is set away from its default (the FLOPs
     /// formula of a policy that balances estimated time, not FLOPs).
     Unsupported {
         /// The policy.
-        policy: crate::config::Policy,
+        policy: crate::config::options::Policy,
         /// The option (`flops`).
         option: &'static str,
     },
@@ -82,7 +204,7 @@ pub enum Error {
         /// The value given.
         value: u32,
     },
-    /// The batch holds more sequences than [`MAX_SEQS`](crate::config::MAX_SEQS).
+    /// The batch holds more sequences than [`MAX_SEQS`](crate::config::limits::MAX_SEQS).
     TooManySequences {
         /// Sequences given.
         count: usize,
@@ -94,7 +216,7 @@ pub enum Error {
         /// Its index in the input.
         index: usize,
     },
-    /// A sequence is longer than [`MAX_SEQ_LEN`](crate::config::MAX_SEQ_LEN).
+    /// A sequence is longer than [`MAX_SEQ_LEN`](crate::config::limits::MAX_SEQ_LEN).
     LengthOutOfRange {
         /// Its index in the input.
         index: usize,
@@ -149,7 +271,7 @@ pub enum Error {
 
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        use crate::config::{MAX_BUCKET, MAX_CP, MAX_DP, MAX_SEQ_LEN};
+        use crate::config::limits::{MAX_BUCKET, MAX_CP, MAX_DP, MAX_SEQ_LEN};
         match *self {
             Error::InvalidDp { dp } => write!(f, "DP size {dp} is out of range 1..={MAX_DP}"),
             Error::InvalidCp { cp } => write!(f, "CP size {cp} is out of range 1..={MAX_CP}"),
@@ -159,7 +281,7 @@ impl fmt::Display for Error {
             Error::InvalidPadMultiple { pad_multiple } => write!(
                 f,
                 "pad multiple {pad_multiple} is out of range 1..={}",
-                crate::config::MAX_PAD_MULTIPLE
+                crate::config::limits::MAX_PAD_MULTIPLE
             ),
             Error::InvalidCost { field } => {
                 write!(f, "cost model field {field} is out of range")

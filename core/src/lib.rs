@@ -50,7 +50,7 @@
 //! assert!(plan::check(&setup, &lengths, &plan).is_ok());
 //! ```
 //!
-//! [`OwnedBuffers`] (the `alloc` feature) owns the memory; without a heap, lend a
+//! `OwnedBuffers` (the `alloc` feature) owns the memory; without a heap, lend a
 //! [`Workspace`] slab and [`PlanBuffers`] sized by [`Setup::workspace_sizes`] and
 //! [`PlanSizes::for_batch`] to [`schedule()`].
 #![no_std]
@@ -75,9 +75,9 @@ pub mod policy;
 pub mod setup;
 
 pub use config::budget::Budget;
+pub use config::cost::CostModel;
 pub use config::{Config, FlopsFormula, ModelShape, Policy, ShardPadding, Victim};
 pub use error::Error;
-pub use model::CostModel;
 #[cfg(any(test, feature = "alloc"))]
 pub use owned::OwnedBuffers;
 pub use plan::layout::{Gpu, Layout, LayoutBuffers, LayoutError, LayoutSizes, Span};

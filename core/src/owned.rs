@@ -11,7 +11,8 @@
 
 use alloc::vec::Vec;
 
-use crate::config::{Config, MAX_SEQS};
+use crate::config::Config;
+use crate::config::limits::MAX_SEQS;
 use crate::error::Error;
 use crate::plan::{MicroBatch, Placement, Plan, PlanBuffers, PlanSizes};
 use crate::policy::schedule;

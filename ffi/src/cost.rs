@@ -4,7 +4,7 @@
 
 use core::mem::size_of;
 
-use skrull_core::model::cost::{ATTN_POINTS, AttentionTable, Overlap};
+use skrull_core::config::cost::{ATTN_POINTS, AttentionTable, Overlap};
 use skrull_core::{CostModel, ModelShape};
 
 use crate::boundary::guard;
@@ -252,7 +252,7 @@ pub unsafe extern "C" fn skrull_cost_model_preset(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use skrull_core::model::cost::CostField;
+    use skrull_core::config::cost::CostField;
 
     #[test]
     fn presets_round_trip_through_the_c_form() {

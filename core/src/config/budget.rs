@@ -18,7 +18,9 @@
 //! A batch is accepted only when every sequence fits sharded (`share(S) <= C`); the
 //! baselines shard everything, so this is what makes every policy able to plan it.
 
-use crate::config::{Config, MAX_SEQ_LEN, MAX_SEQS, ShardPadding};
+use crate::config::Config;
+use crate::config::limits::{MAX_SEQ_LEN, MAX_SEQS};
+use crate::config::options::ShardPadding;
 use crate::error::Error;
 
 /// What each placement of a sequence costs one GPU, for one configuration (see the
@@ -208,7 +210,7 @@ impl Budget {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::ModelShape;
+    use crate::config::shape::ModelShape;
 
     fn budget(cp: u32, bucket: u32, padding: ShardPadding, m: u32, local: bool) -> Budget {
         let mut cfg = Config::new(1, cp, bucket, ModelShape::QWEN2_5_0_5B);

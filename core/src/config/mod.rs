@@ -1,249 +1,19 @@
 //! Configuration: the parallel layout, the token budget, the policy and the model shape, with
-//! the limits every value is checked against.
+//! the limits every value is checked against. The lowest layer: nothing here imports another
+//! layer (see `docs/architecture.md`).
 
 pub mod budget;
+pub mod cost;
+pub mod limits;
+pub mod options;
+pub mod shape;
 
-use crate::error::{Error, ShapeField};
-use crate::model::cost::CostModel;
+pub use cost::CostModel;
+pub use limits::*;
+pub use options::{FlopsFormula, Policy, RECOMMENDED_POLICY, ShardPadding, Victim};
+pub use shape::ModelShape;
 
-/// Largest data-parallel size accepted.
-pub const MAX_DP: u32 = 65_536;
-/// Largest context-parallel size accepted (DACP keeps per-CP-rank state on the stack).
-pub const MAX_CP: u32 = 256;
-/// Largest BucketSize (tokens per GPU per micro-batch) accepted: `2^31 - 1`.
-pub const MAX_BUCKET: u32 = i32::MAX as u32;
-/// Longest sequence accepted, in tokens: `2^31 - 1`.
-pub const MAX_SEQ_LEN: u32 = i32::MAX as u32;
-/// Most sequences in one global batch.
-pub const MAX_SEQS: usize = 65_536;
-/// Largest [`Config::pad_multiple`].
-pub const MAX_PAD_MULTIPLE: u32 = 65_536;
-
-/// Largest `ModelShape::hidden` (and `kv_hidden`).
-pub const MAX_HIDDEN: u32 = 1 << 16;
-/// Largest `ModelShape::ffn`.
-pub const MAX_FFN: u32 = 1 << 18;
-/// Largest `ModelShape::layers`.
-pub const MAX_LAYERS: u32 = 1 << 10;
-/// Largest `ModelShape::vocab`.
-pub const MAX_VOCAB: u32 = 1 << 22;
-
-/// The transformer shape used to count FLOPs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ModelShape {
-    /// Hidden size `h` (equal to query heads x head dim for the supported models).
-    pub hidden: u32,
-    /// K/V hidden size `h_kv` = KV heads x head dim.
-    pub kv_hidden: u32,
-    /// FFN (intermediate) width.
-    pub ffn: u32,
-    /// Number of transformer layers.
-    pub layers: u32,
-    /// Vocabulary size (0: do not count the LM head).
-    pub vocab: u32,
-    /// Whether the FFN is gated (SwiGLU: three matrices instead of two).
-    pub swiglu: bool,
-}
-
-impl ModelShape {
-    /// Qwen2.5-0.5B: h 896, 24 layers, 14 Q / 2 KV heads of 64, SwiGLU FFN 4864, vocab 151,936.
-    pub const QWEN2_5_0_5B: ModelShape = ModelShape {
-        hidden: 896,
-        kv_hidden: 128,
-        ffn: 4864,
-        layers: 24,
-        vocab: 151_936,
-        swiglu: true,
-    };
-    /// Qwen2.5-7B: h 3584, 28 layers, 28 Q / 4 KV heads of 128, SwiGLU FFN 18944, vocab 152,064.
-    pub const QWEN2_5_7B: ModelShape = ModelShape {
-        hidden: 3584,
-        kv_hidden: 512,
-        ffn: 18_944,
-        layers: 28,
-        vocab: 152_064,
-        swiglu: true,
-    };
-
-    /// Looks up a preset by name (`qwen2.5-0.5b`, `qwen2.5-7b`).
-    pub fn preset(name: &str) -> Option<ModelShape> {
-        match name {
-            "qwen2.5-0.5b" => Some(Self::QWEN2_5_0_5B),
-            "qwen2.5-7b" => Some(Self::QWEN2_5_7B),
-            _ => None,
-        }
-    }
-
-    /// Checks every field against its limit.
-    ///
-    /// # Errors
-    /// [`Error::InvalidModel`] naming the first field out of range.
-    pub fn validate(&self) -> Result<(), Error> {
-        let bad = |field, value| Err(Error::InvalidModel { field, value });
-        if self.hidden == 0 || self.hidden > MAX_HIDDEN {
-            return bad(ShapeField::Hidden, self.hidden);
-        }
-        if self.kv_hidden == 0 || self.kv_hidden > self.hidden {
-            return bad(ShapeField::KvHidden, self.kv_hidden);
-        }
-        if self.ffn == 0 || self.ffn > MAX_FFN {
-            return bad(ShapeField::Ffn, self.ffn);
-        }
-        if self.layers == 0 || self.layers > MAX_LAYERS {
-            return bad(ShapeField::Layers, self.layers);
-        }
-        if self.vocab > MAX_VOCAB {
-            return bad(ShapeField::Vocab, self.vocab);
-        }
-        Ok(())
-    }
-}
-
-/// Which FLOPs formula balances the work.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum FlopsFormula {
-    /// The Skrull paper's per-layer forward count `20h²S + 4h·h_kv·S + 4hS²`, times layers
-    /// and 3 for forward + backward.
-    #[default]
-    Paper,
-    /// Megatron-LM's count: Q/K/V/O projections, causal attention `2S²h`, the (SwiGLU) FFN and
-    /// the LM head, times 3 for forward + backward.
-    Megatron,
-}
-
-impl FlopsFormula {
-    /// Every formula, in a fixed order (the C ABI's `SKRULL_FLOPS_*` numbers).
-    pub const ALL: [FlopsFormula; 2] = [FlopsFormula::Paper, FlopsFormula::Megatron];
-
-    /// The formula's stable name (`paper`, `megatron`).
-    pub fn name(self) -> &'static str {
-        match self {
-            FlopsFormula::Paper => "paper",
-            FlopsFormula::Megatron => "megatron",
-        }
-    }
-
-    /// Parses a name given by [`FlopsFormula::name`].
-    pub fn from_name(name: &str) -> Option<FlopsFormula> {
-        Self::ALL.iter().copied().find(|f| f.name() == name)
-    }
-}
-
-/// Which scheduling policy writes the plan.
-///
-/// Every option of [`Config`] is honoured by every policy it concerns: the rollback
-/// [`Victim`] by the policies that roll back (`skrull`, `roundrobin`, `balanced`; the others
-/// never shard a local sequence), the [`FlopsFormula`] by the policies that balance FLOPs
-/// (`skrull`, and `roundrobin`'s DP bin-packing). `balanced` balances estimated time, so it
-/// rejects a FLOPs formula other than the default ([`Error::Unsupported`]) rather than
-/// ignore it. The module of each policy is listed in the crate documentation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[non_exhaustive]
-pub enum Policy {
-    /// The paper: GDS (LPT over DP ranks, strided micro-batches) + DACP.
-    #[default]
-    Skrull,
-    /// The paper's baseline: BatchSize consecutive sequences per DP rank, one sequence per
-    /// micro-batch, every sequence sharded.
-    DeepSpeed,
-    /// Sample order, equal counts per DP rank, next-fit packing under the budget, all sharded.
-    Packed,
-    /// The paper's case-study Algorithm 4 (memory-only worst fit with rollback, sample order)
-    /// inside GDS.
-    RoundRobin,
-    /// Cost-aware: DP ranks, micro-batch grouping and local/sharded placement chosen on the
-    /// cost model's estimated time, evaluated over a small deterministic candidate set (see
-    /// [`balanced`](crate::policy::balanced)).
-    Balanced,
-}
-
-impl Policy {
-    /// Every policy, in a fixed order.
-    pub const ALL: [Policy; 5] = [
-        Policy::Skrull,
-        Policy::DeepSpeed,
-        Policy::Packed,
-        Policy::RoundRobin,
-        Policy::Balanced,
-    ];
-
-    /// The policy's stable name (`skrull`, `deepspeed`, `packed`, `roundrobin`, `balanced`).
-    pub fn name(self) -> &'static str {
-        match self {
-            Policy::Skrull => "skrull",
-            Policy::DeepSpeed => "deepspeed",
-            Policy::Packed => "packed",
-            Policy::RoundRobin => "roundrobin",
-            Policy::Balanced => "balanced",
-        }
-    }
-
-    /// Parses a name given by [`Policy::name`].
-    pub fn from_name(name: &str) -> Option<Policy> {
-        Self::ALL.iter().copied().find(|p| p.name() == name)
-    }
-}
-
-/// The policy of [`Config::recommended`]: `balanced`, which beats the best of `skrull`,
-/// `packed` and `deepspeed` on every `skrull simulate` row (`docs/balanced.md`).
-pub const RECOMMENDED_POLICY: Policy = Policy::Balanced;
-
-/// Which local sequence a DACP rollback shards.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Victim {
-    /// The shortest local sequence on the rank (the paper's choice).
-    #[default]
-    Shortest,
-    /// The longest one: frees the most memory per rollback.
-    Longest,
-}
-
-impl Victim {
-    /// Every victim, in a fixed order (the C ABI's `SKRULL_VICTIM_*` numbers).
-    pub const ALL: [Victim; 2] = [Victim::Shortest, Victim::Longest];
-
-    /// The option's stable name (`shortest`, `longest`).
-    pub fn name(self) -> &'static str {
-        match self {
-            Victim::Shortest => "shortest",
-            Victim::Longest => "longest",
-        }
-    }
-
-    /// Parses a name given by [`Victim::name`].
-    pub fn from_name(name: &str) -> Option<Victim> {
-        Self::ALL.iter().copied().find(|v| v.name() == name)
-    }
-}
-
-/// How a sharded sequence is cut over the CP group, which decides the tokens each GPU holds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum ShardPadding {
-    /// Uneven zigzag chunks, no padding: each GPU holds at most `ceil(S / N)` tokens.
-    #[default]
-    None,
-    /// Zigzag chunks padded to a multiple of `2N` (TransformerEngine's THD layout): each GPU
-    /// holds exactly `2 * ceil(S / 2N)` tokens, padding included, and the budget charges it.
-    Zigzag,
-}
-
-impl ShardPadding {
-    /// Every padding, in a fixed order (the C ABI's `SKRULL_SHARD_PADDING_*` numbers).
-    pub const ALL: [ShardPadding; 2] = [ShardPadding::None, ShardPadding::Zigzag];
-
-    /// The option's stable name (`none`, `zigzag`).
-    pub fn name(self) -> &'static str {
-        match self {
-            ShardPadding::None => "none",
-            ShardPadding::Zigzag => "zigzag",
-        }
-    }
-
-    /// Parses a name given by [`ShardPadding::name`].
-    pub fn from_name(name: &str) -> Option<ShardPadding> {
-        Self::ALL.iter().copied().find(|p| p.name() == name)
-    }
-}
+use crate::error::Error;
 
 /// Everything a policy needs besides the lengths.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -450,6 +220,7 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::ShapeField;
 
     #[test]
     fn presets_validate_and_resolve_by_name() {

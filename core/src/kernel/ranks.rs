@@ -15,7 +15,8 @@
 use heapless::Vec as HVec;
 
 use crate::config::budget::Budget;
-use crate::config::{MAX_CP, Victim};
+use crate::config::limits::MAX_CP;
+use crate::config::options::Victim;
 use crate::plan::{CpGroup, SHARDED};
 
 /// Decision of a sequence not placed yet.

@@ -109,7 +109,7 @@ pub(crate) fn key_index(key: u64) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::MAX_SEQ_LEN;
+    use crate::config::limits::MAX_SEQ_LEN;
     use std::vec;
     use std::vec::Vec;
 

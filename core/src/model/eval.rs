@@ -33,9 +33,10 @@
 use crate::setup::Setup;
 use core::fmt;
 
-use crate::config::{Config, MAX_SEQ_LEN, MAX_SEQS};
+use crate::config::Config;
+use crate::config::cost::InvalidCost;
+use crate::config::limits::{MAX_SEQ_LEN, MAX_SEQS};
 use crate::error::Error;
-use crate::model::cost::InvalidCost;
 use crate::model::time::{RankLoad, Ring, TimeModel};
 use crate::plan::{Placement, Plan, SHARDED};
 
@@ -734,8 +735,9 @@ pub fn lower_bound_with(tm: &TimeModel, cfg: &Config, lengths: &[u32]) -> LowerB
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{ModelShape, Policy};
-    use crate::model::cost::CostModel;
+    use crate::config::cost::CostModel;
+    use crate::config::options::Policy;
+    use crate::config::shape::ModelShape;
     use crate::test_support::OwnedPlan;
     use crate::test_support::setup_of;
 

@@ -12,7 +12,7 @@
 use core::cell::Cell;
 
 use crate::config::budget::Budget;
-use crate::model::cost::{ATTN_POINTS, Overlap};
+use crate::config::cost::{ATTN_POINTS, Overlap};
 use crate::model::time::{Ring, TimeModel};
 
 /// Fixed-point shift of the per-unit costs (`value_ps << FP`).
@@ -345,14 +345,16 @@ impl IntModel {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{Config, ModelShape, ShardPadding};
-    use crate::model::cost::CostModel;
+    use crate::config::Config;
+    use crate::config::cost::CostModel;
+    use crate::config::options::ShardPadding;
+    use crate::config::shape::ModelShape;
 
     /// `rank` and `slowest` against the rank time written out from its definition: `slowest`
     /// is the greatest over the ranks, with both overlap windows, empty and saturated terms.
     #[test]
     fn slowest_is_the_greatest_rank() {
-        use crate::model::cost::Overlap;
+        use crate::config::cost::Overlap;
         let shape = ModelShape::QWEN2_5_0_5B;
         let mut x = 0x9E37_79B9_7F4A_7C15u64;
         let mut next = |bits: u32| {

@@ -3,10 +3,11 @@
 //! # Overflow
 //! Both coefficients fit `u64` for every shape [`ModelShape::validate`] accepts
 //! (`linear < 2^50`, `quadratic < 2^30`). With `S < 2^31` one sequence costs less than
-//! `2^81 + 2^92 < 2^93` FLOPs, and a batch of [`MAX_SEQS`](crate::config::MAX_SEQS) `= 2^16`
+//! `2^81 + 2^92 < 2^93` FLOPs, and a batch of [`MAX_SEQS`](crate::config::limits::MAX_SEQS) `= 2^16`
 //! sequences less than `2^109`: every sum in `u128` is exact, so overflow is impossible.
 
-use crate::config::{FlopsFormula, ModelShape};
+use crate::config::options::FlopsFormula;
+use crate::config::shape::ModelShape;
 
 /// Precomputed coefficients: `flops(S) = linear·S + quadratic·S²` (forward + backward, all layers).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -72,7 +73,9 @@ impl FlopsModel {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{MAX_FFN, MAX_HIDDEN, MAX_LAYERS, MAX_SEQ_LEN, MAX_SEQS, MAX_VOCAB};
+    use crate::config::limits::{
+        MAX_FFN, MAX_HIDDEN, MAX_LAYERS, MAX_SEQ_LEN, MAX_SEQS, MAX_VOCAB,
+    };
 
     #[test]
     fn megatron_coefficients_match_reference_numbers() {

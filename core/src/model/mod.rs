@@ -2,24 +2,22 @@
 //!
 //! - [`flops`]: integer FLOPs of a sequence (the paper's formula or Megatron's), which GDS and
 //!   DACP balance;
-//! - [`cost`]: the cost model's coefficients ([`CostModel`]: hardware, kernels, topology) and
-//!   presets;
 //! - [`time`]: a cost model bound to a configuration ([`TimeModel`]): GEMM, attention, ring
 //!   communication over intra- or inter-node links, fixed costs, in seconds;
 //! - [`fixed`]: its integer form ([`IntModel`]), which `balanced` plans on;
 //! - [`fit`]: least-squares calibration from measured samples;
 //! - [`eval`]: the evaluator (iteration time of any plan) and the lower bound.
 //!
-//! Planning and evaluation read the same [`CostModel`]: the one in
-//! [`Config::cost`](crate::Config::cost).
+//! The coefficients ([`CostModel`](crate::config::cost::CostModel): hardware, kernels,
+//! topology) and their presets live in the configuration layer
+//! ([`config::cost`](crate::config::cost)); planning and evaluation read the same one, the
+//! one in [`Config::cost`](crate::Config::cost).
 
-pub mod cost;
 pub mod eval;
 pub mod fit;
 pub mod fixed;
 pub mod flops;
 pub mod time;
 
-pub use cost::CostModel;
 pub use fixed::IntModel;
 pub use time::{Ring, TimeModel};

@@ -19,7 +19,7 @@
 //! - `T_attn(q, S) = 2·h·L·pad(q)·S · (1/eff_fwd(pad(q)) + bwd_ratio/eff_bwd(pad(q)))`: causal
 //!   attention of `q` queries against a sequence of `S` keys (whole: `q = S`; shard:
 //!   `q` = the tokens the GPU holds), queries padded to `attention_tile`-token tiles, throughput
-//!   interpolated (in `log2 q`) in an [`AttentionTable`](crate::model::cost::AttentionTable).
+//!   interpolated (in `log2 q`) in an [`AttentionTable`](crate::config::cost::AttentionTable).
 //! - `T_comm = L·comm_passes·((g−1)·λ + (g−1)/g·ΣS_sharded·kv_bytes/B)` for a ring over `g`
 //!   GPUs: ring attention's K/V traffic for every sharded sequence of the micro-batch; the
 //!   per-step latency `λ` is paid once per micro-batch because packed sharded sequences ride the
@@ -36,9 +36,11 @@
 //! to a plan is [`eval`](crate::model::eval). Every default and its source is listed in
 //! `docs/cost_model.md`.
 
+use crate::config::Config;
 use crate::config::budget::Budget;
-use crate::config::{Config, FlopsFormula, ModelShape, ShardPadding};
-use crate::model::cost::{ATTN_POINTS, CostModel, Overlap};
+use crate::config::cost::{ATTN_POINTS, CostModel, Overlap};
+use crate::config::options::{FlopsFormula, ShardPadding};
+use crate::config::shape::ModelShape;
 use crate::model::flops::FlopsModel;
 
 /// What one CP rank does in one micro-batch, as [`TimeModel::rank`] needs it.

@@ -1,7 +1,7 @@
 //! [`check`]: the independent checker every plan passes, from its placements alone.
 
-use crate::config::{MAX_CP, MAX_SEQS};
-use crate::plan::types::{Plan, SHARDED};
+use crate::config::limits::{MAX_CP, MAX_SEQS};
+use crate::plan::types::{Plan, PlanParts, SHARDED, Summary};
 use crate::setup::Setup;
 
 /// Why [`check`] rejected a plan.
@@ -49,7 +49,7 @@ pub enum CheckError {
     },
     /// A DP rank runs an empty micro-batch although one of its micro-batches holds several
     /// sequences, where the configuration fills empty micro-batches
-    /// ([`Config::fills_empty`]).
+    /// ([`Config::fills_empty`](crate::Config::fills_empty)).
     AvoidableEmpty {
         /// The DP rank.
         dp_rank: usize,
@@ -215,11 +215,51 @@ pub fn check(setup: &Setup, lengths: &[u32], plan: &Plan<'_>) -> Result<(), Chec
     Ok(())
 }
 
+impl<'a> Plan<'a> {
+    /// Rebuilds the read-only view of a plan of `setup` and `lengths` from its raw slices, and
+    /// validates it with the independent [`check`] (so every accessor and the layout see a
+    /// consistent plan). The summary is recounted from the parts; `rollbacks` is taken as
+    /// given.
+    ///
+    /// # Errors
+    /// The first violation [`check`] finds; [`CheckError::MicroBatchTable`] when the micro-batch counts add
+    /// up to more than the members. Never panics, whatever the slices hold.
+    pub fn from_parts(
+        setup: &Setup,
+        lengths: &[u32],
+        parts: PlanParts<'a>,
+    ) -> Result<Plan<'a>, CheckError> {
+        let cfg = setup.config();
+        let mut plan = Plan {
+            dp: cfg.dp,
+            cp: cfg.cp,
+            placements: parts.placements,
+            micro_batches: parts.micro_batches,
+            members: parts.members,
+            rank_tokens: parts.rank_tokens,
+            micro_batches_per_dp: parts.micro_batches_per_dp,
+            summary: Summary::default(),
+        };
+        check(setup, lengths, &plan)?;
+        // `check` bounded the table by the sequence count (at most MAX_SEQS).
+        let count = |k: usize| u32::try_from(k).map_err(|_| CheckError::Shape);
+        plan.summary = Summary {
+            micro_batches: count(parts.micro_batches.len())?,
+            sharded: count(parts.placements.iter().filter(|p| p.is_sharded()).count())?,
+            rollbacks: parts.rollbacks,
+            peak_rank_tokens: parts.rank_tokens.iter().copied().max().unwrap_or(0),
+            total_tokens: lengths.iter().map(|&l| u64::from(l)).sum(),
+        };
+        Ok(plan)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::config::Config;
-    use crate::config::{ModelShape, Policy};
+    use crate::config::options::Policy;
+    use crate::config::shape::ModelShape;
     use crate::plan::types::{MicroBatch, Placement, PlanParts, Summary};
     use crate::test_support::OwnedPlan;
     use crate::test_support::setup_of;

@@ -28,7 +28,7 @@ use crate::error::Error;
 use crate::plan::types::{MicroBatch, Placement, Plan, PlanBuffers, Summary};
 
 /// Marks a member slot whose sequence moved to a new micro-batch (sequence indices are below
-/// [`MAX_SEQS`](crate::config::MAX_SEQS)).
+/// [`MAX_SEQS`](crate::config::limits::MAX_SEQS)).
 const MOVED: u32 = u32::MAX;
 
 /// Which sequences one pass over a DP rank's micro-batches may move.
@@ -387,7 +387,8 @@ fn compact(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{ModelShape, Policy, ShardPadding};
+    use crate::config::options::{Policy, ShardPadding};
+    use crate::config::shape::ModelShape;
     use crate::plan::check::{CheckError, check};
     use crate::test_support::OwnedPlan;
     use crate::test_support::setup_of;

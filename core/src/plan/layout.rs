@@ -46,7 +46,7 @@
 //!
 //! A sharded sequence of `S` tokens is first padded at its end to `P` tokens
 //! ([`Budget::padded`]: `P = S` without padding, a multiple of `lcm(2N, M)` with
-//! [`ShardPadding::Zigzag`](crate::config::ShardPadding::Zigzag) or a pad multiple `M > 1`; see
+//! [`ShardPadding::Zigzag`](crate::config::options::ShardPadding::Zigzag) or a pad multiple `M > 1`; see
 //! [`crate::config::budget`]). The `P` positions are cut into `2N`
 //! consecutive chunks `0..2N` (N = CP size); rank `r` holds chunk `r` (its *front* chunk) and
 //! chunk `2N-1-r` (its *back* chunk), so every rank pairs an early, cheap part of the causal
@@ -291,7 +291,7 @@ pub struct LayoutBuffers<'a> {
     pub sharded_cu_seqlens_padded: &'a mut [i32],
     /// This rank's `cu_seqlens` of the sharded group: where each sequence's two chunks sit in
     /// the sharded group of this GPU's buffer (padding included; `sharded_cu_seqlens_padded / N`
-    /// with [`ShardPadding::Zigzag`](crate::config::ShardPadding::Zigzag)).
+    /// with [`ShardPadding::Zigzag`](crate::config::options::ShardPadding::Zigzag)).
     pub rank_cu_seqlens: &'a mut [i32],
     /// Position id of every token in the buffer (empty: skip; the spans carry the same).
     pub positions: &'a mut [i32],
@@ -904,8 +904,9 @@ pub fn fill(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::ShardPadding;
-    use crate::config::{ModelShape, Policy};
+    use crate::config::options::Policy;
+    use crate::config::options::ShardPadding;
+    use crate::config::shape::ModelShape;
     use crate::test_support::OwnedPlan;
     use crate::test_support::setup_of;
 
@@ -1304,8 +1305,13 @@ mod tests {
     /// over all the GPUs of its group, tile its padded length exactly once.
     #[test]
     fn subgroup_rings_tile_every_sequence_once() {
-        let cfg = Config::new(2, 16, 13 * 1024, crate::config::ModelShape::QWEN2_5_7B)
-            .with_policy(crate::config::Policy::Balanced);
+        let cfg = Config::new(
+            2,
+            16,
+            13 * 1024,
+            crate::config::shape::ModelShape::QWEN2_5_7B,
+        )
+        .with_policy(crate::config::options::Policy::Balanced);
         let base = [
             100_000u32, 90_000, 61_000, 40_000, 35_000, 20_000, 18_000, 9_000, 5_000, 3_000, 800,
             120,

@@ -3,8 +3,6 @@
 
 use crate::config::Config;
 use crate::error::{Buffer, Error};
-use crate::plan::check::{CheckError, check};
-use crate::setup::Setup;
 
 /// `Placement::cp_rank` of a sequence sharded over the whole CP group.
 pub const SHARDED: i32 = -1;
@@ -306,41 +304,4 @@ pub struct PlanParts<'a> {
     pub rollbacks: u32,
 }
 
-impl<'a> Plan<'a> {
-    /// Rebuilds the read-only view of a plan of `setup` and `lengths` from its raw slices, and
-    /// validates it with the independent [`check`] (so every accessor and the layout see a
-    /// consistent plan). The summary is recounted from the parts; `rollbacks` is taken as
-    /// given.
-    ///
-    /// # Errors
-    /// The first violation [`check`] finds; [`CheckError::MicroBatchTable`] when the micro-batch counts add
-    /// up to more than the members. Never panics, whatever the slices hold.
-    pub fn from_parts(
-        setup: &Setup,
-        lengths: &[u32],
-        parts: PlanParts<'a>,
-    ) -> Result<Plan<'a>, CheckError> {
-        let cfg = setup.config();
-        let mut plan = Plan {
-            dp: cfg.dp,
-            cp: cfg.cp,
-            placements: parts.placements,
-            micro_batches: parts.micro_batches,
-            members: parts.members,
-            rank_tokens: parts.rank_tokens,
-            micro_batches_per_dp: parts.micro_batches_per_dp,
-            summary: Summary::default(),
-        };
-        check(setup, lengths, &plan)?;
-        // `check` bounded the table by the sequence count (at most MAX_SEQS).
-        let count = |k: usize| u32::try_from(k).map_err(|_| CheckError::Shape);
-        plan.summary = Summary {
-            micro_batches: count(parts.micro_batches.len())?,
-            sharded: count(parts.placements.iter().filter(|p| p.is_sharded()).count())?,
-            rollbacks: parts.rollbacks,
-            peak_rank_tokens: parts.rank_tokens.iter().copied().max().unwrap_or(0),
-            total_tokens: lengths.iter().map(|&l| u64::from(l)).sum(),
-        };
-        Ok(plan)
-    }
-}
+impl<'a> Plan<'a> {}

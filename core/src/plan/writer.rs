@@ -284,7 +284,9 @@ fn loads_row<'t>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{Config, MAX_SEQ_LEN, ModelShape};
+    use crate::config::Config;
+    use crate::config::limits::MAX_SEQ_LEN;
+    use crate::config::shape::ModelShape;
     use crate::plan::types::PlanBuffers;
     use std::vec;
     use std::vec::Vec;
@@ -344,7 +346,7 @@ mod tests {
             let lengths = random_lengths(&mut rng, n);
             let mut cfg = Config::new(2, cp, 1 << 30, ModelShape::QWEN2_5_0_5B);
             if case % 2 == 0 {
-                cfg.shard_padding = crate::config::ShardPadding::Zigzag;
+                cfg.shard_padding = crate::config::options::ShardPadding::Zigzag;
             }
             let ranks: Vec<i32> = (0..n)
                 .map(|_| match rng.below_mod(u64::from(cp) + 2) {
@@ -401,7 +403,7 @@ mod tests {
             }
             let mut cfg = Config::new(1, cp, 1 << 30, ModelShape::QWEN2_5_0_5B);
             if case % 2 == 0 {
-                cfg.shard_padding = crate::config::ShardPadding::Zigzag;
+                cfg.shard_padding = crate::config::options::ShardPadding::Zigzag;
             }
             let budget = cfg.budget();
             let cpu = cp as usize;

@@ -34,8 +34,9 @@
 
 use heapless::Vec as HVec;
 
+use crate::config::Config;
 use crate::config::budget::Budget;
-use crate::config::{Config, MAX_CP};
+use crate::config::limits::MAX_CP;
 use crate::error::Error;
 use crate::kernel::group::{max_strided_sum, next_fit};
 use crate::kernel::lpt::{group_by_dp, lpt};
@@ -1392,7 +1393,8 @@ fn write_plan<'b>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{ModelShape, Policy, ShardPadding, Victim};
+    use crate::config::options::{Policy, ShardPadding, Victim};
+    use crate::config::shape::ModelShape;
     use crate::plan::Placement;
     use crate::plan::{self};
     use crate::test_support::OwnedPlan;
@@ -1595,8 +1597,8 @@ mod tests {
     /// tightest (sequences that fit only sharded) to roomy.
     #[test]
     fn one_sequence_micro_batches_in_closed_form_match_the_state_machine() {
-        use crate::model::CostModel;
-        use crate::model::cost::Overlap;
+        use crate::config::cost::CostModel;
+        use crate::config::cost::Overlap;
         let mut rng = Rng(4242);
         let shape = ModelShape::QWEN2_5_0_5B;
         let cases = if cfg!(miri) { 4 } else { 160 };
@@ -1643,7 +1645,7 @@ mod tests {
     /// still give a valid plan.
     #[test]
     fn saturated_cost_models_still_plan() {
-        use crate::model::CostModel;
+        use crate::config::cost::CostModel;
         let lengths = [1u32, 45, 73, 73, 73, 9, 1, 1, 81, 105, 41, 70, 37, 1];
         let shape = ModelShape::QWEN2_5_0_5B;
         let edits: [fn(&mut CostModel); 4] = [

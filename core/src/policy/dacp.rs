@@ -11,8 +11,9 @@
 use crate::setup::Setup;
 use heapless::Vec as HVec;
 
+use crate::config::Config;
 use crate::config::budget::Budget;
-use crate::config::{Config, MAX_CP};
+use crate::config::limits::MAX_CP;
 use crate::error::Error;
 use crate::kernel::ranks::{self, Ledger, Rooms, Slots, Stop, UNSET, argmax, argmin};
 use crate::model::flops::FlopsModel;
@@ -323,7 +324,8 @@ pub fn place(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{ModelShape, Victim};
+    use crate::config::options::Victim;
+    use crate::config::shape::ModelShape;
     use crate::test_support::setup_of;
 
     fn dacp(

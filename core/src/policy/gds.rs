@@ -160,7 +160,8 @@ pub(crate) fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{MAX_SEQ_LEN, ModelShape};
+    use crate::config::limits::MAX_SEQ_LEN;
+    use crate::config::shape::ModelShape;
     use crate::kernel::sort::sort_ascending;
     use std::vec;
     use std::vec::Vec;
@@ -211,7 +212,7 @@ mod tests {
             };
             let mut cfg = Config::new(dp, 4, u32::MAX >> 1, shape);
             if case % 3 == 0 {
-                cfg.flops = crate::config::FlopsFormula::Megatron;
+                cfg.flops = crate::config::options::FlopsFormula::Megatron;
             }
             let flops = FlopsModel::new(&cfg.model, cfg.flops);
             let (want_rank, want_loads) = reference_lpt(&cfg, &flops, &lengths);

@@ -16,7 +16,8 @@ pub mod baselines;
 pub mod dacp;
 pub mod gds;
 
-use crate::config::{Config, Policy};
+use crate::config::Config;
+use crate::config::options::Policy;
 use crate::error::Error;
 use crate::plan::{Plan, PlanBuffers, PlanSizes, PlanWriter, fill};
 use crate::setup::Setup;

@@ -6,14 +6,15 @@
 //! [`plan::check`], the evaluator and the layout all take `&Setup`.
 //!
 //! [`schedule`]: crate::schedule
-//! [`plan::check`]: crate::plan::check
+//! [`plan::check`]: crate::plan::check()
 
 pub mod workspace;
 
+use crate::config::Config;
 use crate::config::budget::Budget;
-use crate::config::{Config, Policy};
+use crate::config::cost::CostModel;
+use crate::config::options::Policy;
 use crate::error::Error;
-use crate::model::CostModel;
 use crate::model::fixed::{IntCoeffs, IntModel};
 use crate::model::time::TimeModel;
 use workspace::WorkspaceSizes;

@@ -3,7 +3,8 @@
 
 use zerocopy::{FromBytes, IntoBytes};
 
-use crate::config::{Config, Policy};
+use crate::config::Config;
+use crate::config::options::Policy;
 use crate::error::{Buffer, Error};
 
 /// One word of a [`Workspace`] slab: 16 bytes, the widest row element.
@@ -193,7 +194,7 @@ pub(crate) struct Scratch<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::ModelShape;
+    use crate::config::shape::ModelShape;
     use std::vec;
 
     #[test]

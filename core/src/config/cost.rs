@@ -7,8 +7,17 @@
 
 use core::fmt;
 
-use crate::config::ModelShape;
-use crate::model::fit::{TABLE5_ALGORITHM_BANDWIDTH, TABLE5_COLLECTIVE_LATENCY_S, TABLE5_GROUP};
+use crate::config::shape::ModelShape;
+pub use crate::error::CostField;
+
+/// Group size assumed for Table 5 (one 8-GPU node; the paper does not say).
+pub const TABLE5_GROUP: u32 = 8;
+
+/// Relative-error least-squares fit of the paper's Table 5 all-gather points (`model::fit::SKRULL_TABLE5_ALL_GATHER`): latency of one
+/// collective, seconds (rounded; the tests recompute it).
+pub const TABLE5_COLLECTIVE_LATENCY_S: f64 = 43.91e-6;
+/// The same fit's algorithm bandwidth (collective size / time), bytes/s.
+pub const TABLE5_ALGORITHM_BANDWIDTH: f64 = 152.9e9;
 
 /// Points in an [`AttentionTable`].
 pub const ATTN_POINTS: usize = 6;
@@ -341,128 +350,6 @@ impl CostModel {
             }
         }
         Ok(())
-    }
-}
-
-/// A [`CostModel`] field, as validation errors name it. The order is the C ABI's
-/// `skrull_cost_model` field order, and [`CostField::number`] (the 1-based position) is the
-/// number the C error details report, so every surface names a field the same way.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum CostField {
-    /// `attention_tile`.
-    AttentionTile,
-    /// `peak_flops`.
-    PeakFlops,
-    /// `gemm_efficiency`.
-    GemmEfficiency,
-    /// `hbm_bandwidth`.
-    HbmBandwidth,
-    /// `weight_bytes`.
-    WeightBytes,
-    /// `weight_passes`.
-    WeightPasses,
-    /// `attention.seqlen`.
-    AttentionSeqlen,
-    /// `attention.fwd_flops`.
-    AttentionFwdFlops,
-    /// `attention.bwd_flops`.
-    AttentionBwdFlops,
-    /// `attention_bwd_ratio`.
-    AttentionBwdRatio,
-    /// `kv_element_bytes`.
-    KvElementBytes,
-    /// `comm_passes`.
-    CommPasses,
-    /// `ring_step_latency_s`.
-    RingStepLatencyS,
-    /// `inter_node_ring_step_latency_s`.
-    InterNodeRingStepLatencyS,
-    /// `intra_node_bandwidth`.
-    IntraNodeBandwidth,
-    /// `inter_node_bandwidth`.
-    InterNodeBandwidth,
-    /// `gpus_per_node`.
-    GpusPerNode,
-    /// `overlap`.
-    Overlap,
-    /// `kernels_per_layer`.
-    KernelsPerLayer,
-    /// `kernel_launch_s`.
-    KernelLaunchS,
-    /// `micro_batch_extra_s`.
-    MicroBatchExtraS,
-    /// `iteration_fixed_s`.
-    IterationFixedS,
-}
-
-impl CostField {
-    /// Every field, in the C struct's order.
-    pub const ALL: [CostField; 22] = [
-        CostField::AttentionTile,
-        CostField::PeakFlops,
-        CostField::GemmEfficiency,
-        CostField::HbmBandwidth,
-        CostField::WeightBytes,
-        CostField::WeightPasses,
-        CostField::AttentionSeqlen,
-        CostField::AttentionFwdFlops,
-        CostField::AttentionBwdFlops,
-        CostField::AttentionBwdRatio,
-        CostField::KvElementBytes,
-        CostField::CommPasses,
-        CostField::RingStepLatencyS,
-        CostField::InterNodeRingStepLatencyS,
-        CostField::IntraNodeBandwidth,
-        CostField::InterNodeBandwidth,
-        CostField::GpusPerNode,
-        CostField::Overlap,
-        CostField::KernelsPerLayer,
-        CostField::KernelLaunchS,
-        CostField::MicroBatchExtraS,
-        CostField::IterationFixedS,
-    ];
-
-    /// The field's stable name (the [`CostModel`] field; `attention.seqlen` and the like for
-    /// the attention table's arrays).
-    pub fn name(self) -> &'static str {
-        match self {
-            CostField::AttentionTile => "attention_tile",
-            CostField::PeakFlops => "peak_flops",
-            CostField::GemmEfficiency => "gemm_efficiency",
-            CostField::HbmBandwidth => "hbm_bandwidth",
-            CostField::WeightBytes => "weight_bytes",
-            CostField::WeightPasses => "weight_passes",
-            CostField::AttentionSeqlen => "attention.seqlen",
-            CostField::AttentionFwdFlops => "attention.fwd_flops",
-            CostField::AttentionBwdFlops => "attention.bwd_flops",
-            CostField::AttentionBwdRatio => "attention_bwd_ratio",
-            CostField::KvElementBytes => "kv_element_bytes",
-            CostField::CommPasses => "comm_passes",
-            CostField::RingStepLatencyS => "ring_step_latency_s",
-            CostField::InterNodeRingStepLatencyS => "inter_node_ring_step_latency_s",
-            CostField::IntraNodeBandwidth => "intra_node_bandwidth",
-            CostField::InterNodeBandwidth => "inter_node_bandwidth",
-            CostField::GpusPerNode => "gpus_per_node",
-            CostField::Overlap => "overlap",
-            CostField::KernelsPerLayer => "kernels_per_layer",
-            CostField::KernelLaunchS => "kernel_launch_s",
-            CostField::MicroBatchExtraS => "micro_batch_extra_s",
-            CostField::IterationFixedS => "iteration_fixed_s",
-        }
-    }
-
-    /// Parses a name given by [`CostField::name`].
-    pub fn from_name(name: &str) -> Option<CostField> {
-        Self::ALL.iter().copied().find(|f| f.name() == name)
-    }
-
-    /// The 1-based position of the field in [`CostField::ALL`] (the C struct's order).
-    pub fn number(self) -> u32 {
-        // Fewer than 2^32 fields: the position fits.
-        Self::ALL
-            .iter()
-            .position(|&f| f == self)
-            .map_or(0, |i| i as u32 + 1)
     }
 }
 
