@@ -2,6 +2,9 @@
 //! the limits every value is checked against.
 
 pub mod budget;
+pub mod cp_group;
+
+pub use cp_group::CpGroup;
 
 use crate::error::{Error, ShapeField};
 use crate::model::cost::CostModel;

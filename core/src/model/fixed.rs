@@ -12,6 +12,7 @@
 use core::cell::Cell;
 
 use crate::config::budget::Budget;
+use crate::config::cp_group::{CpGroup, GROUP_LEVELS};
 use crate::model::cost::{ATTN_POINTS, Overlap};
 use crate::model::time::{Ring, TimeModel};
 
@@ -54,7 +55,7 @@ pub struct IntModel {
     tm: TimeModel,
     budget: Budget,
     /// The budget of a sub-group of `2^(l+1)` ranks, per `l` (built once).
-    groups: [Budget; 7],
+    groups: [Budget; GROUP_LEVELS],
     gemm_fp: u64,
     stream_ps: u64,
     fixed_ps: u64,
@@ -83,7 +84,7 @@ impl IntModel {
         let hi_q = pad(cost.attention.seqlen[ATTN_POINTS - 1]);
         let tiles = (hi_q / tile).saturating_sub(lo_q / tile);
         let unit = |q: u64| to_fp(tm.attention_unit(q.min(u64::from(u32::MAX)) as u32));
-        let groups = core::array::from_fn(|l| budget.for_group(2 << l));
+        let groups = core::array::from_fn(|l| budget.for_group(CpGroup::level_size(l)));
         IntModel {
             tm: *tm,
             budget,
@@ -126,8 +127,7 @@ impl IntModel {
         if g == self.cp() {
             return self.share(len);
         }
-        let l = (g.trailing_zeros() as usize).wrapping_sub(1);
-        match self.groups.get(l) {
+        match self.groups.get(CpGroup::level_of(g)) {
             Some(b) if g.is_power_of_two() => b.share(len),
             _ => self.budget.for_group(g).share(len),
         }
