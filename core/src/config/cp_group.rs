@@ -147,15 +147,23 @@ impl Decision {
             Decision::Local(code as u32)
         } else if code == WHOLE_CODE {
             Decision::Whole
-        } else if code == UNSET_CODE {
-            Decision::Unset
         } else {
-            let c = -2 - code;
-            Decision::Sub(CpGroup {
-                first: (c & 0x1FF) as u32,
-                size: 1 << ((c >> 9) & 0x7),
-            })
+            Decision::sub_of_code(code).map_or(Decision::Unset, Decision::Sub)
         }
+    }
+
+    /// The sub-group of a code if it is a [`Decision::Sub`]'s, else `None` (one comparison
+    /// for the other decisions, whose codes are themselves: a rank or `-1`).
+    #[inline(always)]
+    pub(crate) fn sub_of_code(code: i32) -> Option<CpGroup> {
+        if code >= WHOLE_CODE || code == UNSET_CODE {
+            return None;
+        }
+        let c = -2 - code;
+        Some(CpGroup {
+            first: (c & 0x1FF) as u32,
+            size: 1 << ((c >> 9) & 0x7),
+        })
     }
 
     /// [`Decision::to_code`] as the bits of a `u32` workspace word.
@@ -168,6 +176,13 @@ impl Decision {
     #[inline(always)]
     pub(crate) fn from_word(word: u32) -> Decision {
         Decision::from_code(word as i32)
+    }
+
+    /// Whether a word written by [`Decision::to_word`] is [`Decision::Local`]`(r)`, without
+    /// decoding it (every other decision's code is negative).
+    #[inline(always)]
+    pub(crate) fn word_is_local_on(word: u32, r: usize) -> bool {
+        word as usize == r && word <= i32::MAX as u32
     }
 
     /// Whether the sequence is whole on rank `r`.

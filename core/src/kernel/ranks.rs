@@ -31,6 +31,12 @@ pub(crate) trait Slots {
     fn get(&self, k: usize) -> Decision;
     /// Records the decision for the `k`-th sequence.
     fn set(&mut self, k: usize, d: Decision);
+    /// Whether the `k`-th sequence is whole on rank `r` (the rollback's victim search asks
+    /// this of every placed sequence; slots that hold codes answer without decoding).
+    #[inline(always)]
+    fn is_local_on(&self, k: usize, r: usize) -> bool {
+        self.get(k).is_local_on(r)
+    }
 }
 
 /// The per-rank bookkeeping and the rank-choosing rule of one placement policy.
@@ -194,7 +200,7 @@ pub(crate) fn shard_first<S: Slots, L: Ledger>(
 fn victim<S: Slots>(slots: &S, placed: usize, rank: usize, rule: Victim) -> Option<usize> {
     let mut best: Option<(usize, u32)> = None;
     for k in 0..placed {
-        if !slots.get(k).is_local_on(rank) {
+        if !slots.is_local_on(k, rank) {
             continue;
         }
         let len = slots.len_at(k);

@@ -20,7 +20,8 @@ pub struct WorkspaceSizes {
     pub dp_start: usize,
     /// `balanced`: `4n` per-sequence costs; 0 for the other policies.
     pub costs: usize,
-    /// `balanced`: `4n` per-sequence and per-member decision words; 0 for the others.
+    /// `balanced`: `4n` decision words (four rows of `n`, see [`Workspace::marks`]); 0 for
+    /// the others.
     pub marks: usize,
 }
 
@@ -102,7 +103,10 @@ pub struct Workspace<'a> {
     /// work (the cheaper of whole and sharded GPU time) and the cheapest sharding group's
     /// cost.
     pub costs: &'a mut [u64],
-    /// `balanced`: per sequence its micro-batch and decision in the grouping being tried, per
-    /// member of the micro-batch being placed its working and best decision.
+    /// `balanced`: four rows of `n` words where it stages its decisions (never in the plan
+    /// buffers): per sequence its micro-batch in the grouping being tried, its decision in the
+    /// fastest grouping so far, its decision in the grouping being tried, and per member of
+    /// the micro-batch being placed its working decision (decisions as compact codes of the
+    /// CP rank, the whole group or a sub-group). The plan writer reuses them as scratch.
     pub marks: &'a mut [u32],
 }

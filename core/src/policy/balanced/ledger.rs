@@ -49,13 +49,10 @@ pub(super) struct TimeLedger<'a> {
 }
 
 impl<'a> TimeLedger<'a> {
-    /// An empty ledger over `im` and the cost `rows`, with the sub-group ring links
-    /// ([`sub_links`]); [`Ledger::reset`] sizes it for a micro-batch.
-    pub(super) fn new(
-        im: &'a IntModel,
-        rows: Rows<'a>,
-        sub_links: [(Link, Link); GROUP_LEVELS],
-    ) -> TimeLedger<'a> {
+    /// An empty ledger over `im` and the cost `rows` for a CP group of `cp` ranks, with the
+    /// sub-group ring links ([`sub_links`]); [`Ledger::reset`] sizes it for a micro-batch.
+    #[inline(always)]
+    pub(super) fn new(im: &'a IntModel, rows: Rows<'a>, cp: u32) -> TimeLedger<'a> {
         TimeLedger {
             im,
             rows,
@@ -69,7 +66,7 @@ impl<'a> TimeLedger<'a> {
             comm: 0,
             bound: u64::MAX,
             dp: 0,
-            sub_links,
+            sub_links: sub_links(im, cp),
             sub_attn: HVec::new(),
             sub_comm: HVec::new(),
             ring_len: HVec::new(),

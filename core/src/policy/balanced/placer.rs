@@ -6,7 +6,7 @@
 use heapless::Vec as HVec;
 
 use super::costs::{Prefix, Rows, forms};
-use super::ledger::{TimeLedger, sub_links};
+use super::ledger::TimeLedger;
 use crate::config::budget::Budget;
 use crate::config::cp_group::{CpGroup, Decision};
 use crate::config::{Config, MAX_CP};
@@ -42,6 +42,12 @@ impl Slots for MemberSlots<'_> {
         if let Some(c) = self.cur.get_mut(k) {
             *c = d.to_word();
         }
+    }
+    #[inline(always)]
+    fn is_local_on(&self, k: usize, r: usize) -> bool {
+        self.cur
+            .get(k)
+            .is_some_and(|&w| Decision::word_is_local_on(w, r))
     }
 }
 
@@ -109,7 +115,7 @@ impl<'a> Placer<'a> {
             budget,
             shortcuts,
             rooms: Rooms::new(),
-            ledger: TimeLedger::new(im, rows, sub_links(im, cfg.cp)),
+            ledger: TimeLedger::new(im, rows, cfg.cp),
         }
     }
 }
@@ -119,6 +125,7 @@ impl Placer<'_> {
     /// few sharded counts, then sub-groups where they may pay, and writes the fastest
     /// decisions into `dec` (per sequence). Returns its time, or `None` when no attempt meets
     /// memory.
+    #[inline(always)]
     pub(super) fn micro_batch(
         &mut self,
         members: &[u32],

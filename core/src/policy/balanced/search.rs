@@ -71,38 +71,7 @@ fn group(
             }
             Some(1)
         }
-        Grouping::Lpt(m) => {
-            if m > MAX_BINS {
-                return None;
-            }
-            // (load, tokens) per bin; only the m bins in use are initialised.
-            let mut bins: HVec<(u64, u64), MAX_BINS> = HVec::new();
-            for _ in 0..m {
-                let _ = bins.push((0, 0));
-            }
-            let cap = u64::from(cfg.bucket);
-            for &s in sub.iter().rev() {
-                let len = rows.len(s);
-                let share = u64::from(im.share(len));
-                let w = rows.work(s);
-                let mut pick: Option<(u64, usize)> = None;
-                for (j, &(load, tok)) in bins.iter().enumerate() {
-                    if tok + share > cap {
-                        continue;
-                    }
-                    if pick.is_none_or(|(b, _)| load < b) {
-                        pick = Some((load, j));
-                    }
-                }
-                let (_, j) = pick?;
-                if let Some(b) = bins.get_mut(j) {
-                    b.0 = b.0.saturating_add(w);
-                    b.1 += share;
-                }
-                set(s, j as u32);
-            }
-            Some(m)
-        }
+        Grouping::Lpt(m) => lpt_bins(im, cfg.bucket, rows, sub, m, set),
         Grouping::NextFit => {
             // Sample order is the input order.
             let order = scratch.get_mut(..sub.len())?;
@@ -127,6 +96,50 @@ fn group(
     }
 }
 
+/// [`Grouping::Lpt`] into `m > 1` bins: sequences longest first into the bin with the least
+/// [`work`](super::costs::work) whose shares stay within `bucket`; `set(seq, bin)` records
+/// each. `None` when a sequence fits no bin (or `m` exceeds [`MAX_BINS`]).
+#[inline(always)]
+fn lpt_bins(
+    im: &IntModel,
+    bucket: u32,
+    rows: &Rows<'_>,
+    sub: &[u32],
+    m: usize,
+    mut set: impl FnMut(u32, u32),
+) -> Option<usize> {
+    if m > MAX_BINS {
+        return None;
+    }
+    // (load, tokens) per bin; only the m bins in use are initialised.
+    let mut bins: HVec<(u64, u64), MAX_BINS> = HVec::new();
+    for _ in 0..m {
+        let _ = bins.push((0, 0));
+    }
+    let cap = u64::from(bucket);
+    for &s in sub.iter().rev() {
+        let len = rows.len(s);
+        let share = u64::from(im.share(len));
+        let w = rows.work(s);
+        let mut pick: Option<(u64, usize)> = None;
+        for (j, &(load, tok)) in bins.iter().enumerate() {
+            if tok + share > cap {
+                continue;
+            }
+            if pick.is_none_or(|(b, _)| load < b) {
+                pick = Some((load, j));
+            }
+        }
+        let (_, j) = pick?;
+        if let Some(b) = bins.get_mut(j) {
+            b.0 = b.0.saturating_add(w);
+            b.1 += share;
+        }
+        set(s, j as u32);
+    }
+    Some(m)
+}
+
 /// The workspace rows `balanced` stages its decisions in (`Workspace::marks`, `4n` words);
 /// decisions are [`Decision`] words ([`Decision::to_word`]), never the caller's buffers.
 pub(super) struct MarkRows<'a> {
@@ -136,8 +149,8 @@ pub(super) struct MarkRows<'a> {
     /// Per sequence: its decision in the fastest grouping so far of its DP rank (its
     /// micro-batch is in the placements).
     pub(super) kept: &'a mut [u32],
-    /// Two rows: per sequence its decision in the grouping being
-    /// tried, and per member of the micro-batch being placed its working decision.
+    /// Two rows: per sequence its decision in the grouping being tried, and per member of the
+    /// micro-batch being placed its working decision.
     work: &'a mut [u32],
 }
 
@@ -166,6 +179,7 @@ impl<'a> MarkRows<'a> {
 /// Plans every micro-batch of the grouping in `marks.mb_of` (`gather`: at least `sub.len()`
 /// words); writes each sequence's decision into the grouping's row and returns the DP rank's
 /// total time, or `None` when a micro-batch cannot meet memory or the total reaches `stop`.
+#[inline(always)]
 fn run_grouping(
     placer: &mut Placer<'_>,
     sub: &[u32],
@@ -211,6 +225,7 @@ fn run_grouping(
 /// first, ties higher index first. `sub` reversed for one micro-batch, a counting sort for up
 /// to [`MAX_BINS`], else the positions sorted by (micro-batch, position descending), all
 /// giving the same order.
+#[inline(always)]
 fn gather_members(sub: &[u32], m: usize, mb_of: &[u32], gather: &mut [u32]) {
     let mb = |s: u32| mb_of.get(s as usize).copied().unwrap_or(u32::MAX);
     if m == 1 {
@@ -316,18 +331,23 @@ impl DpSearch<'_, '_, '_> {
     /// decision into `marks.kept`.
     fn keep(&mut self) {
         let marks = &mut *self.marks;
-        let n = marks.mb_of.len().min(marks.work.len());
-        let dec = marks.work.get(..n).unwrap_or_default();
+        // Every row cut to one length: one bounds check per sequence.
+        let n = (marks.mb_of.len().min(marks.work.len()))
+            .min(marks.kept.len())
+            .min(self.placements.len());
+        let (Some(pl), Some(mb), Some(dec), Some(kept)) = (
+            self.placements.get_mut(..n),
+            marks.mb_of.get(..n),
+            marks.work.get(..n),
+            marks.kept.get_mut(..n),
+        ) else {
+            return;
+        };
         for &s in self.sub {
             let i = s as usize;
-            if let (Some(pl), Some(&mb), Some(&d), Some(k)) = (
-                self.placements.get_mut(i),
-                marks.mb_of.get(i),
-                dec.get(i),
-                marks.kept.get_mut(i),
-            ) {
-                pl.micro_batch = mb;
-                *k = d;
+            if i < n {
+                pl[i].micro_batch = mb[i];
+                kept[i] = dec[i];
             }
         }
     }
@@ -366,6 +386,7 @@ impl<'t> DpRanks<'t> {
     /// # Errors
     /// [`Error::MicroBatchLimit`] when no grouping fits `cfg.max_micro_batches`, else
     /// [`Error::DacpFailed`] when none fits at all.
+    #[inline(always)]
     pub(super) fn search(
         &self,
         placer: &mut Placer<'_>,

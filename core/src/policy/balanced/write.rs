@@ -20,6 +20,7 @@ pub(super) struct Scratch<'a> {
 /// Writes the decisions (DP rank and micro-batch per sequence in `out.placements`, the CP
 /// ranks or groups in `scratch.kept`) as the plan, in plan order: (DP rank, micro-batch,
 /// sequence), empty micro-batches dropped.
+#[inline(always)]
 pub(super) fn write_plan<'b>(
     cfg: &Config,
     lengths: &[u32],
@@ -48,12 +49,14 @@ pub(super) fn write_plan<'b>(
                 count += 1;
                 for &seq in order.get(start..end).unwrap_or(&[]) {
                     let len = lengths.get(seq as usize).copied().unwrap_or(0);
-                    let word = kept.get(seq as usize).copied();
-                    match word.map_or(Decision::Whole, Decision::from_word) {
-                        Decision::Local(r) => w.push(seq, len, r as i32),
-                        Decision::Sub(g) => w.push_in(seq, len, SHARDED, g.first, g.size),
-                        Decision::Whole | Decision::Unset => w.push(seq, len, SHARDED),
-                    }
+                    let word = kept.get(seq as usize).map_or(SHARDED, |&w| w as i32);
+                    // A local rank or the whole group is its own code (`Placement::cp_rank`).
+                    let (cp, first, size) = match Decision::sub_of_code(word) {
+                        Some(g) => (SHARDED, g.first, g.size),
+                        None => (word, 0, 0),
+                    };
+                    // One call site: the writer's push is inlined here.
+                    w.push_in(seq, len, cp, first, size);
                 }
                 start = end;
             }
