@@ -2,7 +2,8 @@
 //! sequence; a sequence may be sharded over the whole CP group or over an aligned sub-group
 //! of `g` ranks (`g` a power of two, `2 <= g < N`, `g` dividing the CP size `N`, the first
 //! rank a multiple of `g`: Megatron's hybrid-CP convention). Also the placement decision of
-//! one sequence inside a micro-batch ([`Decision`]) and its compact code for workspace rows.
+//! one sequence inside a micro-batch (the crate-internal `Decision`) and its compact code for
+//! workspace rows.
 
 /// Sub-group sizes a rank can belong to: `2, 4, ..., 128` (a sub-group is smaller than the
 /// CP group, which has at most 256 ranks); level `l` holds groups of `2^(l+1)` ranks.

@@ -148,6 +148,7 @@ impl Weight {
 /// Fills the cost rows of every sequence, once per distinct length (`keys`: the sort keys,
 /// ascending by length; `subs`: whether sub-groups are tried, else the cheapest-group word is
 /// 0). Returns the sum of the sequences' [`Weight`]s, which bounds the LPT's loads.
+// Inlined (one caller), as before the split.
 #[inline(always)]
 pub(super) fn fill(
     im: &IntModel,

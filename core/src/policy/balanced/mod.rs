@@ -30,7 +30,7 @@
 //! Every step has a fixed candidate count, so the policy runs in `O(n log n + n·N)` per
 //! candidate, with no allocation: the caller's workspace holds the per-sequence costs and
 //! decisions ([`WorkspaceSizes::for_batch`](crate::WorkspaceSizes::for_batch) sizes them for
-//! this policy); decisions are staged there as [`Decision`] codes and reach the caller's
+//! this policy); decisions are staged there as `Decision` codes and reach the caller's
 //! buffers only as the finished plan.
 //!
 //! # Modules
@@ -52,8 +52,6 @@ mod tests;
 mod write;
 
 use crate::config::Config;
-#[cfg(doc)]
-use crate::config::cp_group::Decision;
 use crate::error::Error;
 use crate::kernel::lpt::{group_by_dp, lpt};
 use crate::kernel::sort::sort_ascending_radix;

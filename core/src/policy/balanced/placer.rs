@@ -125,6 +125,7 @@ impl Placer<'_> {
     /// few sharded counts, then sub-groups where they may pay, and writes the fastest
     /// decisions into `dec` (per sequence). Returns its time, or `None` when no attempt meets
     /// memory.
+    // Inlined (one caller), as before the split: fewer instructions per micro-batch.
     #[inline(always)]
     pub(super) fn micro_batch(
         &mut self,

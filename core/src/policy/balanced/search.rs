@@ -386,6 +386,8 @@ impl<'t> DpRanks<'t> {
     /// # Errors
     /// [`Error::MicroBatchLimit`] when no grouping fits `cfg.max_micro_batches`, else
     /// [`Error::DacpFailed`] when none fits at all.
+    // Inlined (one caller): out of line it cost up to 4 % more instructions with one sequence
+    // per DP rank.
     #[inline(always)]
     pub(super) fn search(
         &self,

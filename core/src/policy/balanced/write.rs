@@ -20,6 +20,7 @@ pub(super) struct Scratch<'a> {
 /// Writes the decisions (DP rank and micro-batch per sequence in `out.placements`, the CP
 /// ranks or groups in `scratch.kept`) as the plan, in plan order: (DP rank, micro-batch,
 /// sequence), empty micro-batches dropped.
+// Inlined (one caller), so that the writer's push is inlined here too, as before the split.
 #[inline(always)]
 pub(super) fn write_plan<'b>(
     cfg: &Config,
