@@ -4,9 +4,12 @@
 
 pub mod budget;
 pub mod cost;
+pub mod cp_group;
 pub mod limits;
 pub mod options;
 pub mod shape;
+
+pub use cp_group::CpGroup;
 
 pub use cost::CostModel;
 pub use limits::*;
@@ -49,7 +52,7 @@ pub struct Config {
     /// count is global (Megatron, verl) need this.
     pub lockstep: bool,
     /// Whether a policy may shard a sequence over an aligned sub-group of `g` CP ranks (`g` a
-    /// power of two dividing the CP size, [`CpGroup`](crate::plan::CpGroup)) instead of the
+    /// power of two dividing the CP size, [`CpGroup`]) instead of the
     /// whole group, where its cost model says that is faster. `balanced` uses it; the paper's
     /// policies and the baselines only ever use 1 and N. Default: on (the C ABI: off unless
     /// the caller sets it, because the caller must then read each placement's group).

@@ -15,31 +15,9 @@
 use heapless::Vec as HVec;
 
 use crate::config::budget::Budget;
+use crate::config::cp_group::{CpGroup, Decision};
 use crate::config::limits::MAX_CP;
 use crate::config::options::Victim;
-use crate::plan::{CpGroup, SHARDED};
-
-/// Decision of a sequence not placed yet.
-pub(crate) const UNSET: i32 = i32::MIN;
-
-/// The decision "sharded over the sub-group of `g = 2^l` ranks from `first`" as a slot value:
-/// below [`SHARDED`], never [`UNSET`] (`first < 512`, `l < 8`).
-pub(crate) fn group_code(group: CpGroup) -> i32 {
-    let l = group.size.trailing_zeros() as i32;
-    -2 - ((group.first as i32 & 0x1FF) | (l << 9))
-}
-
-/// The sub-group of a slot value made by [`group_code`]; `None` for anything else.
-pub(crate) fn decode_group(code: i32) -> Option<CpGroup> {
-    if code >= SHARDED || code == UNSET {
-        return None;
-    }
-    let c = -2 - code;
-    Some(CpGroup {
-        first: (c & 0x1FF) as u32,
-        size: 1 << ((c >> 9) & 0x7),
-    })
-}
 
 /// Where a placement routine reads lengths and records decisions, by position `k` in the
 /// processing order.
@@ -50,10 +28,16 @@ pub(crate) trait Slots {
     fn len_at(&self, k: usize) -> u32;
     /// The `k`-th sequence (its index in the batch).
     fn seq_at(&self, k: usize) -> u32;
-    /// Decision for the `k`-th sequence so far: a CP rank, [`SHARDED`] or [`UNSET`].
-    fn get(&self, k: usize) -> i32;
+    /// Decision for the `k`-th sequence so far ([`Decision::Unset`] before it is placed).
+    fn get(&self, k: usize) -> Decision;
     /// Records the decision for the `k`-th sequence.
-    fn set(&mut self, k: usize, v: i32);
+    fn set(&mut self, k: usize, d: Decision);
+    /// Whether the `k`-th sequence is whole on rank `r` (the rollback's victim search asks
+    /// this of every placed sequence; slots that hold codes answer without decoding).
+    #[inline(always)]
+    fn is_local_on(&self, k: usize, r: usize) -> bool {
+        self.get(k).is_local_on(r)
+    }
 }
 
 /// The per-rank bookkeeping and the rank-choosing rule of one placement policy.
@@ -203,7 +187,7 @@ pub(crate) fn shard_first<S: Slots, L: Ledger>(
         let len = slots.len_at(k);
         shares += u64::from(budget.share(len));
         ledger.shard(slots.seq_at(k), len);
-        slots.set(k, SHARDED);
+        slots.set(k, Decision::Whole);
     }
     // At most 2^16 shares of < 2^32 each: the sum fits i64, and the room may go below zero
     // only as a rollback's would (the recount decides).
@@ -217,7 +201,7 @@ pub(crate) fn shard_first<S: Slots, L: Ledger>(
 fn victim<S: Slots>(slots: &S, placed: usize, rank: usize, rule: Victim) -> Option<usize> {
     let mut best: Option<(usize, u32)> = None;
     for k in 0..placed {
-        if slots.get(k) != rank as i32 {
+        if !slots.is_local_on(k, rank) {
             continue;
         }
         let len = slots.len_at(k);
@@ -263,7 +247,7 @@ pub(crate) fn place<S: Slots, L: Ledger>(
         if let Some(r) = ledger.pick(seq, rooms.as_slice(), i64::from(need)) {
             rooms.take(r, need);
             ledger.local(r, seq, len);
-            slots.set(i, r as i32);
+            slots.set(i, Decision::Local(r as u32));
             if ledger.abandon(r) {
                 return Err(Stop::Abandoned);
             }
@@ -275,7 +259,7 @@ pub(crate) fn place<S: Slots, L: Ledger>(
         if low >= i64::from(share) {
             rooms.take_all(share);
             ledger.shard(seq, len);
-            slots.set(i, SHARDED);
+            slots.set(i, Decision::Whole);
             i += 1;
             continue;
         }
@@ -289,7 +273,7 @@ pub(crate) fn place<S: Slots, L: Ledger>(
         ledger.unlocal(t, vseq, vlen);
         rooms.take_all(budget.share(vlen));
         ledger.shard(vseq, vlen);
-        slots.set(v, SHARDED);
+        slots.set(v, Decision::Whole);
         rollbacks += 1;
     }
     recount(slots, budget)?;
@@ -307,19 +291,19 @@ pub(crate) fn recount<S: Slots>(slots: &S, budget: &Budget) -> Result<(), Stop> 
     for k in 0..slots.count() {
         let len = slots.len_at(k);
         match slots.get(k) {
-            SHARDED => shared += u64::from(budget.share(len)),
-            code if code < SHARDED => {
-                if let Some(group) = decode_group(code) {
-                    let share = u64::from(budget.for_group(group.size).share(len));
-                    let ranks = tokens.iter_mut().skip(group.first as usize);
-                    ranks.take(group.size as usize).for_each(|t| *t += share);
-                }
+            Decision::Whole => shared += u64::from(budget.share(len)),
+            Decision::Sub(group) => {
+                let share = u64::from(budget.for_group(group.size).share(len));
+                let ranks = tokens.iter_mut().skip(group.first as usize);
+                ranks.take(group.size as usize).for_each(|t| *t += share);
             }
-            r => {
+            Decision::Local(r) => {
                 if let Some(t) = tokens.get_mut(r as usize) {
                     *t += u64::from(budget.local(len));
                 }
             }
+            // Only placed sequences are recounted; an unset one holds nothing.
+            Decision::Unset => {}
         }
     }
     match tokens

@@ -35,6 +35,8 @@ use core::fmt;
 
 use crate::config::Config;
 use crate::config::cost::InvalidCost;
+use crate::config::cp_group::CpGroup;
+pub use crate::config::cp_group::GROUP_LEVELS;
 use crate::config::limits::{MAX_SEQ_LEN, MAX_SEQS};
 use crate::error::Error;
 use crate::model::time::{RankLoad, Ring, TimeModel};
@@ -110,10 +112,6 @@ pub struct RankSlot {
     /// Tokens sharded over this rank's sub-group of `2^(l+1)` ranks, per `l`.
     pub group_len: [u64; GROUP_LEVELS],
 }
-
-/// Sub-group sizes a rank can belong to: `2, 4, ..., 128` (a sub-group is smaller than the
-/// CP group, which has at most 256 ranks).
-pub const GROUP_LEVELS: usize = 7;
 
 /// Which caller buffer of [`EvalBuffers`] was too small.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -489,7 +487,7 @@ pub fn evaluate_placements<'b>(
         if p.is_subgroup(cfg.cp) {
             // One more ring over the sub-group: its ranks hold a larger share each.
             let group = p.group(cfg.cp);
-            let level = group.size.trailing_zeros() as usize - 1;
+            let level = group.level();
             let share = u64::from(tm.shard_tokens_in(len, group.size));
             let attention = tm.attention_shard_in(len, group.size);
             mb.sharded += 1;
@@ -546,11 +544,10 @@ pub fn evaluate_placements<'b>(
                     if len == 0 {
                         continue;
                     }
-                    let size = 2u32 << level;
-                    let first = r as u32 & !(size - 1);
-                    let c = tm.comm(len, tm.ring(d as u32, first, size));
+                    let ring = CpGroup::around(r as u32, CpGroup::level_size(level));
+                    let c = tm.comm(len, tm.ring(d as u32, ring.first, ring.size));
                     slot.group_comm += c;
-                    if first == r as u32 {
+                    if ring.first == r as u32 {
                         mb.comm += c;
                     }
                 }
@@ -662,10 +659,7 @@ fn cheapest_subgroup_ring(tm: &TimeModel, cfg: &Config, g: u32) -> Ring {
 /// The sub-group sizes `g < N` a sequence may be sharded over under `cfg` (powers of two
 /// dividing the CP size), smallest first; none without [`Config::subgroups`].
 fn subgroup_sizes(cfg: &Config) -> impl Iterator<Item = u32> + '_ {
-    (1..8)
-        .map(|l| 1u32 << l)
-        .take_while(move |&g| g < cfg.cp)
-        .filter(move |&g| cfg.subgroups && cfg.cp.is_multiple_of(g))
+    CpGroup::sub_sizes(cfg.cp).filter(move |_| cfg.subgroups)
 }
 
 /// [`lower_bound`] with a prepared [`TimeModel`] and unchecked inputs. With
@@ -676,9 +670,9 @@ pub fn lower_bound_with(tm: &TimeModel, cfg: &Config, lengths: &[u32]) -> LowerB
     let n_dp = f64::from(cfg.dp.max(1));
     let bucket = cfg.bucket;
     let budget = cfg.budget();
-    let mut sub_rings = [Ring::default(); 7];
+    let mut sub_rings = [Ring::default(); GROUP_LEVELS];
     for g in subgroup_sizes(cfg) {
-        sub_rings[g.trailing_zeros() as usize - 1] = cheapest_subgroup_ring(tm, cfg, g);
+        sub_rings[CpGroup::level_of(g)] = cheapest_subgroup_ring(tm, cfg, g);
     }
     let mut work = 0.0f64;
     let mut total = 0u64;
@@ -691,7 +685,7 @@ pub fn lower_bound_with(tm: &TimeModel, cfg: &Config, lengths: &[u32]) -> LowerB
         for g in subgroup_sizes(cfg) {
             if budget.for_group(g).share(len) <= bucket {
                 sharded_attn = sharded_attn.min(f64::from(g) * tm.attention_shard_in(len, g));
-                let sub = sub_rings[g.trailing_zeros() as usize - 1];
+                let sub = sub_rings[CpGroup::level_of(g)];
                 sharded_alone = sharded_alone.min(tm.alone_sharded(len, sub));
             }
         }

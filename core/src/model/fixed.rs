@@ -13,6 +13,7 @@ use core::cell::Cell;
 
 use crate::config::budget::Budget;
 use crate::config::cost::{ATTN_POINTS, Overlap};
+use crate::config::cp_group::{CpGroup, GROUP_LEVELS};
 use crate::model::time::{Ring, TimeModel};
 
 /// Fixed-point shift of the per-unit costs (`value_ps << FP`).
@@ -56,7 +57,7 @@ pub struct IntCoeffs {
     tm: TimeModel,
     budget: Budget,
     /// The budget of a sub-group of `2^(l+1)` ranks, per `l` (built once).
-    groups: [Budget; 7],
+    groups: [Budget; GROUP_LEVELS],
     gemm_fp: u64,
     stream_ps: u64,
     fixed_ps: u64,
@@ -101,7 +102,7 @@ impl IntCoeffs {
         let hi_q = pad(cost.attention.seqlen[ATTN_POINTS - 1]);
         let tiles = (hi_q / tile).saturating_sub(lo_q / tile);
         let unit = |q: u64| to_fp(tm.attention_unit(q.min(u64::from(u32::MAX)) as u32));
-        let groups = core::array::from_fn(|l| budget.for_group(2 << l));
+        let groups = core::array::from_fn(|l| budget.for_group(CpGroup::level_size(l)));
         IntCoeffs {
             tm: *tm,
             budget,
@@ -159,8 +160,7 @@ impl IntModel {
         if g == self.cp() {
             return self.share(len);
         }
-        let l = (g.trailing_zeros() as usize).wrapping_sub(1);
-        match self.groups.get(l) {
+        match self.groups.get(CpGroup::level_of(g)) {
             Some(b) if g.is_power_of_two() => b.share(len),
             _ => self.budget.for_group(g).share(len),
         }

@@ -518,15 +518,10 @@ pub fn dp_sequences<'a>(plan: &Plan<'a>, dp_rank: u32) -> &'a [u32] {
 /// ... 2 ranks (as `(first, size)`; a size that does not divide `N` or is not a power of two is
 /// skipped).
 fn gpu_rings(cp: u32, rank: u32) -> impl Iterator<Item = CpGroup> {
-    let whole = CpGroup { first: 0, size: cp };
-    let subs = (1..8u32).rev().map(|l| 1u32 << l).filter_map(move |g| {
-        let group = CpGroup {
-            first: rank & !(g - 1),
-            size: g,
-        };
-        (g < cp && group.is_valid_shard(cp)).then_some(group)
-    });
-    core::iter::once(whole).chain(subs)
+    let subs = CpGroup::sub_sizes(cp)
+        .rev()
+        .map(move |g| CpGroup::around(rank, g));
+    core::iter::once(CpGroup::whole(cp)).chain(subs)
 }
 
 /// Totals of one GPU's layout, from the counting pass.

@@ -2,6 +2,7 @@
 //! loads and a summary, in caller buffers sized by [`PlanSizes`].
 
 use crate::config::Config;
+pub use crate::config::cp_group::CpGroup;
 use crate::error::{Buffer, Error};
 
 /// `Placement::cp_rank` of a sequence sharded over the whole CP group.
@@ -41,7 +42,7 @@ impl Placement {
                 size: 1,
             }
         } else if self.cp_size == 0 || u32::from(self.cp_size) == cp {
-            CpGroup { first: 0, size: cp }
+            CpGroup::whole(cp)
         } else {
             CpGroup {
                 first: u32::from(self.cp_first),
@@ -69,39 +70,6 @@ impl Placement {
     /// Whether the sequence is sharded over a proper sub-group of the `cp` ranks.
     pub fn is_subgroup(&self, cp: u32) -> bool {
         self.is_sharded() && self.group(cp).size < cp
-    }
-}
-
-/// Consecutive CP ranks `first..first + size` that hold one sequence.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
-pub struct CpGroup {
-    /// The first rank.
-    pub first: u32,
-    /// How many ranks (1: a local sequence).
-    pub size: u32,
-}
-
-impl CpGroup {
-    /// Whether rank `r` is in the group.
-    #[inline]
-    pub fn contains(&self, r: u32) -> bool {
-        r >= self.first && r - self.first < self.size
-    }
-
-    /// Whether a sequence may be sharded over this group in a CP group of `cp` ranks: the
-    /// whole group, or an aligned block of `g` ranks with `g` a power of two, `2 <= g < cp`,
-    /// `g` dividing `cp` and `first` a multiple of `g` (Megatron's hybrid-CP convention).
-    pub fn is_valid_shard(&self, cp: u32) -> bool {
-        let g = self.size;
-        if g == cp {
-            return self.first == 0;
-        }
-        g >= 2
-            && g < cp
-            && g.is_power_of_two()
-            && cp.is_multiple_of(g)
-            && self.first.is_multiple_of(g)
-            && self.first + g <= cp
     }
 }
 

@@ -13,9 +13,10 @@ use heapless::Vec as HVec;
 
 use crate::config::Config;
 use crate::config::budget::Budget;
+use crate::config::cp_group::Decision;
 use crate::config::limits::MAX_CP;
 use crate::error::Error;
-use crate::kernel::ranks::{self, Ledger, Rooms, Slots, Stop, UNSET, argmax, argmin};
+use crate::kernel::ranks::{self, Ledger, Rooms, Slots, Stop, argmax, argmin};
 use crate::model::flops::FlopsModel;
 use crate::plan::{Placement, SHARDED};
 
@@ -31,7 +32,9 @@ pub(crate) enum Rule {
     WorstFit,
 }
 
-/// A micro-batch given as sequence indices; decisions go to `placements[seq].cp_rank`.
+/// A micro-batch given as sequence indices; decisions go to `placements[seq].cp_rank` as
+/// their code ([`Decision::to_code`]: the CP rank, or [`SHARDED`] for the whole group; DACP
+/// never uses sub-groups).
 pub(crate) struct MemberSlots<'a> {
     pub(crate) members: &'a [u32],
     pub(crate) lengths: &'a [u32],
@@ -49,14 +52,16 @@ impl Slots for MemberSlots<'_> {
         let seq = self.members.get(k).copied().unwrap_or(0) as usize;
         self.lengths.get(seq).copied().unwrap_or(0)
     }
-    fn get(&self, k: usize) -> i32 {
+    fn get(&self, k: usize) -> Decision {
         let seq = self.members.get(k).copied().unwrap_or(0) as usize;
-        self.placements.get(seq).map_or(UNSET, |p| p.cp_rank)
+        self.placements
+            .get(seq)
+            .map_or(Decision::Unset, |p| Decision::from_code(p.cp_rank))
     }
-    fn set(&mut self, k: usize, v: i32) {
+    fn set(&mut self, k: usize, d: Decision) {
         let seq = self.members.get(k).copied().unwrap_or(0) as usize;
         if let Some(p) = self.placements.get_mut(seq) {
-            p.cp_rank = v;
+            p.cp_rank = d.to_code();
         }
     }
 }
@@ -235,14 +240,16 @@ impl Slots for OrderSlots<'_> {
         let seq = self.order.get(k).copied().unwrap_or(0) as usize;
         self.lengths.get(seq).copied().unwrap_or(0)
     }
-    fn get(&self, k: usize) -> i32 {
+    fn get(&self, k: usize) -> Decision {
         let seq = self.order.get(k).copied().unwrap_or(0) as usize;
-        self.out.get(seq).copied().unwrap_or(UNSET)
+        self.out
+            .get(seq)
+            .map_or(Decision::Unset, |&c| Decision::from_code(c))
     }
-    fn set(&mut self, k: usize, v: i32) {
+    fn set(&mut self, k: usize, d: Decision) {
         let seq = self.order.get(k).copied().unwrap_or(0) as usize;
         if let Some(o) = self.out.get_mut(seq) {
-            *o = v;
+            *o = d.to_code();
         }
     }
 }

@@ -186,8 +186,11 @@ pub(crate) struct Scratch<'a> {
     /// work (the cheaper of whole and sharded GPU time) and the cheapest sharding group's
     /// cost.
     pub(crate) costs: &'a mut [u64],
-    /// `balanced`: per sequence its micro-batch and decision in the grouping being tried, per
-    /// member of the micro-batch being placed its working and best decision.
+    /// `balanced`: four rows of `n` words where it stages its decisions (never in the plan
+    /// buffers): per sequence its micro-batch in the grouping being tried, its decision in the
+    /// fastest grouping so far, its decision in the grouping being tried, and per member of
+    /// the micro-batch being placed its working decision (decisions as compact codes of the
+    /// CP rank, the whole group or a sub-group). The plan writer reuses them as scratch.
     pub(crate) marks: &'a mut [u32],
 }
 
