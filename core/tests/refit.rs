@@ -117,6 +117,7 @@ fn params() -> RefitParams {
 }
 
 #[test]
+#[cfg_attr(miri, ignore)] // planning and fitting are slow under miri
 fn features_reproduce_the_evaluator() {
     for cross in [false, true] {
         for overlap in [Overlap::LocalAttention, Overlap::AllAttention] {
@@ -153,6 +154,7 @@ fn features_reproduce_the_evaluator() {
 /// Exact truth times: the refitted model's plan takes the truth's time within 1 %, and the
 /// identifiable coefficients come back.
 #[test]
+#[cfg_attr(miri, ignore)] // planning and fitting are slow under miri
 fn recovers_a_truth_model_from_exact_times() {
     let cfg = config(true);
     let prior = cfg.cost_model();
@@ -183,6 +185,7 @@ fn recovers_a_truth_model_from_exact_times() {
 
 /// Same history, same bits: two states fed the same steps return identical models.
 #[test]
+#[cfg_attr(miri, ignore)] // planning and fitting are slow under miri
 fn the_refit_is_deterministic() {
     let cfg = config(false);
     let prior = cfg.cost_model();
@@ -225,6 +228,7 @@ fn first_measured(times: &[f64]) -> usize {
 }
 
 #[test]
+#[cfg_attr(miri, ignore)] // planning and fitting are slow under miri
 fn nan_time_is_skipped_and_counted() {
     let (r, mut state, rows) = spoiled(|t| {
         let i = first_measured(t);
@@ -237,6 +241,7 @@ fn nan_time_is_skipped_and_counted() {
 }
 
 #[test]
+#[cfg_attr(miri, ignore)] // planning and fitting are slow under miri
 fn infinite_times_are_skipped_and_counted() {
     let (r, mut state, rows) = spoiled(|t| {
         let i = first_measured(t);
@@ -250,6 +255,7 @@ fn infinite_times_are_skipped_and_counted() {
 }
 
 #[test]
+#[cfg_attr(miri, ignore)] // planning and fitting are slow under miri
 fn zero_and_negative_times_are_skipped() {
     let (r, mut state, rows) = spoiled(|t| {
         let i = first_measured(t);
@@ -263,6 +269,7 @@ fn zero_and_negative_times_are_skipped() {
 
 /// Every time invalid: nothing to fit, the prior comes back.
 #[test]
+#[cfg_attr(miri, ignore)] // planning and fitting are slow under miri
 fn all_times_invalid_keeps_the_prior() {
     let (r, mut state, rows) = spoiled(|t| t.iter_mut().for_each(|v| *v = f64::NAN));
     assert!(r.unwrap() > 0);
@@ -274,6 +281,7 @@ fn all_times_invalid_keeps_the_prior() {
 
 /// A GPU that did not report (NaN for all its micro-batches) is a missing GPU: skipped.
 #[test]
+#[cfg_attr(miri, ignore)] // planning and fitting are slow under miri
 fn a_missing_gpu_is_skipped() {
     let cfg = config(false);
     let cp = cfg.cp as usize;
@@ -292,6 +300,7 @@ fn a_missing_gpu_is_skipped() {
 
 /// A 100x straggler is dropped: the fit equals the fit without it to a percent.
 #[test]
+#[cfg_attr(miri, ignore)] // planning and fitting are slow under miri
 fn a_100x_straggler_is_dropped() {
     let mut clean = spoiled(|_| {});
     let mut slow = spoiled(|t| {
@@ -312,6 +321,7 @@ fn a_100x_straggler_is_dropped() {
 }
 
 #[test]
+#[cfg_attr(miri, ignore)] // planning and fitting are slow under miri
 fn times_of_the_wrong_count_are_a_mismatch() {
     let (r, _, _) = spoiled(|t| {
         t.pop();
@@ -320,6 +330,7 @@ fn times_of_the_wrong_count_are_a_mismatch() {
 }
 
 #[test]
+#[cfg_attr(miri, ignore)] // planning and fitting are slow under miri
 fn a_plan_beyond_the_measured_micro_batches_is_a_mismatch() {
     let cfg = config(false);
     let prior = cfg.cost_model();
@@ -350,6 +361,7 @@ fn a_plan_beyond_the_measured_micro_batches_is_a_mismatch() {
 }
 
 #[test]
+#[cfg_attr(miri, ignore)] // planning and fitting are slow under miri
 fn a_step_larger_than_its_capacity_is_named() {
     let cfg = config(false);
     let prior = cfg.cost_model();
@@ -433,6 +445,7 @@ fn bad_parameters_are_named() {
 /// Garbage times (uniform noise unrelated to the plan): the returned model is never worse
 /// than the prior on the window, and always valid.
 #[test]
+#[cfg_attr(miri, ignore)] // planning and fitting are slow under miri
 fn never_worse_than_the_prior_on_garbage() {
     for seed in 0..4 {
         let (_, mut state, rows) = spoiled(|t| {
@@ -454,6 +467,7 @@ fn never_worse_than_the_prior_on_garbage() {
 
 /// The window keeps `window_steps` steps: the oldest is evicted.
 #[test]
+#[cfg_attr(miri, ignore)] // planning and fitting are slow under miri
 fn the_window_evicts_the_oldest_step() {
     let cfg = config(false);
     let prior = cfg.cost_model();
