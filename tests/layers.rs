@@ -11,8 +11,8 @@ use std::path::{Path, PathBuf};
 /// The layer of a core source file (its path under `core/src`), lowest first; `None` for
 /// files outside the layering (the crate root and test support).
 fn layer(file: &str) -> Option<usize> {
-    if file == "model/eval.rs" {
-        return Some(6); // the evaluator reads plans: it sits above them
+    if file == "model/eval.rs" || file.starts_with("model/refit/") {
+        return Some(6); // the evaluator and the refit read plans: they sit above them
     }
     let top = file.split('/').next()?.trim_end_matches(".rs");
     Some(match top {
