@@ -301,8 +301,8 @@ def _describe(status: int, d: dict[str, Any], config: Optional[Config] = None) -
         return (f"refit setting {name or 'a field'} is out of range: window from 1 to "
                 f"{_ffi.REFIT_MAX_WINDOW} steps, forgetting in (0, 1], ridge >= 0, outlier > 0")
     if status == Status.REFIT_STATE_INVALID:
-        return ("the refit state is not one skrull_refit_init made (or is too small): a bug in "
-                "this binding; please report it")
+        return ("the refit state was not made by this binding's refit (or is too small): a "
+                "bug in skrull or its binding; please report it")
     if status == Status.DACP_FAILED:
         return f"the placement of CP rank {i} could not be completed"
     if status == Status.INVALID_COST_MODEL:

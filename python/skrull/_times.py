@@ -60,9 +60,9 @@ def _from_mapping(times: Mapping[Any, Any], plan: Plan) -> np.ndarray:
         row = _float_array(values, f"times[{key!r}]").reshape(-1) \
             if not isinstance(values, (int, float)) else np.array([float(values)])
         if row.size != per_dp[d]:
-            raise _mismatch(f"times[{key!r}] has {row.size} times, DP rank {d} runs "
-                            f"{per_dp[d]} micro-batches in this plan", index=d, value=row.size,
-                            limit=per_dp[d])
+            runs = f"{per_dp[d]} micro-batch{'' if per_dp[d] == 1 else 'es'}"
+            raise _mismatch(f"times[{key!r}] has {row.size} times, DP rank {d} runs {runs} in "
+                            "this plan", index=d, value=row.size, limit=per_dp[d])
         out[:row.size, d, r] = row
     return out
 

@@ -220,6 +220,12 @@ class SkrullTrainerMixin:
         world: int = self.args.world_size
         return max(1, world) // self.skrull.cp
 
+    @property
+    def skrull_calibration(self) -> Any:
+        """The ``skrull.torch.OnlineCalibration`` of ``SkrullConfig(calibrate_every=k)``
+        (made with the training sampler), else None; ``disable()`` it on every rank to stop."""
+        return self._online
+
     def _get_train_sampler(self, train_dataset: Any = None) -> SkrullBatchSampler:
         dataset = self.train_dataset if train_dataset is None else train_dataset
         cfg, args = self.skrull, self.args

@@ -182,7 +182,8 @@ def gather_times(local: Any, plan: Plan, group: Any = None) -> np.ndarray:
     Ranks are laid out ``dp_rank * cp + cp_rank`` over ``group`` (the whole job by
     default), as ``cp_group`` assumes. Every rank of ``group`` must call it, with the same
     plan. Each rank sends its count of times with them, so a rank with the wrong count makes
-    every rank raise the same error (none is left waiting in a collective).
+    every rank raise the same error (none is left waiting in a collective). Without a process
+    group (one GPU: DP 1 x CP 1) it only reshapes ``local``.
 
     Parameters
     ----------
@@ -221,6 +222,13 @@ def gather_times(local: Any, plan: Plan, group: Any = None) -> np.ndarray:
     (1, 2, 2)
     """
     dp, cp = plan.config.dp, plan.config.cp
+    if not (dist.is_available() and dist.is_initialized()):
+        mine = np.asarray(local, dtype=np.float64).reshape(-1)
+        if dp * cp != 1 or mine.size != plan.num_micro_batches:
+            raise ValueError(f"gather_times: no process group, and the plan has dp * cp = "
+                             f"{dp * cp} GPUs and {plan.num_micro_batches} micro-batches for "
+                             f"{mine.size} times: initialise torch.distributed")
+        return mine.reshape(-1, 1, 1).copy()
     world = dist.get_world_size(group)
     if world != dp * cp:
         raise ValueError(f"gather_times: the process group has {world} ranks, the plan "
