@@ -8,6 +8,7 @@
 //! - [`eval`]: [`OwnedEval`], the evaluator's buffers on the heap;
 //! - [`sample`]: seeded length samplers (the paper's Table 1, histograms, real lengths, fitted
 //!   mixtures);
+//! - [`refit`]: per-GPU times of a plan under a truth model, and measurement noise;
 //! - [`batch`]: the built-in default batch of `skrull plan` and its constants;
 //! - [`guarded`]: [`Guarded`] buffers (fill value, guard elements, "untouched" checks) and
 //!   the fill values of plan records;
@@ -39,6 +40,7 @@ pub mod eval;
 #[cfg(feature = "ffi")]
 pub mod fuzz;
 pub mod guarded;
+pub mod refit;
 pub mod sample;
 
 pub use buffers::OwnedBuffers;

@@ -8,6 +8,7 @@
 //!   communication over intra- or inter-node links, fixed costs, in seconds;
 //! - [`fixed`]: its integer form ([`IntModel`]), which `balanced` plans on;
 //! - [`fit`]: least-squares calibration from measured samples;
+//! - [`refit`]: the online refit from measured micro-batch times (a window of the last steps);
 //! - [`eval`]: the evaluator (iteration time of any plan) and the lower bound.
 //!
 //! Planning and evaluation read the same [`CostModel`]: the one in
@@ -18,6 +19,7 @@ pub mod eval;
 pub mod fit;
 pub mod fixed;
 pub mod flops;
+pub mod refit;
 pub mod time;
 
 pub use cost::CostModel;

@@ -1,0 +1,317 @@
+//! The online refit: the cost model fitted, while training runs, to the measured time of every
+//! (micro-batch, GPU) of the last steps' plans (`docs/cost_model.md`, "Refitting online").
+//!
+//! The refit keeps a *prior* [`CostModel`] and fits [`COEFFICIENTS`] dimensionless
+//! coefficients relative to it ([`Coef`]): the fixed cost per micro-batch, the GEMM time, the
+//! attention time, ring latency and time per byte inside and across nodes, and the overlap
+//! rule. A prior coefficient is 1 (the overlap: 0 for `local-attention`, 1 for
+//! `all-attention`). Each step, [`RefitState::observe`] turns a plan into per-GPU features
+//! (the prior's time of each term, [`features`]) and stores them with the measured times in a
+//! window of the last `window_steps` steps in caller storage ([`Row`]); [`RefitState::solve`]
+//! fits them ([`solve`]). No allocation, fixed summation order, IEEE basic operations and
+//! `libm` only: the same window gives the same bits on every platform, so every rank that
+//! sees the same all-gathered times plans identically.
+
+use core::fmt;
+
+use crate::config::Config;
+use crate::error::Error;
+use crate::model::cost::{CostModel, InvalidCost};
+
+pub mod features;
+pub mod solve;
+
+/// Coefficients the refit fits ([`Coef`]).
+pub const COEFFICIENTS: usize = 8;
+/// The most steps a window keeps.
+pub const MAX_WINDOW: u32 = 64;
+/// The most measurements (micro-batches x DP x CP) one step may hold.
+pub const MAX_ROWS_PER_STEP: u32 = 1 << 24;
+/// Features of one measurement ([`Row::x`]).
+pub const FEATURES: usize = 8;
+
+/// The fitted coefficients, by index into [`RefitReport::coefficients`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(usize)]
+pub enum Coef {
+    /// Fixed cost per micro-batch (scale of the prior's; of 1 ms when the prior's is 0).
+    Fixed = 0,
+    /// GEMM time scale (divides `gemm_efficiency` and `hbm_bandwidth`).
+    Gemm = 1,
+    /// Attention time scale (divides the attention table).
+    Attention = 2,
+    /// Intra-node ring step latency scale.
+    IntraLatency = 3,
+    /// Intra-node time per byte scale (divides `intra_node_bandwidth`).
+    IntraBandwidth = 4,
+    /// Inter-node ring step latency scale.
+    InterLatency = 5,
+    /// Inter-node time per byte scale (divides `inter_node_bandwidth`).
+    InterBandwidth = 6,
+    /// The overlap fraction: 0 `local-attention`, 1 `all-attention`.
+    Overlap = 7,
+}
+
+/// How the refit weighs and bounds its data.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RefitParams {
+    /// Steps the window keeps, `1..=MAX_WINDOW`.
+    pub window_steps: u32,
+    /// Capacity of one step: micro-batches x DP x CP, `1..=MAX_ROWS_PER_STEP`.
+    pub max_rows_per_step: u32,
+    /// Never change the overlap rule.
+    pub keep_overlap: bool,
+    /// Weight of a step `k` steps old: `forgetting^k`, in `(0, 1]`.
+    pub forgetting: f64,
+    /// Pull of every coefficient toward the prior, relative to the data's weight, `>= 0`.
+    pub ridge: f64,
+    /// A measurement off the fit by more than this fraction is dropped (a straggler), `> 0`.
+    pub outlier: f64,
+}
+
+impl Default for RefitParams {
+    fn default() -> Self {
+        RefitParams {
+            window_steps: 8,
+            max_rows_per_step: 4096,
+            keep_overlap: false,
+            forgetting: 0.7,
+            ridge: 1e-6,
+            outlier: 0.5,
+        }
+    }
+}
+
+impl RefitParams {
+    /// Checks every field's range.
+    ///
+    /// # Errors
+    /// [`RefitError::Params`] naming the first bad field.
+    pub fn validate(&self) -> Result<(), RefitError> {
+        let bad = |field| Err(RefitError::Params { field });
+        if !(1..=MAX_WINDOW).contains(&self.window_steps) {
+            return bad("window_steps");
+        }
+        if !(1..=MAX_ROWS_PER_STEP).contains(&self.max_rows_per_step) {
+            return bad("max_rows_per_step");
+        }
+        if !(self.forgetting > 0.0 && self.forgetting <= 1.0) {
+            return bad("forgetting");
+        }
+        if !(self.ridge.is_finite() && self.ridge >= 0.0) {
+            return bad("ridge");
+        }
+        if !(self.outlier.is_finite() && self.outlier > 0.0) {
+            return bad("outlier");
+        }
+        Ok(())
+    }
+
+    /// [`Row`]s of storage the window needs: `window_steps x max_rows_per_step`.
+    pub fn rows_needed(&self) -> usize {
+        self.window_steps as usize * self.max_rows_per_step as usize
+    }
+}
+
+/// One measurement: a GPU's time in one micro-batch and the prior's terms of it.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Row {
+    /// The step it was observed in.
+    pub step: u64,
+    /// Tokens the GPU held (for the GEMM term).
+    pub tokens: u64,
+    /// Rings whose latency is already counted (bit `l` a sub-group of `2^(l+1)`, bit 7 the
+    /// whole group).
+    pub rings: u32,
+    /// 1 when the row is a valid measurement.
+    pub used: u32,
+    /// The prior's terms ([`features`]).
+    pub x: [f64; FEATURES],
+    /// The measured time, seconds.
+    pub time: f64,
+}
+
+/// Why a refit call was refused.
+#[derive(Debug, Clone, Copy, PartialEq)]
+#[non_exhaustive]
+pub enum RefitError {
+    /// A [`RefitParams`] field is out of range.
+    Params {
+        /// The field.
+        field: &'static str,
+    },
+    /// The configuration is invalid.
+    Config(Error),
+    /// The prior cost model is invalid.
+    Cost(InvalidCost),
+    /// The caller's row storage is smaller than [`RefitParams::rows_needed`].
+    Storage {
+        /// Rows needed.
+        needed: usize,
+        /// Rows given.
+        got: usize,
+    },
+    /// A sequence has 0 tokens or more than `MAX_SEQ_LEN`.
+    Length {
+        /// The sequence.
+        index: usize,
+    },
+    /// A placement does not fit the configuration (DP rank, CP rank or group out of range).
+    Plan {
+        /// The sequence.
+        seq: usize,
+    },
+    /// The times do not match the plan: their count is not `n_micro_batches x dp x cp`, the
+    /// plan uses a micro-batch beyond `n_micro_batches`, or lengths and placements differ
+    /// in count.
+    Mismatch {
+        /// What was given.
+        got: usize,
+        /// What the plan needs.
+        expected: usize,
+    },
+    /// One step holds more measurements than `max_rows_per_step`.
+    StepTooLarge {
+        /// Measurements of the step.
+        needed: usize,
+        /// The capacity.
+        limit: usize,
+    },
+}
+
+impl fmt::Display for RefitError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            RefitError::Params { field } => write!(f, "refit parameter {field} is out of range"),
+            RefitError::Config(e) => write!(f, "{e}"),
+            RefitError::Cost(e) => write!(f, "{e}"),
+            RefitError::Storage { needed, got } => {
+                write!(f, "refit storage holds {got} rows, {needed} are needed")
+            }
+            RefitError::Length { index } => write!(f, "sequence {index} has a bad length"),
+            RefitError::Plan { seq } => {
+                write!(
+                    f,
+                    "sequence {seq}: placement out of range for the configuration"
+                )
+            }
+            RefitError::Mismatch { got, expected } => write!(
+                f,
+                "measurements do not match the plan: {got} given, {expected} expected"
+            ),
+            RefitError::StepTooLarge { needed, limit } => write!(
+                f,
+                "a step of {needed} measurements exceeds max_rows_per_step {limit}"
+            ),
+        }
+    }
+}
+
+impl core::error::Error for RefitError {}
+
+/// What a [`RefitState::solve`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct RefitReport {
+    /// The fit was not better than the prior on the window (or there was no data): the
+    /// prior was returned.
+    pub kept_prior: bool,
+    /// Steps in the window.
+    pub steps: u32,
+    /// Valid measurements in the window.
+    pub rows: u32,
+    /// Of them, dropped as outliers (stragglers) by the returned fit.
+    pub dropped: u32,
+    /// Measurements skipped in the window (NaN, infinite, zero or negative).
+    pub skipped: u32,
+    /// Bit `i` set: coefficient `i` moved by more than 1 % from the prior.
+    pub moved: u32,
+    /// Weighted rms relative error of the prior on the window (residuals clipped at
+    /// `outlier`).
+    pub error_prior: f64,
+    /// The same of the returned model.
+    pub error_fit: f64,
+    /// The returned model relative to the prior ([`Coef`]).
+    pub coefficients: [f64; COEFFICIENTS],
+}
+
+/// The refitted model and its report.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Refit {
+    /// The model to plan with (validated).
+    pub model: CostModel,
+    /// How it was found.
+    pub report: RefitReport,
+}
+
+/// The refit's state apart from the rows: parameters, configuration, prior, and which steps
+/// the window holds. Plain data; the rows live in caller storage beside it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RefitState {
+    params: RefitParams,
+    cfg: Config,
+    prior: CostModel,
+    /// The prior's fixed cost per micro-batch, or 1 ms when it is 0 (the unit of
+    /// [`Coef::Fixed`]).
+    fixed_unit: f64,
+    /// Whether the prior's fixed cost is above 0.
+    prior_has_fixed: bool,
+    /// Steps observed so far.
+    steps: u64,
+    /// Rows written per window slot (`step % window_steps`).
+    counts: [u32; MAX_WINDOW as usize],
+    /// Measurements skipped per window slot.
+    skipped: [u32; MAX_WINDOW as usize],
+}
+
+impl RefitState {
+    /// A state with an empty window for `cfg` (its DP and CP sizes, shape, padding) with
+    /// [`Config::cost_model`] as the prior.
+    ///
+    /// # Errors
+    /// [`RefitError::Params`], [`RefitError::Config`] or [`RefitError::Cost`].
+    pub fn new(params: RefitParams, cfg: &Config) -> Result<RefitState, RefitError> {
+        params.validate()?;
+        cfg.validate().map_err(RefitError::Config)?;
+        let prior = cfg.cost_model();
+        prior.validate().map_err(RefitError::Cost)?;
+        let fixed = crate::model::time::TimeModel::new(&prior, cfg).fixed();
+        Ok(RefitState {
+            params,
+            cfg: cfg.with_cost(prior),
+            prior,
+            fixed_unit: if fixed > 0.0 { fixed } else { 1e-3 },
+            prior_has_fixed: fixed > 0.0,
+            steps: 0,
+            counts: [0; MAX_WINDOW as usize],
+            skipped: [0; MAX_WINDOW as usize],
+        })
+    }
+
+    /// The parameters.
+    pub fn params(&self) -> &RefitParams {
+        &self.params
+    }
+
+    /// The configuration (with the prior as its cost model).
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    /// The prior cost model.
+    pub fn prior(&self) -> &CostModel {
+        &self.prior
+    }
+
+    /// Steps observed so far.
+    pub fn steps(&self) -> u64 {
+        self.steps
+    }
+
+    fn check_storage(&self, len: usize) -> Result<(), RefitError> {
+        let needed = self.params.rows_needed();
+        if len < needed {
+            return Err(RefitError::Storage { needed, got: len });
+        }
+        Ok(())
+    }
+}

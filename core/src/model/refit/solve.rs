@@ -1,0 +1,349 @@
+//! [`RefitState::solve`]: the deterministic, robust fit of the window.
+//!
+//! For each overlap rule to try (the prior's, and the other unless `keep_overlap`), the
+//! coefficients start at the prior (and at the prior with costlier or cheaper communication,
+//! [`COMM_STARTS`]) and are refitted [`ITERATIONS`] times: each rank time is
+//! linear in the coefficients once it is known which side of `max(comm, window)` is larger,
+//! so every iteration fixes that side from the current coefficients and solves the weighted
+//! least squares on relative error (weights `forgetting^age / t²`), with a ridge pull toward
+//! the prior (`ridge` times the data's weight, so coefficients the data cannot identify stay
+//! where they were). From the second iteration on, a measurement off the current fit by more
+//! than `outlier` (`|t/pred − 1|`) is dropped: a straggler. Each solution is clamped to the
+//! valid range ([`clamp`]). The better rule wins by the clipped error ([`error`]), and the
+//! result is returned only when that error is below the prior's on the same window, else the
+//! prior is.
+
+use crate::model::cost::{CostModel, Overlap};
+use crate::model::fit::least_squares;
+use crate::model::refit::features::{
+    A_LOCAL, A_SHARDED, BW_INTER, BW_INTRA, FIXED, GEMM, LAT_INTER, LAT_INTRA,
+};
+use crate::model::refit::{COEFFICIENTS, Coef, Refit, RefitReport, RefitState, Row};
+
+/// Refits per overlap rule.
+pub const ITERATIONS: usize = 24;
+/// Step halvings of the line search of one iteration.
+const HALVINGS: usize = 12;
+/// The starts of the fit: the prior with its communication coefficients times each of these.
+/// Which side of `max(comm, window)` a measurement is on is decided by the current fit, so a
+/// start whose communication is far too cheap never learns it (every measurement looks
+/// compute-bound); several starts, the best kept, avoid that local minimum.
+pub const COMM_STARTS: [f64; 4] = [1.0, 4.0, 16.0, 0.25];
+/// The last iterations, which drop outliers instead of down-weighting them.
+const TRIMMED: usize = 3;
+/// The widest a scale may move from the prior (either way).
+pub const MAX_SCALE: f64 = 64.0;
+/// Coefficients solved by least squares (all but the overlap).
+const LINEAR: usize = COEFFICIENTS - 1;
+
+/// Coefficients of a fit: the seven scales and the overlap fraction (0 or 1).
+type Coefs = [f64; COEFFICIENTS];
+
+/// The rank time of `row` under `c`, and whether the communication side of the maximum is
+/// the larger.
+pub fn predict(c: &Coefs, row: &Row) -> (f64, bool) {
+    let x = &row.x;
+    let phi = c[Coef::Overlap as usize];
+    let comm = c[3] * x[LAT_INTRA] + c[4] * x[BW_INTRA] + c[5] * x[LAT_INTER] + c[6] * x[BW_INTER];
+    let window = c[2] * (x[A_LOCAL] + phi * x[A_SHARDED]);
+    let after = c[2] * (1.0 - phi) * x[A_SHARDED];
+    let comm_side = comm > window;
+    let t = c[0] * x[FIXED] + c[1] * x[GEMM] + comm.max(window) + after;
+    (t, comm_side)
+}
+
+/// The linear terms of `row` on the side of the maximum given by `comm_side`.
+fn terms(row: &Row, phi: f64, comm_side: bool) -> [f64; LINEAR] {
+    let x = &row.x;
+    if comm_side {
+        [
+            x[FIXED],
+            x[GEMM],
+            (1.0 - phi) * x[A_SHARDED],
+            x[LAT_INTRA],
+            x[BW_INTRA],
+            x[LAT_INTER],
+            x[BW_INTER],
+        ]
+    } else {
+        [
+            x[FIXED],
+            x[GEMM],
+            x[A_LOCAL] + x[A_SHARDED],
+            0.0,
+            0.0,
+            0.0,
+            0.0,
+        ]
+    }
+}
+
+/// `forgetting^age` by repeated multiplication (ages stay below the window size).
+fn decay(forgetting: f64, age: u64) -> f64 {
+    let mut w = 1.0;
+    for _ in 0..age {
+        w *= forgetting;
+    }
+    w
+}
+
+/// The Huber weight of `row` at prediction `pred`: 1 while its relative residual is within a
+/// fifth of `outlier`, falling as `1/|r|` beyond (a straggler weighs almost nothing).
+fn huber(row: &Row, pred: f64, outlier: f64) -> f64 {
+    let k = outlier / 5.0;
+    let r = if pred > 0.0 {
+        libm::fabs(row.time / pred - 1.0)
+    } else {
+        f64::INFINITY
+    };
+    if r <= k { 1.0 } else { k / r }
+}
+
+/// Whether `row` is off the prediction `pred` by more than `outlier`.
+fn is_outlier(row: &Row, pred: f64, outlier: f64) -> bool {
+    pred.is_nan() || pred <= 0.0 || libm::fabs(row.time / pred - 1.0) > outlier
+}
+
+impl RefitState {
+    /// The prior's coefficients: every scale 1 (the fixed cost: the prior's over its unit),
+    /// the overlap 0 or 1.
+    fn prior_coefs(&self) -> Coefs {
+        let mut c = [1.0; COEFFICIENTS];
+        if !self.prior_has_fixed {
+            c[Coef::Fixed as usize] = 0.0;
+        }
+        c[Coef::Overlap as usize] = match self.prior.overlap {
+            Overlap::LocalAttention => 0.0,
+            Overlap::AllAttention => 1.0,
+        };
+        c
+    }
+
+    /// `c` clamped to the valid range: scales within `MAX_SCALE` of the prior (latencies and
+    /// the fixed cost may reach 0), the GEMM efficiency at most 1.
+    pub fn clamp(&self, c: &mut Coefs) {
+        let lo = 1.0 / MAX_SCALE;
+        let gemm_lo = self.prior.gemm_efficiency.max(lo);
+        let ranges = [
+            (0.0, MAX_SCALE),
+            (gemm_lo, MAX_SCALE),
+            (lo, MAX_SCALE),
+            (0.0, MAX_SCALE),
+            (lo, MAX_SCALE),
+            (0.0, MAX_SCALE),
+            (lo, MAX_SCALE),
+        ];
+        for (v, (a, b)) in c.iter_mut().zip(ranges) {
+            *v = if v.is_nan() { 1.0 } else { v.clamp(a, b) };
+        }
+    }
+
+    /// The weighted rms relative error of `c` over the window, each residual clipped at
+    /// `outlier` (so a straggler counts as much as any other bad measurement, not more),
+    /// and the measurements beyond it.
+    pub fn error(&self, rows: &[Row], c: &Coefs) -> (f64, u32) {
+        let outlier = self.params.outlier;
+        let (mut s, mut w_sum, mut dropped) = (0.0, 0.0, 0u32);
+        for (age, row) in self.window(rows) {
+            let w = decay(self.params.forgetting, age);
+            let (pred, _) = predict(c, row);
+            let r = if pred > 0.0 {
+                (pred / row.time - 1.0).clamp(-outlier, outlier)
+            } else {
+                outlier
+            };
+            if is_outlier(row, pred, outlier) {
+                dropped += 1;
+            }
+            s += w * r * r;
+            w_sum += w;
+        }
+        let e = if w_sum > 0.0 {
+            libm::sqrt(s / w_sum)
+        } else {
+            0.0
+        };
+        (e, dropped)
+    }
+
+    /// The fit for the overlap fraction `phi` from the prior with its communication
+    /// coefficients times `comm` (see the [module docs](self)).
+    pub fn fit_overlap(&self, rows: &[Row], phi: f64, comm: f64) -> Coefs {
+        let prior = self.prior_coefs();
+        let mut c = prior;
+        c[Coef::Overlap as usize] = phi;
+        for v in &mut c[Coef::IntraLatency as usize..=Coef::InterBandwidth as usize] {
+            *v *= comm;
+        }
+        let forgetting = self.params.forgetting;
+        let total: f64 = self.window(rows).map(|(a, _)| decay(forgetting, a)).sum();
+        let lambda = self.params.ridge * total;
+        for iteration in 0..ITERATIONS {
+            let current = c;
+            let data = self.window(rows).filter_map(|(age, row)| {
+                let w = self.weight(iteration, &current, age, row)?;
+                let (_, comm_side) = predict(&current, row);
+                Some((terms(row, phi, comm_side), row.time, w))
+            });
+            let ridge = (0..LINEAR).map(|k| {
+                let mut e = [0.0; LINEAR];
+                e[k] = 1.0;
+                (e, prior[k], lambda)
+            });
+            let Some(s) = least_squares::<LINEAR>(data.chain(ridge)) else {
+                break;
+            };
+            // The least-squares solution is a Gauss-Newton step; halve it until the true
+            // objective (with the maximum) falls, so every iteration descends.
+            let objective = |c: &Coefs| {
+                let mut f = 0.0;
+                for (age, row) in self.window(rows) {
+                    if let Some(w) = self.weight(iteration, &current, age, row) {
+                        let r = predict(c, row).0 - row.time;
+                        f += w * r * r;
+                    }
+                }
+                for k in 0..LINEAR {
+                    f += lambda * (c[k] - prior[k]) * (c[k] - prior[k]);
+                }
+                f
+            };
+            let before = objective(&current);
+            let mut step = 1.0;
+            let mut moved = false;
+            for _ in 0..HALVINGS {
+                let mut next = current;
+                for k in 0..LINEAR {
+                    next[k] = current[k] + step * (s[k] - current[k]);
+                }
+                self.clamp(&mut next);
+                if objective(&next) < before {
+                    c = next;
+                    moved = true;
+                    break;
+                }
+                step *= 0.5;
+            }
+            if !moved && iteration > 0 {
+                break;
+            }
+        }
+        c
+    }
+
+    /// The weight of `row` (of age `age`) in iteration `iteration` of a fit now at `current`:
+    /// `forgetting^age / t²` times a Huber weight from the second iteration on; `None` for an
+    /// outlier in the last [`TRIMMED`] iterations.
+    fn weight(&self, iteration: usize, current: &Coefs, age: u64, row: &Row) -> Option<f64> {
+        let outlier = self.params.outlier;
+        let robust = if iteration == 0 {
+            1.0
+        } else {
+            let (pred, _) = predict(current, row);
+            if iteration + TRIMMED >= ITERATIONS && is_outlier(row, pred, outlier) {
+                return None;
+            }
+            huber(row, pred, outlier)
+        };
+        Some(robust * decay(self.params.forgetting, age) / (row.time * row.time))
+    }
+
+    /// `c` applied to the prior: the cost model it describes.
+    pub fn model(&self, c: &Coefs) -> CostModel {
+        let p = &self.prior;
+        let mut m = *p;
+        m.gemm_efficiency = p.gemm_efficiency / c[Coef::Gemm as usize];
+        m.hbm_bandwidth = p.hbm_bandwidth / c[Coef::Gemm as usize];
+        m.attention = p.attention.slowed(c[Coef::Attention as usize]);
+        m.ring_step_latency_s = p.ring_step_latency_s * c[Coef::IntraLatency as usize];
+        m.intra_node_bandwidth = p.intra_node_bandwidth / c[Coef::IntraBandwidth as usize];
+        m.inter_node_ring_step_latency_s =
+            p.inter_node_ring_step_latency_s * c[Coef::InterLatency as usize];
+        m.inter_node_bandwidth = p.inter_node_bandwidth / c[Coef::InterBandwidth as usize];
+        let fixed = c[Coef::Fixed as usize];
+        if self.prior_has_fixed {
+            m.kernel_launch_s = p.kernel_launch_s * fixed;
+            m.micro_batch_extra_s = p.micro_batch_extra_s * fixed;
+        } else {
+            m.micro_batch_extra_s = fixed * self.fixed_unit;
+        }
+        m.overlap = if c[Coef::Overlap as usize] >= 0.5 {
+            Overlap::AllAttention
+        } else {
+            Overlap::LocalAttention
+        };
+        m
+    }
+
+    /// Fits the window (see the [module docs](self)) and returns the model to plan with and
+    /// the report. Deterministic: the same history gives the same bits on every platform.
+    /// The state is not changed.
+    ///
+    /// # Errors
+    /// [`RefitError::Storage`](crate::model::refit::RefitError::Storage) when `rows` is
+    /// smaller than the window.
+    pub fn solve(&self, rows: &[Row]) -> Result<Refit, crate::model::refit::RefitError> {
+        self.check_storage(rows.len())?;
+        let prior = self.prior_coefs();
+        let (steps, skipped) = self.window_counts();
+        let n = self.window(rows).count() as u32;
+        let (error_prior, prior_dropped) = self.error(rows, &prior);
+        let mut report = RefitReport {
+            kept_prior: true,
+            steps,
+            rows: n,
+            dropped: prior_dropped,
+            skipped,
+            moved: 0,
+            error_prior,
+            error_fit: error_prior,
+            coefficients: prior,
+        };
+        let mut model = self.prior;
+        if n == 0 {
+            return Ok(Refit { model, report });
+        }
+        let own = prior[Coef::Overlap as usize];
+        let mut best: Option<(f64, u32, Coefs)> = None;
+        for phi in [own, 1.0 - own] {
+            if phi != own && self.params.keep_overlap {
+                continue;
+            }
+            for comm in COMM_STARTS {
+                let c = self.fit_overlap(rows, phi, comm);
+                let (e, dropped) = self.error(rows, &c);
+                if best.is_none_or(|(b, _, _)| e < b) {
+                    best = Some((e, dropped, c));
+                }
+            }
+        }
+        if let Some((e, dropped, c)) = best {
+            let candidate = self.model(&c);
+            if e < error_prior && candidate.validate().is_ok() {
+                model = candidate;
+                report.kept_prior = false;
+                report.error_fit = e;
+                report.dropped = dropped;
+                report.coefficients = c;
+                report.moved = moved(&prior, &c);
+            }
+        }
+        Ok(Refit { model, report })
+    }
+}
+
+/// Bit `i` set when coefficient `i` of `c` differs from the prior's by more than 1 %.
+fn moved(prior: &Coefs, c: &Coefs) -> u32 {
+    let mut bits = 0;
+    for (i, (&p, &v)) in prior.iter().zip(c).enumerate() {
+        let far = if p == 0.0 {
+            libm::fabs(v) > 0.01
+        } else {
+            libm::fabs(v / p - 1.0) > 0.01
+        };
+        if far {
+            bits |= 1 << i;
+        }
+    }
+    bits
+}

@@ -1,0 +1,466 @@
+//! The online refit (`skrull_core::model::refit`): its features reproduce the evaluator, it
+//! recovers a truth model from exact and noisy measurements, and every bad-measurement case
+//! of issue 23 is a named regression test.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers: a failure is a test failure
+
+use skrull_core::model::cost::Overlap;
+use skrull_core::model::refit::solve::predict;
+use skrull_core::model::refit::{Coef, RefitError, RefitParams, RefitState, Row};
+use skrull_core::{Config, CostModel, ModelShape, Placement, Policy};
+use skrull_kit::refit::{perturb, rank_times};
+use skrull_kit::sample::{Dataset, Rng};
+use skrull_kit::{OwnedBuffers, OwnedEval};
+
+const K: u32 = 1024;
+
+/// 7B, DP 2, CP 16 on 8-GPU nodes (rings cross nodes), or 0.5B DP 2 CP 8 (inside a node).
+fn config(cross: bool) -> Config {
+    let cfg = if cross {
+        Config::new(2, 16, 13 * K, ModelShape::QWEN2_5_7B)
+    } else {
+        Config::new(2, 8, 26 * K, ModelShape::QWEN2_5_0_5B)
+    };
+    cfg.with_policy(Policy::Balanced)
+}
+
+fn batch(cfg: &Config, seed: u64, n: usize) -> Vec<u32> {
+    Dataset::by_name("chatqa2")
+        .unwrap()
+        .batch(seed, n, cfg.cp * cfg.bucket)
+}
+
+/// The slower truth of the issue: GEMM efficiency 0.6... of the prior's 0.41 (faster GEMMs),
+/// attention 1.3x slower, both bandwidths 4x lower, overlap of all attention.
+fn truth(prior: &CostModel) -> CostModel {
+    let mut t = *prior;
+    t.gemm_efficiency = 0.6;
+    t.attention = t.attention.slowed(1.3);
+    t.intra_node_bandwidth /= 4.0;
+    t.inter_node_bandwidth /= 4.0;
+    t.overlap = Overlap::AllAttention;
+    t
+}
+
+struct Run {
+    cfg: Config,
+    state: RefitState,
+    rows: Vec<Row>,
+    plans: OwnedBuffers,
+    eval: OwnedEval,
+}
+
+impl Run {
+    fn new(cfg: Config, params: RefitParams) -> Run {
+        let state = RefitState::new(params, &cfg).unwrap();
+        Run {
+            cfg,
+            state,
+            rows: vec![Row::default(); params.rows_needed()],
+            plans: OwnedBuffers::for_batch(0, &cfg),
+            eval: OwnedEval::default(),
+        }
+    }
+
+    /// Plans `lengths` with `model`, returns its placements and the times under `truth`.
+    fn step(&mut self, model: &CostModel, truth: &CostModel, lengths: &[u32]) -> Step {
+        let plan = self
+            .plans
+            .schedule(&self.cfg.with_cost(*model), lengths)
+            .unwrap();
+        let placements = plan.placements().to_vec();
+        let (times, n_mb) = rank_times(
+            &mut self.eval,
+            &self.cfg.with_cost(*truth),
+            lengths,
+            &placements,
+        )
+        .unwrap();
+        Step {
+            placements,
+            times,
+            n_mb,
+        }
+    }
+
+    fn observe(&mut self, lengths: &[u32], s: &Step) -> Result<u32, RefitError> {
+        self.state
+            .observe(&mut self.rows, lengths, &s.placements, s.n_mb, &s.times)
+    }
+
+    /// Iteration time of `model`'s plan of `lengths` under `truth`.
+    fn true_time(&mut self, model: &CostModel, truth: &CostModel, lengths: &[u32]) -> f64 {
+        let plan = self
+            .plans
+            .schedule(&self.cfg.with_cost(*model), lengths)
+            .unwrap();
+        let placements = plan.placements().to_vec();
+        self.eval
+            .evaluate(&self.cfg.with_cost(*truth), lengths, &placements)
+            .unwrap()
+            .report
+            .iteration_time
+    }
+}
+
+struct Step {
+    placements: Vec<Placement>,
+    times: Vec<f64>,
+    n_mb: u32,
+}
+
+fn params() -> RefitParams {
+    RefitParams {
+        max_rows_per_step: 2048,
+        ..RefitParams::default()
+    }
+}
+
+#[test]
+fn features_reproduce_the_evaluator() {
+    for cross in [false, true] {
+        for overlap in [Overlap::LocalAttention, Overlap::AllAttention] {
+            let mut cfg = config(cross);
+            let mut prior = cfg.cost_model();
+            prior.overlap = overlap;
+            cfg = cfg.with_cost(prior);
+            let mut run = Run::new(cfg, params());
+            let lengths = batch(&cfg, 7, 48);
+            let s = run.step(&prior, &prior, &lengths);
+            assert_eq!(run.observe(&lengths, &s), Ok(0));
+            let mut c = [1.0; 8];
+            c[Coef::Overlap as usize] = if overlap == Overlap::AllAttention {
+                1.0
+            } else {
+                0.0
+            };
+            let mut seen = 0;
+            for (row, t) in run.rows.iter().zip(&s.times) {
+                if row.used == 1 {
+                    let (pred, _) = predict(&c, row);
+                    assert!((pred / t - 1.0).abs() < 1e-9, "{pred} vs {t}");
+                    seen += 1;
+                }
+            }
+            assert_eq!(seen, s.times.iter().filter(|t| t.is_finite()).count());
+            let r = run.state.solve(&run.rows).unwrap();
+            assert!(r.report.error_prior < 1e-9, "{:?}", r.report);
+            assert_eq!(r.report.rows, seen as u32);
+        }
+    }
+}
+
+/// Exact truth times: the refitted model's plan takes the truth's time within 1 %, and the
+/// identifiable coefficients come back.
+#[test]
+fn recovers_a_truth_model_from_exact_times() {
+    let cfg = config(true);
+    let prior = cfg.cost_model();
+    let truth = truth(&prior);
+    let mut run = Run::new(cfg, params());
+    let mut model = prior;
+    for step in 0..4 {
+        let lengths = batch(&cfg, 100 + step, 40);
+        let s = run.step(&model, &truth, &lengths);
+        run.observe(&lengths, &s).unwrap();
+        let r = run.state.solve(&run.rows).unwrap();
+        assert!(!r.report.kept_prior, "{:?}", r.report);
+        assert!(r.report.error_fit < 0.01, "{:?}", r.report);
+        model = r.model;
+    }
+    assert_eq!(model.overlap, Overlap::AllAttention);
+    let lengths = batch(&cfg, 999, 40);
+    let ours = run.true_time(&model, &truth, &lengths);
+    let oracle = run.true_time(&truth, &truth, &lengths);
+    assert!(ours <= oracle * 1.01, "{ours} vs oracle {oracle}");
+}
+
+/// Same history, same bits: two states fed the same steps return identical models.
+#[test]
+fn the_refit_is_deterministic() {
+    let cfg = config(false);
+    let prior = cfg.cost_model();
+    let truth = truth(&prior);
+    let mut a = Run::new(cfg, params());
+    let mut b = Run::new(cfg, params());
+    let mut rng = Rng::new(5);
+    for step in 0..3 {
+        let lengths = batch(&cfg, step, 32);
+        let mut s = a.step(&prior, &truth, &lengths);
+        perturb(&mut s.times, cfg.cp as usize, &mut rng, 0.05, 50, 100.0);
+        a.observe(&lengths, &s).unwrap();
+        b.observe(&lengths, &s).unwrap();
+    }
+    let (ra, rb) = (
+        a.state.solve(&a.rows).unwrap(),
+        b.state.solve(&b.rows).unwrap(),
+    );
+    assert_eq!(format!("{ra:?}"), format!("{rb:?}"));
+    assert_eq!(
+        ra.model.gemm_efficiency.to_bits(),
+        rb.model.gemm_efficiency.to_bits()
+    );
+}
+
+/// Feeds one step whose times `spoil` edits, then returns the report.
+fn spoiled(spoil: impl Fn(&mut Vec<f64>)) -> (Result<u32, RefitError>, RefitState, Vec<Row>) {
+    let cfg = config(false);
+    let prior = cfg.cost_model();
+    let mut run = Run::new(cfg, params());
+    let lengths = batch(&cfg, 3, 160);
+    let mut s = run.step(&prior, &truth(&prior), &lengths);
+    spoil(&mut s.times);
+    let r = run.observe(&lengths, &s);
+    (r, run.state, run.rows)
+}
+
+fn first_measured(times: &[f64]) -> usize {
+    times.iter().position(|t| t.is_finite()).unwrap()
+}
+
+#[test]
+fn nan_time_is_skipped_and_counted() {
+    let (r, state, rows) = spoiled(|t| {
+        let i = first_measured(t);
+        t[i] = f64::NAN;
+    });
+    assert_eq!(r, Ok(1));
+    let rep = state.solve(&rows).unwrap().report;
+    assert_eq!(rep.skipped, 1);
+    assert!(!rep.kept_prior && rep.error_fit.is_finite());
+}
+
+#[test]
+fn infinite_times_are_skipped_and_counted() {
+    let (r, state, rows) = spoiled(|t| {
+        let i = first_measured(t);
+        t[i] = f64::INFINITY;
+        t[i + 1] = f64::NEG_INFINITY;
+    });
+    assert_eq!(r, Ok(2));
+    let fit = state.solve(&rows).unwrap();
+    assert_eq!(fit.report.skipped, 2);
+    assert_eq!(fit.model.validate(), Ok(()));
+}
+
+#[test]
+fn zero_and_negative_times_are_skipped() {
+    let (r, state, rows) = spoiled(|t| {
+        let i = first_measured(t);
+        t[i] = 0.0;
+        t[i + 1] = -1e-3;
+        t[i + 2] = -0.0;
+    });
+    assert_eq!(r, Ok(3));
+    assert_eq!(state.solve(&rows).unwrap().report.skipped, 3);
+}
+
+/// Every time invalid: nothing to fit, the prior comes back.
+#[test]
+fn all_times_invalid_keeps_the_prior() {
+    let (r, state, rows) = spoiled(|t| t.iter_mut().for_each(|v| *v = f64::NAN));
+    assert!(r.unwrap() > 0);
+    let fit = state.solve(&rows).unwrap();
+    assert!(fit.report.kept_prior);
+    assert_eq!(fit.report.rows, 0);
+    assert_eq!(fit.model, *state.prior());
+}
+
+/// A GPU that did not report (NaN for all its micro-batches) is a missing GPU: skipped.
+#[test]
+fn a_missing_gpu_is_skipped() {
+    let cfg = config(false);
+    let cp = cfg.cp as usize;
+    let (r, state, rows) = spoiled(|t| {
+        for (i, v) in t.iter_mut().enumerate() {
+            if i % cp == 3 && v.is_finite() {
+                *v = f64::NAN;
+            }
+        }
+    });
+    assert!(r.unwrap() > 0);
+    let fit = state.solve(&rows).unwrap();
+    assert!(!fit.report.kept_prior);
+    assert!(fit.report.error_fit < 0.01, "{:?}", fit.report);
+}
+
+/// A 100x straggler is dropped: the fit equals the fit without it to a percent.
+#[test]
+fn a_100x_straggler_is_dropped() {
+    let clean = spoiled(|_| {});
+    let slow = spoiled(|t| {
+        let i = first_measured(t);
+        t[i] *= 100.0;
+    });
+    let a = clean.1.solve(&clean.2).unwrap();
+    let b = slow.1.solve(&slow.2).unwrap();
+    assert_eq!(b.report.dropped, 1, "{:?}", b.report);
+    for (x, y) in a.report.coefficients.iter().zip(&b.report.coefficients) {
+        assert!(
+            (x / y - 1.0).abs() < 1e-2,
+            "{:?} vs {:?}",
+            a.report,
+            b.report
+        );
+    }
+}
+
+#[test]
+fn times_of_the_wrong_count_are_a_mismatch() {
+    let (r, _, _) = spoiled(|t| {
+        t.pop();
+    });
+    assert!(matches!(r, Err(RefitError::Mismatch { .. })), "{r:?}");
+}
+
+#[test]
+fn a_plan_beyond_the_measured_micro_batches_is_a_mismatch() {
+    let cfg = config(false);
+    let prior = cfg.cost_model();
+    let mut run = Run::new(cfg, params());
+    let lengths = batch(&cfg, 3, 32);
+    let s = run.step(&prior, &prior, &lengths);
+    let per_mb = (cfg.dp * cfg.cp) as usize;
+    let short = &s.times[..s.times.len() - per_mb];
+    let r = run
+        .state
+        .observe(&mut run.rows, &lengths, &s.placements, s.n_mb - 1, short);
+    assert!(matches!(r, Err(RefitError::Mismatch { .. })), "{r:?}");
+    let r = run.state.observe(
+        &mut run.rows,
+        &lengths[1..],
+        &s.placements,
+        s.n_mb,
+        &s.times,
+    );
+    assert!(matches!(r, Err(RefitError::Mismatch { .. })), "{r:?}");
+    let mut bad = s.placements.clone();
+    bad[0].dp_rank = cfg.dp;
+    let r = run
+        .state
+        .observe(&mut run.rows, &lengths, &bad, s.n_mb, &s.times);
+    assert_eq!(r, Err(RefitError::Plan { seq: 0 }));
+    assert_eq!(run.state.steps(), 0, "a refused step changes nothing");
+}
+
+#[test]
+fn a_step_larger_than_its_capacity_is_named() {
+    let cfg = config(false);
+    let prior = cfg.cost_model();
+    let p = RefitParams {
+        max_rows_per_step: 8,
+        ..params()
+    };
+    let mut run = Run::new(cfg, p);
+    let lengths = batch(&cfg, 3, 32);
+    let s = run.step(&prior, &prior, &lengths);
+    let r = run.observe(&lengths, &s);
+    assert!(
+        matches!(r, Err(RefitError::StepTooLarge { limit: 8, .. })),
+        "{r:?}"
+    );
+    let small = vec![Row::default(); 3];
+    assert!(matches!(
+        run.state.solve(&small),
+        Err(RefitError::Storage { .. })
+    ));
+}
+
+#[test]
+fn bad_parameters_are_named() {
+    let cfg = config(false);
+    for (p, field) in [
+        (
+            RefitParams {
+                window_steps: 0,
+                ..params()
+            },
+            "window_steps",
+        ),
+        (
+            RefitParams {
+                window_steps: 65,
+                ..params()
+            },
+            "window_steps",
+        ),
+        (
+            RefitParams {
+                max_rows_per_step: 0,
+                ..params()
+            },
+            "max_rows_per_step",
+        ),
+        (
+            RefitParams {
+                forgetting: 0.0,
+                ..params()
+            },
+            "forgetting",
+        ),
+        (
+            RefitParams {
+                forgetting: f64::NAN,
+                ..params()
+            },
+            "forgetting",
+        ),
+        (
+            RefitParams {
+                ridge: -1.0,
+                ..params()
+            },
+            "ridge",
+        ),
+        (
+            RefitParams {
+                outlier: 0.0,
+                ..params()
+            },
+            "outlier",
+        ),
+    ] {
+        assert_eq!(RefitState::new(p, &cfg), Err(RefitError::Params { field }));
+    }
+}
+
+/// Garbage times (uniform noise unrelated to the plan): the returned model is never worse
+/// than the prior on the window, and always valid.
+#[test]
+fn never_worse_than_the_prior_on_garbage() {
+    for seed in 0..4 {
+        let (_, state, rows) = spoiled(|t| {
+            let mut rng = Rng::new(seed);
+            for v in t.iter_mut().filter(|v| v.is_finite()) {
+                *v = 1e-3 + rng.unit() * 10.0;
+            }
+        });
+        let fit = state.solve(&rows).unwrap();
+        assert!(
+            fit.report.error_fit <= fit.report.error_prior,
+            "{:?}",
+            fit.report
+        );
+        assert_eq!(fit.model.validate(), Ok(()));
+        assert!(fit.report.coefficients.iter().all(|c| c.is_finite()));
+    }
+}
+
+/// The window keeps `window_steps` steps: the oldest is evicted.
+#[test]
+fn the_window_evicts_the_oldest_step() {
+    let cfg = config(false);
+    let prior = cfg.cost_model();
+    let p = RefitParams {
+        window_steps: 2,
+        ..params()
+    };
+    let mut run = Run::new(cfg, p);
+    for step in 0..5 {
+        let lengths = batch(&cfg, step, 32);
+        let s = run.step(&prior, &prior, &lengths);
+        run.observe(&lengths, &s).unwrap();
+        let rep = run.state.solve(&run.rows).unwrap().report;
+        assert_eq!(u64::from(rep.steps), (step + 1).min(2));
+    }
+}
