@@ -147,6 +147,71 @@
 #define SKRULL_MAX_RINGS 8
 
 /**
+ * Coefficients the refit fits (`skrull_refit_report.coefficients`).
+ */
+#define SKRULL_REFIT_COEFFICIENTS 8
+
+/**
+ * Coefficient: fixed cost per micro-batch (scale of the prior's).
+ */
+#define SKRULL_REFIT_FIXED 0
+
+/**
+ * Coefficient: GEMM time scale.
+ */
+#define SKRULL_REFIT_GEMM 1
+
+/**
+ * Coefficient: attention time scale.
+ */
+#define SKRULL_REFIT_ATTENTION 2
+
+/**
+ * Coefficient: ring step latency inside a node (scale).
+ */
+#define SKRULL_REFIT_INTRA_LATENCY 3
+
+/**
+ * Coefficient: ring time per byte inside a node (scale).
+ */
+#define SKRULL_REFIT_INTRA_BANDWIDTH 4
+
+/**
+ * Coefficient: ring step latency across nodes (scale).
+ */
+#define SKRULL_REFIT_INTER_LATENCY 5
+
+/**
+ * Coefficient: ring time per byte across nodes (scale).
+ */
+#define SKRULL_REFIT_INTER_BANDWIDTH 6
+
+/**
+ * Coefficient: the overlap fraction (0 local attention, 1 all attention).
+ */
+#define SKRULL_REFIT_OVERLAP 7
+
+/**
+ * The most steps a window keeps.
+ */
+#define SKRULL_REFIT_MAX_WINDOW 64
+
+/**
+ * `skrull_refit_params.flags`: never change the overlap rule.
+ */
+#define SKRULL_REFIT_KEEP_OVERLAP 1
+
+/**
+ * `sizeof(skrull_refit_params)` of version 1.
+ */
+#define SKRULL_REFIT_PARAMS_SIZE_V1 40
+
+/**
+ * `sizeof(skrull_refit_report)` of version 1.
+ */
+#define SKRULL_REFIT_REPORT_SIZE_V1 112
+
+/**
  * The C ABI version this header describes.
  *
  * A single integer, independent of the crate's semver, increased by one whenever a change
@@ -293,6 +358,29 @@ enum skrull_status
      * A layout value (a `cu_seqlens` entry, position id or token count) exceeds `INT32_MAX`.
      */
     SKRULL_STATUS_LAYOUT_OVERFLOW = 32,
+    /**
+     * A `skrull_refit_params` field is out of range. Details: `field` its position after
+     * `struct_size` (1 `window_steps`, 2 `max_rows_per_step`, 3 `flags`, 4 `forgetting`,
+     * 5 `ridge`, 6 `outlier`).
+     */
+    SKRULL_STATUS_INVALID_REFIT_PARAMS = 40,
+    /**
+     * The refit state was not initialised by `skrull_refit_init()`, is corrupted, or its
+     * size is below what its parameters need.
+     */
+    SKRULL_STATUS_REFIT_STATE_INVALID = 41,
+    /**
+     * The measured times do not match the plan: their count is not
+     * `n_micro_batches * dp * cp`, the plan uses a micro-batch at or beyond
+     * `n_micro_batches`, or placements and lengths differ in count. Details: `value` what was
+     * given, `limit` what the plan needs.
+     */
+    SKRULL_STATUS_MEASUREMENT_MISMATCH = 42,
+    /**
+     * One step holds more measurements (`n_micro_batches * dp * cp`) than the refit's
+     * `max_rows_per_step`. Details: `value` the measurements, `limit` the capacity.
+     */
+    SKRULL_STATUS_REFIT_STEP_TOO_LARGE = 43,
     /**
      * The scheduler reported an error this version of the C API has no status for (a bug:
      * please report it).
@@ -1194,6 +1282,93 @@ typedef struct skrull_sizes {
     size_t micro_batches_per_dp;
 } skrull_sizes;
 
+/**
+ * How the refit weighs and bounds its data (`struct_size` first; version 1 is 40 bytes).
+ * `skrull_refit_params_default()` fills the defaults.
+ */
+typedef struct skrull_refit_params {
+    /**
+     * `sizeof(skrull_refit_params)`.
+     */
+    uint32_t struct_size;
+    /**
+     * Steps the window keeps, `1..=SKRULL_REFIT_MAX_WINDOW` (default 8).
+     */
+    uint32_t window_steps;
+    /**
+     * Measurements one step may hold, `n_micro_batches * dp * cp`, `1..=2^24` (default 4096).
+     */
+    uint32_t max_rows_per_step;
+    /**
+     * 0 or `SKRULL_REFIT_KEEP_OVERLAP`.
+     */
+    uint32_t flags;
+    /**
+     * Weight of a step `k` steps old: `forgetting^k`, in `(0, 1]` (default 0.7).
+     */
+    double forgetting;
+    /**
+     * Pull toward the prior, `>= 0` (default 1e-6).
+     */
+    double ridge;
+    /**
+     * A time off the fit by more than this fraction is dropped as a straggler, `> 0`
+     * (default 0.5).
+     */
+    double outlier;
+} skrull_refit_params;
+
+/**
+ * What `skrull_refit_solve()` found (frozen layout, 112 bytes in version 1).
+ */
+typedef struct skrull_refit_report {
+    /**
+     * Bytes written.
+     */
+    uint32_t struct_size;
+    /**
+     * 1: the prior was returned (the fit was not better on the window, or no data).
+     */
+    uint32_t kept_prior;
+    /**
+     * Steps in the window.
+     */
+    uint32_t steps;
+    /**
+     * Valid measurements in the window.
+     */
+    uint32_t rows;
+    /**
+     * Of them, dropped as outliers (stragglers) by the returned fit.
+     */
+    uint32_t dropped;
+    /**
+     * Measurements skipped in the window (NaN, infinite, zero or negative).
+     */
+    uint32_t skipped;
+    /**
+     * Bit `i` set: coefficient `i` moved more than 1 % from the prior.
+     */
+    uint32_t moved;
+    /**
+     * 0.
+     */
+    uint32_t _reserved;
+    /**
+     * Weighted rms relative error of the prior on the window (residuals clipped at
+     * `outlier`).
+     */
+    double error_prior;
+    /**
+     * The same of the returned model.
+     */
+    double error_fit;
+    /**
+     * The returned model relative to the prior (`SKRULL_REFIT_*` indices).
+     */
+    double coefficients[SKRULL_REFIT_COEFFICIENTS];
+} skrull_refit_report;
+
 
 
 #ifdef __cplusplus
@@ -1497,6 +1672,123 @@ skrull_status skrull_panic_selftest(void);
  * call from any thread.
  */
 skrull_status skrull_plan_sizes(size_t n, uint32_t dp, uint32_t cp, struct skrull_sizes *out);
+
+/**
+ * Initialises a refit in caller storage: `state` (`state_size` bytes, 8-byte aligned, at
+ * least `skrull_refit_size(params)`) gets an empty window for `config` (its DP and CP sizes,
+ * model shape and padding rules) and the PRIOR cost model: `config->cost_model`, or the H100
+ * preset for the shape when that is NULL. The state is plain memory that the caller owns and
+ * frees; the library never allocates. It is valid only in this process (send the measured
+ * times to other ranks, not the state).
+ *
+ * Statuses, in order: `config`'s (as `skrull_schedule()`), then `params`' (`NULL_ARG`,
+ * `INVALID_ARG`, `BAD_STRUCT_SIZE`, `INVALID_REFIT_PARAMS` with the field in the details),
+ * then `state`: `NULL_ARG`, `INVALID_ARG` (misaligned, or overlapping `params`, `config` or
+ * the details), `WORKSPACE_TOO_SMALL` (`state_size` below what `params` need). The details
+ * go to `error` unless NULL, misaligned or overlapping an argument. Nothing is written on
+ * error.
+ *
+ * # Safety
+ * - `params` and `config`, unless NULL, point to their structs with `struct_size` readable
+ *   bytes (and `config->cost_model`, unless NULL, to a readable `skrull_cost_model`).
+ * - `state`, unless NULL, points to `state_size` writable bytes no other thread touches
+ *   during the call.
+ * - `error`, unless NULL, points to a writable `skrull_error_info`.
+ */
+skrull_status skrull_refit_init(const struct skrull_refit_params *params,
+                                const struct skrull_config *config,
+                                void *state,
+                                size_t state_size,
+                                struct skrull_error_info *error);
+
+/**
+ * Adds one step to the refit's window: the plan `skrull_schedule()` made for `lengths` (its
+ * `placements`, and its `cp_groups`, or NULL when the configuration has no sub-groups: every
+ * sharded sequence then spans the whole CP group) and the measured `times`: `double`
+ * SECONDS of forward + backward of each micro-batch on each GPU, laid out
+ * `[micro-batch][dp][cp]` (`times[(m * dp + d) * cp + r]`,
+ * `n_times = n_micro_batches * dp * cp`, `n_micro_batches` at least the most micro-batches
+ * a DP rank runs in the plan).
+ * Entries of a (micro-batch, DP rank) that holds no sequence are ignored; an entry that is
+ * NaN, infinite, zero or negative is skipped and counted (`skrull_refit_report.skipped`):
+ * pass NaN for a GPU that did not report. Once the window holds `window_steps` steps the
+ * oldest is evicted. A GPU's time is its own busy time in the micro-batch.
+ *
+ * Statuses, in order: `state` (`NULL_ARG`, `INVALID_ARG` misaligned, `REFIT_STATE_INVALID`),
+ * `TOO_MANY_SEQUENCES`, `lengths`, `placements` (`NULL_ARG` with `n > 0`, `INVALID_ARG`),
+ * `cp_groups` (`INVALID_ARG` when misaligned), `times` (`NULL_ARG`, `INVALID_ARG`), any
+ * overlap of the state with an input (`INVALID_ARG`), then `MEASUREMENT_MISMATCH` (counts),
+ * `REFIT_STEP_TOO_LARGE`, and per sequence in input order `EMPTY_SEQUENCE` /
+ * `LENGTH_OUT_OF_RANGE`, `PLAN_INVALID` (a placement or group out of range, details: the
+ * sequence) or `MEASUREMENT_MISMATCH` (its micro-batch beyond `n_micro_batches`). The state
+ * changes only on `SKRULL_STATUS_OK`.
+ *
+ * # Safety
+ * - `state`, unless NULL, points to `state_size` bytes initialised by `skrull_refit_init()`
+ *   and changed since only by the refit calls; no other thread touches it during the call.
+ * - `lengths` and `placements`, unless NULL, point to `n` readable elements; `cp_groups`,
+ *   unless NULL, too; `times`, unless NULL, to `n_times` readable `double`.
+ * - `error`, unless NULL, points to a writable `skrull_error_info`.
+ */
+skrull_status skrull_refit_observe(void *state,
+                                   size_t state_size,
+                                   const uint32_t *lengths,
+                                   size_t n,
+                                   const struct skrull_placement *placements,
+                                   const struct skrull_cp_group *cp_groups,
+                                   uint32_t n_micro_batches,
+                                   const double *times,
+                                   size_t n_times,
+                                   struct skrull_error_info *error);
+
+/**
+ * Writes the defaults into `*out` (`struct_size` = `min(out_size, sizeof)`).
+ *
+ * Returns `SKRULL_STATUS_NULL_ARG` for NULL, `SKRULL_STATUS_INVALID_ARG` when misaligned,
+ * `SKRULL_STATUS_BAD_STRUCT_SIZE` for an `out_size` below version 1; nothing is written then.
+ *
+ * # Safety
+ * Unless NULL, `out` is valid for writing `out_size` bytes. Safe from any thread.
+ */
+skrull_status skrull_refit_params_default(struct skrull_refit_params *out, size_t out_size);
+
+/**
+ * Bytes of state storage the refit with `params` needs (its window of
+ * `window_steps * max_rows_per_step` measurements and a header); 0 when `params` is NULL,
+ * misaligned, of a bad size or out of range. The storage must be 8-byte aligned.
+ *
+ * # Safety
+ * Unless NULL, `params` points to a `skrull_refit_params` whose `struct_size` bytes are
+ * readable. Safe from any thread.
+ */
+size_t skrull_refit_size(const struct skrull_refit_params *params);
+
+/**
+ * Fits the window and writes the refitted cost model to `*out_model` (`out_model_size >=
+ * 264` bytes; `struct_size` = the bytes written) and the report to `*out_report` (unless
+ * NULL; `out_report_size >= 112`). Deterministic: the same history of calls gives the same
+ * bits on every platform. The model is validated and never worse than the prior on the
+ * window's own data (else the prior is returned and `kept_prior` is 1). The state is not
+ * changed. To plan with the model, point `skrull_config.cost_model` at it; keep the state's
+ * prior as it is (do not re-initialise with the refitted model).
+ *
+ * Statuses: the state's (as `skrull_refit_observe()`), `NULL_ARG` (`out_model`),
+ * `INVALID_ARG` (misaligned or overlapping outputs), `BAD_STRUCT_SIZE` (an output size below
+ * version 1). Outputs are written only on `SKRULL_STATUS_OK`.
+ *
+ * # Safety
+ * - `state` as for `skrull_refit_observe()` (read only here).
+ * - `out_model`, unless NULL, is valid for writing `out_model_size` bytes; `out_report`,
+ *   unless NULL, for `out_report_size` bytes.
+ * - `error`, unless NULL, points to a writable `skrull_error_info`.
+ */
+skrull_status skrull_refit_solve(const void *state,
+                                 size_t state_size,
+                                 struct skrull_cost_model *out_model,
+                                 size_t out_model_size,
+                                 struct skrull_refit_report *out_report,
+                                 size_t out_report_size,
+                                 struct skrull_error_info *error);
 
 /**
  * Plans one global batch: every sequence's DP rank, micro-batch and placement (local on one

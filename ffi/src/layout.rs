@@ -490,7 +490,7 @@ pub(crate) unsafe fn read_plan<'a>(
 /// caller gave none, so a sharded sequence spans the whole group). `None` when the group does
 /// not fit the placement: a local sequence's group must be `{cp_rank, 1}`, a sharded one's
 /// the whole group `{0, cp}` or, with `subgroups`, a valid aligned sub-group.
-fn staged_placement(
+pub(crate) fn staged_placement(
     cfg: &Config,
     c: &skrull_placement,
     group: Option<skrull_cp_group>,

@@ -15,6 +15,8 @@
 //! - [`workspace`]: buffer sizing (`skrull_workspace_size()`, `skrull_plan_sizes()`);
 //! - [`plan`]: the frozen output records and `skrull_plan_buffers`;
 //! - [`schedule`]: `skrull_schedule()`; [`dacp`]: `skrull_dacp_place()`;
+//! - [`refit`]: the online refit of the cost model from measured times
+//!   (`skrull_refit_init()`, `skrull_refit_observe()`, `skrull_refit_solve()`);
 //! - [`layout`]: one GPU's execution layout (`skrull_layout_sizes_max()`,
 //!   `skrull_layout_sizes()`, `skrull_layout_fill()`);
 //! - [`version`]: `SKRULL_ABI_VERSION`, `skrull_abi_version()`, `skrull_version()`;
@@ -46,6 +48,7 @@ pub mod error;
 pub mod layout;
 pub mod layout_many;
 pub mod plan;
+pub mod refit;
 pub mod schedule;
 pub mod status;
 pub mod version;
@@ -76,6 +79,14 @@ pub use layout_many::skrull_layout_fill_many;
 pub use plan::{
     SKRULL_SHARDED, skrull_cp_group, skrull_micro_batch, skrull_placement, skrull_plan_buffers,
     skrull_sizes, skrull_summary,
+};
+pub use refit::{
+    SKRULL_REFIT_ATTENTION, SKRULL_REFIT_COEFFICIENTS, SKRULL_REFIT_FIXED, SKRULL_REFIT_GEMM,
+    SKRULL_REFIT_INTER_BANDWIDTH, SKRULL_REFIT_INTER_LATENCY, SKRULL_REFIT_INTRA_BANDWIDTH,
+    SKRULL_REFIT_INTRA_LATENCY, SKRULL_REFIT_KEEP_OVERLAP, SKRULL_REFIT_MAX_WINDOW,
+    SKRULL_REFIT_OVERLAP, SKRULL_REFIT_PARAMS_SIZE_V1, SKRULL_REFIT_REPORT_SIZE_V1,
+    skrull_refit_init, skrull_refit_observe, skrull_refit_params, skrull_refit_params_default,
+    skrull_refit_report, skrull_refit_size, skrull_refit_solve,
 };
 pub use schedule::skrull_schedule;
 pub use status::{skrull_status, skrull_status_str};

@@ -94,6 +94,21 @@ pub enum skrull_status {
     NoSuchGpu = 31,
     /// A layout value (a `cu_seqlens` entry, position id or token count) exceeds `INT32_MAX`.
     LayoutOverflow = 32,
+    /// A `skrull_refit_params` field is out of range. Details: `field` its position after
+    /// `struct_size` (1 `window_steps`, 2 `max_rows_per_step`, 3 `flags`, 4 `forgetting`,
+    /// 5 `ridge`, 6 `outlier`).
+    InvalidRefitParams = 40,
+    /// The refit state was not initialised by `skrull_refit_init()`, is corrupted, or its
+    /// size is below what its parameters need.
+    RefitStateInvalid = 41,
+    /// The measured times do not match the plan: their count is not
+    /// `n_micro_batches * dp * cp`, the plan uses a micro-batch at or beyond
+    /// `n_micro_batches`, or placements and lengths differ in count. Details: `value` what was
+    /// given, `limit` what the plan needs.
+    MeasurementMismatch = 42,
+    /// One step holds more measurements (`n_micro_batches * dp * cp`) than the refit's
+    /// `max_rows_per_step`. Details: `value` the measurements, `limit` the capacity.
+    RefitStepTooLarge = 43,
     /// The scheduler reported an error this version of the C API has no status for (a bug:
     /// please report it).
     Internal = 254,
@@ -103,7 +118,7 @@ pub enum skrull_status {
 }
 
 /// Every status, in numeric order (private: an array constant would leak into the header).
-const ALL: [skrull_status; 26] = [
+const ALL: [skrull_status; 30] = [
     skrull_status::Ok,
     skrull_status::NullArg,
     skrull_status::BadStructSize,
@@ -128,6 +143,10 @@ const ALL: [skrull_status; 26] = [
     skrull_status::PlanInvalid,
     skrull_status::NoSuchGpu,
     skrull_status::LayoutOverflow,
+    skrull_status::InvalidRefitParams,
+    skrull_status::RefitStateInvalid,
+    skrull_status::MeasurementMismatch,
+    skrull_status::RefitStepTooLarge,
     skrull_status::Internal,
     skrull_status::Panic,
 ];
@@ -193,6 +212,16 @@ impl skrull_status {
             }
             skrull_status::LayoutOverflow => {
                 c"a layout value (cu_seqlens entry, position id or token count) exceeds INT32_MAX"
+            }
+            skrull_status::InvalidRefitParams => c"a refit parameter is out of range",
+            skrull_status::RefitStateInvalid => {
+                c"the refit state is not initialised by skrull_refit_init(), corrupted, or too small"
+            }
+            skrull_status::MeasurementMismatch => {
+                c"the measured times do not match the plan (count, micro-batches or placements)"
+            }
+            skrull_status::RefitStepTooLarge => {
+                c"one step holds more measurements than the refit's max_rows_per_step"
             }
             skrull_status::Internal => c"internal error (a bug in skrull; please report it)",
             skrull_status::Panic => {
@@ -273,7 +302,7 @@ mod tests {
 
     #[test]
     fn numbers_are_stable() {
-        let expect: [(skrull_status, u32); 26] = [
+        let expect: [(skrull_status, u32); 30] = [
             (skrull_status::Ok, 0),
             (skrull_status::NullArg, 1),
             (skrull_status::BadStructSize, 2),
@@ -298,6 +327,10 @@ mod tests {
             (skrull_status::PlanInvalid, 30),
             (skrull_status::NoSuchGpu, 31),
             (skrull_status::LayoutOverflow, 32),
+            (skrull_status::InvalidRefitParams, 40),
+            (skrull_status::RefitStateInvalid, 41),
+            (skrull_status::MeasurementMismatch, 42),
+            (skrull_status::RefitStepTooLarge, 43),
             (skrull_status::Internal, 254),
             (skrull_status::Panic, 255),
         ];

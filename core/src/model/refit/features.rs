@@ -62,17 +62,11 @@ impl RefitState {
     fn check_step(
         &self,
         lengths: &[u32],
-        placements: &[Placement],
+        placement: &impl Fn(usize) -> Option<Placement>,
         n_micro_batches: u32,
         times: &[f64],
     ) -> Result<usize, RefitError> {
         let cfg = &self.cfg;
-        if placements.len() != lengths.len() {
-            return Err(RefitError::Mismatch {
-                got: placements.len(),
-                expected: lengths.len(),
-            });
-        }
         let per_mb = cfg.dp as usize * cfg.cp as usize;
         let expected = n_micro_batches as usize * per_mb;
         if times.len() != expected {
@@ -88,10 +82,11 @@ impl RefitState {
                 limit,
             });
         }
-        for (index, (&len, p)) in lengths.iter().zip(placements).enumerate() {
+        for (index, &len) in lengths.iter().enumerate() {
             if len == 0 || len > MAX_SEQ_LEN {
                 return Err(RefitError::Length { index });
             }
+            let p = placement(index).ok_or(RefitError::Plan { seq: index })?;
             let cp_ok = p.group_is_valid(cfg.cp)
                 && (p.is_sharded() || (p.cp_rank >= 0 && (p.cp_rank as u32) < cfg.cp));
             if p.dp_rank >= cfg.dp || !cp_ok {
@@ -128,14 +123,38 @@ impl RefitState {
         n_micro_batches: u32,
         times: &[f64],
     ) -> Result<u32, RefitError> {
+        if placements.len() != lengths.len() {
+            return Err(RefitError::Mismatch {
+                got: placements.len(),
+                expected: lengths.len(),
+            });
+        }
+        let at = |i: usize| placements.get(i).copied();
+        self.observe_with(rows, lengths, at, n_micro_batches, times)
+    }
+
+    /// [`RefitState::observe`] with sequence `i`'s placement from `placement(i)` (`None`: a
+    /// placement the caller could not translate, [`RefitError::Plan`]), for callers that
+    /// hold the plan in another form (the C ABI).
+    ///
+    /// # Errors
+    /// As [`RefitState::observe`].
+    pub fn observe_with(
+        &mut self,
+        rows: &mut [Row],
+        lengths: &[u32],
+        placement: impl Fn(usize) -> Option<Placement>,
+        n_micro_batches: u32,
+        times: &[f64],
+    ) -> Result<u32, RefitError> {
         self.check_storage(rows.len())?;
-        let count = self.check_step(lengths, placements, n_micro_batches, times)?;
+        let count = self.check_step(lengths, &placement, n_micro_batches, times)?;
         let window = u64::from(self.params.window_steps);
         let slot = (self.steps % window) as usize;
         let cap = self.params.max_rows_per_step as usize;
         let block = &mut rows[slot * cap..slot * cap + count];
         block.fill(Row::default());
-        let skipped = self.fill_block(block, lengths, placements, times);
+        let skipped = self.fill_block(block, lengths, &placement, times);
         self.counts[slot] = count as u32;
         self.skipped[slot] = skipped;
         self.steps += 1;
@@ -147,13 +166,14 @@ impl RefitState {
         &self,
         block: &mut [Row],
         lengths: &[u32],
-        placements: &[Placement],
+        placement: &impl Fn(usize) -> Option<Placement>,
         times: &[f64],
     ) -> u32 {
         let cfg = &self.cfg;
         let (dp, cp) = (cfg.dp as usize, cfg.cp as usize);
         let tm = TimeModel::new(&self.prior, cfg);
-        for (p, &len) in placements.iter().zip(lengths) {
+        for (i, &len) in lengths.iter().enumerate() {
+            let Some(p) = placement(i) else { continue };
             let d = p.dp_rank as usize;
             let base = (p.micro_batch as usize * dp + d) * cp;
             for row in &mut block[base..base + cp] {
