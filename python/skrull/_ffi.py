@@ -52,6 +52,10 @@ REFIT_MAX_WINDOW = 64
 #: ``skrull_refit_params.flags`` bit: never change the overlap rule
 #: (``SKRULL_REFIT_KEEP_OVERLAP``).
 REFIT_KEEP_OVERLAP = 1
+#: ``sizeof(skrull_refit_params)`` of version 1 (``SKRULL_REFIT_PARAMS_SIZE_V1``).
+REFIT_PARAMS_SIZE_V1 = 40
+#: ``sizeof(skrull_refit_report)`` (``SKRULL_REFIT_REPORT_SIZE_V1``, a frozen layout).
+REFIT_REPORT_SIZE_V1 = 112
 
 _u32, _i32, _u64, _i64, _f64, _usize = c_uint32, c_int32, c_uint64, c_int64, c_double, c_size_t
 # Output arrays are numpy arrays; their pointer fields are plain addresses (same size and
@@ -196,12 +200,13 @@ FROZEN_SIZES = {
     skrull_micro_batch: 16, skrull_summary: 32, skrull_gpu: 12, skrull_span: 24,
     skrull_layout: 88, skrull_layout_capacity: 5 * _W, skrull_sizes: 6 * _W,
     skrull_error_info: 32, skrull_cp_group: 8, skrull_layout_ring: 16,
+    skrull_refit_report: REFIT_REPORT_SIZE_V1,
 }
 #: Version-1 sizes of the extensible structs; appended fields make ours larger, never smaller.
 EXTENSIBLE_V1_SIZES = {
     skrull_config: CONFIG_SIZE_V1, skrull_cost_model: COST_MODEL_SIZE_V1,
     skrull_plan_buffers: 8 + 11 * _W, skrull_layout_buffers: 8 + 13 * _W,
-    skrull_refit_params: 40, skrull_refit_report: 112,
+    skrull_refit_params: REFIT_PARAMS_SIZE_V1,
 }
 #: Every struct the binding mirrors, in header order.
 STRUCTS = [skrull_model_shape, skrull_cost_model, skrull_config, skrull_dacp_summary,
@@ -283,9 +288,7 @@ def _load() -> ctypes.CDLL:
     path = library_path()
     lib = ctypes.CDLL(str(path))
     for name, (restype, argtypes) in _PROTOTYPES.items():
-        fn = getattr(lib, name, None)  # TEMPORARY until the refit lands
-        if fn is None:
-            continue
+        fn = getattr(lib, name)
         fn.restype, fn.argtypes = restype, argtypes
     found = lib.skrull_abi_version()
     if found != ABI_VERSION:

@@ -34,7 +34,7 @@ class RefitSettings:
     forgetting : float, optional
         Weight of a step ``k`` steps old: ``forgetting ** k``, in (0, 1] (default 0.7).
     ridge : float, optional
-        Pull of every coefficient toward the prior, at least 0 (default 1e-4): what the
+        Pull of every coefficient toward the prior, at least 0 (default 1e-6): what the
         window does not identify stays where the prior put it.
     outlier : float, optional
         A time off the fitted prediction by more than this fraction is dropped as a
@@ -62,7 +62,7 @@ class RefitSettings:
 
     window: int = 8
     forgetting: float = 0.7
-    ridge: float = 1e-4
+    ridge: float = 1e-6
     outlier: float = 0.5
     keep_overlap: bool = False
 
@@ -239,10 +239,27 @@ class Window:
         return _from_bytes(base.gpu, base.model, bytes(out)), report
 
     def state(self) -> dict[str, Any]:
-        """What pickling keeps: the settings, the prior and the observed steps."""
-        return {"settings": self.settings, "prior": self.prior,
+        """What pickling keeps: the settings, the prior, the library's state bytes (plain
+        memory without addresses: a copy works in another buffer of this platform) and the
+        observed steps (to rebuild a larger state)."""
+        return {"settings": self.settings, "prior": self.prior, "rows": self.rows,
+                "state": self._state.tobytes(),
                 "steps": [(a.copy(), b.copy(), c.copy(), m, t.copy())
                           for a, b, c, m, t in self.steps]}
+
+    @classmethod
+    def restore(cls, state: dict[str, Any], config: _ffi.skrull_config) -> Window:
+        """The window ``state()`` describes, for a scheduler of ``config``."""
+        w = cls.__new__(cls)
+        w.settings, w.prior, w.rows = state["settings"], state["prior"], state["rows"]
+        w._config = _ffi.skrull_config.from_buffer_copy(config)
+        w._config.cost_model = None if w.prior is None else ctypes.addressof(w.prior._c)
+        raw = np.frombuffer(state["state"], np.uint8)
+        w._state = np.empty(raw.size // 8, np.uint64)  # 8-byte aligned, as the library needs
+        w._state.view(np.uint8)[:] = raw
+        w._addr, w._size = _ffi.address(w._state), w._state.nbytes
+        w.steps = deque(state["steps"], maxlen=w.settings.window)
+        return w
 
 
 def report_to_refit(report: _ffi.skrull_refit_report, model: CostModel,

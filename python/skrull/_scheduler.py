@@ -127,20 +127,18 @@ class Scheduler:
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickles by configuration (a DataLoader worker or another process rebuilds the
         same Scheduler; its buffers are made anew), with the model it plans with now and its
-        refit state: the settings, the prior and the observed steps (replayed on load)."""
+        refit state: the settings, the prior and the window (the library's state bytes, valid
+        on the same platform)."""
         rebuild, args = config_reduce(self.config, self._capacity, self._refit_settings)
         window = None if self._window is None else self._window.state()
         return (rebuild, args, {"window": window})
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        """Rebuilds the refit window of a pickled scheduler by replaying its steps."""
+        """Restores the refit window of a pickled scheduler."""
         window = state.get("window")
         if window is not None:
             with self._lock:
-                w = Window(window["settings"], self._c_config, window["prior"])
-                for step in window["steps"]:
-                    w.add(step)
-                self._window = w
+                self._window = Window.restore(window, self._c_config)
 
     def __repr__(self) -> str:
         c = self.config

@@ -172,6 +172,18 @@ def test_the_scheduler_plans_with_the_refitted_model():
         assert s.plan(_batch(k)).digest() == again.plan(_batch(k)).digest()
 
 
+def test_a_plan_made_before_a_refit_still_lays_out():
+    s = _scheduler()
+    plan = s.plan(_batch(0))
+    before = plan.layout(0, 0, 0)
+    _feed(s, 3)
+    assert s.refit().changed
+    fresh = pickle.loads(pickle.dumps(plan))
+    for a, b in zip(plan.rank_layouts(1, 3), fresh.rank_layouts(1, 3), strict=True):
+        assert np.array_equal(a.gather_index, b.gather_index) and a.tokens == b.tokens
+    assert before.tokens == fresh.layout(0, 0, 0).tokens
+
+
 def test_two_schedulers_fed_the_same_observations_agree_bit_for_bit():
     a, b = _scheduler(), _scheduler()
     for k in range(5):
