@@ -173,7 +173,7 @@ def test_four_gloo_processes_refit_to_the_same_model_and_plans(tmp_path,
     print(f"\n{len(steps)} steps on {worker.DP * worker.CP} processes in "
           f"{time.perf_counter() - t0:.1f} s; fit error per step "
           + ", ".join(f"{100 * s['error']:.1f} % (prior {100 * s['prior_error']:.0f} %)"
-                      for s in steps))
+                      for s in steps) + f"\nlast log line: skrull: {result['logged'][-1]}")
     assert len(steps) == worker.STEPS
     # Measured CPU times are far from the H100 preset: the model moves, and its fit is better
     # than the prior's on the window.
