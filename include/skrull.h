@@ -1768,21 +1768,23 @@ size_t skrull_refit_size(const struct skrull_refit_params *params);
  * 264` bytes; `struct_size` = the bytes written) and the report to `*out_report` (unless
  * NULL; `out_report_size >= 112`). Deterministic: the same history of calls gives the same
  * bits on every platform. The model is validated and never worse than the prior on the
- * window's own data (else the prior is returned and `kept_prior` is 1). The state is not
- * changed. To plan with the model, point `skrull_config.cost_model` at it; keep the state's
- * prior as it is (do not re-initialise with the refitted model).
+ * window's own data (else the prior is returned and `kept_prior` is 1). The result becomes
+ * the state's anchor: the next fit starts from it and pulls every coefficient the window
+ * does not identify toward it (the window is not changed). To plan with the model, point
+ * `skrull_config.cost_model` at it; keep the state's prior as it is (do not re-initialise
+ * with the refitted model).
  *
  * Statuses: the state's (as `skrull_refit_observe()`), `NULL_ARG` (`out_model`),
  * `INVALID_ARG` (misaligned or overlapping outputs), `BAD_STRUCT_SIZE` (an output size below
  * version 1). Outputs are written only on `SKRULL_STATUS_OK`.
  *
  * # Safety
- * - `state` as for `skrull_refit_observe()` (read only here).
+ * - `state` as for `skrull_refit_observe()`.
  * - `out_model`, unless NULL, is valid for writing `out_model_size` bytes; `out_report`,
  *   unless NULL, for `out_report_size` bytes.
  * - `error`, unless NULL, points to a writable `skrull_error_info`.
  */
-skrull_status skrull_refit_solve(const void *state,
+skrull_status skrull_refit_solve(void *state,
                                  size_t state_size,
                                  struct skrull_cost_model *out_model,
                                  size_t out_model_size,

@@ -15,8 +15,9 @@ pub struct Flags {
 }
 
 /// Flags that take no value.
-const SWITCHES: [&str; 5] = [
+const SWITCHES: [&str; 6] = [
     "--help",
+    "--online",
     "--no-rollback",
     "--pad-local",
     "--lockstep",

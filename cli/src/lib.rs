@@ -8,6 +8,7 @@ pub mod evaluate;
 pub mod fits;
 pub mod json;
 pub mod layout_out;
+pub mod online;
 pub mod plan_cmd;
 pub mod profile_cmd;
 pub mod rebuild;

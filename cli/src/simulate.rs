@@ -798,6 +798,7 @@ skrull simulate [--setup 0.5b|7b|7b-cp16|0.5b-cp16|7b-cp16-bs64|case-study] [--d
                 [--victim shortest|longest] [--flops paper|megatron] [--shard-padding none|zigzag]
                 [--pad-multiple M] [--pad-local] [--lockstep] [--fill-empty] [--micro-batches G]
                 [--subgroups on|off|compare]
+skrull simulate --online [--truth-model FILE] [--steps 20] ... (see below)
 
 Runs every policy on the same sampled global batches, evaluates each plan on the cost model
 (docs/cost_model.md) and prints mean iteration times, speedups over deepspeed, the gap to
@@ -816,7 +817,10 @@ Lengths are clipped at --context and at N x C (nothing longer fits even sharded)
 --subgroups on (the default) lets balanced shard a sequence over an aligned sub-group of the
 CP ranks, off keeps every shard on the whole group; compare plans with sub-groups and adds a
 table: per cell, balanced without and with sub-groups (same batches), the speedup, each run
-over its own lower bound, and the geometric mean of the speedup over the CP-16 rows.";
+over its own lower bound, and the geometric mean of the speedup over the CP-16 rows.
+--online runs the online refit of the cost model against a truth model instead (flags:
+--truth-model FILE, --truth NAMES, --steps, --noise, --straggler-every, --format json;
+see cli/src/online.rs and docs/cost_model.md).";
 
 fn setup_by_name(name: &str) -> Result<Setup, String> {
     SETUPS
@@ -853,6 +857,9 @@ fn template_from(flags: &Flags) -> Result<Config, String> {
 /// # Errors
 /// A message that names the offending value.
 pub fn run(flags: &Flags) -> Result<String, String> {
+    if flags.has("--online") {
+        return crate::online::run(flags);
+    }
     let started = Instant::now();
     let mut opts = Options {
         iterations: flags.u64("--iterations", 20)? as usize,

@@ -220,7 +220,7 @@ fn first_measured(times: &[f64]) -> usize {
 
 #[test]
 fn nan_time_is_skipped_and_counted() {
-    let (r, state, rows) = spoiled(|t| {
+    let (r, mut state, rows) = spoiled(|t| {
         let i = first_measured(t);
         t[i] = f64::NAN;
     });
@@ -232,7 +232,7 @@ fn nan_time_is_skipped_and_counted() {
 
 #[test]
 fn infinite_times_are_skipped_and_counted() {
-    let (r, state, rows) = spoiled(|t| {
+    let (r, mut state, rows) = spoiled(|t| {
         let i = first_measured(t);
         t[i] = f64::INFINITY;
         t[i + 1] = f64::NEG_INFINITY;
@@ -245,7 +245,7 @@ fn infinite_times_are_skipped_and_counted() {
 
 #[test]
 fn zero_and_negative_times_are_skipped() {
-    let (r, state, rows) = spoiled(|t| {
+    let (r, mut state, rows) = spoiled(|t| {
         let i = first_measured(t);
         t[i] = 0.0;
         t[i + 1] = -1e-3;
@@ -258,7 +258,7 @@ fn zero_and_negative_times_are_skipped() {
 /// Every time invalid: nothing to fit, the prior comes back.
 #[test]
 fn all_times_invalid_keeps_the_prior() {
-    let (r, state, rows) = spoiled(|t| t.iter_mut().for_each(|v| *v = f64::NAN));
+    let (r, mut state, rows) = spoiled(|t| t.iter_mut().for_each(|v| *v = f64::NAN));
     assert!(r.unwrap() > 0);
     let fit = state.solve(&rows).unwrap();
     assert!(fit.report.kept_prior);
@@ -271,7 +271,7 @@ fn all_times_invalid_keeps_the_prior() {
 fn a_missing_gpu_is_skipped() {
     let cfg = config(false);
     let cp = cfg.cp as usize;
-    let (r, state, rows) = spoiled(|t| {
+    let (r, mut state, rows) = spoiled(|t| {
         for (i, v) in t.iter_mut().enumerate() {
             if i % cp == 3 && v.is_finite() {
                 *v = f64::NAN;
@@ -287,8 +287,8 @@ fn a_missing_gpu_is_skipped() {
 /// A 100x straggler is dropped: the fit equals the fit without it to a percent.
 #[test]
 fn a_100x_straggler_is_dropped() {
-    let clean = spoiled(|_| {});
-    let slow = spoiled(|t| {
+    let mut clean = spoiled(|_| {});
+    let mut slow = spoiled(|t| {
         let i = first_measured(t);
         t[i] *= 100.0;
     });
@@ -429,7 +429,7 @@ fn bad_parameters_are_named() {
 #[test]
 fn never_worse_than_the_prior_on_garbage() {
     for seed in 0..4 {
-        let (_, state, rows) = spoiled(|t| {
+        let (_, mut state, rows) = spoiled(|t| {
             let mut rng = Rng::new(seed);
             for v in t.iter_mut().filter(|v| v.is_finite()) {
                 *v = 1e-3 + rng.unit() * 10.0;

@@ -564,22 +564,24 @@ unsafe fn observe(
 /// 264` bytes; `struct_size` = the bytes written) and the report to `*out_report` (unless
 /// NULL; `out_report_size >= 112`). Deterministic: the same history of calls gives the same
 /// bits on every platform. The model is validated and never worse than the prior on the
-/// window's own data (else the prior is returned and `kept_prior` is 1). The state is not
-/// changed. To plan with the model, point `skrull_config.cost_model` at it; keep the state's
-/// prior as it is (do not re-initialise with the refitted model).
+/// window's own data (else the prior is returned and `kept_prior` is 1). The result becomes
+/// the state's anchor: the next fit starts from it and pulls every coefficient the window
+/// does not identify toward it (the window is not changed). To plan with the model, point
+/// `skrull_config.cost_model` at it; keep the state's prior as it is (do not re-initialise
+/// with the refitted model).
 ///
 /// Statuses: the state's (as `skrull_refit_observe()`), `NULL_ARG` (`out_model`),
 /// `INVALID_ARG` (misaligned or overlapping outputs), `BAD_STRUCT_SIZE` (an output size below
 /// version 1). Outputs are written only on `SKRULL_STATUS_OK`.
 ///
 /// # Safety
-/// - `state` as for `skrull_refit_observe()` (read only here).
+/// - `state` as for `skrull_refit_observe()`.
 /// - `out_model`, unless NULL, is valid for writing `out_model_size` bytes; `out_report`,
 ///   unless NULL, for `out_report_size` bytes.
 /// - `error`, unless NULL, points to a writable `skrull_error_info`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn skrull_refit_solve(
-    state: *const c_void,
+    state: *mut c_void,
     state_size: usize,
     out_model: *mut skrull_cost_model,
     out_model_size: usize,
@@ -589,7 +591,7 @@ pub unsafe extern "C" fn skrull_refit_solve(
 ) -> skrull_status {
     guard(|| {
         let others = [
-            Span::clamped(state.cast::<u8>(), state_size),
+            Span::clamped(state.cast_const().cast::<u8>(), state_size),
             Span::clamped(out_model.cast_const().cast::<u8>(), out_model_size),
             Span::clamped(out_report.cast_const().cast::<u8>(), out_report_size),
         ];
@@ -615,7 +617,7 @@ pub unsafe extern "C" fn skrull_refit_solve(
 /// # Safety
 /// As [`skrull_refit_solve`].
 unsafe fn solve(
-    state: *const c_void,
+    state: *mut c_void,
     state_size: usize,
     out_model: *mut skrull_cost_model,
     out_model_size: usize,
@@ -623,9 +625,8 @@ unsafe fn solve(
     out_report_size: usize,
     others: &[Span],
 ) -> Result<(), Failure> {
-    // SAFETY: forwarded caller contract (the state is only read: `open` hands out `&mut`
-    // but nothing below writes through it).
-    let (s, rows) = unsafe { open(state.cast_mut(), state_size) }?;
+    // SAFETY: forwarded caller contract.
+    let (s, rows) = unsafe { open(state, state_size) }?;
     if out_model.is_null() {
         return Err(skrull_status::NullArg.into());
     }

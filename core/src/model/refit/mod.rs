@@ -261,6 +261,9 @@ pub struct RefitState {
     counts: [u32; MAX_WINDOW as usize],
     /// Measurements skipped per window slot.
     skipped: [u32; MAX_WINDOW as usize],
+    /// The coefficients of the last [`RefitState::solve`] (at first the prior's): where the
+    /// ridge pulls, and a start of the next fit.
+    anchor: [f64; COEFFICIENTS],
 }
 
 impl RefitState {
@@ -275,7 +278,7 @@ impl RefitState {
         let prior = cfg.cost_model();
         prior.validate().map_err(RefitError::Cost)?;
         let fixed = crate::model::time::TimeModel::new(&prior, cfg).fixed();
-        Ok(RefitState {
+        let mut s = RefitState {
             params,
             cfg: cfg.with_cost(prior),
             prior,
@@ -284,7 +287,15 @@ impl RefitState {
             steps: 0,
             counts: [0; MAX_WINDOW as usize],
             skipped: [0; MAX_WINDOW as usize],
-        })
+            anchor: [1.0; COEFFICIENTS],
+        };
+        s.anchor = s.prior_coefs();
+        Ok(s)
+    }
+
+    /// The coefficients the next fit starts from and is pulled toward.
+    pub fn anchor(&self) -> &[f64; COEFFICIENTS] {
+        &self.anchor
     }
 
     /// The parameters.

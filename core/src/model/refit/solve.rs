@@ -1,12 +1,12 @@
 //! [`RefitState::solve`]: the deterministic, robust fit of the window.
 //!
 //! For each overlap rule to try (the prior's, and the other unless `keep_overlap`), the
-//! coefficients start at the prior (and at the prior with costlier or cheaper communication,
-//! [`COMM_STARTS`]) and are refitted [`ITERATIONS`] times: each rank time is
+//! coefficients start at the anchor (the last solve's result) and at the prior, each also
+//! with costlier or cheaper communication ([`COMM_STARTS`]), and are refitted [`ITERATIONS`] times: each rank time is
 //! linear in the coefficients once it is known which side of `max(comm, window)` is larger,
 //! so every iteration fixes that side from the current coefficients and solves the weighted
 //! least squares on relative error (weights `forgetting^age / t²`), with a ridge pull toward
-//! the prior (`ridge` times the data's weight, so coefficients the data cannot identify stay
+//! the anchor (`ridge` times the data's weight, so coefficients the data cannot identify stay
 //! where they were). From the second iteration on, a measurement off the current fit by more
 //! than `outlier` (`|t/pred − 1|`) is dropped: a straggler. Each solution is clamped to the
 //! valid range ([`clamp`]). The better rule wins by the clipped error ([`error`]), and the
@@ -107,7 +107,7 @@ fn is_outlier(row: &Row, pred: f64, outlier: f64) -> bool {
 impl RefitState {
     /// The prior's coefficients: every scale 1 (the fixed cost: the prior's over its unit),
     /// the overlap 0 or 1.
-    fn prior_coefs(&self) -> Coefs {
+    pub(crate) fn prior_coefs(&self) -> Coefs {
         let mut c = [1.0; COEFFICIENTS];
         if !self.prior_has_fixed {
             c[Coef::Fixed as usize] = 0.0;
@@ -166,11 +166,11 @@ impl RefitState {
         (e, dropped)
     }
 
-    /// The fit for the overlap fraction `phi` from the prior with its communication
-    /// coefficients times `comm` (see the [module docs](self)).
-    pub fn fit_overlap(&self, rows: &[Row], phi: f64, comm: f64) -> Coefs {
-        let prior = self.prior_coefs();
-        let mut c = prior;
+    /// The fit for the overlap fraction `phi` from `start` with its communication
+    /// coefficients times `comm`, pulled toward the anchor (see the [module docs](self)).
+    pub fn fit_overlap(&self, rows: &[Row], start: &Coefs, phi: f64, comm: f64) -> Coefs {
+        let prior = self.anchor;
+        let mut c = *start;
         c[Coef::Overlap as usize] = phi;
         for v in &mut c[Coef::IntraLatency as usize..=Coef::InterBandwidth as usize] {
             *v *= comm;
@@ -275,14 +275,17 @@ impl RefitState {
         m
     }
 
-    /// Fits the window (see the [module docs](self)) and returns the model to plan with and
-    /// the report. Deterministic: the same history gives the same bits on every platform.
-    /// The state is not changed.
+    /// Fits the window (see the [module docs](self)) from the anchor (the last
+    /// [`RefitState::solve`]'s coefficients, at first the prior's) and from the prior, with
+    /// the ridge pulling toward the anchor, and returns the model to plan with and the
+    /// report: the best fit, or the anchor when no fit beats it, or the prior when neither
+    /// beats the prior on the window. Deterministic: the same history gives the same bits on
+    /// every platform. The state is not changed.
     ///
     /// # Errors
     /// [`RefitError::Storage`](crate::model::refit::RefitError::Storage) when `rows` is
     /// smaller than the window.
-    pub fn solve(&self, rows: &[Row]) -> Result<Refit, crate::model::refit::RefitError> {
+    pub fn fit(&self, rows: &[Row]) -> Result<Refit, crate::model::refit::RefitError> {
         self.check_storage(rows.len())?;
         let prior = self.prior_coefs();
         let (steps, skipped) = self.window_counts();
@@ -303,32 +306,48 @@ impl RefitState {
         if n == 0 {
             return Ok(Refit { model, report });
         }
-        let own = prior[Coef::Overlap as usize];
-        let mut best: Option<(f64, u32, Coefs)> = None;
+        let anchor = self.anchor;
+        let (e, d) = self.error(rows, &anchor);
+        let mut best = (e, d, anchor);
+        let own = anchor[Coef::Overlap as usize];
         for phi in [own, 1.0 - own] {
             if phi != own && self.params.keep_overlap {
                 continue;
             }
-            for comm in COMM_STARTS {
-                let c = self.fit_overlap(rows, phi, comm);
-                let (e, dropped) = self.error(rows, &c);
-                if best.is_none_or(|(b, _, _)| e < b) {
-                    best = Some((e, dropped, c));
+            for start in [&anchor, &prior] {
+                for comm in COMM_STARTS {
+                    let c = self.fit_overlap(rows, start, phi, comm);
+                    let (e, dropped) = self.error(rows, &c);
+                    if e < best.0 {
+                        best = (e, dropped, c);
+                    }
                 }
             }
         }
-        if let Some((e, dropped, c)) = best {
-            let candidate = self.model(&c);
-            if e < error_prior && candidate.validate().is_ok() {
-                model = candidate;
-                report.kept_prior = false;
-                report.error_fit = e;
-                report.dropped = dropped;
-                report.coefficients = c;
-                report.moved = moved(&prior, &c);
-            }
+        let (e, dropped, c) = best;
+        let candidate = self.model(&c);
+        if e < error_prior && candidate.validate().is_ok() {
+            model = candidate;
+            report.kept_prior = false;
+            report.error_fit = e;
+            report.dropped = dropped;
+            report.coefficients = c;
+            report.moved = moved(&prior, &c);
         }
         Ok(Refit { model, report })
+    }
+
+    /// [`RefitState::fit`], and the result becomes the anchor of the next fits: a
+    /// coefficient the window no longer identifies (say, the inter-node bandwidth once the
+    /// plans stop crossing nodes) stays where the last fit put it instead of falling back to
+    /// the prior. Deterministic: the same sequence of calls gives the same bits.
+    ///
+    /// # Errors
+    /// As [`RefitState::fit`].
+    pub fn solve(&mut self, rows: &[Row]) -> Result<Refit, crate::model::refit::RefitError> {
+        let r = self.fit(rows)?;
+        self.anchor = r.report.coefficients;
+        Ok(r)
     }
 }
 
