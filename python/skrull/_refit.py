@@ -34,8 +34,8 @@ class RefitSettings:
     forgetting : float, optional
         Weight of a step ``k`` steps old: ``forgetting ** k``, in (0, 1] (default 0.7).
     ridge : float, optional
-        Pull of every coefficient toward the prior, at least 0 (default 1e-6): what the
-        window does not identify stays where the prior put it.
+        Pull of every coefficient toward the last fit (the prior at first), at least 0
+        (default 1e-6): what the window does not identify stays where it was.
     outlier : float, optional
         A time off the fitted prediction by more than this fraction is dropped as a
         straggler, above 0 (default 0.5).
@@ -211,7 +211,10 @@ class Window:
     def add(self, step: tuple[np.ndarray, np.ndarray, np.ndarray, int, np.ndarray]) -> None:
         """Adds one step as (lengths, placements, cp_groups, micro-batches, times)."""
         rows = step[4].size
-        if rows > self.rows:  # a step larger than the state holds: grow it and replay
+        # A step larger than the state holds: a larger state gets the window's steps again
+        # (the last fit, which anchors the next one, is not carried over: the next fit is
+        # anchored at the prior, the same on every rank).
+        if rows > self.rows:
             self._init(max(rows, 2 * self.rows))
             for old in self.steps:
                 self._observe(*old)

@@ -313,10 +313,12 @@ class Scheduler:
     def refit(self) -> Refit:
         """Fits the cost model to the observed window and plans with the result from now on.
 
-        Deterministic: the same observations give the same model, bit for bit, on every
-        rank and platform. The fit starts from the prior (the model this scheduler planned
-        with before its first ``observe``); a fit no better than the prior on the window
-        keeps the prior (``Refit.kept_prior``). Plans made before are unchanged.
+        Deterministic: the same observations and refits give the same model, bit for bit,
+        on every rank and platform. The prior is the model this scheduler planned with before
+        its first ``observe``; each fit is pulled toward the previous fit (the prior at
+        first), so what the window cannot identify stays where the last fit put it; a fit no
+        better than the prior on the window keeps the prior (``Refit.kept_prior``). Plans
+        made before are unchanged.
 
         Returns
         -------

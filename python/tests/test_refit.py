@@ -226,6 +226,13 @@ def test_a_scheduler_pickles_with_its_model_and_window():
     ra, rb = s.refit(), back.refit()
     assert ra.model == rb.model and ra.steps == rb.steps == 3 and ra.error == rb.error
     assert s.plan(_batch(20)).digest() == back.plan(_batch(20)).digest()
+    for k in (21, 22):  # both go on identically (the last fit, which anchors the next, too)
+        pa, pb = s.plan(_batch(k)), back.plan(_batch(k))
+        assert pa.digest() == pb.digest()
+        times = truth_times(pa, 5 * FIXED_S, 0.5 * GEMM_S_PER_TOKEN)
+        s.observe(pa, times)
+        back.observe(pb, times)
+        assert bytes(s.refit().model._c) == bytes(back.refit().model._c)
 
 
 def test_a_plan_made_before_a_refit_pickles_with_its_own_model():
@@ -236,3 +243,19 @@ def test_a_plan_made_before_a_refit_pickles_with_its_own_model():
     back = pickle.loads(pickle.dumps(plan))
     assert back == plan and back.config.cost_model == plan.config.cost_model
     assert back._scheduler._window is None  # a plan does not carry the scheduler's window
+
+
+def test_a_100x_straggler_is_dropped_and_barely_moves_the_fit():
+    clean, noisy = _scheduler(), _scheduler()
+    for k in range(3):
+        plan = clean.plan(_batch(k))
+        times = truth_times(plan, 2 * FIXED_S, 2 * GEMM_S_PER_TOKEN)
+        clean.observe(plan, times)
+        slow = times.copy()
+        m, d, r = np.argwhere(np.isfinite(slow))[k]
+        slow[m, d, r] *= 100
+        noisy.observe(noisy.plan(_batch(k)), slow)
+    rc, rn = clean.refit(), noisy.refit()
+    assert rn.dropped >= 3 and rc.dropped == 0
+    for name in ("fixed", "gemm"):
+        assert abs(rn.coefficients[name] / rc.coefficients[name] - 1) < 0.05, name
