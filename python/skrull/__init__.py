@@ -24,11 +24,14 @@ How it maps to C (docs/python.md has the whole guide, docs/api the reference):
 - ``Plan.layout`` comes from ``skrull_layout_fill_many``, into arrays of exactly the size the
   library needs (gather index included).
 - Mistakes raise a ``skrull.Error`` subclass: ``ArgumentError`` (a ``TypeError``),
-  ``ConfigError``, ``BatchError``, ``LayoutError`` (each a ``ValueError``) or ``InternalError``,
+  ``ConfigError``, ``BatchError``, ``LayoutError``, ``MeasurementError`` (each a
+  ``ValueError``) or ``InternalError``,
   whose message names the argument, the value, what is accepted and what to do, and whose
   ``status``, ``index``, ``value``, ``limit`` and ``field_name`` carry the details.
 
-``skrull.torch`` (install ``skrull[torch]``) turns plans into per-rank tensors;
+``Scheduler.observe`` / ``Scheduler.refit`` refit the cost model from measured micro-batch
+times (``skrull_refit_*``). ``skrull.torch`` (install ``skrull[torch]``) turns plans into
+per-rank tensors and times them (``OnlineCalibration``);
 ``python -m skrull.profile`` measures a machine and fits the cost model.
 """
 
