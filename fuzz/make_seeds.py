@@ -197,3 +197,38 @@ for target, seeds in (("c_abi", SEEDS), ("rust_api", SEEDS), ("layout", LAYOUT_S
         with open(os.path.join(d, name), "wb") as f:
             f.write(data)
 print(f"wrote {len(SEEDS)} seeds for c_abi and rust_api, {len(LAYOUT_SEEDS)} for layout")
+
+
+# The `refit` target (kit/src/fuzz/refit.rs): dp byte (1 + b % 3), cp byte (index into 1, 2,
+# 4, 8, 16), model byte (bit 0: 7B), sub-groups byte (bit 0), a params selector byte (bit 0
+# window_steps, 1 max_rows_per_step (u16), 2 flags, 3 forgetting, 4 ridge, 5 outlier, each
+# followed by its byte(s)), then per step: n - 1, n u16 lengths, a malformation byte (% 8:
+# 0 one time too many, 1 one micro-batch too few, 2 a DP rank out of range, 3 cp_rank -2,
+# else none) and one byte per time (0 NaN, 1 inf, 2 -inf, 3 zero, 4 negative, 5 huge, 6 tiny,
+# 7 raw bits, above 250 a 100x straggler, else 10-26 ms).
+def refit_seeds():
+    def step(n, lengths_seed, bad=4, times=None):
+        ls = b"".join(struct.pack("<H", 100 + (lengths_seed * 7919 + i * 104729) % 12000)
+                      for i in range(n))
+        t = times if times is not None else bytes((16 + (i * 37) % 200) for i in range(256))
+        return bytes([n - 1]) + ls + bytes([bad]) + t
+    seeds = {
+        "seed-refit-clean": bytes([1, 3, 0, 1, 0]) + b"".join(step(16, s) for s in range(4)),
+        "seed-refit-cp16-7b": bytes([1, 4, 1, 1, 0]) + b"".join(step(20, s) for s in range(4)),
+        "seed-refit-bad-times": bytes([0, 2, 0, 0, 0]) + b"".join(
+            step(12, s, times=bytes(range(8)) * 40 + bytes([255]) * 64) for s in range(3)),
+        "seed-refit-mismatch": bytes([1, 3, 0, 0, 0]) + b"".join(
+            step(10, s, bad=s) for s in range(4)),
+        "seed-refit-bad-params": bytes([1, 2, 0, 0, 1, 0]) + step(8, 1),
+        "seed-refit-params": bytes([0, 3, 0, 1, 0x3E]) + struct.pack("<H", 64) +
+            bytes([1, 1, 1, 3]) + b"".join(step(8, s) for s in range(3)),
+    }
+    out = os.path.join(HERE, "corpus", "refit")
+    os.makedirs(out, exist_ok=True)
+    for name, data in seeds.items():
+        with open(os.path.join(out, name), "wb") as f:
+            f.write(data)
+
+
+if __name__ == "__main__":
+    refit_seeds()

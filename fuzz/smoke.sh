@@ -5,6 +5,7 @@
 # message when nightly Rust or cargo-fuzz is missing.
 #
 #   fuzz/smoke.sh [SECONDS] [TARGET...]      # default: 60 s, targets c_abi, rust_api, layout
+#   fuzz/smoke.sh 10 refit                   # the refit target (CI gives it 10 s)
 #
 # Longer runs (for example 30 minutes per target, low priority, in the background):
 #   cd fuzz && nice -n 19 cargo +nightly fuzz run c_abi -- -max_total_time=1800 -print_final_stats=1

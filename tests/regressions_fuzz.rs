@@ -16,7 +16,7 @@ use skrull_kit::fuzz;
 fn committed_corpus_replays_clean() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus");
     let mut replayed = 0;
-    for target in ["c_abi", "rust_api", "layout"] {
+    for target in ["c_abi", "rust_api", "layout", "refit"] {
         let mut entries: Vec<_> = std::fs::read_dir(root.join(target))
             .unwrap()
             .map(|e| e.unwrap().path())
@@ -40,6 +40,7 @@ fn committed_corpus_replays_clean() {
                 "layout" => {
                     let _ = fuzz::layout(&data);
                 }
+                "refit" => fuzz::refit(&data),
                 _ => fuzz::rust_api(&data),
             }
             replayed += 1;

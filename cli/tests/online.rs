@@ -1,0 +1,72 @@
+//! `skrull simulate --online` through the built binary: the JSON shape, convergence on one
+//! cell (DP 2 x CP 16, ring bandwidth 4x below the preset's), and the SVGs.
+#![allow(clippy::expect_used)]
+
+use std::process::Command;
+
+fn run(args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_skrull"))
+        .args(args)
+        .output()
+        .expect("run skrull");
+    assert!(
+        out.status.success(),
+        "skrull {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("utf-8")
+}
+
+/// The number after `"key": ` in `text` (`None` for `null`).
+fn field(text: &str, key: &str) -> Option<f64> {
+    let at = text.find(&format!("\"{key}\": ")).expect(key) + key.len() + 4;
+    let rest = &text[at..];
+    let end = rest.find([',', '}']).expect("end of value");
+    rest[..end].trim().parse().ok()
+}
+
+#[test]
+fn online_refit_converges_on_one_cell() {
+    let dir = std::env::temp_dir().join(format!("skrull-online-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let svg = dir.join("conv.svg");
+    let out = run(&[
+        "simulate",
+        "--online",
+        "--setup",
+        "7b-cp16",
+        "--dataset",
+        "chatqa2",
+        "--truth",
+        "bandwidth/4",
+        "--steps",
+        "10",
+        "--format",
+        "json",
+        "--svg",
+        svg.to_str().expect("path"),
+    ]);
+    assert!(out.starts_with("{\"cells\": ["), "{out}");
+    assert_eq!(out.matches("\"setup\": ").count(), 1, "{out}");
+    for key in [
+        "\"setup\": \"7b-cp16\"",
+        "\"dataset\": \"chatqa2\"",
+        "\"truth\": \"bandwidth/4\"",
+    ] {
+        assert!(out.contains(key), "{key} missing: {out}");
+    }
+    let steps = field(&out, "steps_to_2pct").expect("never within 2 %");
+    let ratio = field(&out, "final_ratio").expect("final_ratio");
+    let preset = field(&out, "preset_ratio").expect("preset_ratio");
+    assert!(steps <= 5.0, "{out}");
+    assert!(ratio <= 1.02, "{out}");
+    assert!(ratio <= preset, "the refit lost to the preset: {out}");
+    let chart = std::fs::read_to_string(&svg).expect("convergence svg");
+    assert!(
+        chart.starts_with("<svg") && chart.contains("<polyline"),
+        "{chart}"
+    );
+    let gantt = std::fs::read_to_string(dir.join("conv.svg.gantt.svg")).expect("gantt svg");
+    assert!(gantt.contains("oracle plan"), "no oracle panel");
+    let _ = std::fs::remove_dir_all(&dir);
+}
