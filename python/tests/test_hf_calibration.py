@@ -50,3 +50,41 @@ def test_a_negative_calibrate_every_is_refused():
                            world_size=1, use_cache=False)
     with pytest.raises(ValueError, match="calibrate_every=-1"):
         check_training_setup(None, args, SkrullConfig(bucket_tokens=64, calibrate_every=-1))
+
+
+def test_a_resumed_run_pairs_each_step_with_its_own_plan(tmp_path):
+    """Resuming mid-epoch, the Trainer skips the batches it trained: the sampler still plans
+    them, and the trainer drops those plans (a regression: taking plans in order paired every
+    later step with a skipped batch's plan)."""
+    from skrull.hf import SkrullTrainer
+    lengths = np.random.default_rng(5).integers(1, 89, N).tolist()
+    data = worker.dataset(lengths)
+    steps_seen: list[list[int]] = []
+
+    def run(resume: str | None) -> SkrullTrainer:
+        cfg = SkrullConfig(bucket_tokens=BUCKET, global_batch_size=BATCH, calibrate_every=1)
+        args = worker.training_args(str(tmp_path), STEPS, GRAD_ACCUM, save_strategy="steps",
+                                    save_steps=2)
+        trainer = SkrullTrainer(model=worker.tiny_model("llama"), args=args,
+                                train_dataset=data, skrull=cfg)
+        online = trainer.skrull_calibration
+        seen: list[int] = []
+        steps_seen.append(seen)
+        original = trainer._step_plan
+
+        def step_plan():
+            plan = original()
+            seen.append(int(plan.lengths.sum()))
+            return plan
+        trainer._step_plan = step_plan
+        with worker.one_thread():
+            trainer.train(resume_from_checkpoint=resume)
+        assert online is None  # made by the sampler, when training starts
+        return trainer
+
+    first = run(None)
+    assert first.skrull_calibration.steps == STEPS
+    second = run(str(tmp_path / "checkpoint-2"))
+    assert second.skrull_calibration.steps == STEPS - 2
+    # The resumed run trained the global batches 2 and 3 of the first run, with their plans.
+    assert steps_seen[1] == steps_seen[0][2:]

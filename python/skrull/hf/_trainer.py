@@ -273,7 +273,8 @@ class SkrullTrainerMixin:
         ------
         RuntimeError
             A step ended with no plan recorded for it (a sampler other than
-            ``SkrullBatchSampler``).
+            ``SkrullBatchSampler``). Plans are matched to steps by epoch and global batch
+            (``state.global_step``), so batches skipped when resuming are skipped here too.
         ValueError
             A rank timed another number of micro-batches than its DP rank runs
             (``skrull.torch.gather_times``, raised on every rank).
@@ -299,11 +300,26 @@ class SkrullTrainerMixin:
         self._micro_batches_done += 1
         if self._micro_batches_done == self.args.gradient_accumulation_steps:
             self._micro_batches_done = 0
-            if self._sampler is None or not self._sampler.plans:
-                raise RuntimeError("SkrullTrainer: a step ended with no plan recorded for it "
-                                   "(calibrate_every needs the SkrullBatchSampler)")
-            online.step(self._sampler.plans.popleft())  # nothing while disabled
+            online.step(self._step_plan())  # nothing while disabled
         return out
+
+    def _step_plan(self) -> Any:
+        """The plan of the step now ending: the sampler's plan of global batch
+        ``global_step % batches per epoch`` of epoch ``global_step // batches per epoch``.
+        Plans of batches the Trainer skipped (resuming mid-epoch) are dropped."""
+        sampler = self._sampler
+        per_epoch = sampler.num_global_batches if sampler is not None else 0
+        if sampler is None or per_epoch <= 0:
+            raise RuntimeError("SkrullTrainer: a step ended with no plan recorded for it "
+                               "(calibrate_every needs the SkrullBatchSampler)")
+        key = divmod(int(self.state.global_step), per_epoch)  # type: ignore[attr-defined]
+        plans = sampler.plans
+        while plans and (plans[0][0], plans[0][1]) < key:
+            plans.popleft()
+        if not plans or (plans[0][0], plans[0][1]) != key:
+            raise RuntimeError(f"SkrullTrainer: no plan recorded for epoch {key[0]}, global "
+                               f"batch {key[1]} (the step now ending)")
+        return plans.popleft()[2]
 
     def get_train_dataloader(self) -> DataLoader:  # type: ignore[type-arg]
         """The training ``DataLoader``, batched by a ``SkrullBatchSampler``.
