@@ -1292,7 +1292,7 @@ typedef struct skrull_refit_params {
      */
     uint32_t struct_size;
     /**
-     * Steps the window keeps, `1..=SKRULL_REFIT_MAX_WINDOW` (default 8).
+     * Steps the window keeps, `1..=SKRULL_REFIT_MAX_WINDOW` (default 32).
      */
     uint32_t window_steps;
     /**
@@ -1304,11 +1304,11 @@ typedef struct skrull_refit_params {
      */
     uint32_t flags;
     /**
-     * Weight of a step `k` steps old: `forgetting^k`, in `(0, 1]` (default 0.7).
+     * Weight of a step `k` steps old: `forgetting^k`, in `(0, 1]` (default 0.95).
      */
     double forgetting;
     /**
-     * Pull toward the prior, `>= 0` (default 1e-6).
+     * Pull toward the anchor (the last solve's coefficients), `>= 0` (default 1e-4).
      */
     double ridge;
     /**

@@ -54,15 +54,15 @@ const _: () = assert!(SKRULL_REFIT_MAX_WINDOW == MAX_WINDOW);
 pub struct skrull_refit_params {
     /// `sizeof(skrull_refit_params)`.
     pub struct_size: u32,
-    /// Steps the window keeps, `1..=SKRULL_REFIT_MAX_WINDOW` (default 8).
+    /// Steps the window keeps, `1..=SKRULL_REFIT_MAX_WINDOW` (default 32).
     pub window_steps: u32,
     /// Measurements one step may hold, `n_micro_batches * dp * cp`, `1..=2^24` (default 4096).
     pub max_rows_per_step: u32,
     /// 0 or `SKRULL_REFIT_KEEP_OVERLAP`.
     pub flags: u32,
-    /// Weight of a step `k` steps old: `forgetting^k`, in `(0, 1]` (default 0.7).
+    /// Weight of a step `k` steps old: `forgetting^k`, in `(0, 1]` (default 0.95).
     pub forgetting: f64,
-    /// Pull toward the prior, `>= 0` (default 1e-6).
+    /// Pull toward the anchor (the last solve's coefficients), `>= 0` (default 1e-4).
     pub ridge: f64,
     /// A time off the fit by more than this fraction is dropped as a straggler, `> 0`
     /// (default 0.5).
@@ -128,11 +128,11 @@ const STATE_ALIGN: usize = if align_of::<Header>() > align_of::<Row>() {
 impl skrull_refit_params {
     const DEFAULT: skrull_refit_params = skrull_refit_params {
         struct_size: SKRULL_REFIT_PARAMS_SIZE_V1,
-        window_steps: 8,
+        window_steps: 32,
         max_rows_per_step: 4096,
         flags: 0,
-        forgetting: 0.7,
-        ridge: 1e-6,
+        forgetting: 0.95,
+        ridge: 1e-4,
         outlier: 0.5,
     };
 

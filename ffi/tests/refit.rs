@@ -187,14 +187,15 @@ fn refit_statuses_and_details() {
     p.forgetting = 2.0;
     // SAFETY: live pointers.
     assert_eq!(unsafe { skrull_refit_size(&p) }, 0);
-    let mut st = storage(1 << 20);
+    let good = params();
+    // SAFETY: live pointers.
+    let bytes = unsafe { skrull_refit_size(&good) };
+    let mut st = storage(bytes);
     let state = st.as_mut_ptr().cast::<c_void>();
     // SAFETY: live pointers of the stated sizes.
-    let s = unsafe { skrull_refit_init(&p, &c_cfg, state, 1 << 20, &mut info) };
+    let s = unsafe { skrull_refit_init(&p, &c_cfg, state, bytes, &mut info) };
     assert_eq!((s, info.field), (skrull_status::InvalidRefitParams, 4));
-    p = params();
-    // SAFETY: as above.
-    let bytes = unsafe { skrull_refit_size(&p) };
+    p = good;
     // SAFETY: as above.
     let s = unsafe { skrull_refit_init(&p, &c_cfg, state, bytes - 1, &mut info) };
     assert_eq!(s, skrull_status::WorkspaceTooSmall);

@@ -72,11 +72,11 @@ pub struct RefitParams {
 impl Default for RefitParams {
     fn default() -> Self {
         RefitParams {
-            window_steps: 8,
+            window_steps: 32,
             max_rows_per_step: 4096,
             keep_overlap: false,
-            forgetting: 0.7,
-            ridge: 1e-6,
+            forgetting: 0.95,
+            ridge: 1e-4,
             outlier: 0.5,
         }
     }
