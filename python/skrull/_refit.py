@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 #: The coefficient names of ``Refit.coefficients``, in the library's order.
 COEFFICIENTS = _ffi.REFIT_COEFFICIENTS
-_FIRST_ROWS = 4096  # the library's default max_rows_per_step; the window grows past it
+_MIN_ROWS = 64  # the smallest state: rows (micro-batch x GPU times) per step it holds
 
 
 @dataclass(frozen=True)
@@ -30,12 +30,12 @@ class RefitSettings:
     Parameters
     ----------
     window : int, optional
-        Steps kept, 1 to 64 (default 8); older ones are dropped.
+        Steps kept, 1 to 64 (default 32); older ones are dropped.
     forgetting : float, optional
-        Weight of a step ``k`` steps old: ``forgetting ** k``, in (0, 1] (default 0.7).
+        Weight of a step ``k`` steps old: ``forgetting ** k``, in (0, 1] (default 0.95).
     ridge : float, optional
         Pull of every coefficient toward the last fit (the prior at first), at least 0
-        (default 1e-6): what the window does not identify stays where it was.
+        (default 1e-4): what the window does not identify stays where it was.
     outlier : float, optional
         A time off the fitted prediction by more than this fraction is dropped as a
         straggler, above 0 (default 0.5).
@@ -53,16 +53,16 @@ class RefitSettings:
     -------
     >>> import skrull
     >>> skrull.RefitSettings(window=4).forgetting
-    0.7
+    0.95
     >>> skrull.RefitSettings(window=0)
     Traceback (most recent call last):
     ...
     skrull.ConfigError: refit setting window=0 is out of range: ... [INVALID_REFIT_PARAMS]
     """
 
-    window: int = 8
-    forgetting: float = 0.7
-    ridge: float = 1e-6
+    window: int = 32
+    forgetting: float = 0.95
+    ridge: float = 1e-4
     outlier: float = 0.5
     keep_overlap: bool = False
 
@@ -179,14 +179,15 @@ class Window:
     bits)."""
 
     def __init__(self, settings: RefitSettings, config: _ffi.skrull_config,
-                 prior: Optional[CostModel]) -> None:
+                 prior: Optional[CostModel], rows: int = _MIN_ROWS) -> None:
         self.settings = settings
         self.prior = prior  # keeps the struct config.cost_model points at alive
         self._config = _ffi.skrull_config.from_buffer_copy(config)
         self._config.cost_model = None if prior is None else ctypes.addressof(prior._c)
         self.steps: deque[tuple[np.ndarray, np.ndarray, np.ndarray, int, np.ndarray]] = \
             deque(maxlen=settings.window)
-        self._init(_FIRST_ROWS)
+        # Sized for twice the first step (a power of two); a larger step grows it.
+        self._init(max(_MIN_ROWS, 1 << (2 * rows - 1).bit_length()))
 
     def _init(self, rows: int) -> None:
         params = self.settings._c_params(rows)

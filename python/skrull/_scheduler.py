@@ -307,7 +307,7 @@ class Scheduler:
         with self._lock:
             if self._window is None:
                 self._window = Window(self._refit_settings, self._c_config,
-                                      self.config.cost_model)
+                                      self.config.cost_model, measured.size)
             self._window.observe(plan, measured)
 
     def refit(self) -> Refit:

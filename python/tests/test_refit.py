@@ -203,15 +203,16 @@ def test_the_window_keeps_the_last_steps_only():
     assert s.refit().steps == 2
 
 
-def test_a_step_larger_than_the_first_state_grows_it_and_gives_the_same_fit():
-    big = 5000  # rows above the first state's 4096
+def test_a_step_larger_than_the_state_grows_it_and_keeps_the_window():
     s = skrull.Scheduler(1, 8, 64, lockstep=True)
-    lengths = [60] * big
-    plan = s.plan(lengths)
-    assert plan.num_micro_batches * 8 > 4096
-    times = np.full((plan.num_micro_batches, 1, 8), 0.02)
-    s.observe(plan, times)
-    assert s.refit().steps == 1
+    small = s.plan([60] * 10)  # the state is sized for twice this step's times
+    s.observe(small, np.full((small.num_micro_batches, 1, 8), 0.02))
+    first = s._window.rows
+    big = s.plan([60] * 600)
+    assert big.num_micro_batches * 8 > first
+    s.observe(big, np.full((big.num_micro_batches, 1, 8), 0.02))
+    assert s._window.rows >= big.num_micro_batches * 8 > first
+    assert s.refit().steps == 2
 
 
 # ---- pickling ------------------------------------------------------------------------------
