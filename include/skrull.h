@@ -1308,7 +1308,7 @@ typedef struct skrull_refit_params {
      */
     double forgetting;
     /**
-     * Pull toward the anchor (the last solve's coefficients), `>= 0` (default 1e-4).
+     * Pull toward the anchor (the last solve's coefficients), `>= 0` (default 1e-3).
      */
     double ridge;
     /**

@@ -362,7 +362,7 @@ pub const USAGE: &str = "\
 skrull simulate --online [--truth-model FILE | --truth NAME[,NAME...]] [--steps 20]
                 [--setup NAME] [--dataset NAME] [--seed S] [--noise 0.05]
                 [--straggler-every 50] [--svg FILE] [--format text|json]
-                [--window 32] [--forgetting 0.95] [--ridge 1e-4]
+                [--window 32] [--forgetting 0.95] [--ridge 1e-3]
 
 Starts every cell from the H100 preset and refits the cost model after each step from the
 per-GPU times of its plan, measured under a truth model with log-normal noise (--noise, the

@@ -62,7 +62,7 @@ pub struct skrull_refit_params {
     pub flags: u32,
     /// Weight of a step `k` steps old: `forgetting^k`, in `(0, 1]` (default 0.95).
     pub forgetting: f64,
-    /// Pull toward the anchor (the last solve's coefficients), `>= 0` (default 1e-4).
+    /// Pull toward the anchor (the last solve's coefficients), `>= 0` (default 1e-3).
     pub ridge: f64,
     /// A time off the fit by more than this fraction is dropped as a straggler, `> 0`
     /// (default 0.5).
@@ -132,7 +132,7 @@ impl skrull_refit_params {
         max_rows_per_step: 4096,
         flags: 0,
         forgetting: 0.95,
-        ridge: 1e-4,
+        ridge: 1e-3,
         outlier: 0.5,
     };
 

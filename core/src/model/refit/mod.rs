@@ -76,7 +76,7 @@ impl Default for RefitParams {
             max_rows_per_step: 4096,
             keep_overlap: false,
             forgetting: 0.95,
-            ridge: 1e-4,
+            ridge: 1e-3,
             outlier: 0.5,
         }
     }
