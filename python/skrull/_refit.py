@@ -35,7 +35,7 @@ class RefitSettings:
         Weight of a step ``k`` steps old: ``forgetting ** k``, in (0, 1] (default 0.95).
     ridge : float, optional
         Pull of every coefficient toward the last fit (the prior at first), at least 0
-        (default 1e-4): what the window does not identify stays where it was.
+        (default 1e-3): what the window does not identify stays where it was.
     outlier : float, optional
         A time off the fitted prediction by more than this fraction is dropped as a
         straggler, above 0 (default 0.5).
@@ -62,7 +62,7 @@ class RefitSettings:
 
     window: int = 32
     forgetting: float = 0.95
-    ridge: float = 1e-4
+    ridge: float = 1e-3
     outlier: float = 0.5
     keep_overlap: bool = False
 
