@@ -24,11 +24,14 @@ How it maps to C (docs/python.md has the whole guide, docs/api the reference):
 - ``Plan.layout`` comes from ``skrull_layout_fill_many``, into arrays of exactly the size the
   library needs (gather index included).
 - Mistakes raise a ``skrull.Error`` subclass: ``ArgumentError`` (a ``TypeError``),
-  ``ConfigError``, ``BatchError``, ``LayoutError`` (each a ``ValueError``) or ``InternalError``,
+  ``ConfigError``, ``BatchError``, ``LayoutError``, ``MeasurementError`` (each a
+  ``ValueError``) or ``InternalError``,
   whose message names the argument, the value, what is accepted and what to do, and whose
   ``status``, ``index``, ``value``, ``limit`` and ``field_name`` carry the details.
 
-``skrull.torch`` (install ``skrull[torch]``) turns plans into per-rank tensors;
+``Scheduler.observe`` / ``Scheduler.refit`` refit the cost model from measured micro-batch
+times (``skrull_refit_*``). ``skrull.torch`` (install ``skrull[torch]``) turns plans into
+per-rank tensors and times them (``OnlineCalibration``);
 ``python -m skrull.profile`` measures a machine and fits the cost model.
 """
 
@@ -38,9 +41,10 @@ from . import _ffi
 from ._config import (FLOPS, POLICIES, PRESETS, SHARD_PADDINGS, VICTIMS, Config, ModelShape)
 from ._cost import GPUS, OVERLAPS, CostModel
 from ._errors import (ArgumentError, BatchError, ConfigError, Error, InternalError, LayoutError,
-                      Status)
+                      MeasurementError, Status)
 from ._layout import RING_DTYPE, SPAN_DTYPE, Layout, Ring
 from ._plan import CP_GROUP_DTYPE, MICRO_BATCH_DTYPE, PLACEMENT_DTYPE, Plan, Summary
+from ._refit import COEFFICIENTS, Refit, RefitSettings
 from ._scheduler import MAX_SEQUENCES, Scheduler
 
 __version__ = "0.1.0"
@@ -91,7 +95,8 @@ def library_path() -> str:
 
 
 for _cls in (ArgumentError, BatchError, Config, ConfigError, CostModel, Error, InternalError,
-             Layout, LayoutError, ModelShape, Plan, Scheduler, Status, Summary):
+             Layout, LayoutError, MeasurementError, ModelShape, Plan, Refit, RefitSettings,
+             Scheduler, Status, Summary):
     _cls.__module__ = __name__  # tracebacks and help() say skrull.BatchError, not skrull._errors
 
 del annotations, _cls  # keep dir(skrull) to the API
@@ -102,5 +107,6 @@ __all__ = [
     "GPUS", "OVERLAPS", "POLICIES", "PRESETS", "SHARD_PADDINGS", "VICTIMS", "MICRO_BATCH_DTYPE",
     "PLACEMENT_DTYPE", "SPAN_DTYPE", "ArgumentError", "BatchError", "Config", "ConfigError",
     "CostModel", "Error", "InternalError", "Layout", "LayoutError", "ModelShape", "Plan", "Ring",
-    "Scheduler", "Status", "Summary", "library_path", "library_version",
+    "Scheduler", "Status", "Summary", "library_path", "library_version", "COEFFICIENTS",
+    "MeasurementError", "Refit", "RefitSettings",
 ]

@@ -50,6 +50,10 @@ class Status(enum.IntEnum):
     PLAN_INVALID = 30
     NO_SUCH_GPU = 31
     LAYOUT_OVERFLOW = 32
+    INVALID_REFIT_PARAMS = 40
+    REFIT_STATE_INVALID = 41
+    MEASUREMENT_MISMATCH = 42
+    REFIT_STEP_TOO_LARGE = 43
     INTERNAL = 254
     PANIC = 255
 
@@ -139,13 +143,20 @@ class ArgumentError(Error, TypeError):
     a string, ``None``, a bool), lengths that are not a one-dimensional sequence."""
 
 
+class MeasurementError(Error, ValueError):
+    """Measured times that do not fit their plan (``Scheduler.observe``): the wrong shape
+    (``MEASUREMENT_MISMATCH``), a mapping key that names no GPU, or a step larger than a
+    refit window can hold (``REFIT_STEP_TOO_LARGE``)."""
+
+
 class InternalError(Error, RuntimeError):
     """A malformed call or a library fault: a bug in skrull or in this binding."""
 
 
 _CONFIG = {Status.INVALID_ENUM, Status.INVALID_DP, Status.INVALID_CP, Status.INVALID_BUCKET,
            Status.INVALID_MODEL, Status.INVALID_PAD_MULTIPLE, Status.INVALID_COST_MODEL,
-           Status.UNSUPPORTED_OPTION}
+           Status.UNSUPPORTED_OPTION, Status.INVALID_REFIT_PARAMS}
+_MEASUREMENT = {Status.MEASUREMENT_MISMATCH, Status.REFIT_STEP_TOO_LARGE}
 
 
 def error_class(code: int) -> type[Error]:
@@ -159,11 +170,13 @@ def error_class(code: int) -> type[Error]:
     Returns
     -------
     type
-        ``ConfigError``, ``BatchError``, ``LayoutError``, ``ArgumentError`` or
-        ``InternalError``.
+        ``ConfigError``, ``BatchError``, ``LayoutError``, ``MeasurementError``,
+        ``ArgumentError`` or ``InternalError``.
     """
     if code in _CONFIG:
         return ConfigError
+    if code in _MEASUREMENT:
+        return MeasurementError
     if code == Status.INVALID_ARG:
         return ArgumentError
     if 14 <= code <= 19 or code == Status.MICRO_BATCH_COUNT:
@@ -220,11 +233,15 @@ _VALUE_LIMIT = {
     Status.INVALID_PAD_MULTIPLE: "vl", Status.INVALID_MODEL: "v", Status.TOO_MANY_SEQUENCES: "vl",
     Status.EMPTY_SEQUENCE: "v", Status.LENGTH_OUT_OF_RANGE: "vl", Status.SEQUENCE_TOO_LONG: "vl",
     Status.MICRO_BATCH_LIMIT: "vl", Status.MICRO_BATCH_COUNT: "vl", Status.NO_SUCH_GPU: "vl",
-    Status.LAYOUT_OVERFLOW: "vl",
+    Status.LAYOUT_OVERFLOW: "vl", Status.MEASUREMENT_MISMATCH: "vl",
+    Status.REFIT_STEP_TOO_LARGE: "vl",
 }
 #: ``skrull_error_info.field`` of INVALID_MODEL and UNSUPPORTED_OPTION, by number.
 MODEL_FIELDS = {1: "hidden", 2: "kv_hidden", 3: "ffn", 4: "layers", 5: "vocab"}
 OPTION_FIELDS = {1: "flops"}
+#: ``skrull_error_info.field`` of INVALID_REFIT_PARAMS: the ``skrull_refit_params`` field.
+REFIT_PARAM_FIELDS = {1: "window_steps", 2: "max_rows_per_step", 3: "flags", 4: "forgetting",
+                      5: "ridge", 6: "outlier"}
 _SETTINGS = {Status.INVALID_DP: ("dp", "the data-parallel size"),
              Status.INVALID_CP: ("cp", "the context-parallel size"),
              Status.INVALID_BUCKET: ("bucket_tokens", "BucketSize: the most tokens one GPU holds "
@@ -274,6 +291,18 @@ def _describe(status: int, d: dict[str, Any], config: Optional[Config] = None) -
     if status == Status.LAYOUT_OVERFLOW:
         return (f"this GPU's layout needs offsets up to {v}, more than an int32 holds "
                 f"({lim}): lower bucket_tokens or plan fewer tokens per micro-batch")
+    if status == Status.MEASUREMENT_MISMATCH:
+        return (f"times holds {v} values where the plan needs {lim} ([micro_batch][dp][cp]): "
+                "pass one time per micro-batch and GPU of the plan the times were measured on")
+    if status == Status.REFIT_STEP_TOO_LARGE:
+        return (f"this step has {v} (micro-batch, GPU) times, more than the {lim} the refit "
+                "window was sized for")
+    if status == Status.INVALID_REFIT_PARAMS:
+        return (f"refit setting {name or 'a field'} is out of range: window from 1 to "
+                f"{_ffi.REFIT_MAX_WINDOW} steps, forgetting in (0, 1], ridge >= 0, outlier > 0")
+    if status == Status.REFIT_STATE_INVALID:
+        return ("the refit state was not made by this binding's refit (or is too small): a "
+                "bug in skrull or its binding; please report it")
     if status == Status.DACP_FAILED:
         return f"the placement of CP rank {i} could not be completed"
     if status == Status.INVALID_COST_MODEL:
@@ -337,6 +366,8 @@ def field_name(code: int, number: int) -> Optional[str]:
         return OPTION_FIELDS.get(number)
     if code == Status.NO_SUCH_GPU:
         return GPU_FIELDS.get(number)
+    if code == Status.INVALID_REFIT_PARAMS:
+        return REFIT_PARAM_FIELDS.get(number)
     if code == Status.INVALID_COST_MODEL:
         from ._cost import cost_field_name
         return cost_field_name(number)

@@ -43,6 +43,19 @@ NO_MICRO_BATCH = 2**32 - 1
 #: The most rings one GPU's layout has (``SKRULL_MAX_RINGS``): the whole CP group and its
 #: aligned sub-groups that contain the GPU.
 MAX_RINGS = 8
+#: Coefficients the online refit fits (``SKRULL_REFIT_COEFFICIENTS``), in index order
+#: (``SKRULL_REFIT_FIXED`` ... ``SKRULL_REFIT_OVERLAP``).
+REFIT_COEFFICIENTS = ("fixed", "gemm", "attention", "intra_latency", "intra_bandwidth",
+                      "inter_latency", "inter_bandwidth", "overlap")
+#: The most steps a refit window keeps (``SKRULL_REFIT_MAX_WINDOW``).
+REFIT_MAX_WINDOW = 64
+#: ``skrull_refit_params.flags`` bit: never change the overlap rule
+#: (``SKRULL_REFIT_KEEP_OVERLAP``).
+REFIT_KEEP_OVERLAP = 1
+#: ``sizeof(skrull_refit_params)`` of version 1 (``SKRULL_REFIT_PARAMS_SIZE_V1``).
+REFIT_PARAMS_SIZE_V1 = 40
+#: ``sizeof(skrull_refit_report)`` (``SKRULL_REFIT_REPORT_SIZE_V1``, a frozen layout).
+REFIT_REPORT_SIZE_V1 = 112
 
 _u32, _i32, _u64, _i64, _f64, _usize = c_uint32, c_int32, c_uint64, c_int64, c_double, c_size_t
 # Output arrays are numpy arrays; their pointer fields are plain addresses (same size and
@@ -163,6 +176,18 @@ class skrull_layout_capacity(ctypes.Structure):
                 ("positions", _usize), ("workspace_bytes", _usize)]
 
 
+class skrull_refit_params(ctypes.Structure):
+    _fields_ = [("struct_size", _u32), ("window_steps", _u32), ("max_rows_per_step", _u32),
+                ("flags", _u32), ("forgetting", _f64), ("ridge", _f64), ("outlier", _f64)]
+
+
+class skrull_refit_report(ctypes.Structure):
+    _fields_ = [("struct_size", _u32), ("kept_prior", _u32), ("steps", _u32), ("rows", _u32),
+                ("dropped", _u32), ("skipped", _u32), ("moved", _u32), ("_reserved", _u32),
+                ("error_prior", _f64), ("error_fit", _f64),
+                ("coefficients", _f64 * len(REFIT_COEFFICIENTS))]
+
+
 class skrull_sizes(ctypes.Structure):
     _fields_ = [("workspace_bytes", _usize), ("placements", _usize), ("micro_batches", _usize),
                 ("members", _usize), ("rank_tokens", _usize), ("micro_batches_per_dp", _usize)]
@@ -175,17 +200,20 @@ FROZEN_SIZES = {
     skrull_micro_batch: 16, skrull_summary: 32, skrull_gpu: 12, skrull_span: 24,
     skrull_layout: 88, skrull_layout_capacity: 5 * _W, skrull_sizes: 6 * _W,
     skrull_error_info: 32, skrull_cp_group: 8, skrull_layout_ring: 16,
+    skrull_refit_report: REFIT_REPORT_SIZE_V1,
 }
 #: Version-1 sizes of the extensible structs; appended fields make ours larger, never smaller.
 EXTENSIBLE_V1_SIZES = {
     skrull_config: CONFIG_SIZE_V1, skrull_cost_model: COST_MODEL_SIZE_V1,
     skrull_plan_buffers: 8 + 11 * _W, skrull_layout_buffers: 8 + 13 * _W,
+    skrull_refit_params: REFIT_PARAMS_SIZE_V1,
 }
 #: Every struct the binding mirrors, in header order.
 STRUCTS = [skrull_model_shape, skrull_cost_model, skrull_config, skrull_dacp_summary,
            skrull_placement, skrull_micro_batch, skrull_summary, skrull_error_info,
            skrull_cp_group, skrull_plan_buffers, skrull_gpu, skrull_span, skrull_layout,
-           skrull_layout_ring, skrull_layout_buffers, skrull_layout_capacity, skrull_sizes]
+           skrull_layout_ring, skrull_layout_buffers, skrull_layout_capacity, skrull_sizes,
+           skrull_refit_params, skrull_refit_report]
 
 _P = POINTER
 # name: (restype, argtypes). Pointers to caller-owned arrays are passed as integer addresses.
@@ -217,6 +245,15 @@ _PROTOTYPES = {
     "skrull_layout_fill_many": (_u32, [_P(skrull_config), c_void_p, _usize,
                                        _P(skrull_plan_buffers), c_void_p, _usize, c_void_p,
                                        _usize, c_void_p]),
+    # The online refit: a window of measured steps in caller-owned state (a numpy buffer).
+    "skrull_refit_params_default": (_u32, [_P(skrull_refit_params), _usize]),
+    "skrull_refit_size": (_usize, [_P(skrull_refit_params)]),
+    "skrull_refit_init": (_u32, [_P(skrull_refit_params), _P(skrull_config), c_void_p, _usize,
+                                 _P(skrull_error_info)]),
+    "skrull_refit_observe": (_u32, [c_void_p, _usize, c_void_p, _usize, c_void_p, c_void_p,
+                                    _u32, c_void_p, _usize, _P(skrull_error_info)]),
+    "skrull_refit_solve": (_u32, [c_void_p, _usize, _P(skrull_cost_model), _usize,
+                                  _P(skrull_refit_report), _usize, _P(skrull_error_info)]),
 }
 
 _LIB_NAMES = ("_libskrull", "libskrull")

@@ -119,12 +119,14 @@ class Plan:
         self._rank_cache: dict[tuple[int, int], tuple[_layout.Layout, ...]] = {}
 
     def __reduce__(self) -> tuple[Any, ...]:
-        """Pickles the plan's arrays and its Scheduler (by configuration), so a plan can be
-        sent to a DataLoader worker or another process and laid out there."""
+        """Pickles the plan's arrays and a Scheduler of its configuration (the plan's own
+        cost model, without the scheduler's refit window), so a plan can be sent to a
+        DataLoader worker or another process and laid out there."""
         s = self._c_summary
         summary = (s.total_tokens, s.sequences, s.micro_batches, s.sharded, s.rollbacks,
                    s.peak_rank_tokens)
-        return (_rebuild_plan, (self._scheduler, np.array(self.lengths), np.array(self.placements),
+        scheduler = self._scheduler._pickled_as(self.config)
+        return (_rebuild_plan, (scheduler, np.array(self.lengths), np.array(self.placements),
                                 np.array(self.micro_batch_table), np.array(self._members_c),
                                 np.array(self.rank_tokens).reshape(-1),
                                 np.array(self.micro_batches_per_dp), summary,
@@ -608,6 +610,17 @@ def _model_name(shape: ModelShape) -> str:
             return name
     return (f"custom:hidden={shape.hidden},kv_hidden={shape.kv_hidden},ffn={shape.ffn},"
             f"layers={shape.layers},vocab={shape.vocab},swiglu={str(bool(shape.swiglu)).lower()}")
+
+
+class _SchedulerOf:
+    """Pickles as a Scheduler of one configuration, nothing else (a plan's scheduler)."""
+
+    def __init__(self, config: Config, capacity: int) -> None:
+        self.config, self.capacity = config, capacity
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        from ._scheduler import config_reduce
+        return config_reduce(self.config, self.capacity)
 
 
 def _rebuild_plan(scheduler: Scheduler, lengths: np.ndarray, placements: np.ndarray,

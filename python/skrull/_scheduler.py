@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import operator
 import threading
 from typing import Any, Iterable, Mapping, Optional, Union
@@ -11,8 +12,11 @@ import numpy as np
 
 from . import _config, _ffi, _layout
 from ._cost import CostModel
-from ._errors import ArgumentError, Error, Status, check, from_info, make_error
+from ._errors import (ArgumentError, Error, LayoutError, Status, check, from_info,
+                      make_error)
 from ._plan import CP_GROUP_DTYPE, MICRO_BATCH_DTYPE, PLACEMENT_DTYPE, Plan
+from ._refit import Refit, RefitSettings, Window, report_to_refit
+from ._times import as_times
 
 #: The most sequences one batch may hold (``MAX_SEQS``).
 MAX_SEQUENCES = 65536
@@ -74,13 +78,15 @@ class Scheduler:
         (default) for as many as needed.
     max_sequences : int, optional
         The batch size the buffers are first sized for (default 256); they grow as needed.
+    refit : RefitSettings or dict, optional
+        How ``refit`` fits the times given to ``observe`` (default ``RefitSettings()``).
 
     Raises
     ------
     ConfigError
         A setting out of range or unknown (``ValueError``); ``status`` names it
-        (``INVALID_DP``, ``INVALID_ENUM``, ...), ``field_name`` the argument, ``value`` and
-        ``limit`` the value and its bound.
+        (``INVALID_DP``, ``INVALID_ENUM``, ``INVALID_REFIT_PARAMS``, ...), ``field_name`` the
+        argument, ``value`` and ``limit`` the value and its bound.
     ArgumentError
         A setting of the wrong type, or ``dp``/``cp``/``bucket_tokens`` missing without a
         preset (``TypeError``).
@@ -105,8 +111,11 @@ class Scheduler:
                  lockstep: bool = False, cost_model: Union[CostModel, str, None] = None,
                  subgroups: bool = _config.RECOMMENDED_SUBGROUPS, fill_empty: bool = False,
                  micro_batches: int = 0,
-                 max_sequences: int = 256) -> None:
+                 max_sequences: int = 256,
+                 refit: Union[RefitSettings, Mapping[str, Any], None] = None) -> None:
         first = _config.setting("max_sequences", max_sequences)
+        self._refit_settings = _refit_settings(refit)
+        self._window: Optional[Window] = None
         # self.config holds the CostModel copy self._c_config points at: both live together.
         self.config, self._c_config = _config.build(
             dp, cp, bucket_tokens, model, policy, victim, flops, shard_padding,
@@ -119,14 +128,19 @@ class Scheduler:
 
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickles by configuration (a DataLoader worker or another process rebuilds the
-        same Scheduler; its buffers are made anew)."""
-        c = self.config
-        kwargs = dict(model=c.model, policy=c.policy, victim=c.victim, flops=c.flops,
-                      shard_padding=c.shard_padding, max_micro_batches=c.max_micro_batches,
-                      pad_multiple=c.pad_multiple, pad_local=c.pad_local, lockstep=c.lockstep,
-                      cost_model=c.cost_model, subgroups=c.subgroups, fill_empty=c.fill_empty,
-                      micro_batches=c.micro_batches, max_sequences=max(self._capacity, 1))
-        return (_rebuild_scheduler, (c.dp, c.cp, c.bucket_tokens, kwargs))
+        same Scheduler; its buffers are made anew), with the model it plans with now and its
+        refit state: the settings, the prior and the window (the library's state bytes, valid
+        on the same platform)."""
+        rebuild, args = config_reduce(self.config, self._capacity, self._refit_settings)
+        window = None if self._window is None else self._window.state()
+        return (rebuild, args, {"window": window})
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Restores the refit window of a pickled scheduler."""
+        window = state.get("window")
+        if window is not None:
+            with self._lock:
+                self._window = Window.restore(window, self._c_config)
 
     def __repr__(self) -> str:
         c = self.config
@@ -225,6 +239,116 @@ class Scheduler:
                         _ffi.skrull_summary.from_buffer_copy(self._summary),
                         self._group_words[:2 * n].copy().view(CP_GROUP_DTYPE))
 
+    def _pickled_as(self, config: _config.Config) -> Any:
+        """What a plan of ``config`` pickles its scheduler as: a Scheduler of that
+        configuration only (one object per configuration, so plans pickled together share
+        it)."""
+        from ._plan import _SchedulerOf
+        proxy = getattr(self, "_proxy", None)
+        if proxy is None or proxy.config is not config:
+            proxy = self._proxy = _SchedulerOf(config, self._capacity)
+        return proxy
+
+    @property
+    def cost_model(self) -> CostModel:
+        """The cost model ``balanced`` plans with now (read-only): the one given, the H100
+        preset for ``model`` when none was, or the last ``refit``'s."""
+        if self.config.cost_model is not None:
+            return self.config.cost_model
+        return CostModel("h100", self.config.model)._frozen_copy()
+
+    def observe(self, plan: Plan, times: Any) -> None:
+        """Adds one step's measured micro-batch times to the refit window.
+
+        Every rank that observes the same plans and times (``skrull.torch.gather_times``
+        all-gathers them) then refits to the same model bit for bit. Values are the library's
+        to judge: NaN (a GPU that did not report), infinite, zero or negative times are
+        skipped and counted (``Refit.skipped``); times of a micro-batch slot that holds no
+        sequence are ignored; stragglers are dropped by the fit (``RefitSettings.outlier``).
+
+        Parameters
+        ----------
+        plan : Plan
+            The plan the step ran, made by a scheduler of this configuration.
+        times : array-like or mapping
+            Seconds of forward + backward of each micro-batch on each GPU: a
+            ``[plan.num_micro_batches][dp][cp]`` array (numpy, torch or nested lists), or a
+            mapping ``{(dp_rank, cp_rank): [seconds per micro-batch]}`` (a global rank
+            ``dp_rank * cp + cp_rank`` works as the key too; a GPU left out is missing).
+
+        Raises
+        ------
+        ArgumentError
+            ``plan`` is not a Plan, or ``times`` does not hold numbers (``INVALID_ARG``).
+        MeasurementError
+            ``times`` does not match the plan's shape (``MEASUREMENT_MISMATCH``; ``value``
+            and ``limit`` the counts).
+        LayoutError
+            ``plan`` was made for another configuration (``PLAN_INVALID``).
+
+        Example
+        -------
+        >>> import skrull
+        >>> s = skrull.Scheduler(dp=1, cp=2, bucket_tokens=64)
+        >>> plan = s.plan([30, 20, 100])
+        >>> s.observe(plan, [[[0.012, 0.011]]])        # [micro_batch][dp][cp] seconds
+        >>> s.observe(plan, {(0, 0): [0.012], (0, 1): [0.011]})
+        >>> s.refit().steps
+        2
+        """
+        if not isinstance(plan, Plan):
+            raise make_error(Status.INVALID_ARG, f"plan must be a skrull.Plan, got "
+                             f"{_short(plan)} ({type(plan).__name__})", ArgumentError,
+                             field_name="plan")
+        if _without_model(plan.config) != _without_model(self.config):
+            raise make_error(Status.PLAN_INVALID, "observe: the plan was made for another "
+                             "configuration than this scheduler's (dp, cp, bucket_tokens, "
+                             "policy, padding...); observe each plan on a scheduler like the "
+                             "one that made it", LayoutError, field_name="plan")
+        measured = as_times(times, plan)
+        with self._lock:
+            if self._window is None:
+                self._window = Window(self._refit_settings, self._c_config,
+                                      self.config.cost_model, measured.size)
+            self._window.observe(plan, measured)
+
+    def refit(self) -> Refit:
+        """Fits the cost model to the observed window and plans with the result from now on.
+
+        Deterministic: the same observations and refits give the same model, bit for bit,
+        on every rank and platform. The prior is the model this scheduler planned with before
+        its first ``observe``; each fit is pulled toward the previous fit (the prior at
+        first), so what the window cannot identify stays where the last fit put it; a fit no
+        better than the prior on the window keeps the prior (``Refit.kept_prior``). Plans
+        made before are unchanged.
+
+        Returns
+        -------
+        Refit
+            The new model, the previous one, the fitted coefficients and the fit error.
+
+        Example
+        -------
+        >>> import skrull
+        >>> s = skrull.Scheduler(dp=1, cp=1, bucket_tokens=64)
+        >>> refit = s.refit()
+        >>> refit.model == s.cost_model, refit.changed
+        (True, False)
+        """
+        with self._lock:
+            previous = self.cost_model
+            if self._window is None:
+                self._window = Window(self._refit_settings, self._c_config,
+                                      self.config.cost_model)
+            prior = self._window.prior
+            base = prior if prior is not None else previous
+            model, report = self._window.solve(base)
+            frozen = model._frozen_copy()
+            if frozen != previous:
+                self.config = dataclasses.replace(self.config, cost_model=frozen)
+                self._c_config.cost_model = ctypes.addressof(frozen._c)
+            return report_to_refit(report, self.cost_model, previous)
+
     def _layout_workspace(self, n: int) -> tuple[int, int]:
         """(address, bytes) of the layout workspace for ``n`` sequences (call under the
         lock)."""
@@ -252,6 +376,35 @@ class Scheduler:
 
 def _rebuild_scheduler(dp: int, cp: int, bucket_tokens: int, kwargs: dict[str, Any]) -> Scheduler:
     return Scheduler(dp, cp, bucket_tokens, **kwargs)
+
+
+def config_reduce(c: _config.Config, capacity: int,
+                  refit: Optional[RefitSettings] = None) -> tuple[Any, tuple[Any, ...]]:
+    """(rebuild, args) of a Scheduler of configuration ``c`` (its buffers made anew)."""
+    kwargs = dict(model=c.model, policy=c.policy, victim=c.victim, flops=c.flops,
+                  shard_padding=c.shard_padding, max_micro_batches=c.max_micro_batches,
+                  pad_multiple=c.pad_multiple, pad_local=c.pad_local, lockstep=c.lockstep,
+                  cost_model=c.cost_model, subgroups=c.subgroups, fill_empty=c.fill_empty,
+                  micro_batches=c.micro_batches, max_sequences=max(capacity, 1))
+    if refit is not None and refit != RefitSettings():
+        kwargs["refit"] = refit
+    return (_rebuild_scheduler, (c.dp, c.cp, c.bucket_tokens, kwargs))
+
+
+def _refit_settings(refit: Any) -> RefitSettings:
+    if refit is None:
+        return RefitSettings()
+    if isinstance(refit, RefitSettings):
+        return refit
+    if isinstance(refit, Mapping):
+        return RefitSettings(**refit)
+    raise make_error(Status.INVALID_ARG, f"refit must be a skrull.RefitSettings or a dict of "
+                     f"its fields, got {_short(refit)} ({type(refit).__name__})", ArgumentError,
+                     field_name="refit")
+
+
+def _without_model(c: _config.Config) -> _config.Config:
+    return dataclasses.replace(c, cost_model=None)
 
 
 _LENGTHS_TYPES = "a one-dimensional sequence of integers (list, tuple, numpy or torch array)"

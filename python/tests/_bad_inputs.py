@@ -164,6 +164,27 @@ CASES: list[tuple[str, type, str, tuple[str, ...]]] = [
      ("has no 'num_attention_heads'",)),
     ("skrull.ModelShape.from_hf_config(42)", skrull.ArgumentError, "INVALID_ARG",
      ("config must be",)),
+    # ---- measured times (Scheduler.observe) and refit settings
+    ("S(lockstep=True).observe(plan, np.ones((plan.num_micro_batches + 1, 2, 4)))",
+     skrull.MeasurementError, "MEASUREMENT_MISMATCH",
+     ("times has shape", "[micro_batch][dp][cp]")),
+    ("S(lockstep=True).observe(plan, {(2, 0): [0.1]})", skrull.MeasurementError,
+     "MEASUREMENT_MISMATCH", ("names no GPU of the plan",)),
+    ("S(lockstep=True).observe(plan, {(0, 0): [0.1] * 9})", skrull.MeasurementError,
+     "MEASUREMENT_MISMATCH", ("has 9 times, DP rank 0 runs",)),
+    ("S(lockstep=True).observe(plan, 'fast')", skrull.ArgumentError, "INVALID_ARG",
+     ("times must be", "(str)")),
+    ("S(lockstep=True).observe(plan, [[['a'] * 4] * 2])", skrull.ArgumentError, "INVALID_ARG",
+     ("must hold numbers",)),
+    ("S(lockstep=True).observe(plan.to_dict(), [])", skrull.ArgumentError, "INVALID_ARG",
+     ("plan must be a skrull.Plan",)),
+    ("S().observe(plan, [])", skrull.LayoutError, "PLAN_INVALID",
+     ("made for another configuration",)),
+    ("S(refit={'window': 0})", skrull.ConfigError, "INVALID_REFIT_PARAMS",
+     ("window=0 is out of range", "1 to 64")),
+    ("skrull.RefitSettings(forgetting=1.5)", skrull.ConfigError, "INVALID_REFIT_PARAMS",
+     ("forgetting=1.5", "(0, 1]")),
+    ("S(refit={'ridge': '0'})", skrull.ArgumentError, "INVALID_ARG", ("ridge must be a number",)),
 ]
 
 #: Words of the C ABI that no message may use.

@@ -32,7 +32,13 @@ _DEFINES = {**{f"SKRULL_POLICY_{k.upper()}": v for k, v in POLICIES.items()},
             "SKRULL_ATTENTION_POINTS": _ffi.ATTENTION_POINTS,
             "SKRULL_COST_MODEL_SIZE_V1": _ffi.COST_MODEL_SIZE_V1,
             "SKRULL_NO_MICRO_BATCH": skrull.NO_MICRO_BATCH,
-            "SKRULL_MAX_RINGS": skrull.MAX_RINGS}
+            "SKRULL_MAX_RINGS": skrull.MAX_RINGS,
+            "SKRULL_REFIT_COEFFICIENTS": len(_ffi.REFIT_COEFFICIENTS),
+            **{f"SKRULL_REFIT_{name.upper()}": i for i, name in enumerate(_ffi.REFIT_COEFFICIENTS)},
+            "SKRULL_REFIT_MAX_WINDOW": _ffi.REFIT_MAX_WINDOW,
+            "SKRULL_REFIT_KEEP_OVERLAP": _ffi.REFIT_KEEP_OVERLAP,
+            "SKRULL_REFIT_PARAMS_SIZE_V1": _ffi.REFIT_PARAMS_SIZE_V1,
+            "SKRULL_REFIT_REPORT_SIZE_V1": _ffi.REFIT_REPORT_SIZE_V1}
 
 
 def _c_program() -> str:

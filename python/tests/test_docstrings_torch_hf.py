@@ -86,10 +86,14 @@ def test_every_listed_callable_is_collected():
                  "SkrullLoader", "SkrullLoader.set_epoch", "TinyTransformer",
                  "TinyTransformer.forward_packed", "TinyTransformer.forward_sequence",
                  "all_gather_varlen", "apply_rope", "collate", "cp_group", "cp_ring_groups",
-                 "default_label_tokens", "gather_sizes", "packed_loss", "require_lockstep"):
+                 "default_label_tokens", "gather_sizes", "packed_loss", "require_lockstep",
+                 "MicroBatchTimer", "MicroBatchTimer.time", "MicroBatchTimer.collect",
+                 "gather_times", "OnlineCalibration", "OnlineCalibration.step",
+                 "OnlineCalibration.disable"):
         assert f"skrull.torch.{name}" in names, name
     for name in ("SkrullBatchSampler.plan", "SkrullBatchSampler.state_dict",
                  "SkrullTrainerMixin.compute_loss", "SkrullTrainerMixin.get_train_dataloader",
+                 "SkrullTrainerMixin.training_step",
                  "SkrullCollator", "skrull_attention_forward"):
         assert f"skrull.hf.{name}" in names, name
     assert "skrull.megatron.SkrullPackingScheduler.get_groups_and_subsamples" in names

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import deque
 from typing import Any, Sequence
 
 import numpy as np
@@ -207,6 +208,18 @@ class SkrullBatchSampler(BatchRebalanceSampler):
         self.scheduler = scheduler_for_steps(dp_size, cp, bucket_tokens, grad_accum,
                                              **scheduler_kwargs)
         self.last_plan: Plan | None = None
+        #: With ``record_plans`` on, every plan made as ``(epoch, global batch of the epoch,
+        #: plan)``, oldest first, for the trainer to take when the step that ran it ends
+        #: (``SkrullConfig.calibrate_every``).
+        self.plans: deque[tuple[int, int, Plan]] = deque()
+        self.record_plans = False
+        self._batch_in_epoch = 0
+
+    def __iter__(self) -> Any:
+        """This DP rank's micro-batches of the epoch (``set_epoch``), as the base class
+        draws them."""
+        self._batch_in_epoch = 0
+        return super().__iter__()  # type: ignore[no-untyped-call]
 
     def plan(self, lengths: Sequence[int]) -> Plan:
         """The plan of one global batch (``plan_for_steps`` with this sampler's scheduler).
@@ -241,6 +254,9 @@ class SkrullBatchSampler(BatchRebalanceSampler):
                 lengths: list[int]) -> list[list[PlannedMicroBatch]]:
         plan = self.plan(lengths)
         self.last_plan = plan
+        if self.record_plans:
+            self.plans.append((self.epoch, self._batch_in_epoch, plan))
+        self._batch_in_epoch += 1
         batch = np.asarray(indices, np.int64)
         out = []
         for d in range(self.dp_size):

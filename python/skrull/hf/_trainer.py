@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import torch
 from torch.utils.data import DataLoader, Dataset
@@ -41,7 +41,14 @@ class SkrullConfig:
         Token id of the padding token of an empty micro-batch (and of zigzag padding).
     scheduler : dict, optional
         Further ``skrull.Scheduler`` arguments (``policy``, ``model``, ``cost_model``,
-        ``shard_padding``, ``subgroups``...).
+        ``shard_padding``, ``subgroups``, ``refit``...).
+    calibrate_every : int, optional
+        0 (default): off. ``k > 0``: the automatic mode (``skrull.torch.OnlineCalibration``):
+        every micro-batch is timed, each step's times are all-gathered over the job, and the
+        cost model is refitted every ``k`` steps, identically on every rank; later steps are
+        planned with it.
+    calibration_callback : callable, optional
+        Called with the ``skrull.Refit`` whenever the model changes (it is logged too).
 
     Example
     -------
@@ -58,6 +65,8 @@ class SkrullConfig:
     exact: bool = False
     pad_token_id: int = 0
     scheduler: dict[str, Any] = field(default_factory=dict)
+    calibrate_every: int = 0
+    calibration_callback: Callable[[Any], Any] | None = None
 
 
 class _EmptySafeCollator:
@@ -201,12 +210,21 @@ class SkrullTrainerMixin:
                                                              SkrullCollator):
             self.data_collator = _EmptySafeCollator(self.data_collator, skrull.pad_token_id)
         self._ring_groups: dict[tuple[int, int], Any] | None = None
+        self._sampler: SkrullBatchSampler | None = None
+        self._online: Any = None  # skrull.torch.OnlineCalibration, once the sampler exists
+        self._micro_batches_done = 0
 
     @property
     def skrull_dp(self) -> int:
         """DP ranks: world size // cp."""
         world: int = self.args.world_size
         return max(1, world) // self.skrull.cp
+
+    @property
+    def skrull_calibration(self) -> Any:
+        """The ``skrull.torch.OnlineCalibration`` of ``SkrullConfig(calibrate_every=k)``
+        (made with the training sampler), else None; ``disable()`` it on every rank to stop."""
+        return self._online
 
     def _get_train_sampler(self, train_dataset: Any = None) -> SkrullBatchSampler:
         dataset = self.train_dataset if train_dataset is None else train_dataset
@@ -215,11 +233,93 @@ class SkrullTrainerMixin:
         dp = self.skrull_dp
         batch = cfg.global_batch_size or (args.per_device_train_batch_size
                                           * args.gradient_accumulation_steps * dp)
-        return SkrullBatchSampler(lengths, batch, cfg.bucket_tokens,
-                                  args.gradient_accumulation_steps, dp_size=dp,
-                                  rank=args.process_index // cfg.cp, cp=cfg.cp,
-                                  seed=args.data_seed if args.data_seed is not None
-                                  else args.seed, drop_last=True, **cfg.scheduler)
+        sampler = SkrullBatchSampler(lengths, batch, cfg.bucket_tokens,
+                                     args.gradient_accumulation_steps, dp_size=dp,
+                                     rank=args.process_index // cfg.cp, cp=cfg.cp,
+                                     seed=args.data_seed if args.data_seed is not None
+                                     else args.seed, drop_last=True, **cfg.scheduler)
+        if cfg.calibrate_every > 0:
+            from ..torch import OnlineCalibration
+            sampler.record_plans = True
+            self._online = OnlineCalibration(sampler.scheduler, every=cfg.calibrate_every,
+                                             callback=cfg.calibration_callback,
+                                             device=args.device)
+            self._micro_batches_done = 0
+        self._sampler = sampler
+        return sampler
+
+    def training_step(self, model: torch.nn.Module, inputs: dict[str, Any],
+                      *args: Any, **kwargs: Any) -> torch.Tensor:
+        """The Trainer's ``training_step`` (forward and backward of one micro-batch); with
+        ``SkrullConfig(calibrate_every=k)`` it is timed, and after a step's last micro-batch
+        the step's times are all-gathered and observed (a collective: every rank does it),
+        refitting every ``k`` steps.
+
+        Parameters
+        ----------
+        model : torch.nn.Module
+            The model (as the Trainer passes it).
+        inputs : dict
+            One micro-batch.
+        *args, **kwargs
+            Passed on (``num_items_in_batch``).
+
+        Returns
+        -------
+        torch.Tensor
+            What the Trainer's ``training_step`` returns (the detached loss).
+
+        Raises
+        ------
+        RuntimeError
+            A step ended with no plan recorded for it (a sampler other than
+            ``SkrullBatchSampler``). Plans are matched to steps by epoch and global batch
+            (``state.global_step``), so batches skipped when resuming are skipped here too.
+        ValueError
+            A rank timed another number of micro-batches than its DP rank runs
+            (``skrull.torch.gather_times``, raised on every rank).
+
+        Example
+        -------
+        ``train()`` calls it; skipped as a doctest (it needs a process group:
+        python/tests/test_hf_calibration.py runs it).
+
+        >>> from skrull.hf import SkrullConfig
+        >>> cfg = SkrullConfig(bucket_tokens=16, calibrate_every=5)
+        >>> trainer = SkrullTrainer(model=model, args=args, train_dataset=data,
+        ...                         skrull=cfg)                     # doctest: +SKIP
+        >>> trainer.train()                                       # doctest: +SKIP
+        """
+        online = self._online
+        if online is None:
+            out: torch.Tensor = super().training_step(  # type: ignore[misc]
+                model, inputs, *args, **kwargs)
+            return out
+        with online.time():  # a no-op while disabled
+            out = super().training_step(model, inputs, *args, **kwargs)  # type: ignore[misc]
+        self._micro_batches_done += 1
+        if self._micro_batches_done == self.args.gradient_accumulation_steps:
+            self._micro_batches_done = 0
+            online.step(self._step_plan())  # nothing while disabled
+        return out
+
+    def _step_plan(self) -> Any:
+        """The plan of the step now ending: the sampler's plan of global batch
+        ``global_step % batches per epoch`` of epoch ``global_step // batches per epoch``.
+        Plans of batches the Trainer skipped (resuming mid-epoch) are dropped."""
+        sampler = self._sampler
+        per_epoch = sampler.num_global_batches if sampler is not None else 0
+        if sampler is None or per_epoch <= 0:
+            raise RuntimeError("SkrullTrainer: a step ended with no plan recorded for it "
+                               "(calibrate_every needs the SkrullBatchSampler)")
+        key = divmod(int(self.state.global_step), per_epoch)  # type: ignore[attr-defined]
+        plans = sampler.plans
+        while plans and (plans[0][0], plans[0][1]) < key:
+            plans.popleft()
+        if not plans or (plans[0][0], plans[0][1]) != key:
+            raise RuntimeError(f"SkrullTrainer: no plan recorded for epoch {key[0]}, global "
+                               f"batch {key[1]} (the step now ending)")
+        return plans.popleft()[2]
 
     def get_train_dataloader(self) -> DataLoader:  # type: ignore[type-arg]
         """The training ``DataLoader``, batched by a ``SkrullBatchSampler``.
@@ -337,7 +437,7 @@ def check_training_setup(model: Any, args: Any, cfg: SkrullConfig) -> None:
     ValueError
         ``cp > 1`` with an attention other than ``"skrull"`` or with
         ``average_tokens_across_devices=False``; ``exact=True`` with bf16/fp16; a world size
-        that is not a multiple of ``cp``.
+        that is not a multiple of ``cp``; a negative ``calibrate_every``.
 
     Warns
     -----
@@ -372,6 +472,10 @@ def check_training_setup(model: Any, args: Any, cfg: SkrullConfig) -> None:
         warnings.warn("bf16=True (TRL's SFTConfig default): losses differ from float32 "
                       "training by bf16 rounding; pass bf16=False for float exactness",
                       stacklevel=3)
+    if isinstance(cfg.calibrate_every, bool) or not isinstance(cfg.calibrate_every, int) \
+            or cfg.calibrate_every < 0:
+        raise ValueError(f"SkrullConfig(calibrate_every={cfg.calibrate_every!r}): 0 (off) or "
+                         "a positive number of steps between refits")
     world = max(1, args.world_size)
     if cfg.cp < 1 or world % cfg.cp:
         raise ValueError(f"world size {world} is not a multiple of cp = {cfg.cp}")

@@ -1,0 +1,278 @@
+"""The online refit over the C ABI (``skrull_refit_*``): its settings, its window of measured
+steps in a buffer this package owns, and the ``Refit`` result."""
+
+from __future__ import annotations
+
+import ctypes
+import math
+from collections import deque
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Optional
+
+import numpy as np
+
+from . import _ffi
+from ._cost import CostModel, _from_bytes
+from ._errors import ConfigError, Status, from_info, make_error, type_error
+
+if TYPE_CHECKING:
+    from ._plan import Plan
+
+#: The coefficient names of ``Refit.coefficients``, in the library's order.
+COEFFICIENTS = _ffi.REFIT_COEFFICIENTS
+_MIN_ROWS = 64  # the smallest state: rows (micro-batch x GPU times) per step it holds
+
+
+@dataclass(frozen=True)
+class RefitSettings:
+    """How ``Scheduler.refit`` fits measured times (``skrull_refit_params``).
+
+    Parameters
+    ----------
+    window : int, optional
+        Steps kept, 1 to 64 (default 32); older ones are dropped.
+    forgetting : float, optional
+        Weight of a step ``k`` steps old: ``forgetting ** k``, in (0, 1] (default 0.95).
+    ridge : float, optional
+        Pull of every coefficient toward the last fit (the prior at first), at least 0
+        (default 1e-3): what the window does not identify stays where it was.
+    outlier : float, optional
+        A time off the fitted prediction by more than this fraction is dropped as a
+        straggler, above 0 (default 0.5).
+    keep_overlap : bool, optional
+        Never change the overlap rule (default False).
+
+    Raises
+    ------
+    ConfigError
+        A value out of range (``INVALID_REFIT_PARAMS``, ``field_name`` the setting).
+    ArgumentError
+        A value of the wrong type.
+
+    Example
+    -------
+    >>> import skrull
+    >>> skrull.RefitSettings(window=4).forgetting
+    0.95
+    >>> skrull.RefitSettings(window=0)
+    Traceback (most recent call last):
+    ...
+    skrull.ConfigError: refit setting window=0 is out of range: ... [INVALID_REFIT_PARAMS]
+    """
+
+    window: int = 32
+    forgetting: float = 0.95
+    ridge: float = 1e-3
+    outlier: float = 0.5
+    keep_overlap: bool = False
+
+    def __post_init__(self) -> None:
+        if isinstance(self.window, bool) or not isinstance(self.window, int):
+            raise type_error("window", self.window)
+        for name in ("forgetting", "ridge", "outlier"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise type_error(name, value, "a number")
+        if not isinstance(self.keep_overlap, bool):
+            raise type_error("keep_overlap", self.keep_overlap, "True or False")
+        checks = (("window", 1 <= self.window <= _ffi.REFIT_MAX_WINDOW,
+                   f"an integer from 1 to {_ffi.REFIT_MAX_WINDOW}"),
+                  ("forgetting", 0 < self.forgetting <= 1, "in (0, 1]"),
+                  ("ridge", math.isfinite(self.ridge) and self.ridge >= 0, "finite and >= 0"),
+                  ("outlier", math.isfinite(self.outlier) and self.outlier > 0,
+                   "finite and > 0"))
+        for name, ok, wanted in checks:
+            if not ok:
+                raise make_error(Status.INVALID_REFIT_PARAMS, f"refit setting {name}="
+                                 f"{getattr(self, name)!r} is out of range: it must be {wanted}",
+                                 ConfigError, field_name=name)
+
+    def _c_params(self, rows: int) -> _ffi.skrull_refit_params:
+        return _ffi.skrull_refit_params(
+            struct_size=ctypes.sizeof(_ffi.skrull_refit_params), window_steps=self.window,
+            max_rows_per_step=rows, flags=_ffi.REFIT_KEEP_OVERLAP if self.keep_overlap else 0,
+            forgetting=float(self.forgetting), ridge=float(self.ridge),
+            outlier=float(self.outlier))
+
+
+@dataclass(frozen=True)
+class Refit:
+    """What one ``Scheduler.refit`` did (``skrull_refit_report``).
+
+    Attributes
+    ----------
+    model : CostModel
+        The model the scheduler plans with from now on (read-only).
+    previous : CostModel
+        The one it planned with before.
+    changed : bool
+        ``model`` differs from ``previous``.
+    kept_prior : bool
+        The fit was no better than the prior on the window (or there was no data): ``model``
+        is the prior.
+    steps, rows : int
+        Steps in the window and valid (micro-batch, GPU) times in them.
+    dropped : int
+        Of those, dropped as stragglers.
+    skipped : int
+        Times skipped in the window: NaN, infinite, zero or negative.
+    error, prior_error : float
+        Weighted rms relative error of ``model`` and of the prior on the window.
+    coefficients : dict
+        Each fitted coefficient relative to the prior (1.0 = unchanged; ``overlap`` is 0 for
+        ``"local-attention"``, 1 for ``"all-attention"``), by name (``COEFFICIENTS``).
+    moved : tuple of str
+        The coefficients that moved by more than 1 %.
+
+    Example
+    -------
+    >>> import skrull
+    >>> s = skrull.Scheduler(dp=1, cp=2, bucket_tokens=64)
+    >>> r = s.refit()                  # nothing observed yet: the prior stays
+    >>> r.kept_prior, r.changed, r.steps, r.coefficients["gemm"]
+    (True, False, 0, 1.0)
+    """
+
+    model: CostModel
+    previous: CostModel
+    changed: bool
+    kept_prior: bool
+    steps: int
+    rows: int
+    dropped: int
+    skipped: int
+    error: float
+    prior_error: float
+    coefficients: dict[str, float]
+    moved: tuple[str, ...]
+
+    def describe(self) -> str:
+        """The one line ``OnlineCalibration`` logs.
+
+        Returns
+        -------
+        str
+            The coefficients, the fit error against the prior's, and the window's counts.
+
+        Example
+        -------
+        >>> import skrull
+        >>> skrull.Scheduler(dp=1, cp=1, bucket_tokens=64).refit().describe()
+        'cost model kept (prior): fit error 0.00 % (prior 0.00 %) over 0 steps, 0 times ...'
+        """
+        what = "kept (prior)" if self.kept_prior else "refitted"
+        coefs = ", ".join(f"{k}={v:.4g}" for k, v in self.coefficients.items())
+        moved = f"; moved: {', '.join(self.moved)}" if self.moved else ""
+        return (f"cost model {what}: fit error {100 * self.error:.2f} % (prior "
+                f"{100 * self.prior_error:.2f} %) over {self.steps} steps, {self.rows} times "
+                f"({self.dropped} stragglers dropped, {self.skipped} skipped); coefficients "
+                f"relative to the prior: {coefs}{moved}")
+
+
+def _error_info() -> _ffi.skrull_error_info:
+    return _ffi.skrull_error_info()
+
+
+class Window:
+    """The refit state: a ``skrull_refit_init`` buffer, and a copy of each observed step so
+    that a larger step or an unpickled scheduler can rebuild it (replaying gives the same
+    bits)."""
+
+    def __init__(self, settings: RefitSettings, config: _ffi.skrull_config,
+                 prior: Optional[CostModel], rows: int = _MIN_ROWS) -> None:
+        self.settings = settings
+        self.prior = prior  # keeps the struct config.cost_model points at alive
+        self._config = _ffi.skrull_config.from_buffer_copy(config)
+        self._config.cost_model = None if prior is None else ctypes.addressof(prior._c)
+        self.steps: deque[tuple[np.ndarray, np.ndarray, np.ndarray, int, np.ndarray]] = \
+            deque(maxlen=settings.window)
+        # Sized for twice the first step (a power of two); a larger step grows it.
+        self._init(max(_MIN_ROWS, 1 << (2 * rows - 1).bit_length()))
+
+    def _init(self, rows: int) -> None:
+        params = self.settings._c_params(rows)
+        size = _ffi.lib.skrull_refit_size(ctypes.byref(params))
+        if size == 0:
+            raise make_error(Status.INVALID_REFIT_PARAMS, "refit settings refused by the "
+                             "library", ConfigError)
+        self._state = np.zeros((size + 7) // 8, np.uint64)  # 8-byte aligned
+        self._addr, self._size = _ffi.address(self._state), self._state.nbytes
+        err = _error_info()
+        status = _ffi.lib.skrull_refit_init(ctypes.byref(params), ctypes.byref(self._config),
+                                            self._addr, self._size, ctypes.byref(err))
+        if status != Status.OK:
+            raise from_info(err, status, "refit")
+        self.rows = rows
+
+    def observe(self, plan: Plan, times: np.ndarray) -> None:
+        """Adds one step (``times``: ``as_times`` of it) to the window."""
+        self.add((np.ascontiguousarray(plan.lengths, np.uint32), np.array(plan.placements),
+                  np.array(plan.cp_groups), plan.num_micro_batches, times))
+
+    def add(self, step: tuple[np.ndarray, np.ndarray, np.ndarray, int, np.ndarray]) -> None:
+        """Adds one step as (lengths, placements, cp_groups, micro-batches, times)."""
+        rows = step[4].size
+        # A step larger than the state holds: a larger state gets the window's steps again
+        # (the last fit, which anchors the next one, is not carried over: the next fit is
+        # anchored at the prior, the same on every rank).
+        if rows > self.rows:
+            self._init(max(rows, 2 * self.rows))
+            for old in self.steps:
+                self._observe(*old)
+        self._observe(*step)
+        self.steps.append(step)
+
+    def _observe(self, lengths: np.ndarray, placements: np.ndarray, groups: np.ndarray,
+                 micro_batches: int, times: np.ndarray) -> None:
+        a = _ffi.address
+        err = _error_info()
+        status = _ffi.lib.skrull_refit_observe(
+            self._addr, self._size, a(lengths), lengths.size, a(placements), a(groups),
+            micro_batches, a(times), times.size, ctypes.byref(err))
+        if status != Status.OK:
+            raise from_info(err, status, "observe")
+
+    def solve(self, base: CostModel) -> tuple[CostModel, _ffi.skrull_refit_report]:
+        """The refitted model (a mutable ``CostModel`` named as ``base``) and the report."""
+        out, report, err = _ffi.skrull_cost_model(), _ffi.skrull_refit_report(), _error_info()
+        status = _ffi.lib.skrull_refit_solve(
+            self._addr, self._size, ctypes.byref(out), ctypes.sizeof(out), ctypes.byref(report),
+            ctypes.sizeof(report), ctypes.byref(err))
+        if status != Status.OK:
+            raise from_info(err, status, "refit")
+        return _from_bytes(base.gpu, base.model, bytes(out)), report
+
+    def state(self) -> dict[str, Any]:
+        """What pickling keeps: the settings, the prior, the library's state bytes (plain
+        memory without addresses: a copy works in another buffer of this platform) and the
+        observed steps (to rebuild a larger state)."""
+        return {"settings": self.settings, "prior": self.prior, "rows": self.rows,
+                "state": self._state.tobytes(),
+                "steps": [(a.copy(), b.copy(), c.copy(), m, t.copy())
+                          for a, b, c, m, t in self.steps]}
+
+    @classmethod
+    def restore(cls, state: dict[str, Any], config: _ffi.skrull_config) -> Window:
+        """The window ``state()`` describes, for a scheduler of ``config``."""
+        w = cls.__new__(cls)
+        w.settings, w.prior, w.rows = state["settings"], state["prior"], state["rows"]
+        w._config = _ffi.skrull_config.from_buffer_copy(config)
+        w._config.cost_model = None if w.prior is None else ctypes.addressof(w.prior._c)
+        raw = np.frombuffer(state["state"], np.uint8)
+        w._state = np.empty(raw.size // 8, np.uint64)  # 8-byte aligned, as the library needs
+        w._state.view(np.uint8)[:] = raw
+        w._addr, w._size = _ffi.address(w._state), w._state.nbytes
+        w.steps = deque(state["steps"], maxlen=w.settings.window)
+        return w
+
+
+def report_to_refit(report: _ffi.skrull_refit_report, model: CostModel,
+                    previous: CostModel) -> Refit:
+    """The Python ``Refit`` of a ``skrull_refit_report``."""
+    coefficients = {name: float(report.coefficients[i]) for i, name in enumerate(COEFFICIENTS)}
+    moved = tuple(name for i, name in enumerate(COEFFICIENTS) if report.moved >> i & 1)
+    return Refit(model=model, previous=previous, changed=model != previous,
+                 kept_prior=bool(report.kept_prior), steps=int(report.steps),
+                 rows=int(report.rows), dropped=int(report.dropped), skipped=int(report.skipped),
+                 error=float(report.error_fit), prior_error=float(report.error_prior),
+                 coefficients=coefficients, moved=moved)
