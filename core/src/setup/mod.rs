@@ -27,7 +27,6 @@ use workspace::WorkspaceSizes;
 #[derive(Debug, Clone, Copy)]
 pub struct Setup {
     cfg: Config,
-    cost: CostModel,
     budget: Budget,
     /// The cost model in float and integer form, derived when the policy plans by cost
     /// (`balanced`); the other policies never read it while planning.
@@ -41,15 +40,13 @@ impl Setup {
     /// What [`Config::validate`] returns.
     pub fn new(cfg: &Config) -> Result<Setup, Error> {
         cfg.validate()?;
-        let cost = cfg.cost_model();
         let budget = cfg.budget();
         let models = (cfg.policy == Policy::Balanced).then(|| {
-            let time = TimeModel::with_budget(&cost, &cfg.model, budget);
+            let time = TimeModel::with_budget(&cfg.cost_model(), &cfg.model, budget);
             (time, IntCoeffs::new(&time, budget))
         });
         Ok(Setup {
             cfg: *cfg,
-            cost,
             budget,
             models,
         })
@@ -65,7 +62,6 @@ impl Setup {
         cfg.validate()?;
         Ok(Setup {
             cfg: *cfg,
-            cost: cfg.cost_model(),
             budget: cfg.budget(),
             models: None,
         })
@@ -79,8 +75,11 @@ impl Setup {
 
     /// The resolved cost model ([`Config::cost`], or the H100 preset for the model shape).
     #[inline]
-    pub fn cost_model(&self) -> &CostModel {
-        &self.cost
+    pub fn cost_model(&self) -> CostModel {
+        match &self.models {
+            Some((time, _)) => time.cost,
+            None => self.cfg.cost_model(),
+        }
     }
 
     /// The token budget: what each placement costs a GPU.
@@ -94,7 +93,7 @@ impl Setup {
     pub fn time_model(&self) -> TimeModel {
         match &self.models {
             Some((time, _)) => *time,
-            None => TimeModel::with_budget(&self.cost, &self.cfg.model, self.budget),
+            None => TimeModel::with_budget(&self.cfg.cost_model(), &self.cfg.model, self.budget),
         }
     }
 
