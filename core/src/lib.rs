@@ -16,16 +16,22 @@
 //!
 //! # Layers
 //!
-//! Data flows one way; each folder is one layer and its module documentation says what lives
-//! there:
+//! Each folder is one layer (the evaluator and the refit, which read plans, sit above `plan`
+//! and `policy`), and a file imports only its own layer and lower ones (`tests/layers.rs`
+//! enforces it); each module's documentation says what lives there.
+//! `docs/architecture.md` describes every file and follows one batch from `skrull_schedule()`
+//! to the written plan.
 //!
 //! ```text
-//! config (limits, options, Budget) ─▶ policy (dispatch, one module per policy) ─▶ plan (types,
-//!          │                                  │ built from                   writer, checker,
-//!          ▼                                  ▼                              layout, workspace)
-//! model (FLOPs, cost model, time model,   kernel (sort, LPT trees, groupings,        │
-//!        integer form, calibration,               CP-rank state machine)             ▼
-//!        evaluator) ◀────────────────────────────────────────────────────────── evaluation
+//! 7  owned       OwnedBuffers (feature `alloc`)
+//! 6  evaluation  model::eval (iteration time of any plan), model::refit (online refit)
+//! 5  policy      schedule() and its dispatch; gds, dacp, baselines, balanced
+//! 4  plan        types, writer, fill pass, checker, per-GPU layout
+//! 3  setup       Setup (validated config, budget, cost models), the Workspace slab
+//! 2  kernel      sort, LPT trees, groupings, CP-rank state machine
+//! 1  model       FLOPs, time model, its integer form, calibration fit
+//! 0  config      limits, options, shape, CostModel, Budget, CpGroup; error
+//!                ^ imports point down only
 //! ```
 //!
 //! | policy | module |
