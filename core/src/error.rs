@@ -17,7 +17,7 @@ pub enum Buffer {
     RankTokens,
     /// `PlanBuffers::micro_batches_per_dp`.
     MicroBatchesPerDp,
-    /// One of the [`Workspace`](crate::Workspace) slices.
+    /// The [`Workspace`](crate::Workspace) slab (its sizes count 16-byte words).
     Workspace,
 }
 

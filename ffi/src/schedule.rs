@@ -104,8 +104,8 @@ unsafe fn schedule(
 ) -> Result<(), Failure> {
     // SAFETY: forwarded caller contract for `config`.
     let cfg = unsafe { read_config(config) }?;
-    // `read_config` validated it; this derives what the policy needs.
-    let setup = Setup::new(&cfg)?;
+    // `read_config` validated it; this derives what the policy needs for this one call.
+    let setup = Setup::single_use(&cfg)?;
     // SAFETY: forwarded caller contract.
     unsafe { schedule_with(&setup, lengths_ptr, n, workspace, workspace_size, out) }
 }

@@ -22,7 +22,7 @@ impl OwnedBuffers {
     /// Whatever [`Setup::new`] or [`skrull_core::schedule()`] returns.
     pub fn schedule(&mut self, cfg: &Config, lengths: &[u32]) -> Result<Plan<'_>, Error> {
         // Validate first so an absurd configuration cannot make us allocate absurdly.
-        let setup = Setup::new(cfg)?;
+        let setup = Setup::single_use(cfg)?;
         self.0.schedule(&setup, lengths)
     }
 
@@ -31,7 +31,7 @@ impl OwnedBuffers {
     /// # Errors
     /// Whatever [`skrull_core::schedule()`] returns, including [`Error::BufferTooSmall`].
     pub fn schedule_no_grow(&mut self, cfg: &Config, lengths: &[u32]) -> Result<Plan<'_>, Error> {
-        let setup = Setup::new(cfg)?;
+        let setup = Setup::single_use(cfg)?;
         self.0.schedule_no_grow(&setup, lengths)
     }
 

@@ -73,6 +73,9 @@ pub struct IntCoeffs {
     /// Whether the tiles between the end points fit the tile cache (else they are computed
     /// each time).
     use_table: bool,
+    /// The tile cache's starting contents: all 0 (filled on use), or every tile
+    /// ([`IntCoeffs::prefill`]).
+    table: [u64; MAX_TILES],
 }
 
 /// A [`TimeModel`] in integer picoseconds (see the [module docs](self)): [`IntCoeffs`] plus a
@@ -117,6 +120,26 @@ impl IntCoeffs {
             lo_q,
             hi_q,
             use_table: (tiles as usize) <= MAX_TILES,
+            table: [0; MAX_TILES],
+        }
+    }
+
+    /// Computes every attention tile between the table's end points now (the values a call
+    /// would compute on first use, so plans are the same), for coefficients that plan many
+    /// batches.
+    pub fn prefill(&mut self) {
+        if !self.use_table {
+            return;
+        }
+        let tiles = ((self.hi_q - self.lo_q) / self.tile) as usize;
+        for (i, slot) in self
+            .table
+            .iter_mut()
+            .enumerate()
+            .take(tiles.saturating_sub(1))
+        {
+            let q = self.lo_q + (i as u64 + 1) * self.tile;
+            *slot = to_fp(self.tm.attention_unit(q as u32)).max(1);
         }
     }
 }
@@ -131,8 +154,8 @@ impl IntModel {
     #[inline]
     pub fn from_coeffs(c: IntCoeffs) -> IntModel {
         IntModel {
+            table: core::array::from_fn(|i| Cell::new(c.table[i])),
             c,
-            table: [const { Cell::new(0) }; MAX_TILES],
         }
     }
 

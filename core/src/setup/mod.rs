@@ -38,12 +38,36 @@ impl Setup {
     ///
     /// # Errors
     /// What [`Config::validate`] returns.
+    #[inline]
     pub fn new(cfg: &Config) -> Result<Setup, Error> {
+        Setup::build(cfg, true)
+    }
+
+    /// [`Setup::new`] for a setup that plans one batch: the attention costs per query tile
+    /// are left to be computed as the call meets them (the stateless `skrull_schedule()`
+    /// path). Plans are the same; a setup reused for many batches should come from
+    /// [`Setup::new`], which computes every tile once.
+    ///
+    /// # Errors
+    /// What [`Config::validate`] returns.
+    #[inline]
+    pub fn single_use(cfg: &Config) -> Result<Setup, Error> {
+        Setup::build(cfg, false)
+    }
+
+    /// Validates `cfg` and derives the models `balanced` plans on (with every attention tile
+    /// computed when `prefill`).
+    #[inline(always)]
+    fn build(cfg: &Config, prefill: bool) -> Result<Setup, Error> {
         cfg.validate()?;
         let budget = cfg.budget();
         let models = (cfg.policy == Policy::Balanced).then(|| {
             let time = TimeModel::with_budget(&cfg.cost_model(), &cfg.model, budget);
-            (time, IntCoeffs::new(&time, budget))
+            let mut coeffs = IntCoeffs::new(&time, budget);
+            if prefill {
+                coeffs.prefill();
+            }
+            (time, coeffs)
         });
         Ok(Setup {
             cfg: *cfg,
