@@ -5,6 +5,7 @@ setup is owned by the Scheduler and never pickled, and configurations are valida
 
 from __future__ import annotations
 
+import copy
 import ctypes
 import gc
 import pickle
@@ -149,7 +150,9 @@ def test_the_setup_is_never_pickled_and_an_unpickled_scheduler_prepares_its_own(
     back = pickle.loads(data)
     assert ctypes.addressof(back._prepared.buffer) != ctypes.addressof(s._prepared.buffer)
     lengths = _lengths(300, 4 * 8192, 5)
-    assert back.plan(lengths).digest() == s.plan(lengths).digest()
+    for other in (back, copy.copy(s), copy.deepcopy(s)):
+        assert other._prepared is not s._prepared
+        assert other.plan(lengths).digest() == s.plan(lengths).digest()
 
 
 def test_skrull_setup_init_reports_config_errors_with_details():
