@@ -17,9 +17,10 @@ broadcast is needed::
 How it maps to C (docs/python.md has the whole guide, docs/api the reference):
 
 - ``Scheduler(...)`` builds one ``skrull_config`` (``skrull_config_preset_init`` + your
-  fields), checked in Python and by the library at once, and sizes its buffers with
-  ``skrull_plan_sizes``; they grow when a larger batch arrives.
-- ``Scheduler.plan`` is ``skrull_schedule``; the ``Plan`` holds copies of the
+  fields), checked in Python and by the library at once (``skrull_config_check``), prepares
+  it once (``skrull_setup_init``) and sizes its buffers with ``skrull_plan_sizes``; they
+  grow when a larger batch arrives.
+- ``Scheduler.plan`` is ``skrull_schedule_prepared``; the ``Plan`` holds copies of the
   ``skrull_plan_buffers`` as numpy arrays, plus ``summary`` and ``digest()``.
 - ``Plan.layout`` comes from ``skrull_layout_fill_many``, into arrays of exactly the size the
   library needs (gather index included).

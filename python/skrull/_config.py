@@ -310,20 +310,12 @@ def c_model_shape(shape: ModelShape) -> _ffi.skrull_model_shape:
 
 
 def config_error_info(c: _ffi.skrull_config) -> tuple[int, _ffi.skrull_error_info]:
-    """(status, details) of the configuration alone: ``skrull_schedule`` with no sequences
-    checks the configuration first and writes ``skrull_error_info`` (``skrull_layout_sizes_max``,
-    which the binding validates with, has no details channel)."""
-    cap = _ffi.skrull_layout_capacity()
+    """(status, details) of the configuration alone (``skrull_config_check``: the first
+    problem ``skrull_schedule`` would report for it, with its ``skrull_error_info``)."""
     info = _ffi.skrull_error_info()
-    status: int = _ffi.lib.skrull_layout_sizes_max(ctypes.byref(c), 0, ctypes.byref(cap))
-    if status != Status.OK:
-        summary = _ffi.skrull_summary()
-        out = _ffi.skrull_plan_buffers(struct_size=ctypes.sizeof(_ffi.skrull_plan_buffers),
-                                       summary=ctypes.addressof(summary),
-                                       error=ctypes.addressof(info))
-        again = _ffi.lib.skrull_schedule(ctypes.byref(c), None, 0, None, 0, ctypes.byref(out))
-        if again != status:  # not a configuration error after all: no details
-            info = _ffi.skrull_error_info(status=0, index=-1)
+    status: int = _ffi.lib.skrull_config_check(ctypes.byref(c), ctypes.byref(info))
+    if status != Status.OK and info.status != status:  # details not written: none known
+        info = _ffi.skrull_error_info(status=0, index=-1)
     return status, info
 
 

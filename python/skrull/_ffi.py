@@ -188,6 +188,11 @@ class skrull_refit_report(ctypes.Structure):
                 ("coefficients", _f64 * len(REFIT_COEFFICIENTS))]
 
 
+class skrull_setup(ctypes.Structure):
+    """Opaque (``typedef struct skrull_setup skrull_setup``): a prepared configuration in
+    caller memory, only ever handled through a pointer (``skrull_setup_init`` stores it)."""
+
+
 class skrull_sizes(ctypes.Structure):
     _fields_ = [("workspace_bytes", _usize), ("placements", _usize), ("micro_batches", _usize),
                 ("members", _usize), ("rank_tokens", _usize), ("micro_batches_per_dp", _usize)]
@@ -214,6 +219,8 @@ STRUCTS = [skrull_model_shape, skrull_cost_model, skrull_config, skrull_dacp_sum
            skrull_cp_group, skrull_plan_buffers, skrull_gpu, skrull_span, skrull_layout,
            skrull_layout_ring, skrull_layout_buffers, skrull_layout_capacity, skrull_sizes,
            skrull_refit_params, skrull_refit_report]
+#: The header's opaque types (``typedef struct x x;``, no fields): pointers only.
+OPAQUE = [skrull_setup]
 
 _P = POINTER
 # name: (restype, argtypes). Pointers to caller-owned arrays are passed as integer addresses.
@@ -234,6 +241,14 @@ _PROTOTYPES = {
     "skrull_workspace_size": (_usize, [_usize, _u32, _u32]),
     "skrull_schedule": (_u32, [_P(skrull_config), c_void_p, _usize, c_void_p, _usize,
                                _P(skrull_plan_buffers)]),
+    # The prepared form: the configuration validated once into a caller buffer of
+    # ``skrull_setup_size()`` bytes, then every batch planned with the handle.
+    "skrull_config_check": (_u32, [_P(skrull_config), _P(skrull_error_info)]),
+    "skrull_setup_size": (_usize, []),
+    "skrull_setup_init": (_u32, [_P(skrull_config), c_void_p, _usize, _P(_P(skrull_setup)),
+                                 _P(skrull_error_info)]),
+    "skrull_schedule_prepared": (_u32, [_P(skrull_setup), c_void_p, _usize, c_void_p, _usize,
+                                        _P(skrull_plan_buffers)]),
     "skrull_dacp_place": (_u32, [_P(skrull_config), c_void_p, _usize, c_void_p, _usize,
                                  c_void_p, _usize, _P(skrull_dacp_summary)]),
     "skrull_layout_sizes_max": (_u32, [_P(skrull_config), _usize, _P(skrull_layout_capacity)]),

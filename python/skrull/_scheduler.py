@@ -1,4 +1,5 @@
-"""``Scheduler``: a configuration plus reusable buffers; ``plan()`` runs ``skrull_schedule``."""
+"""``Scheduler``: a configuration prepared once (``skrull_setup_init``) plus reusable buffers;
+``plan()`` runs ``skrull_schedule_prepared``."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from ._errors import (ArgumentError, Error, LayoutError, Status, check, from_inf
                       make_error)
 from ._plan import CP_GROUP_DTYPE, MICRO_BATCH_DTYPE, PLACEMENT_DTYPE, Plan
 from ._refit import Refit, RefitSettings, Window, report_to_refit
+from ._setup import Prepared
 from ._times import as_times
 
 #: The most sequences one batch may hold (``MAX_SEQS``).
@@ -24,7 +26,8 @@ _OUT_OF_RANGE = 2**32 - 1  # stands for any length that does not fit uint32_t
 
 
 class Scheduler:
-    """Plans global batches for one configuration, reusing its buffers between calls.
+    """Plans global batches for one configuration, prepared once, reusing its buffers
+    between calls.
 
     Every rank builds the same ``Scheduler`` and calls ``plan`` with the same lengths: the
     plans are equal bit for bit (compare ``Plan.digest()`` once), so nothing is broadcast.
@@ -121,6 +124,8 @@ class Scheduler:
             dp, cp, bucket_tokens, model, policy, victim, flops, shard_padding,
             max_micro_batches, pad_multiple, pad_local, lockstep, cost_model, subgroups,
             fill_empty, micro_batches)
+        # The configuration prepared once; rebuilt whenever config or its cost model changes.
+        self._prepared = Prepared(self._c_config, self.config)
         self._lock = threading.Lock()
         self._capacity = -1
         self._layout_capacity = -1
@@ -226,9 +231,9 @@ class Scheduler:
             # Past MAX_SEQUENCES the library answers TOO_MANY_SEQUENCES (with its details)
             # before it looks at a buffer; the struct states every buffer's true capacity.
             self._error.status = 0  # so that stale details are never reported
-            status = _ffi.lib.skrull_schedule(
-                ctypes.byref(self._c_config), _ffi.address(arr), n, self._ws_addr,
-                self._ws_len, ctypes.byref(self._out))
+            status = _ffi.lib.skrull_schedule_prepared(
+                self._prepared.handle, _ffi.address(arr), n, self._ws_addr, self._ws_len,
+                ctypes.byref(self._out))
             if status != Status.OK:
                 raise _batch_error(status, self._error, original, self.config)
             k = self._summary.micro_batches
@@ -345,9 +350,18 @@ class Scheduler:
             model, report = self._window.solve(base)
             frozen = model._frozen_copy()
             if frozen != previous:
-                self.config = dataclasses.replace(self.config, cost_model=frozen)
-                self._c_config.cost_model = ctypes.addressof(frozen._c)
+                self._set_cost_model(frozen)
             return report_to_refit(report, self.cost_model, previous)
+
+    def _set_cost_model(self, frozen: CostModel) -> None:
+        """Plans with ``frozen`` (a read-only CostModel) from now on: the configuration, its
+        C struct and the prepared setup change together (call under the lock). The new setup
+        is prepared before anything is replaced, so a failure leaves the scheduler as it was."""
+        config = dataclasses.replace(self.config, cost_model=frozen)
+        c_config = _ffi.skrull_config.from_buffer_copy(self._c_config)
+        c_config.cost_model = ctypes.addressof(frozen._c)
+        prepared = Prepared(c_config, config)
+        self.config, self._c_config, self._prepared = config, c_config, prepared
 
     def _layout_workspace(self, n: int) -> tuple[int, int]:
         """(address, bytes) of the layout workspace for ``n`` sequences (call under the

@@ -84,12 +84,66 @@ def test_the_binding_mirrors_every_struct_and_status_of_the_header():
     text = HEADER.read_text()
     assert set(re.findall(r"typedef struct (skrull_\w+) \{", text)) == \
         {cls.__name__ for cls in _ffi.STRUCTS}
+    # Opaque types (pointers only, no fields to compare) are mirrored by name.
+    assert set(re.findall(r"typedef struct (skrull_\w+) \1;", text)) == \
+        {cls.__name__ for cls in _ffi.OPAQUE}
     header_statuses = dict(re.findall(r"SKRULL_STATUS_(\w+) = (\d+),", text))
     assert {k: int(v) for k, v in header_statuses.items()} == \
         {s.name: int(s) for s in skrull.Status}
     # Every constant the header defines is mirrored (and compared by the test above).
     assert set(re.findall(r"#define (SKRULL_\w+) ", text)) == \
         {k for k in _DEFINES if not k.startswith("SKRULL_STATUS_")}
+
+
+# C scalar types of the header and the ctypes type a prototype must use for them.
+_C_SCALARS = {"uint32_t": ctypes.c_uint32, "int32_t": ctypes.c_int32, "size_t": ctypes.c_size_t,
+              "uint64_t": ctypes.c_uint64, "skrull_status": ctypes.c_uint32}
+
+
+def _header_prototypes() -> dict[str, tuple[str, list[str]]]:
+    """name: (return type, parameter types) of every function the header declares, each type
+    without ``const``, ``struct`` and the parameter name (``"skrull_setup**"``)."""
+    text = re.sub(r"/\*.*?\*/", "", HEADER.read_text(), flags=re.S)
+    out = {}
+    for ret, name, params in re.findall(r"^([\w \*]+?)\s*\b(skrull_\w+)\(([^)]*)\);", text,
+                                        flags=re.M):
+        types = []
+        for p in params.split(","):
+            words = p.replace("*", " * ").replace("const", " ").replace("struct", " ").split()
+            if words and words != ["void"]:
+                stars = words.count("*")
+                base = [w for w in words if w != "*"]
+                types.append(base[0] + "*" * stars)
+        out[name] = (ret.replace("const", "").replace(" ", ""), types)
+    return out
+
+
+def _matches(c: str, py: object) -> bool:
+    """Whether a ctypes argument or return type passes what the C type says."""
+    if c.endswith("*"):
+        if py is ctypes.c_void_p:  # an address: any data pointer
+            return True
+        if py is ctypes.c_char_p:
+            return c == "char*"
+        pointee = getattr(py, "_type_", None)
+        return isinstance(py, type) and issubclass(py, ctypes._Pointer) and \
+            _matches(c[:-1], pointee)
+    if c in _C_SCALARS:
+        return py is _C_SCALARS[c]
+    return isinstance(py, type) and issubclass(py, ctypes.Structure) and py.__name__ == c
+
+
+def test_every_prototype_matches_its_header_declaration():
+    header = _header_prototypes()
+    assert {"skrull_config_check", "skrull_setup_size", "skrull_setup_init",
+            "skrull_schedule_prepared"} <= set(_ffi._PROTOTYPES)
+    for name, (restype, argtypes) in _ffi._PROTOTYPES.items():
+        assert name in header, name
+        ret, params = header[name]
+        assert _matches(ret, restype), (name, ret, restype)
+        assert len(params) == len(argtypes), (name, params, argtypes)
+        for i, (c, py) in enumerate(zip(params, argtypes)):
+            assert _matches(c, py), (name, i, c, py)
 
 
 def test_library_abi_and_version_match_the_package():
