@@ -492,7 +492,7 @@ fn run_rust(c: &RCase) {
         rank_tokens: rank_tokens.body_mut(),
         micro_batches_per_dp: per_dp.body_mut(),
     };
-    let setup = Setup::new(&c.cfg);
+    let setup = Setup::single_use(&c.cfg);
     let got = setup
         .as_ref()
         .map_err(|e| *e)
@@ -731,7 +731,7 @@ fn rust_dacp_matrix() {
         let n = lengths.len();
         let mut order = Guarded::new(n - order_short, FILL);
         let mut out = Guarded::new(n - out_short, 7i32);
-        let got = Setup::new(&cfg).and_then(|s| {
+        let got = Setup::single_use(&cfg).and_then(|s| {
             skrull_core::policy::dacp::place(&s, &lengths, order.body_mut(), out.body_mut())
         });
         match (&got, &want) {

@@ -54,12 +54,12 @@ impl OwnedPlan {
 
     /// Plans `lengths` under `cfg` into these buffers.
     pub(crate) fn schedule(&mut self, cfg: &Config, lengths: &[u32]) -> Result<Plan<'_>, Error> {
-        let setup = Setup::new(cfg)?;
+        let setup = Setup::single_use(cfg)?;
         self.0.schedule_no_grow(&setup, lengths)
     }
 }
 
 /// The prepared setup of a configuration the test knows is valid.
 pub(crate) fn setup_of(cfg: &Config) -> Setup {
-    Setup::new(cfg).expect("a valid test configuration")
+    Setup::single_use(cfg).expect("a valid test configuration")
 }

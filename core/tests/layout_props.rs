@@ -15,7 +15,7 @@ use skrull_kit::OwnedBuffers;
 
 /// The prepared setup of a configuration the test knows is valid.
 fn setup_of(cfg: &Config) -> Setup {
-    Setup::new(cfg).expect("a valid test configuration")
+    Setup::single_use(cfg).expect("a valid test configuration")
 }
 
 /// A random batch and configuration whose BucketSize fits every sequence sharded.

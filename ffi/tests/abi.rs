@@ -140,7 +140,7 @@ fn batch(seed: u64, n: usize, max: u32) -> Vec<u32> {
 fn assert_same_as_core(cfg: &skrull_config, lengths: &[u32], outs: &Outs) {
     let core = cfg.to_core().unwrap();
     let n = lengths.len();
-    let setup = skrull_core::Setup::new(&core).unwrap();
+    let setup = skrull_core::Setup::single_use(&core).unwrap();
     let mut bufs = skrull_core::OwnedBuffers::new();
     let plan = bufs.schedule(&setup, lengths).unwrap();
     assert!(skrull_core::plan::check(&setup, lengths, &plan).is_ok());

@@ -199,7 +199,7 @@ fn core_layout(s: &Sched, gpu: skrull_gpu) -> (layout::Layout, Vec<Span>, [Vec<i
         micro_batches_per_dp: &s.per_dp,
         rollbacks: s.summary.rollbacks,
     };
-    let setup = skrull_core::Setup::new(&cfg).unwrap();
+    let setup = skrull_core::Setup::single_use(&cfg).unwrap();
     let plan = Plan::from_parts(&setup, &s.lengths, parts).unwrap();
     let g = Gpu {
         dp_rank: gpu.dp_rank,

@@ -113,40 +113,28 @@ mod tests {
     use std::vec;
     use std::vec::Vec;
 
-    /// SplitMix64, for reproducible inputs.
-    struct Rng(u64);
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-            let mut z = self.0;
-            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-            z ^ (z >> 31)
-        }
-        fn below(&mut self, n: u64) -> u64 {
-            self.next() % n.max(1)
-        }
-    }
+    /// The tests' one deterministic generator.
+    type Rng = crate::test_support::SplitMix64;
 
     fn random_lengths(rng: &mut Rng, n: usize) -> Vec<u32> {
-        let max = match rng.below(4) {
+        let max = match rng.below_mod(4) {
             0 => 3,
             1 => 1 << 11,
             2 => 1 << 17,
             _ => MAX_SEQ_LEN,
         };
         (0..n)
-            .map(|_| 1 + rng.below(u64::from(max)) as u32)
+            .map(|_| 1 + rng.below_mod(u64::from(max)) as u32)
             .collect()
     }
 
     #[test]
     fn radix_sort_matches_the_comparison_sort() {
-        let mut rng = Rng(7);
+        let mut rng = Rng::new(7);
         for case in 0..if cfg!(miri) { 6 } else { 300 } {
             let n = match case % 3 {
-                0 => rng.below(RADIX_MIN as u64 + 2) as usize,
-                _ => rng.below(5000) as usize,
+                0 => rng.below_mod(RADIX_MIN as u64 + 2) as usize,
+                _ => rng.below_mod(5000) as usize,
             };
             let lengths = random_lengths(&mut rng, n);
             let mut want = vec![0u64; n];

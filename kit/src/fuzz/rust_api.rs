@@ -76,7 +76,7 @@ pub fn rust_api(data: &[u8]) {
     let pre = cfg
         .validate()
         .and_then(|()| cfg.budget().check_lengths(lengths).map(|_| ()));
-    let setup = Setup::new(&cfg);
+    let setup = Setup::single_use(&cfg);
     let r = setup
         .as_ref()
         .map_err(|e| *e)
@@ -142,7 +142,7 @@ fn dacp_both(cfg: &Config, cost: Option<&skrull_cost_model>, lengths: &[u32]) {
     let n = lengths.len();
     let mut order = vec![0u32; n];
     let mut ranks = vec![7i32; n];
-    let r = Setup::new(cfg)
+    let r = Setup::single_use(cfg)
         .and_then(|s| skrull_core::policy::dacp::place(&s, lengths, &mut order, &mut ranks));
     let mut c = skrull_config::from_core(cfg);
     if let Some(m) = cost {

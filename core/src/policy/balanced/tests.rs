@@ -29,23 +29,14 @@ fn run(cfg: &Config, lengths: &[u32]) -> Result<(Vec<Placement>, Vec<u32>), Erro
 
 const EXAMPLE: [u32; 9] = [1, 2, 2, 3, 4, 6, 9, 14, 30];
 
-/// A tiny deterministic generator (SplitMix64).
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-}
+/// The tests' one deterministic generator.
+type Rng = crate::test_support::SplitMix64;
 
 /// A long-tail batch: mostly under 2K, a few long ones up to the sharded limit.
 fn long_tail(rng: &mut Rng, n: usize, max: u32) -> Vec<u32> {
     (0..n)
         .map(|_| {
-            let r = rng.next();
+            let r = rng.next_u64();
             if r.is_multiple_of(16) {
                 1 + (r >> 8) as u32 % max
             } else {
@@ -104,7 +95,7 @@ fn awkward_batches_are_valid() {
 
 #[test]
 fn random_batches_are_valid_and_deterministic() {
-    let mut rng = Rng(42);
+    let mut rng = Rng::new(42);
     for i in 0..300 {
         let dp = [1u32, 2, 3, 4, 8][i % 5];
         let cp = [1u32, 2, 4, 7, 8, 16][i % 6];
@@ -119,7 +110,7 @@ fn random_batches_are_valid_and_deterministic() {
             .rev()
             .find(|&s| cfg.shard_tokens(s) <= bucket)
             .unwrap_or(1);
-        let n = (rng.next() % 150) as usize;
+        let n = (rng.next_u64() % 150) as usize;
         let lengths = long_tail(&mut rng, n, max);
         let a = run(&cfg, &lengths).unwrap();
         let b = run(&cfg, &lengths).unwrap();
@@ -179,11 +170,11 @@ fn same_with_and_without_shortcuts(cfg: &Config, lengths: &[u32]) {
 /// must never change a plan, saturated or not.
 #[test]
 fn skipping_attempts_by_their_bound_never_changes_a_plan() {
-    let mut rng = Rng(2676);
+    let mut rng = Rng::new(2676);
     let mut cfg = Config::new(11, 2, 1_817_347_190, ModelShape::QWEN2_5_7B);
     cfg.shard_padding = ShardPadding::Zigzag;
     let huge: Vec<u32> = (0..2467)
-        .map(|_| 1 + (rng.next() % (1 << 31)) as u32)
+        .map(|_| 1 + (rng.next_u64() % (1 << 31)) as u32)
         .filter(|&l| cfg.budget().fits_sharded(l))
         .collect();
     same_with_and_without_shortcuts(&cfg, &huge);
@@ -205,19 +196,19 @@ fn skipping_attempts_by_their_bound_never_changes_a_plan() {
 fn one_sequence_micro_batches_in_closed_form_match_the_state_machine() {
     use crate::config::cost::CostModel;
     use crate::config::cost::Overlap;
-    let mut rng = Rng(4242);
+    let mut rng = Rng::new(4242);
     let shape = ModelShape::QWEN2_5_0_5B;
     let cases = if cfg!(miri) { 4 } else { 160 };
     let mut compared = 0;
     for i in 0..cases {
-        let n = 1 + (rng.next() % 40) as usize;
+        let n = 1 + (rng.next_u64() % 40) as usize;
         let cp = 1 + (i % 16) as u32;
-        let lengths: Vec<u32> = (0..n).map(|_| 1 + (rng.next() % 5000) as u32).collect();
+        let lengths: Vec<u32> = (0..n).map(|_| 1 + (rng.next_u64() % 5000) as u32).collect();
         let longest = lengths.iter().copied().max().unwrap_or(1);
         let bucket = match i % 4 {
             0 => longest.div_ceil(cp) + 64,
             1 => longest / 2 + 64,
-            _ => longest + (rng.next() % 4000) as u32,
+            _ => longest + (rng.next_u64() % 4000) as u32,
         };
         // One sequence per DP rank, or about four.
         let dp = if i % 3 == 0 { n.div_ceil(4) } else { n } as u32;
@@ -296,7 +287,7 @@ fn subgroups_are_never_slower_and_only_where_rings_cross_nodes() {
         let subs = p.iter().filter(|x| x.is_subgroup(cfg.cp)).count();
         (ev.report.iteration_time, subs)
     };
-    let mut rng = Rng(14);
+    let mut rng = Rng::new(14);
     let mut used = 0;
     for i in 0..12 {
         let (dp, model, bucket) = [
@@ -331,7 +322,7 @@ fn not_slower_than_skrull_or_packed_on_long_tail_batches() {
     use crate::model::eval::{
         EvalBuffers, EvalSizes, MicroBatchTime, RankSlot, evaluate_placements,
     };
-    let mut rng = Rng(7);
+    let mut rng = Rng::new(7);
     let cfg = Config::new(4, 8, 26 * 1024, ModelShape::QWEN2_5_0_5B);
     let time = |policy: Policy, lengths: &[u32]| {
         let c = cfg.with_policy(policy);
@@ -367,4 +358,34 @@ fn not_slower_than_skrull_or_packed_on_long_tail_batches() {
         theirs += best;
     }
     assert!(ours * 1.1 < theirs, "{ours} vs {theirs}");
+}
+
+/// A prepared setup (every attention tile computed once, `Setup::new`) and a single-use one
+/// (tiles computed as the call meets them) plan every batch identically, and reusing the
+/// prepared one across batches changes nothing.
+#[test]
+#[cfg_attr(
+    miri,
+    ignore = "prefilling the tile table in soft floats is slow under miri"
+)]
+fn a_prepared_setup_plans_as_a_single_use_one() {
+    let mut rng = Rng::new(2026);
+    for (dp, cp, bucket) in [(2, 8, 26_624), (4, 4, 8_192), (1, 16, 65_536)] {
+        let cfg =
+            Config::new(dp, cp, bucket, ModelShape::QWEN2_5_0_5B).with_policy(Policy::Balanced);
+        let prepared = Setup::new(&cfg).unwrap();
+        for _ in 0..6 {
+            let lengths = long_tail(&mut rng, 200, bucket * cp);
+            let mut a = OwnedPlan::new(lengths.len(), &cfg);
+            let mut b = OwnedPlan::new(lengths.len(), &cfg);
+            let (mut wa, oa) = a.parts();
+            let (mut wb, ob) = b.parts();
+            let pa = crate::schedule(&prepared, &lengths, &mut wa, oa).unwrap();
+            let single = Setup::single_use(&cfg).unwrap();
+            let pb = crate::schedule(&single, &lengths, &mut wb, ob).unwrap();
+            assert_eq!(pa.placements(), pb.placements());
+            assert_eq!(pa.micro_batches(), pb.micro_batches());
+            assert_eq!(pa.summary(), pb.summary());
+        }
+    }
 }
