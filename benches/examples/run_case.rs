@@ -63,7 +63,10 @@ fn main() {
     // SETUP=reuse plans every call with one prepared `Setup` (what a trainer does); by
     // default each call prepares its own (the stateless `skrull_schedule` path).
     let reuse = std::env::var("SETUP").as_deref() == Ok("reuse");
-    let setup = skrull_core::Setup::new(&cfg).expect("the benchmark configuration is valid");
+    let Ok(setup) = skrull_core::Setup::new(&cfg) else {
+        eprintln!("invalid benchmark configuration");
+        std::process::exit(2);
+    };
     // POLICY=floor runs the floor instead (radix sort + one placement per sequence).
     let mut floor =
         (std::env::var("POLICY").as_deref() == Ok("floor")).then(|| Floor::new(lengths.len()));
