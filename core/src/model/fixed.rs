@@ -73,10 +73,11 @@ pub struct IntCoeffs {
     /// Whether the tiles between the end points fit the tile cache (else they are computed
     /// each time).
     use_table: bool,
-    /// The tile cache's starting contents: all 0 (filled on use), or every tile
-    /// ([`IntCoeffs::prefill`]).
-    table: [u64; MAX_TILES],
 }
+
+/// The attention cost of every query tile of an [`IntCoeffs`] ([`IntCoeffs::tiles`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Tiles([u64; MAX_TILES]);
 
 /// A [`TimeModel`] in integer picoseconds (see the [module docs](self)): [`IntCoeffs`] plus a
 /// cache of attention costs per query tile, filled on first use.
@@ -120,27 +121,22 @@ impl IntCoeffs {
             lo_q,
             hi_q,
             use_table: (tiles as usize) <= MAX_TILES,
-            table: [0; MAX_TILES],
         }
     }
 
-    /// Computes every attention tile between the table's end points now (the values a call
-    /// would compute on first use, so plans are the same), for coefficients that plan many
-    /// batches.
-    pub fn prefill(&mut self) {
-        if !self.use_table {
-            return;
+    /// Every attention tile between the table's end points, computed now (the values a call
+    /// would compute on first use, so plans are the same): the starting tile cache of a setup
+    /// that plans many batches ([`IntModel::with_tiles`]).
+    pub fn tiles(&self) -> Tiles {
+        let mut table = [0; MAX_TILES];
+        if self.use_table {
+            let tiles = ((self.hi_q - self.lo_q) / self.tile) as usize;
+            for (i, slot) in table.iter_mut().enumerate().take(tiles.saturating_sub(1)) {
+                let q = self.lo_q + (i as u64 + 1) * self.tile;
+                *slot = to_fp(self.tm.attention_unit(q as u32)).max(1);
+            }
         }
-        let tiles = ((self.hi_q - self.lo_q) / self.tile) as usize;
-        for (i, slot) in self
-            .table
-            .iter_mut()
-            .enumerate()
-            .take(tiles.saturating_sub(1))
-        {
-            let q = self.lo_q + (i as u64 + 1) * self.tile;
-            *slot = to_fp(self.tm.attention_unit(q as u32)).max(1);
-        }
+        Tiles(table)
     }
 }
 
@@ -154,8 +150,17 @@ impl IntModel {
     #[inline]
     pub fn from_coeffs(c: IntCoeffs) -> IntModel {
         IntModel {
-            table: core::array::from_fn(|i| Cell::new(c.table[i])),
             c,
+            table: [const { Cell::new(0) }; MAX_TILES],
+        }
+    }
+
+    /// The model of prepared coefficients, with the tile cache filled from `tiles`.
+    #[inline]
+    pub fn with_tiles(c: IntCoeffs, tiles: &Tiles) -> IntModel {
+        IntModel {
+            c,
+            table: core::array::from_fn(|i| Cell::new(tiles.0[i])),
         }
     }
 

@@ -15,7 +15,7 @@ use crate::config::budget::Budget;
 use crate::config::cost::CostModel;
 use crate::config::options::Policy;
 use crate::error::Error;
-use crate::model::fixed::{IntCoeffs, IntModel};
+use crate::model::fixed::{IntCoeffs, IntModel, Tiles};
 use crate::model::time::TimeModel;
 use workspace::WorkspaceSizes;
 
@@ -31,6 +31,8 @@ pub struct Setup {
     /// The cost model in float and integer form, derived when the policy plans by cost
     /// (`balanced`); the other policies never read it while planning.
     models: Option<(TimeModel, IntCoeffs)>,
+    /// With the models, for a setup built to plan many batches: every attention tile's cost.
+    tiles: Option<Tiles>,
 }
 
 impl Setup {
@@ -63,16 +65,17 @@ impl Setup {
         let budget = cfg.budget();
         let models = (cfg.policy == Policy::Balanced).then(|| {
             let time = TimeModel::with_budget(&cfg.cost_model(), &cfg.model, budget);
-            let mut coeffs = IntCoeffs::new(&time, budget);
-            if prefill {
-                coeffs.prefill();
-            }
-            (time, coeffs)
+            (time, IntCoeffs::new(&time, budget))
         });
+        let tiles = match &models {
+            Some((_, coeffs)) if prefill => Some(coeffs.tiles()),
+            _ => None,
+        };
         Ok(Setup {
             cfg: *cfg,
             budget,
             models,
+            tiles,
         })
     }
 
@@ -88,6 +91,7 @@ impl Setup {
             cfg: *cfg,
             budget: cfg.budget(),
             models: None,
+            tiles: None,
         })
     }
 
@@ -125,7 +129,10 @@ impl Setup {
     /// does not plan by cost).
     pub fn int_model(&self) -> IntModel {
         match &self.models {
-            Some((_, c)) => IntModel::from_coeffs(*c),
+            Some((_, c)) => match &self.tiles {
+                Some(tiles) => IntModel::with_tiles(*c, tiles),
+                None => IntModel::from_coeffs(*c),
+            },
             None => IntModel::new(&self.time_model(), self.budget),
         }
     }
