@@ -264,6 +264,9 @@ pub struct RefitState {
     /// The coefficients of the last [`RefitState::solve`] (at first the prior's): where the
     /// ridge pulls, and a start of the next fit.
     anchor: [f64; COEFFICIENTS],
+    /// The anchor's scale: the product of the factors the fits rescaled it by
+    /// ([`RefitState::rescaled`]), 1 while none did. The ridge's unit.
+    unit: f64,
 }
 
 impl RefitState {
@@ -288,6 +291,7 @@ impl RefitState {
             counts: [0; MAX_WINDOW as usize],
             skipped: [0; MAX_WINDOW as usize],
             anchor: [1.0; COEFFICIENTS],
+            unit: 1.0,
         };
         s.anchor = s.prior_coefs();
         Ok(s)

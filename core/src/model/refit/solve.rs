@@ -12,6 +12,13 @@
 //! valid range ([`RefitState::clamp`]). The better rule wins by the clipped error ([`RefitState::error`]), and the
 //! result is returned only when that error is below the prior's on the same window, else the
 //! prior is.
+//!
+//! Far from the data (issue 23: a prior 100x off, say a GPU preset against a CPU), the anchor
+//! and the prior are first rescaled by their weighted median of `t/pred` over the window
+//! ([`RefitState::rescaled`], only when that median is off 1 by more than `outlier`): the
+//! fit then starts near the data and judges stragglers against itself, not against a prior
+//! that misses every time; the ridge is taken in units of that scale, so a uniformly scaled
+//! window gives uniformly scaled coefficients.
 
 use crate::config::cost::{CostModel, Overlap};
 use crate::model::fit::least_squares;
@@ -31,8 +38,9 @@ const HALVINGS: usize = 12;
 pub const COMM_STARTS: [f64; 4] = [1.0, 4.0, 16.0, 0.25];
 /// The last iterations, which drop outliers instead of down-weighting them.
 const TRIMMED: usize = 3;
-/// The widest a scale may move from the prior (either way).
-pub const MAX_SCALE: f64 = 64.0;
+/// The widest a scale may move from the prior (either way): wide enough for a prior 100x off
+/// the machine (a GPU preset against a CPU, or the reverse).
+pub const MAX_SCALE: f64 = 1024.0;
 /// Coefficients solved by least squares (all but the overlap).
 const LINEAR: usize = COEFFICIENTS - 1;
 
@@ -120,13 +128,14 @@ impl RefitState {
     }
 
     /// `c` clamped to the valid range: scales within `MAX_SCALE` of the prior (latencies and
-    /// the fixed cost may reach 0), the GEMM efficiency at most 1.
+    /// the fixed cost may reach 0). A GEMM faster than the prior's at 100 % efficiency is
+    /// not clamped: the prior's peak is then wrong (another machine's), and
+    /// [`RefitState::model`] raises it instead, so the model stays valid.
     pub fn clamp(&self, c: &mut Coefs) {
         let lo = 1.0 / MAX_SCALE;
-        let gemm_lo = self.prior.gemm_efficiency.max(lo);
         let ranges = [
             (0.0, MAX_SCALE),
-            (gemm_lo, MAX_SCALE),
+            (lo, MAX_SCALE),
             (lo, MAX_SCALE),
             (0.0, MAX_SCALE),
             (lo, MAX_SCALE),
@@ -166,10 +175,70 @@ impl RefitState {
         (e, dropped)
     }
 
+    /// The weighted median (weights `forgetting^age`) over the window of `t / pred`, the
+    /// measured time over `c`'s prediction: how far `c` is off as a whole, unmoved by a few
+    /// stragglers. 1 when no row has a positive prediction. Exact and deterministic: a
+    /// bisection over the bit patterns of the (positive) ratios, which order as integers.
+    pub fn median_ratio(&self, rows: &[Row], c: &Coefs) -> f64 {
+        let forgetting = self.params.forgetting;
+        let ratio = |row: &Row| {
+            let (pred, _) = predict(c, row);
+            (pred > 0.0 && pred.is_finite()).then(|| row.time / pred)
+        };
+        let weight_upto = |bits: u64| -> f64 {
+            self.window(rows)
+                .filter(|(_, row)| ratio(row).is_some_and(|r| r.to_bits() <= bits))
+                .map(|(age, _)| decay(forgetting, age))
+                .sum()
+        };
+        let (mut lo, mut hi) = (0u64, f64::INFINITY.to_bits());
+        let total = weight_upto(hi);
+        if total <= 0.0 {
+            return 1.0;
+        }
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if weight_upto(mid) * 2.0 >= total {
+                hi = mid;
+            } else {
+                lo = mid + 1;
+            }
+        }
+        f64::from_bits(lo)
+    }
+
+    /// `c` with its scales times its [`RefitState::median_ratio`] (clamped) when that ratio
+    /// is off 1 by more than `outlier`: then most of the window would be judged a straggler
+    /// against `c`, and a fit from `c` (pulled toward it) would never move. Otherwise `c`.
+    /// Returns the coefficients and the factor applied (1 when none).
+    pub fn rescaled(&self, rows: &[Row], c: &Coefs) -> (Coefs, f64) {
+        let s = self.median_ratio(rows, c);
+        if libm::fabs(s - 1.0) <= self.params.outlier {
+            return (*c, 1.0);
+        }
+        let mut out = *c;
+        for v in &mut out[..LINEAR] {
+            *v *= s;
+        }
+        let s = s.clamp(1.0 / MAX_SCALE, MAX_SCALE);
+        self.clamp(&mut out);
+        (out, s)
+    }
+
     /// The fit for the overlap fraction `phi` from `start` with its communication
-    /// coefficients times `comm`, pulled toward the anchor (see the [module docs](self)).
-    pub fn fit_overlap(&self, rows: &[Row], start: &Coefs, phi: f64, comm: f64) -> Coefs {
-        let prior = self.anchor;
+    /// coefficients times `comm`, pulled toward `target` by the ridge in units of `unit`
+    /// (the factor [`RefitState::rescaled`] applied to it: the pull is relative, like the
+    /// data's error, so a uniformly scaled window gives uniformly scaled coefficients; see
+    /// the [module docs](self)).
+    pub fn fit_overlap(
+        &self,
+        rows: &[Row],
+        start: &Coefs,
+        target: (&Coefs, f64),
+        phi: f64,
+        comm: f64,
+    ) -> Coefs {
+        let (prior, unit) = (*target.0, target.1);
         let mut c = *start;
         c[Coef::Overlap as usize] = phi;
         for v in &mut c[Coef::IntraLatency as usize..=Coef::InterBandwidth as usize] {
@@ -177,7 +246,10 @@ impl RefitState {
         }
         let forgetting = self.params.forgetting;
         let total: f64 = self.window(rows).map(|(a, _)| decay(forgetting, a)).sum();
-        let lambda = self.params.ridge * total;
+        let mut lambda = self.params.ridge * total;
+        if unit != 1.0 {
+            lambda /= unit * unit;
+        }
         for iteration in 0..ITERATIONS {
             let current = c;
             let data = self.window(rows).filter_map(|(age, row)| {
@@ -252,7 +324,15 @@ impl RefitState {
     pub fn model(&self, c: &Coefs) -> CostModel {
         let p = &self.prior;
         let mut m = *p;
-        m.gemm_efficiency = p.gemm_efficiency / c[Coef::Gemm as usize];
+        let gemm = c[Coef::Gemm as usize];
+        if gemm >= p.gemm_efficiency {
+            m.gemm_efficiency = p.gemm_efficiency / gemm;
+        } else {
+            // Beyond 100 % efficiency the GEMMs run faster than the prior's peak: the peak
+            // was wrong (the prior is another machine's), so it moves instead.
+            m.gemm_efficiency = 1.0;
+            m.peak_flops = p.peak_flops * (p.gemm_efficiency / gemm);
+        }
         m.hbm_bandwidth = p.hbm_bandwidth / c[Coef::Gemm as usize];
         m.attention = p.attention.slowed(c[Coef::Attention as usize]);
         m.ring_step_latency_s = p.ring_step_latency_s * c[Coef::IntraLatency as usize];
@@ -286,6 +366,12 @@ impl RefitState {
     /// [`RefitError::Storage`](crate::model::refit::RefitError::Storage) when `rows` is
     /// smaller than the window.
     pub fn fit(&self, rows: &[Row]) -> Result<Refit, crate::model::refit::RefitError> {
+        Ok(self.fit_scaled(rows)?.0)
+    }
+
+    /// [`RefitState::fit`], and the scale of the returned coefficients (the ridge's unit of
+    /// the next fit: 1 for the prior).
+    fn fit_scaled(&self, rows: &[Row]) -> Result<(Refit, f64), crate::model::refit::RefitError> {
         self.check_storage(rows.len())?;
         let prior = self.prior_coefs();
         let (steps, skipped) = self.window_counts();
@@ -304,9 +390,18 @@ impl RefitState {
         };
         let mut model = self.prior;
         if n == 0 {
-            return Ok(Refit { model, report });
+            return Ok((Refit { model, report }, 1.0));
         }
-        let anchor = self.anchor;
+        // Far from the window (a prior 100x off), the anchor and the prior are rescaled by
+        // their median ratio first: the fit then starts near the data, and judges
+        // stragglers against itself rather than against a prior that misses every time.
+        let (anchor, s) = self.rescaled(rows, &self.anchor);
+        let unit = (self.unit * s).clamp(1.0 / MAX_SCALE, MAX_SCALE);
+        let from_prior = if self.anchor == prior {
+            anchor
+        } else {
+            self.rescaled(rows, &prior).0
+        };
         let (e, d) = self.error(rows, &anchor);
         let mut best = (e, d, anchor);
         let own = anchor[Coef::Overlap as usize];
@@ -314,9 +409,9 @@ impl RefitState {
             if phi != own && self.params.keep_overlap {
                 continue;
             }
-            for start in [&anchor, &prior] {
+            for start in [&anchor, &from_prior] {
                 for comm in COMM_STARTS {
-                    let c = self.fit_overlap(rows, start, phi, comm);
+                    let c = self.fit_overlap(rows, start, (&anchor, unit), phi, comm);
                     let (e, dropped) = self.error(rows, &c);
                     if e < best.0 {
                         best = (e, dropped, c);
@@ -333,8 +428,9 @@ impl RefitState {
             report.dropped = dropped;
             report.coefficients = c;
             report.moved = moved(&prior, &c);
+            return Ok((Refit { model, report }, unit));
         }
-        Ok(Refit { model, report })
+        Ok((Refit { model, report }, 1.0))
     }
 
     /// [`RefitState::fit`], and the result becomes the anchor of the next fits: a
@@ -345,8 +441,9 @@ impl RefitState {
     /// # Errors
     /// As [`RefitState::fit`].
     pub fn solve(&mut self, rows: &[Row]) -> Result<Refit, crate::model::refit::RefitError> {
-        let r = self.fit(rows)?;
+        let (r, unit) = self.fit_scaled(rows)?;
         self.anchor = r.report.coefficients;
+        self.unit = unit;
         Ok(r)
     }
 }
