@@ -1,6 +1,6 @@
 //! The online refit (`skrull_core::model::refit`): its features reproduce the evaluator, it
 //! recovers a truth model from exact and noisy measurements, and every bad-measurement case
-//! of issue 23 is a named regression test.
+//! of the online refit is a named regression test.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers: a failure is a test failure
 
@@ -573,7 +573,7 @@ fn a_truth_far_from_the_prior_is_fitted() {
     }
 }
 
-/// The straggler test of issue 23 far from the prior: the same times scaled by 0.01 and by
+/// The straggler test far from the prior: the same times scaled by 0.01 and by
 /// 100 (a truth 100x off the prior), one of them 100x slower still: it alone is dropped, and
 /// the fit equals the fit of the scaled times without it to a percent (and is deterministic).
 #[test]

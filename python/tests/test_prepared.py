@@ -78,7 +78,7 @@ def test_plans_equal_the_unprepared_skrull_schedule(dp, cp, bucket, options):
 
 
 def test_planning_and_validation_never_call_skrull_schedule(monkeypatch):
-    # Regression (issue 21): configurations were validated by a zero-sequence
+    # Regression: configurations were validated by a zero-sequence
     # skrull_schedule, and every batch re-derived its setup through skrull_schedule.
     def refused(*args):
         raise AssertionError("skrull_schedule called")

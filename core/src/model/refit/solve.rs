@@ -13,7 +13,7 @@
 //! result is returned only when that error is below the prior's on the same window, else the
 //! prior is.
 //!
-//! Far from the data (issue 23: a prior 100x off, say a GPU preset against a CPU), the anchor
+//! Far from the data (a prior 100x off, say a GPU preset against a CPU), the anchor
 //! and the prior are first rescaled by their weighted median of `t/pred` over the window
 //! ([`RefitState::rescaled`], only when that median is off 1 by more than `outlier`): the
 //! fit then starts near the data and judges stragglers against itself, not against a prior
