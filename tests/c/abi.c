@@ -104,7 +104,7 @@ static void statuses(void) {
             }
         }
     }
-    CHECK(known == 26);
+    CHECK(known == 30);
     /* The panic guard turns a Rust panic into a status. */
     CHECK_STATUS(skrull_panic_selftest(), SKRULL_STATUS_PANIC);
     CHECK_STATUS(skrull_panic_selftest(), SKRULL_STATUS_PANIC);

@@ -258,11 +258,57 @@ static void layout_errors(void) {
     store_free(&s);
 }
 
+/* The refit's own statuses: bad parameters, a state init never filled, times that do not
+ * match the plan, and a step larger than the state holds. */
+static void refit_errors(void) {
+    skrull_config c;
+    CHECK_STATUS(skrull_config_init(&c, sizeof c), SKRULL_STATUS_OK);
+    c.dp = 2;
+    c.cp = 2;
+    c.bucket_tokens = 64;
+    skrull_refit_params p;
+    CHECK_STATUS(skrull_refit_params_default(&p, sizeof p), SKRULL_STATUS_OK);
+    p.max_rows_per_step = 1;
+    size_t bytes = skrull_refit_size(&p);
+    CHECK(bytes > 0);
+    guarded state = guarded_alloc(bytes);
+    skrull_error_info info;
+    CHECK_STATUS(skrull_refit_init(&p, &c, state.data, bytes, &info), SKRULL_STATUS_OK);
+    plan_store s;
+    const uint32_t lengths[3] = {5, 9, 2};
+    store_init(&s, 3, c.dp, c.cp);
+    CHECK_STATUS(store_schedule(&s, &c, lengths, 3), SKRULL_STATUS_OK);
+    const double times[4] = {1e-3, 1e-3, 1e-3, 1e-3};
+    /* One micro-batch of 2 x 2 GPUs is 4 times; the state holds 1 per step. */
+    skrull_status st = skrull_refit_observe(state.data, bytes, lengths, 3, s.bufs.placements,
+                                            NULL, 1, times, 4, &info);
+    note(st);
+    CHECK_STATUS(st, SKRULL_STATUS_REFIT_STEP_TOO_LARGE);
+    st = skrull_refit_observe(state.data, bytes, lengths, 3, s.bufs.placements, NULL, 1, times,
+                              3, &info);
+    note(st);
+    CHECK_STATUS(st, SKRULL_STATUS_MEASUREMENT_MISMATCH);
+    skrull_refit_params bad = p;
+    bad.window_steps = 0;
+    st = skrull_refit_init(&bad, &c, state.data, bytes, &info);
+    note(st);
+    CHECK_STATUS(st, SKRULL_STATUS_INVALID_REFIT_PARAMS);
+    memset(state.data, 0, bytes);
+    skrull_cost_model model;
+    st = skrull_refit_solve(state.data, bytes, &model, sizeof model, NULL, 0, &info);
+    note(st);
+    CHECK_STATUS(st, SKRULL_STATUS_REFIT_STATE_INVALID);
+    CHECK(guards_intact(&state));
+    free(state.base);
+    store_free(&s);
+}
+
 int main(void) {
     note(SKRULL_STATUS_OK);
     schedule_errors();
     dacp_errors();
     layout_errors();
+    refit_errors();
     note(skrull_panic_selftest());
     /* Every status this library defines was produced by some call above. */
     for (uint32_t code = 0; code < 256; code++) {
