@@ -1,5 +1,5 @@
 //! The JSON form of a [`Config`] (the `"config"` object of `skrull plan --format json`): one
-//! table of keys that the writer ([`write`](fn@write)) and the reader ([`read`]) both walk, so a new
+//! table of keys that the writer ([`write()`]) and the reader ([`read`]) both walk, so a new
 //! field is added in one place.
 
 use serde_json::Value;

@@ -4,7 +4,7 @@ use std::fmt::Write;
 
 use skrull_core::{Config, CpGroup, Plan};
 
-/// The `"config"` object ([`config_keys::write`](crate::config_keys::write)).
+/// The `"config"` object ([`config_keys::write`](crate::config_keys::write())).
 pub fn config_json(cfg: &Config) -> String {
     crate::config_keys::write(cfg)
 }

@@ -35,3 +35,29 @@ fn committed_header_matches_cbindgen() {
         );
     }
 }
+
+/// The header's option constants spell the core's option names: `SKRULL_<KIND>_<NAME>` is the
+/// position of `name()` in the enum's `ALL` (so the Python binding, whose option names are
+/// checked against these constants, uses the core's vocabulary).
+#[test]
+fn option_constants_spell_the_core_names() {
+    use skrull_core::model::cost::Overlap;
+    use skrull_core::{FlopsFormula, Policy, ShardPadding, Victim};
+    let header = include_str!("../../include/skrull.h");
+    let check = |kind: &str, names: &[&str]| {
+        for (i, name) in names.iter().enumerate() {
+            let define = format!(
+                "#define SKRULL_{kind}_{} {i}\n",
+                name.to_uppercase().replace('-', "_")
+            );
+            assert!(header.contains(&define), "missing {define:?}");
+        }
+        let count = header.matches(&format!("#define SKRULL_{kind}_")).count();
+        assert_eq!(count, names.len(), "SKRULL_{kind}_* constants");
+    };
+    check("POLICY", &Policy::ALL.map(Policy::name));
+    check("VICTIM", &Victim::ALL.map(Victim::name));
+    check("FLOPS", &FlopsFormula::ALL.map(FlopsFormula::name));
+    check("SHARD_PADDING", &ShardPadding::ALL.map(ShardPadding::name));
+    check("OVERLAP", &Overlap::ALL.map(Overlap::name));
+}

@@ -134,6 +134,16 @@ static void presets(void) {
     CHECK(p.model.hidden == 3584 && p.model.kv_hidden == 512 && p.model.ffn == 18944);
     CHECK(p.model.layers == 28 && p.model.vocab == 152064 && p.model.swiglu == 1);
 
+    /* The recommended preset: the same layout, balanced with sub-groups on. */
+    skrull_config r;
+    CHECK_STATUS(skrull_config_recommended_init(SKRULL_PRESET_QWEN2_5_7B, &r, sizeof r),
+                 SKRULL_STATUS_OK);
+    CHECK(r.policy == SKRULL_POLICY_BALANCED && r.subgroups == 1);
+    r.policy = p.policy;
+    r.subgroups = p.subgroups;
+    CHECK(memcmp(&r, &p, sizeof r) == 0);
+    CHECK_STATUS(skrull_config_recommended_init(2, &r, sizeof r), SKRULL_STATUS_INVALID_ENUM);
+
     /* Errors write nothing. */
     skrull_config before = p;
     CHECK_STATUS(skrull_config_preset_init(2, &p, sizeof p), SKRULL_STATUS_INVALID_ENUM);
