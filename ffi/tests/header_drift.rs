@@ -41,7 +41,7 @@ fn committed_header_matches_cbindgen() {
 /// checked against these constants, uses the core's vocabulary).
 #[test]
 fn option_constants_spell_the_core_names() {
-    use skrull_core::model::cost::Overlap;
+    use skrull_core::config::cost::Overlap;
     use skrull_core::{FlopsFormula, Policy, ShardPadding, Victim};
     let header = include_str!("../../include/skrull.h");
     let check = |kind: &str, names: &[&str]| {
