@@ -261,6 +261,27 @@ pub enum Error {
         /// needs.
         needed: u32,
     },
+    /// The chunking options are out of range ([`Chunking::is_valid`](crate::config::chunking::Chunking::is_valid)),
+    /// or the `chunkflow` policy runs with chunking off.
+    InvalidChunking {
+        /// ChunkSize given (0: off).
+        size: u32,
+        /// K given.
+        keep: u32,
+        /// The state charge given, thousandths of a token.
+        state_permille: u32,
+    },
+    /// A sequence chunked over the whole CP group would hold more than BucketSize tokens on a
+    /// GPU ([`Chunking::peak`](crate::config::chunking::Chunking::peak)): a smaller ChunkSize or
+    /// K fits it.
+    ChunkOverBudget {
+        /// Its index in the input.
+        index: usize,
+        /// Its length.
+        len: u32,
+        /// Tokens it would hold on each GPU.
+        peak: u64,
+    },
     /// DACP could not place a micro-batch within the budget (only reachable through
     /// [`dacp::place`](crate::policy::dacp::place) on a batch that GDS would have split).
     DacpFailed {
@@ -339,6 +360,20 @@ impl fmt::Display for Error {
                 f,
                 "DP rank {dp_rank} needs {needed} micro-batches, more than the fixed count \
                  {count}: a count of at least {needed} fits this batch"
+            ),
+            Error::InvalidChunking {
+                size,
+                keep,
+                state_permille,
+            } => write!(
+                f,
+                "chunking size {size}, keep {keep}, state {state_permille}/1000 is out of range \
+                 (keep 1..=64 and state <= 1000 with chunking on; chunkflow needs a size)"
+            ),
+            Error::ChunkOverBudget { index, len, peak } => write!(
+                f,
+                "sequence {index} ({len} tokens) chunked over the CP group holds {peak} tokens \
+                 per GPU, over the BucketSize: use a smaller chunk size or keep"
             ),
             Error::DacpFailed { cp_rank } => write!(
                 f,

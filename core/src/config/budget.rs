@@ -19,6 +19,7 @@
 //! baselines shard everything, so this is what makes every policy able to plan it.
 
 use crate::config::Config;
+use crate::config::chunking::Chunking;
 use crate::config::limits::{MAX_SEQ_LEN, MAX_SEQS};
 use crate::config::options::ShardPadding;
 use crate::error::Error;
@@ -114,6 +115,19 @@ impl Budget {
     pub fn for_group(&self, g: u32) -> Budget {
         let local_pad = self.local_unit != 1;
         Budget::with(self.bucket, g, self.padding, self.pad_multiple, local_pad)
+    }
+
+    /// What a sequence of `len` tokens chunked by `chunking` on a group of `g` GPUs costs
+    /// each of them ([`Chunking::peak`]): a chunk costs one GPU what a local sequence of its
+    /// length costs ([`Budget::local`]), and each GPU of a larger group its share over the
+    /// group ([`Budget::for_group`]).
+    pub fn chunked(&self, chunking: &Chunking, len: u32, g: u32) -> u64 {
+        if g <= 1 {
+            chunking.peak(len, 1, |t| self.local(t))
+        } else {
+            let group = self.for_group(g);
+            chunking.peak(len, g, |t| group.share(t))
+        }
     }
 
     /// The shard unit `u`: a sharded sequence's padded length is a multiple of it.

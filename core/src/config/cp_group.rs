@@ -94,6 +94,16 @@ impl CpGroup {
             && self.first + g <= cp
     }
 
+    /// Whether a chunked sequence may run on this group in a CP group of `cp` ranks: one GPU
+    /// (`size` 1, `first < cp`), the whole group, or a valid sub-group
+    /// ([`CpGroup::is_valid_shard`]).
+    pub fn is_valid_chunk_group(&self, cp: u32) -> bool {
+        if self.size == 1 {
+            return self.first < cp;
+        }
+        self.is_valid_shard(cp)
+    }
+
     /// Where this sub-group's ring sits among all the sub-group rings of a CP group of `cp`
     /// ranks (`cp - 1` slots at most): groups of `g` ranks follow those of every smaller size
     /// (`cp - 2cp/g` of them), by first rank. Meaningful for a valid sub-group.

@@ -3,12 +3,14 @@
 //! layer (see `docs/architecture.md`).
 
 pub mod budget;
+pub mod chunking;
 pub mod cost;
 pub mod cp_group;
 pub mod limits;
 pub mod options;
 pub mod shape;
 
+pub use chunking::Chunking;
 pub use cp_group::CpGroup;
 
 pub use cost::CostModel;
@@ -76,6 +78,11 @@ pub struct Config {
     /// (GPUs per node, intra- and inter-node ring latency and bandwidth). `None`: the H100
     /// preset for [`Config::model`] ([`Config::cost_model`]).
     pub cost: Option<CostModel>,
+    /// Chunking (ChunkFlow): whether and how a long sequence may run as consecutive chunks
+    /// on one GPU or an aligned group. Off by default; `balanced` chunks a sequence where
+    /// its cost model says that is faster, `chunkflow` chunks every sequence longer than a
+    /// chunk over the whole CP group.
+    pub chunking: Chunking,
 }
 
 impl Config {
@@ -99,6 +106,7 @@ impl Config {
             fill_empty: false,
             micro_batches: 0,
             cost: None,
+            chunking: Chunking::OFF,
         }
     }
 
@@ -202,6 +210,14 @@ impl Config {
         if let Some(cost) = &self.cost {
             cost.validate()
                 .map_err(|e| Error::InvalidCost { field: e.field })?;
+        }
+        let chunking_needed = self.policy == Policy::ChunkFlow && !self.chunking.is_on();
+        if !self.chunking.is_valid() || chunking_needed {
+            return Err(Error::InvalidChunking {
+                size: self.chunking.size,
+                keep: self.chunking.keep,
+                state_permille: self.chunking.state_permille,
+            });
         }
         if self.max_micro_batches != 0 && self.micro_batches > self.max_micro_batches {
             return Err(Error::MicroBatchLimit {

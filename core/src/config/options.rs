@@ -57,19 +57,32 @@ pub enum Policy {
     /// cost model's estimated time, evaluated over a small deterministic candidate set (see
     /// [`balanced`](crate::policy::balanced)).
     Balanced,
+    /// ChunkFlow's scheme (its Algorithms 1 and 2): every sequence longer than ChunkSize runs
+    /// chunked over the whole CP group in a micro-batch of its own; the others are packed
+    /// first-fit-decreasing into micro-batches of at most ChunkSize tokens sharded over the
+    /// group; micro-batches go to DP ranks by least estimated work (see
+    /// [`chunkflow`](crate::policy::chunkflow)). Needs [`Config::chunking`](crate::Config::chunking) on.
+    ChunkFlow,
 }
 
 impl Policy {
     /// Every policy, in a fixed order.
-    pub const ALL: [Policy; 5] = [
+    pub const ALL: [Policy; 6] = [
         Policy::Skrull,
         Policy::DeepSpeed,
         Policy::Packed,
         Policy::RoundRobin,
         Policy::Balanced,
+        Policy::ChunkFlow,
     ];
 
-    /// The policy's stable name (`skrull`, `deepspeed`, `packed`, `roundrobin`, `balanced`).
+    /// Whether the policy needs the workspace's per-sequence cost and decision rows
+    /// (`balanced`, `chunkflow`), which makes its workspace larger.
+    pub fn uses_cost_rows(self) -> bool {
+        matches!(self, Policy::Balanced | Policy::ChunkFlow)
+    }
+
+    /// The policy's stable name (`skrull`, `deepspeed`, `packed`, `roundrobin`, `balanced`, `chunkflow`).
     pub fn name(self) -> &'static str {
         match self {
             Policy::Skrull => "skrull",
@@ -77,6 +90,7 @@ impl Policy {
             Policy::Packed => "packed",
             Policy::RoundRobin => "roundrobin",
             Policy::Balanced => "balanced",
+            Policy::ChunkFlow => "chunkflow",
         }
     }
 

@@ -4,6 +4,7 @@
 //!   DACP balance;
 //! - [`time`]: a cost model bound to a configuration ([`TimeModel`]): GEMM, attention, ring
 //!   communication over intra- or inter-node links, fixed costs, in seconds;
+//! - [`chunked`]: the time of a chunked sequence (its passes in order, recomputation);
 //! - [`fixed`]: its integer form ([`IntModel`]), which `balanced` plans on;
 //! - [`fit`]: least-squares calibration from measured samples;
 //! - [`refit`]: the online refit from measured micro-batch times (a window of the last steps);
@@ -14,6 +15,7 @@
 //! ([`config::cost`](crate::config::cost)); planning and evaluation read the same one, the
 //! one in [`Config::cost`](crate::Config::cost).
 
+pub mod chunked;
 pub mod eval;
 pub mod fit;
 pub mod fixed;

@@ -38,9 +38,11 @@
 
 use crate::config::Config;
 use crate::config::budget::Budget;
+use crate::config::chunking::Chunking;
 use crate::config::cost::{ATTN_POINTS, CostModel, Overlap};
 use crate::config::options::{FlopsFormula, ShardPadding};
 use crate::config::shape::ModelShape;
+use crate::model::chunked::ChunkedTime;
 use crate::model::flops::FlopsModel;
 
 /// What one CP rank does in one micro-batch, as [`TimeModel::rank`] needs it.
@@ -216,6 +218,28 @@ impl TimeModel {
         self.attention_unit(q_pad) * f64::from(q_pad) * f64::from(keys)
     }
 
+    /// Forward-only attention time of `queries` query tokens against `keys` keys (what
+    /// recomputing a chunk's attention costs).
+    pub fn attention_fwd(&self, queries: u32, keys: u32) -> f64 {
+        if queries == 0 {
+            return 0.0;
+        }
+        let tile = u64::from(self.cost.attention_tile.max(1));
+        let q_pad = (u64::from(queries).div_ceil(tile) * tile).min(u64::from(u32::MAX)) as u32;
+        let (fwd, _) = self
+            .cost
+            .attention
+            .throughput_logged(q_pad, &self.attn_logs);
+        self.attn_flops_coef * f64::from(q_pad) * f64::from(keys) / fwd
+    }
+
+    /// The kernel-launch part of [`TimeModel::fixed`]: what one more forward and backward
+    /// pass over the layers costs in launches (a chunk pass pays it; the per-micro-batch
+    /// extra is paid once).
+    pub fn pass_fixed(&self) -> f64 {
+        self.layers * self.cost.kernels_per_layer * self.cost.kernel_launch_s
+    }
+
     /// Attention time of a whole sequence on one GPU.
     pub fn attention_whole(&self, len: u32) -> f64 {
         self.attention(len, len)
@@ -291,6 +315,11 @@ impl TimeModel {
             return 0.0;
         }
         self.comm_latency(ring) + sharded_len as f64 * self.comm_per_token(ring)
+    }
+
+    /// The time of one chunked sequence on each GPU of its ring (see [`ChunkedTime`]).
+    pub fn chunked(&self, len: u32, chunking: &Chunking, ring: Ring) -> ChunkedTime {
+        crate::model::chunked::time(self, len, chunking, ring)
     }
 
     /// The fixed cost of one micro-batch.

@@ -1,7 +1,7 @@
 //! [`check`]: the independent checker every plan passes, from its placements alone.
 
 use crate::config::limits::{MAX_CP, MAX_SEQS};
-use crate::plan::types::{Plan, PlanParts, SHARDED, Summary};
+use crate::plan::types::{CHUNKED, Plan, PlanParts, SHARDED, Summary};
 use crate::setup::Setup;
 
 /// Why [`check`] rejected a plan.
@@ -79,8 +79,12 @@ pub fn check(setup: &Setup, lengths: &[u32], plan: &Plan<'_>) -> Result<(), Chec
     }
     for (seq, p) in plan.placements.iter().enumerate() {
         let per_dp = plan.micro_batches_per_dp.get(p.dp_rank as usize);
+        // A chunked sequence needs chunking on and more than one chunk.
+        let chunk_ok = || lengths.get(seq).is_some_and(|&l| cfg.chunking.can_chunk(l));
         let in_range = per_dp.is_some_and(|&c| p.micro_batch < c)
-            && (p.cp_rank == SHARDED || (p.cp_rank >= 0 && (p.cp_rank as usize) < cp));
+            && (p.cp_rank == SHARDED
+                || (p.cp_rank == CHUNKED && chunk_ok())
+                || (p.cp_rank >= 0 && (p.cp_rank as usize) < cp));
         // A sharded sequence names a valid group; a local one names none.
         let group_ok = p.group_is_valid(cfg.cp) && (cfg.subgroups || !p.is_subgroup(cfg.cp));
         let in_range = in_range && group_ok;
@@ -150,7 +154,12 @@ pub fn check(setup: &Setup, lengths: &[u32], plan: &Plan<'_>) -> Result<(), Chec
             if p.dp_rank != mb.dp_rank || p.micro_batch != mb.index {
                 return Err(CheckError::Membership { seq: s });
             }
-            if p.cp_rank == SHARDED {
+            if p.cp_rank == CHUNKED {
+                let group = p.group(cfg.cp);
+                let peak = budget.chunked(&cfg.chunking, len, group.size);
+                let ranks = tokens.iter_mut().take(cp).skip(group.first as usize);
+                ranks.take(group.size as usize).for_each(|t| *t += peak);
+            } else if p.cp_rank == SHARDED {
                 let group = p.group(cfg.cp);
                 let share = u64::from(budget.for_group(group.size).share(len));
                 let ranks = tokens.iter_mut().take(cp).skip(group.first as usize);
@@ -246,6 +255,7 @@ impl<'a> Plan<'a> {
         plan.summary = Summary {
             micro_batches: count(parts.micro_batches.len())?,
             sharded: count(parts.placements.iter().filter(|p| p.is_sharded()).count())?,
+            chunked: count(parts.placements.iter().filter(|p| p.is_chunked()).count())?,
             rollbacks: parts.rollbacks,
             peak_rank_tokens: parts.rank_tokens.iter().copied().max().unwrap_or(0),
             total_tokens: lengths.iter().map(|&l| u64::from(l)).sum(),

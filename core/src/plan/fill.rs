@@ -50,6 +50,7 @@ impl Kind {
             Kind::Whole => p.is_sharded() && !p.is_subgroup(cp),
             Kind::SubGroup => p.is_subgroup(cp),
             Kind::Local => !p.is_sharded(),
+            // A chunked sequence moves with the local ones: it keeps its group.
             Kind::Any => true,
         }
     }
@@ -241,9 +242,12 @@ fn split(
 }
 
 /// Tokens a sequence placed at `p` costs each GPU of its group, and that group.
-fn cost(budget: &Budget, p: &Placement, len: u32, cp: u32) -> (u32, usize, usize) {
-    let g = p.group(cp);
-    let tokens = if p.is_sharded() {
+fn cost(cfg: &Config, budget: &Budget, p: &Placement, len: u32) -> (u32, usize, usize) {
+    let g = p.group(cfg.cp);
+    let tokens = if p.is_chunked() {
+        let peak = budget.chunked(&cfg.chunking, len, g.size);
+        u32::try_from(peak).unwrap_or(u32::MAX)
+    } else if p.is_sharded() {
         budget.for_group(g.size).share(len)
     } else {
         budget.local(len)
@@ -294,7 +298,7 @@ fn split_rank(
                 if s == MOVED || !kind.matches(p, cfg.cp) {
                     continue;
                 }
-                let (tokens, gfirst, gsize) = cost(budget, p, len, cfg.cp);
+                let (tokens, gfirst, gsize) = cost(cfg, budget, p, len);
                 let index = listed + done;
                 p.micro_batch = index as u32;
                 if let Some(m) = table.get_mut(g) {

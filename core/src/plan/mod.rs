@@ -12,6 +12,7 @@ pub(crate) mod writer;
 
 pub use check::{CheckError, check};
 pub use types::{
-    CpGroup, MicroBatch, Placement, Plan, PlanBuffers, PlanParts, PlanSizes, SHARDED, Summary,
+    CHUNKED, CpGroup, MicroBatch, Placement, Plan, PlanBuffers, PlanParts, PlanSizes, SHARDED,
+    Summary,
 };
 pub(crate) use writer::PlanWriter;

@@ -7,6 +7,9 @@ use crate::error::{Buffer, Error};
 
 /// `Placement::cp_rank` of a sequence sharded over the whole CP group.
 pub const SHARDED: i32 = -1;
+/// `Placement::cp_rank` of a chunked sequence: it runs as consecutive chunks
+/// ([`Config::chunking`]) on the GPU or aligned group named by `cp_first` and `cp_size`.
+pub const CHUNKED: i32 = -2;
 
 /// Where one sequence runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
@@ -15,15 +18,16 @@ pub struct Placement {
     pub dp_rank: u32,
     /// The micro-batch index on that DP rank (0-based, run in this order).
     pub micro_batch: u32,
-    /// [`SHARDED`] (-1), or the CP rank that holds the sequence whole.
+    /// [`SHARDED`] (-1), [`CHUNKED`] (-2), or the CP rank that holds the sequence whole.
     pub cp_rank: i32,
-    /// For a sharded sequence: the first CP rank of the sub-group it is split over (see
+    /// For a sharded or chunked sequence: the first CP rank of the group it runs on (see
     /// [`Placement::cp_size`]); 0 otherwise.
     pub cp_first: u16,
     /// For a sharded sequence: the size `g` of that sub-group, or 0 for the whole CP group
     /// (what every policy but `balanced` writes). A sub-group is aligned and contiguous:
     /// `g` a power of two that divides the CP size, `cp_first` a multiple of `g`
-    /// ([`CpGroup::is_valid_shard`]). 0 for a local sequence.
+    /// ([`CpGroup::is_valid_shard`]). For a chunked sequence: the size of its aligned group,
+    /// 1 (one GPU) up to the CP size. 0 for a local sequence.
     pub cp_size: u16,
 }
 
@@ -33,6 +37,16 @@ impl Placement {
         self.cp_rank == SHARDED
     }
 
+    /// Whether the sequence runs chunked ([`CHUNKED`]).
+    pub fn is_chunked(&self) -> bool {
+        self.cp_rank == CHUNKED
+    }
+
+    /// Whether the sequence is held whole on one CP rank (neither sharded nor chunked).
+    pub fn is_local(&self) -> bool {
+        self.cp_rank >= 0
+    }
+
     /// The CP ranks that hold the sequence in a CP group of `cp` ranks: `(r, 1)` for a local
     /// sequence on rank `r`, `(0, cp)` for the whole group, else its sub-group.
     pub fn group(&self, cp: u32) -> CpGroup {
@@ -40,6 +54,11 @@ impl Placement {
             CpGroup {
                 first: self.cp_rank as u32,
                 size: 1,
+            }
+        } else if self.cp_rank == CHUNKED {
+            CpGroup {
+                first: u32::from(self.cp_first),
+                size: u32::from(self.cp_size),
             }
         } else if self.cp_size == 0 || u32::from(self.cp_size) == cp {
             CpGroup::whole(cp)
@@ -54,8 +73,12 @@ impl Placement {
     /// Whether the placement's group fields are well formed for a CP group of `cp` ranks: a
     /// local sequence names none (`cp_first = cp_size = 0`); a sharded one names the whole
     /// group (`cp_size` 0 or `cp`, `cp_first` 0) or a valid sub-group
-    /// ([`CpGroup::is_valid_shard`]).
+    /// ([`CpGroup::is_valid_shard`]); a chunked one an aligned group of 1 to `cp` ranks
+    /// ([`CpGroup::is_valid_chunk_group`]).
     pub fn group_is_valid(&self, cp: u32) -> bool {
+        if self.cp_rank == CHUNKED {
+            return self.group(cp).is_valid_chunk_group(cp);
+        }
         if self.cp_rank != SHARDED {
             return self.cp_first == 0 && self.cp_size == 0;
         }
@@ -93,6 +116,8 @@ pub struct Summary {
     pub micro_batches: u32,
     /// Sequences sharded over their CP group.
     pub sharded: u32,
+    /// Sequences run chunked.
+    pub chunked: u32,
     /// DACP rollbacks (local sequences turned sharded to free memory).
     pub rollbacks: u32,
     /// The most tokens any GPU holds in any micro-batch.
@@ -272,4 +297,3 @@ pub struct PlanParts<'a> {
     pub rollbacks: u32,
 }
 
-impl<'a> Plan<'a> {}

@@ -3,7 +3,8 @@
 
 use crate::config::Config;
 use crate::config::budget::Budget;
-use crate::plan::types::{MicroBatch, Placement, Plan, PlanBuffers, SHARDED, Summary};
+use crate::config::chunking::Chunking;
+use crate::plan::types::{CHUNKED, MicroBatch, Placement, Plan, PlanBuffers, SHARDED, Summary};
 
 /// Writes a plan micro-batch by micro-batch (used by every policy).
 pub(crate) struct PlanWriter<'b> {
@@ -160,6 +161,48 @@ impl<'b> PlanWriter<'b> {
             *t = t.saturating_add(budget.local(len));
         }
         self.summary.sharded += u32::from(sharded);
+    }
+
+    /// Adds sequence `seq` of `len` tokens to the open micro-batch, chunked by `chunking` on
+    /// the aligned group of `size` ranks from `first` (a valid chunk group,
+    /// [`crate::plan::CpGroup::is_valid_chunk_group`]); each rank of the group is charged the
+    /// chunked peak ([`Budget::chunked`]).
+    pub(crate) fn push_chunked(
+        &mut self,
+        seq: u32,
+        len: u32,
+        (first, size): (u32, u32),
+        chunking: &Chunking,
+    ) {
+        let Some(g) = self.n_mbs.checked_sub(1) else {
+            return;
+        };
+        let Some(mb) = self.out.micro_batches.get_mut(g) else {
+            return;
+        };
+        mb.count += 1;
+        if let Some(p) = self.out.placements.get_mut(seq as usize) {
+            *p = Placement {
+                dp_rank: mb.dp_rank,
+                micro_batch: mb.index,
+                cp_rank: CHUNKED,
+                cp_first: first as u16,
+                cp_size: size as u16,
+            };
+        }
+        if let Some(m) = self.out.members.get_mut(self.n_members) {
+            *m = seq;
+        }
+        self.n_members += 1;
+        self.summary.chunked += 1;
+        let peak = self.budget.chunked(chunking, len, size);
+        let peak = u32::try_from(peak).unwrap_or(u32::MAX);
+        let Some(tokens) = self.open_tokens() else {
+            return;
+        };
+        for t in tokens.iter_mut().skip(first as usize).take(size as usize) {
+            *t = t.saturating_add(peak);
+        }
     }
 
     /// Adds `seqs` to the open micro-batch, in order, each at the CP rank already recorded in

@@ -10,9 +10,11 @@
 //! | `deepspeed` | [`baselines`] | consecutive shares, one sharded sequence per micro-batch |
 //! | `packed` | [`baselines`] | consecutive shares, next-fit packing, everything sharded |
 //! | `balanced` | [`balanced`] | estimated time of the cost model, over a small candidate set |
+//! | `chunkflow` | [`chunkflow`] | ChunkFlow: long sequences chunked over the group, the rest packed into ChunkSize bins |
 
 pub mod balanced;
 pub mod baselines;
+pub mod chunkflow;
 pub mod dacp;
 pub mod gds;
 
@@ -50,7 +52,7 @@ pub fn schedule<'b>(
     let total = setup.budget().check_lengths(lengths)?;
     let n = lengths.len();
     PlanSizes::for_batch(n, cfg).check(&out)?;
-    let ws = &mut ws.carve(n, cfg.dp as usize, cfg.policy == Policy::Balanced)?;
+    let ws = &mut ws.carve(n, cfg.dp as usize, cfg.policy.uses_cost_rows())?;
     if !cfg.fills_empty() {
         return run(setup, lengths, ws, out, total);
     }
@@ -90,6 +92,9 @@ fn run<'b>(
             baselines::deepspeed(cfg, lengths, w)
         }),
         Policy::Packed => written(cfg, n, total, out, |w| baselines::packed(cfg, lengths, w)),
+        Policy::ChunkFlow => written(cfg, n, total, out, |w| {
+            chunkflow::run(cfg, lengths, ws, w)
+        }),
     }
 }
 

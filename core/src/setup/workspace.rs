@@ -22,7 +22,7 @@ impl WorkspaceSizes {
     /// other policies).
     pub fn for_batch(n: usize, cfg: &Config) -> WorkspaceSizes {
         WorkspaceSizes {
-            words: Rows::new(n, cfg.dp as usize, cfg.policy == Policy::Balanced).words(),
+            words: Rows::new(n, cfg.dp as usize, cfg.policy.uses_cost_rows()).words(),
         }
     }
 
