@@ -415,25 +415,67 @@ pub fn evaluate_placements<'b>(
         dp_times,
         dp_offsets,
     } = out;
-    let short = |buffer, needed: usize, got: usize| {
-        if got < needed {
-            Err(EvalError::BufferTooSmall {
-                buffer,
-                needed,
-                got,
-            })
-        } else {
-            Ok(())
-        }
-    };
     short(EvalBuffer::DpTimes, dp, dp_times.len())?;
     short(EvalBuffer::DpOffsets, dp + 1, dp_offsets.len())?;
     let dp_times = &mut dp_times[..dp];
     let offsets = &mut dp_offsets[..dp + 1];
+    let n_slots = lay_out_slots(cfg, placements, dp_times, offsets)?;
+    short(EvalBuffer::MicroBatches, n_slots, micro_batches.len())?;
+    short(EvalBuffer::Ranks, n_slots * cp, ranks.len())?;
+    let mut slots = Slots {
+        offsets,
+        mbs: &mut micro_batches[..n_slots],
+        ranks: &mut ranks[..n_slots * cp],
+    };
+    slots.clear();
+    let tm = setup.time_model();
+    let mut report = Report {
+        bucket: cfg.bucket,
+        ..Report::default()
+    };
+    accumulate_loads(&tm, cfg, placements, lengths, &mut slots, &mut report);
+    time_dp_ranks(&tm, cfg, &mut slots, dp_times, &mut report);
+    report.hidden_fraction = if report.comm > 0.0 {
+        1.0 - report.exposed_comm / report.comm
+    } else {
+        1.0
+    };
+    report.lower_bound = lower_bound_with(&tm, cfg, lengths);
+    Ok(Evaluation {
+        report,
+        micro_batches: slots.mbs,
+        ranks: slots.ranks,
+        dp_times,
+        cp,
+    })
+}
 
-    // Pass 1: sequences per DP rank (in dp_times, as counts) and slots per DP rank.
+/// `Err(BufferTooSmall)` when `got < needed`.
+fn short(buffer: EvalBuffer, needed: usize, got: usize) -> Result<(), EvalError> {
+    if got < needed {
+        Err(EvalError::BufferTooSmall {
+            buffer,
+            needed,
+            got,
+        })
+    } else {
+        Ok(())
+    }
+}
+
+/// Pass 1: checks every placement's ranks and micro-batch index, and lays out the slots:
+/// DP rank `d` owns `offsets[d]..offsets[d + 1]`. `counts` (one per DP rank) is scratch.
+/// Returns the slot count.
+fn lay_out_slots(
+    cfg: &Config,
+    placements: &[Placement],
+    counts: &mut [f64],
+    offsets: &mut [u32],
+) -> Result<usize, EvalError> {
+    let (dp, cp) = (cfg.dp as usize, cfg.cp as usize);
+    // Sequences per DP rank (as counts) and slots per DP rank.
     offsets.fill(0);
-    dp_times.fill(0.0);
+    counts.fill(0.0);
     for (seq, p) in placements.iter().enumerate() {
         let d = p.dp_rank as usize;
         let cp_ok = p.group_is_valid(cfg.cp)
@@ -441,12 +483,12 @@ pub fn evaluate_placements<'b>(
         if d >= dp || !cp_ok {
             return Err(EvalError::OutOfRange { seq });
         }
-        dp_times[d] += 1.0;
+        counts[d] += 1.0;
         offsets[d] = offsets[d].max(p.micro_batch.saturating_add(1));
     }
     for (seq, p) in placements.iter().enumerate() {
         // At most one slot per sequence of the rank: keeps the slot count within n.
-        if f64::from(p.micro_batch) >= dp_times[p.dp_rank as usize] {
+        if f64::from(p.micro_batch) >= counts[p.dp_rank as usize] {
             return Err(EvalError::OutOfRange { seq });
         }
     }
@@ -457,28 +499,50 @@ pub fn evaluate_placements<'b>(
         total += count;
     }
     offsets[dp] = total;
-    let slots = total as usize;
-    short(EvalBuffer::MicroBatches, slots, micro_batches.len())?;
-    short(EvalBuffer::Ranks, slots * cp, ranks.len())?;
-    let mbs = &mut micro_batches[..slots];
-    let ranks = &mut ranks[..slots * cp];
-    for d in 0..dp {
-        for g in offsets[d]..offsets[d + 1] {
-            mbs[g as usize] = MicroBatchTime {
-                dp_rank: d as u32,
-                index: g - offsets[d],
-                ..MicroBatchTime::default()
-            };
-        }
-    }
-    ranks.fill(RankSlot::default());
+    Ok(total as usize)
+}
 
-    // Pass 2: accumulate every sequence into its slot.
-    let tm = setup.time_model();
-    let mut report = Report {
-        bucket: cfg.bucket,
-        ..Report::default()
-    };
+/// The laid-out slots of an evaluation: DP rank `d` owns micro-batch slots
+/// `offsets[d]..offsets[d + 1]`, slot `g` owns ranks `g * cp..(g + 1) * cp`.
+struct Slots<'o, 'b> {
+    offsets: &'o [u32],
+    mbs: &'b mut [MicroBatchTime],
+    ranks: &'b mut [RankSlot],
+}
+
+impl Slots<'_, '_> {
+    /// Resets every slot: each micro-batch knows its DP rank and index, every rank is
+    /// empty.
+    fn clear(&mut self) {
+        for (d, w) in self.offsets.windows(2).enumerate() {
+            for g in w[0]..w[1] {
+                self.mbs[g as usize] = MicroBatchTime {
+                    dp_rank: d as u32,
+                    index: g - w[0],
+                    ..MicroBatchTime::default()
+                };
+            }
+        }
+        self.ranks.fill(RankSlot::default());
+    }
+}
+
+/// Pass 2: accumulates every sequence's tokens and attention into its slot (whole on one
+/// rank, sharded over the group, or over a sub-group's ranks).
+fn accumulate_loads(
+    tm: &TimeModel,
+    cfg: &Config,
+    placements: &[Placement],
+    lengths: &[u32],
+    slots: &mut Slots<'_, '_>,
+    report: &mut Report,
+) {
+    let cp = cfg.cp as usize;
+    let Slots {
+        offsets,
+        mbs,
+        ranks,
+    } = slots;
     for (p, &len) in placements.iter().zip(lengths) {
         let g = (offsets[p.dp_rank as usize] + p.micro_batch) as usize;
         let mb = &mut mbs[g];
@@ -512,10 +576,24 @@ pub fn evaluate_placements<'b>(
             slot.local_attention += tm.attention_whole(len);
         }
     }
+}
 
-    // Pass 3: rank, micro-batch and DP-rank times. With lockstep a DP rank also runs empty
-    // micro-batches up to the longest rank's count (or the fixed count), each costing the
-    // fixed launch cost.
+/// Pass 3: every DP rank's time (its micro-batches in index order), the slowest one, and
+/// the communication sums. With lockstep a DP rank also runs empty micro-batches up to
+/// the longest rank's count (or the fixed count), each costing the fixed launch cost.
+fn time_dp_ranks(
+    tm: &TimeModel,
+    cfg: &Config,
+    slots: &mut Slots<'_, '_>,
+    dp_times: &mut [f64],
+    report: &mut Report,
+) {
+    let (dp, cp) = (cfg.dp as usize, cfg.cp as usize);
+    let Slots {
+        offsets,
+        mbs,
+        ranks,
+    } = slots;
     let longest = (0..dp)
         .map(|d| offsets[d + 1] - offsets[d])
         .max()
@@ -533,56 +611,14 @@ pub fn evaluate_placements<'b>(
                 continue;
             }
             used += 1;
-            mb.comm = tm.comm(mb.sharded_len, tm.group_ring(d as u32));
-            let whole_comm = mb.comm;
-            let mut best = (f64::NEG_INFINITY, 0usize);
-            for (r, slot) in ranks[g * cp..(g + 1) * cp].iter_mut().enumerate() {
-                // The sub-group rings through this rank; each counts once in the
-                // micro-batch's total, at its first rank.
-                slot.group_comm = 0.0;
-                for (level, &len) in slot.group_len.iter().enumerate() {
-                    if len == 0 {
-                        continue;
-                    }
-                    let ring = CpGroup::around(r as u32, CpGroup::level_size(level));
-                    let c = tm.comm(len, tm.ring(d as u32, ring.first, ring.size));
-                    slot.group_comm += c;
-                    if ring.first == r as u32 {
-                        mb.comm += c;
-                    }
-                }
-                let load = RankLoad {
-                    local_tokens: slot.local_tokens,
-                    local_attention: slot.local_attention,
-                    sharded_tokens: mb.sharded_tokens + slot.group_tokens,
-                    sharded_attention: mb.sharded_attention + slot.group_attention,
-                    comm: whole_comm + slot.group_comm,
-                };
-                let t = tm.rank(&load);
-                slot.tokens = slot.local_tokens + mb.sharded_tokens + slot.group_tokens;
-                slot.gemm = t.gemm;
-                slot.exposed_comm = t.exposed_comm;
-                slot.time = t.total;
-                if t.total > best.0 {
-                    best = (t.total, r);
-                }
-                mb.peak_tokens = mb.peak_tokens.max(slot.tokens);
-                if slot.tokens > u64::from(cfg.bucket) {
-                    mb.over_budget = true;
-                    report.over_budget += 1;
-                    if report.first_over_budget.is_none() {
-                        report.first_over_budget = Some(BudgetViolation {
-                            dp_rank: d as u32,
-                            micro_batch: mb.index,
-                            cp_rank: r as u32,
-                            tokens: slot.tokens,
-                        });
-                    }
-                }
-            }
-            mb.time = best.0;
-            mb.slowest_cp_rank = best.1 as u32;
-            mb.exposed_comm = ranks[g * cp + best.1].exposed_comm;
+            time_micro_batch(
+                tm,
+                cfg,
+                d as u32,
+                mb,
+                &mut ranks[g * cp..(g + 1) * cp],
+                report,
+            );
             clock += mb.time;
             critical_exposed += mb.exposed_comm;
             report.comm += mb.comm;
@@ -603,19 +639,69 @@ pub fn evaluate_placements<'b>(
     }
     report.slowest_dp_rank = slowest.1 as u32;
     report.iteration_time = slowest.0 + tm.cost.iteration_fixed_s;
-    report.hidden_fraction = if report.comm > 0.0 {
-        1.0 - report.exposed_comm / report.comm
-    } else {
-        1.0
-    };
-    report.lower_bound = lower_bound_with(&tm, cfg, lengths);
-    Ok(Evaluation {
-        report,
-        micro_batches: mbs,
-        ranks,
-        dp_times,
-        cp,
-    })
+}
+
+/// One non-empty micro-batch on DP rank `d`: its communication, every CP rank's time
+/// (`ranks` are its slots), the slowest rank, and the GPUs over BucketSize (counted in
+/// `report`).
+fn time_micro_batch(
+    tm: &TimeModel,
+    cfg: &Config,
+    d: u32,
+    mb: &mut MicroBatchTime,
+    ranks: &mut [RankSlot],
+    report: &mut Report,
+) {
+    mb.comm = tm.comm(mb.sharded_len, tm.group_ring(d));
+    let whole_comm = mb.comm;
+    let mut best = (f64::NEG_INFINITY, 0usize);
+    for (r, slot) in ranks.iter_mut().enumerate() {
+        // The sub-group rings through this rank; each counts once in the micro-batch's
+        // total, at its first rank.
+        slot.group_comm = 0.0;
+        for (level, &len) in slot.group_len.iter().enumerate() {
+            if len == 0 {
+                continue;
+            }
+            let ring = CpGroup::around(r as u32, CpGroup::level_size(level));
+            let c = tm.comm(len, tm.ring(d, ring.first, ring.size));
+            slot.group_comm += c;
+            if ring.first == r as u32 {
+                mb.comm += c;
+            }
+        }
+        let load = RankLoad {
+            local_tokens: slot.local_tokens,
+            local_attention: slot.local_attention,
+            sharded_tokens: mb.sharded_tokens + slot.group_tokens,
+            sharded_attention: mb.sharded_attention + slot.group_attention,
+            comm: whole_comm + slot.group_comm,
+        };
+        let t = tm.rank(&load);
+        slot.tokens = slot.local_tokens + mb.sharded_tokens + slot.group_tokens;
+        slot.gemm = t.gemm;
+        slot.exposed_comm = t.exposed_comm;
+        slot.time = t.total;
+        if t.total > best.0 {
+            best = (t.total, r);
+        }
+        mb.peak_tokens = mb.peak_tokens.max(slot.tokens);
+        if slot.tokens > u64::from(cfg.bucket) {
+            mb.over_budget = true;
+            report.over_budget += 1;
+            if report.first_over_budget.is_none() {
+                report.first_over_budget = Some(BudgetViolation {
+                    dp_rank: d,
+                    micro_batch: mb.index,
+                    cp_rank: r as u32,
+                    tokens: slot.tokens,
+                });
+            }
+        }
+    }
+    mb.time = best.0;
+    mb.slowest_cp_rank = best.1 as u32;
+    mb.exposed_comm = ranks[best.1].exposed_comm;
 }
 
 /// The lower bound on the iteration time of every budget-respecting plan of `lengths` under
