@@ -79,8 +79,7 @@ pub(crate) fn time(tm: &TimeModel, len: u32, chunking: &Chunking, ring: Ring) ->
         if i < n - keep {
             let gemm_fwd = (tm.gemm_compute(u64::from(q)) / 3.0)
                 .max(tm.weight_stream() / tm.cost.weight_passes.max(1.0));
-            let redo =
-                tm.attention_fwd(q, keys) + gemm_fwd + comm / passes + launch / 3.0;
+            let redo = tm.attention_fwd(q, keys) + gemm_fwd + comm / passes + launch / 3.0;
             out.recompute += redo;
             out.total += redo;
         }

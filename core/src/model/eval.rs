@@ -40,7 +40,7 @@ pub use crate::config::cp_group::GROUP_LEVELS;
 use crate::config::limits::{MAX_SEQ_LEN, MAX_SEQS};
 use crate::error::Error;
 use crate::model::time::{RankLoad, Ring, TimeModel};
-use crate::plan::{Placement, Plan, SHARDED};
+use crate::plan::{CHUNKED, Placement, Plan, SHARDED};
 
 /// One micro-batch's estimate.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
@@ -59,6 +59,10 @@ pub struct MicroBatchTime {
     pub sequences: u32,
     /// Sharded sequences in it.
     pub sharded: u32,
+    /// Chunked sequences in it.
+    pub chunked: u32,
+    /// The most time one GPU spends recomputing chunks in it, seconds.
+    pub chunk_recompute: f64,
     /// Tokens each GPU holds of the sharded sequences.
     pub sharded_tokens: u64,
     /// Tokens of the sharded sequences, whole.
@@ -111,6 +115,14 @@ pub struct RankSlot {
     pub group_comm: f64,
     /// Tokens sharded over this rank's sub-group of `2^(l+1)` ranks, per `l`.
     pub group_len: [u64; GROUP_LEVELS],
+    /// Tokens this GPU holds for the chunked sequences of its groups (their peaks,
+    /// [`Budget::chunked`](crate::Budget::chunked)).
+    pub chunked_tokens: u64,
+    /// Time of those chunked sequences' passes, run after the rest of the micro-batch,
+    /// seconds ([`TimeModel::chunked`]).
+    pub chunked_time: f64,
+    /// Their ring communication not hidden, seconds.
+    pub chunked_exposed_comm: f64,
 }
 
 /// Which caller buffer of [`EvalBuffers`] was too small.
@@ -229,6 +241,11 @@ pub struct Report {
     pub sharded_tokens: u64,
     /// Sharded sequences.
     pub sharded_sequences: u32,
+    /// Chunked sequences.
+    pub chunked_sequences: u32,
+    /// Recomputation of chunked sequences: per micro-batch the most one GPU spends, summed
+    /// over micro-batches, seconds.
+    pub chunk_recompute: f64,
     /// The lower bound for this batch.
     pub lower_bound: LowerBound,
 }
@@ -419,7 +436,7 @@ pub fn evaluate_placements<'b>(
     short(EvalBuffer::DpOffsets, dp + 1, dp_offsets.len())?;
     let dp_times = &mut dp_times[..dp];
     let offsets = &mut dp_offsets[..dp + 1];
-    let n_slots = lay_out_slots(cfg, placements, dp_times, offsets)?;
+    let n_slots = lay_out_slots(cfg, placements, lengths, dp_times, offsets)?;
     short(EvalBuffer::MicroBatches, n_slots, micro_batches.len())?;
     short(EvalBuffer::Ranks, n_slots * cp, ranks.len())?;
     let mut slots = Slots {
@@ -469,6 +486,7 @@ fn short(buffer: EvalBuffer, needed: usize, got: usize) -> Result<(), EvalError>
 fn lay_out_slots(
     cfg: &Config,
     placements: &[Placement],
+    lengths: &[u32],
     counts: &mut [f64],
     offsets: &mut [u32],
 ) -> Result<usize, EvalError> {
@@ -478,8 +496,11 @@ fn lay_out_slots(
     counts.fill(0.0);
     for (seq, p) in placements.iter().enumerate() {
         let d = p.dp_rank as usize;
+        let chunk_ok = || lengths.get(seq).is_some_and(|&l| cfg.chunking.can_chunk(l));
         let cp_ok = p.group_is_valid(cfg.cp)
-            && (p.cp_rank == SHARDED || (p.cp_rank >= 0 && (p.cp_rank as usize) < cp));
+            && (p.cp_rank == SHARDED
+                || (p.cp_rank == CHUNKED && chunk_ok())
+                || (p.cp_rank >= 0 && (p.cp_rank as usize) < cp));
         if d >= dp || !cp_ok {
             return Err(EvalError::OutOfRange { seq });
         }
@@ -548,7 +569,10 @@ fn accumulate_loads(
         let mb = &mut mbs[g];
         mb.sequences += 1;
         report.total_tokens += u64::from(len);
-        if p.is_subgroup(cfg.cp) {
+        if p.is_chunked() {
+            add_chunked(tm, cfg, p, len, g, mb, ranks);
+            report.chunked_sequences += 1;
+        } else if p.is_subgroup(cfg.cp) {
             // One more ring over the sub-group: its ranks hold a larger share each.
             let group = p.group(cfg.cp);
             let level = group.level();
@@ -575,6 +599,34 @@ fn accumulate_loads(
             slot.local_tokens += u64::from(tm.local_tokens(len));
             slot.local_attention += tm.attention_whole(len);
         }
+    }
+}
+
+/// A chunked sequence of `len` tokens at `p` in slot `g`: each GPU of its group holds its
+/// peak and runs its passes ([`TimeModel::chunked`] on the group's ring); the ring's
+/// communication counts once in the micro-batch's total.
+fn add_chunked(
+    tm: &TimeModel,
+    cfg: &Config,
+    p: &Placement,
+    len: u32,
+    g: usize,
+    mb: &mut MicroBatchTime,
+    ranks: &mut [RankSlot],
+) {
+    let cp = cfg.cp as usize;
+    let group = p.group(cfg.cp);
+    let ring = tm.ring(p.dp_rank, group.first, group.size);
+    let t = tm.chunked(len, &cfg.chunking, ring);
+    let peak = cfg.budget().chunked(&cfg.chunking, len, group.size);
+    mb.chunked += 1;
+    mb.comm += t.comm;
+    mb.chunk_recompute = mb.chunk_recompute.max(t.recompute);
+    let at = g * cp + group.first as usize;
+    for slot in &mut ranks[at..at + group.size as usize] {
+        slot.chunked_tokens += peak;
+        slot.chunked_time += t.total;
+        slot.chunked_exposed_comm += t.exposed_comm;
     }
 }
 
@@ -677,8 +729,14 @@ fn time_micro_batch(
             sharded_attention: mb.sharded_attention + slot.group_attention,
             comm: whole_comm + slot.group_comm,
         };
-        let t = tm.rank(&load);
+        let mut t = tm.rank(&load);
         slot.tokens = slot.local_tokens + mb.sharded_tokens + slot.group_tokens;
+        if slot.chunked_time > 0.0 {
+            // The chunked passes run after the rest of the micro-batch.
+            t.total += slot.chunked_time;
+            t.exposed_comm += slot.chunked_exposed_comm;
+            slot.tokens += slot.chunked_tokens;
+        }
         slot.gemm = t.gemm;
         slot.exposed_comm = t.exposed_comm;
         slot.time = t.total;
@@ -701,6 +759,7 @@ fn time_micro_batch(
     }
     mb.time = best.0;
     mb.slowest_cp_rank = best.1 as u32;
+    report.chunk_recompute += mb.chunk_recompute;
     mb.exposed_comm = ranks[best.1].exposed_comm;
 }
 
@@ -748,6 +807,46 @@ fn subgroup_sizes(cfg: &Config) -> impl Iterator<Item = u32> + '_ {
     CpGroup::sub_sizes(cfg.cp).filter(move |_| cfg.subgroups)
 }
 
+/// The cheapest GPU-seconds of attention and the cheapest time alone of a `len`-token
+/// sequence chunked on any group whose peak fits BucketSize: one GPU, every aligned
+/// sub-group (on its cheapest ring, `sub_rings`), the whole group (`ring`). Infinite when none
+/// fits.
+fn chunked_options(
+    tm: &TimeModel,
+    cfg: &Config,
+    len: u32,
+    ring: Ring,
+    sub_rings: &[Ring; GROUP_LEVELS],
+) -> (f64, f64) {
+    let budget = cfg.budget();
+    let mut best = (f64::INFINITY, f64::INFINITY);
+    let one = Ring {
+        size: 1,
+        crosses_nodes: false,
+    };
+    // Sub-group rings are prepared only with sub-groups on (chunk groups do not need them).
+    let subs = CpGroup::sub_sizes(cfg.cp).map(|g| {
+        let r = sub_rings[CpGroup::level_of(g)];
+        if r.size == g {
+            r
+        } else {
+            cheapest_subgroup_ring(tm, cfg, g)
+        }
+    });
+    let rings = core::iter::once(one)
+        .chain(subs)
+        .chain(core::iter::once(ring).filter(|_| cfg.cp > 1));
+    for r in rings {
+        if budget.chunked(&cfg.chunking, len, r.size) > u64::from(cfg.bucket) {
+            continue;
+        }
+        let t = tm.chunked(len, &cfg.chunking, r);
+        best.0 = best.0.min(f64::from(r.size) * t.attention);
+        best.1 = best.1.min(t.total + tm.fixed());
+    }
+    best
+}
+
 /// [`lower_bound`] with a prepared [`TimeModel`] and unchecked inputs. With
 /// [`Config::subgroups`] every sub-group a sequence may be sharded over counts as an option.
 pub fn lower_bound_with(tm: &TimeModel, cfg: &Config, lengths: &[u32]) -> LowerBound {
@@ -764,7 +863,6 @@ pub fn lower_bound_with(tm: &TimeModel, cfg: &Config, lengths: &[u32]) -> LowerB
     let mut total = 0u64;
     let mut longest = (0.0f64, 0usize);
     for (s, &len) in lengths.iter().enumerate() {
-        total += u64::from(len);
         let fits_whole = len <= bucket;
         let mut sharded_attn = n_cp * tm.attention_shard(len);
         let mut sharded_alone = tm.alone_sharded(len, ring);
@@ -774,6 +872,16 @@ pub fn lower_bound_with(tm: &TimeModel, cfg: &Config, lengths: &[u32]) -> LowerB
                 let sub = sub_rings[CpGroup::level_of(g)];
                 sharded_alone = sharded_alone.min(tm.alone_sharded(len, sub));
             }
+        }
+        if cfg.chunking.can_chunk(len) {
+            // Chunked on any group it fits: its attention over the group's GPUs, and its
+            // passes alone after an empty main pass. It holds at least one chunk's tokens.
+            let (attn, alone) = chunked_options(tm, cfg, len, ring, &sub_rings);
+            sharded_attn = sharded_attn.min(attn);
+            sharded_alone = sharded_alone.min(alone);
+            total += u64::from(cfg.chunking.size);
+        } else {
+            total += u64::from(len);
         }
         let attn = if fits_whole {
             tm.attention_whole(len).min(sharded_attn)
@@ -815,6 +923,7 @@ pub fn lower_bound_with(tm: &TimeModel, cfg: &Config, lengths: &[u32]) -> LowerB
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::chunking::Chunking;
     use crate::config::cost::CostModel;
     use crate::config::options::Policy;
     use crate::config::shape::ModelShape;
@@ -1049,17 +1158,72 @@ mod tests {
             let lb = lower_bound(&setup_of(&base), &lengths).unwrap();
             assert!(lb.value > 0.0 && lb.min_micro_batches >= 1);
             for policy in Policy::ALL {
-                let cfg = base.with_policy(policy);
+                let mut cfg = base.with_policy(policy);
+                if policy == Policy::ChunkFlow {
+                    cfg.chunking = Chunking::new(16_384, 1);
+                }
                 let placements = plan_placements(&cfg, &lengths);
                 let mut b = Bufs::new(lengths.len(), &cfg);
                 let ev =
                     evaluate_placements(&setup_of(&cfg), &lengths, &placements, b.out()).unwrap();
                 assert!(ev.report.within_budget());
-                assert_eq!(ev.report.lower_bound, lb);
+                if !cfg.chunking.is_on() {
+                    assert_eq!(ev.report.lower_bound, lb);
+                }
+                let lb = ev.report.lower_bound;
                 assert!(ev.report.iteration_time >= lb.value, "{policy:?}");
                 assert!(ev.report.gap() >= 1.0);
             }
         }
+    }
+
+    #[test]
+    fn chunked_plans_are_at_least_their_bound_and_a_lone_chunked_sequence_meets_it() {
+        let mut rng = crate::test_support::SplitMix64::new(2024);
+        for _ in 0..200 {
+            let model =
+                [ModelShape::QWEN2_5_0_5B, ModelShape::QWEN2_5_7B][rng.below_mod(2) as usize];
+            let cp = [1, 2, 8, 16][rng.below_mod(4) as usize];
+            let bucket = 2048 + rng.below_mod(16_384) as u32;
+            let mut cfg = Config::new(1 + rng.below_mod(3) as u32, cp, bucket, model)
+                .with_policy(Policy::ChunkFlow);
+            cfg.chunking = Chunking::new(
+                512 + rng.below_mod(u64::from(bucket)) as u32,
+                1 + rng.below_mod(3) as u32,
+            );
+            let n = 1 + rng.below_mod(40) as usize;
+            let longest = u64::from(bucket) * u64::from(cp);
+            let lengths: Vec<u32> = (0..n).map(|_| 1 + rng.below_mod(longest) as u32).collect();
+            let mut owned = OwnedPlan::new(n, &cfg);
+            let Ok(plan) = owned.schedule(&cfg, &lengths) else {
+                continue;
+            };
+            let placements = plan.placements().to_vec();
+            let mut b = Bufs::new(n, &cfg);
+            let ev = evaluate_placements(&setup_of(&cfg), &lengths, &placements, b.out()).unwrap();
+            assert!(ev.report.within_budget(), "{cfg:?} {lengths:?}");
+            assert!(
+                ev.report.iteration_time >= ev.report.lower_bound.value,
+                "{cfg:?} {lengths:?}"
+            );
+            assert_eq!(ev.report.chunked_sequences, plan.summary().chunked);
+        }
+        // One 100K sequence chunked over 8 GPUs of 13K: the evaluator charges exactly its
+        // passes after an empty main pass; the bound is no more.
+        let mut cfg =
+            Config::new(1, 8, 13 * 1024, ModelShape::QWEN2_5_7B).with_policy(Policy::ChunkFlow);
+        cfg.chunking = Chunking::new(8192, 1);
+        let tm = TimeModel::new(&cfg.cost_model(), &cfg);
+        let alone = tm.chunked(100_000, &cfg.chunking, tm.ring(0, 0, 8)).total + tm.fixed();
+        let lb = lower_bound(&setup_of(&cfg), &[100_000]).unwrap();
+        let placements = plan_placements(&cfg, &[100_000]);
+        assert!(placements[0].is_chunked());
+        let mut b = Bufs::new(1, &cfg);
+        let ev = evaluate_placements(&setup_of(&cfg), &[100_000], &placements, b.out()).unwrap();
+        let want = alone + tm.cost.iteration_fixed_s;
+        assert!((ev.report.iteration_time - want).abs() <= 1e-12 * want);
+        assert!(lb.value <= want);
+        assert!(ev.report.chunk_recompute > 0.0);
     }
 
     #[test]

@@ -296,4 +296,3 @@ pub struct PlanParts<'a> {
     /// DACP rollbacks, copied into [`Summary::rollbacks`] (the arrays do not record them).
     pub rollbacks: u32,
 }
-

@@ -92,7 +92,10 @@ fn build_units(cfg: &Config, lengths: &[u32], ws: &mut Scratch<'_>) -> Units {
             continue;
         }
         let share = u64::from(budget.share(len));
-        let fits = |b: u64| (b >> 32) + u64::from(len) <= chunk && (b & 0xFFFF_FFFF) + share <= u64::from(cfg.bucket);
+        let fits = |b: u64| {
+            (b >> 32) + u64::from(len) <= chunk
+                && (b & 0xFFFF_FFFF) + share <= u64::from(cfg.bucket)
+        };
         let from = units.bins.saturating_sub(FIRST_FIT_WINDOW);
         let bin = (from..units.bins)
             .find(|&b| fits(bins_row[b]))
@@ -195,7 +198,8 @@ mod tests {
     use std::vec::Vec;
 
     fn cfg(dp: u32, cp: u32, bucket: u32, chunk: u32, keep: u32) -> Config {
-        let mut c = Config::new(dp, cp, bucket, ModelShape::QWEN2_5_7B).with_policy(Policy::ChunkFlow);
+        let mut c =
+            Config::new(dp, cp, bucket, ModelShape::QWEN2_5_7B).with_policy(Policy::ChunkFlow);
         c.chunking = Chunking::new(chunk, keep);
         c
     }
@@ -203,7 +207,9 @@ mod tests {
     #[test]
     fn long_sequences_run_chunked_alone_and_short_ones_fill_chunk_sized_bins() {
         let c = cfg(2, 8, 13 * 1024, 8192, 1);
-        let lengths = [100_000, 300, 7000, 5000, 20_000, 4000, 3000, 1200, 9000, 800];
+        let lengths = [
+            100_000, 300, 7000, 5000, 20_000, 4000, 3000, 1200, 9000, 800,
+        ];
         let mut b = OwnedPlan::new(lengths.len(), &c);
         let plan = b.schedule(&c, &lengths).unwrap();
         check(&setup_of(&c), &lengths, &plan).unwrap();
@@ -260,9 +266,15 @@ mod tests {
     #[test]
     fn chunkflow_needs_chunking_on() {
         let mut c = cfg(1, 8, 1024, 0, 1);
-        assert!(matches!(c.validate(), Err(Error::InvalidChunking { size: 0, .. })));
+        assert!(matches!(
+            c.validate(),
+            Err(Error::InvalidChunking { size: 0, .. })
+        ));
         c.chunking = Chunking::new(1024, 0);
-        assert!(matches!(c.validate(), Err(Error::InvalidChunking { keep: 0, .. })));
+        assert!(matches!(
+            c.validate(),
+            Err(Error::InvalidChunking { keep: 0, .. })
+        ));
     }
 
     #[test]
@@ -308,12 +320,24 @@ mod tests {
         };
         let good = plan.placements()[0];
         // A group that is not aligned, or larger than CP.
-        let p = Placement { cp_first: 1, cp_size: 2, ..good };
+        let p = Placement {
+            cp_first: 1,
+            cp_size: 2,
+            ..good
+        };
         assert_eq!(bad(p), Err(CheckError::OutOfRange { seq: 0 }));
-        let p = Placement { cp_first: 0, cp_size: 8, ..good };
+        let p = Placement {
+            cp_first: 0,
+            cp_size: 8,
+            ..good
+        };
         assert_eq!(bad(p), Err(CheckError::OutOfRange { seq: 0 }));
         // The recorded loads no longer match a chunked sequence on another group.
-        let p = Placement { cp_first: 0, cp_size: 2, ..good };
+        let p = Placement {
+            cp_first: 0,
+            cp_size: 2,
+            ..good
+        };
         assert!(matches!(bad(p), Err(CheckError::TokenMismatch { .. })));
         // Chunking off, or a sequence of one chunk: not chunkable.
         let mut off = c;

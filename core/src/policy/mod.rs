@@ -92,9 +92,7 @@ fn run<'b>(
             baselines::deepspeed(cfg, lengths, w)
         }),
         Policy::Packed => written(cfg, n, total, out, |w| baselines::packed(cfg, lengths, w)),
-        Policy::ChunkFlow => written(cfg, n, total, out, |w| {
-            chunkflow::run(cfg, lengths, ws, w)
-        }),
+        Policy::ChunkFlow => written(cfg, n, total, out, |w| chunkflow::run(cfg, lengths, ws, w)),
     }
 }
 
