@@ -47,6 +47,14 @@
 #define SKRULL_POLICY_BALANCED 4
 
 /**
+ * Policy: ChunkFlow's scheme: every sequence longer than `chunk_size` runs chunked
+ * (`SKRULL_CHUNKED`) over the whole CP group in a micro-batch of its own; the others are
+ * packed into micro-batches of at most `chunk_size` tokens sharded over the group. Needs
+ * `chunk_size` above 0 (`SKRULL_STATUS_INVALID_CHUNKING` otherwise).
+ */
+#define SKRULL_POLICY_CHUNKFLOW 5
+
+/**
  * DACP rollback victim: the shortest local sequence (the paper's choice; the default, 0).
  */
 #define SKRULL_VICTIM_SHORTEST 0
@@ -145,6 +153,13 @@
  * plan (1 is enough without `skrull_config.subgroups`).
  */
 #define SKRULL_MAX_RINGS 8
+
+/**
+ * `skrull_placement.cp_rank` of a chunked sequence (`skrull_config.chunk_size`): it runs as
+ * consecutive chunks, in order, on every CP rank of its group (`skrull_plan_buffers.cp_groups`:
+ * one GPU, an aligned sub-group or the whole CP group), each chunk sharded over that group.
+ */
+#define SKRULL_CHUNKED -2
 
 /**
  * Coefficients the refit fits (`skrull_refit_report.coefficients`).
@@ -262,9 +277,9 @@ enum skrull_status
      * for its `struct_size` class, see `skrull_config`); a buffer whose declared range
      * (pointer + capacity x element size, the whole capacity) overlaps a buffer it must not
      * overlap, exceeds `PTRDIFF_MAX` bytes or runs past the end of the address space; error
-     * details that overlap another argument; or a nonzero `_reserved` field of
-     * `skrull_config` or of a parameter struct (`skrull_plan_buffers`,
-     * `skrull_layout_buffers`).
+     * details that overlap another argument; or a nonzero `_reserved` field of a parameter
+     * struct (`skrull_plan_buffers`, `skrull_layout_buffers`; `skrull_config`'s former
+     * `_reserved` word is now `chunk_size`).
      */
     SKRULL_STATUS_INVALID_ARG = 4,
     /**
@@ -340,6 +355,21 @@ enum skrull_status
      * (`limit`) and the first DP rank that needs the most (`index`).
      */
     SKRULL_STATUS_MICRO_BATCH_COUNT = 23,
+    /**
+     * The chunking fields are out of range (with `chunk_size` above 0: `chunk_keep` not in
+     * 1..=64 or `chunk_state_permille` above 1000), or the policy is
+     * `SKRULL_POLICY_CHUNKFLOW` with `chunk_size` 0. Details: `field` 1 `chunk_size`, 2
+     * `chunk_keep`, 3 `chunk_state_permille`; `value` that field; `limit` its bound (0 for
+     * `chunk_size`, which must be above it).
+     */
+    SKRULL_STATUS_INVALID_CHUNKING = 24,
+    /**
+     * A sequence run chunked would hold more than `bucket_tokens` on a GPU of its group
+     * (its kept chunks, or one recomputed chunk, plus its share of the K/V state): a smaller
+     * `chunk_size` or `chunk_keep` fits it. Details: `index` the sequence, `value` its
+     * length, `limit` the BucketSize it would need.
+     */
+    SKRULL_STATUS_CHUNK_OVER_BUDGET = 25,
     /**
      * The plan buffers given to a layout function do not hold a valid plan that
      * `skrull_schedule()` made from this configuration and these lengths (wrong counts, a
@@ -545,7 +575,7 @@ typedef struct skrull_cost_model {
 } skrull_cost_model;
 
 /**
- * Everything `skrull_schedule()` needs besides the lengths (version 1: 60 bytes; now 88 on
+ * Everything `skrull_schedule()` needs besides the lengths (version 1: 60 bytes; now 104 on
  * 64-bit targets).
  *
  * Initialise it with `skrull_config_init(&c, sizeof c)` or
@@ -665,10 +695,31 @@ typedef struct skrull_config {
      */
     uint32_t micro_batches;
     /**
-     * Must be 0 (`SKRULL_STATUS_INVALID_ARG` otherwise): explicit padding to a multiple of 8
-     * bytes, kept for a future field.
+     * ChunkSize: the most tokens of one chunk, 0 (chunking off: what the initialisers write)
+     * to 2^32-1. With chunking on, a policy may run a sequence longer than `chunk_size` as
+     * consecutive chunks of `chunk_size` tokens (the last one shorter) on one GPU or an
+     * aligned CP group: its placement's `cp_rank` is `SKRULL_CHUNKED` (-2) and its group is in
+     * `skrull_plan_buffers.cp_groups`, which becomes required. `SKRULL_POLICY_CHUNKFLOW`
+     * needs it on; `balanced` may chunk; the other policies never do. A caller whose
+     * `struct_size` ends before this field (which then held a zero `_reserved`) gets chunking
+     * off. Added after version 1. See `docs/chunking.md`.
      */
-    uint32_t _reserved;
+    uint32_t chunk_size;
+    /**
+     * K: how many chunks of a chunked sequence keep their activations from the forward to the
+     * backward pass (the others are recomputed), 1..=64 with chunking on
+     * (`SKRULL_STATUS_INVALID_CHUNKING` otherwise; not checked with chunking off). The
+     * initialisers write 1, as does a caller whose `struct_size` ends before this field.
+     * Added after version 1.
+     */
+    uint32_t chunk_keep;
+    /**
+     * BucketSize tokens the K/V state of one token of a chunked sequence occupies, in
+     * thousandths, 0..=1000 with chunking on (`SKRULL_STATUS_INVALID_CHUNKING` otherwise).
+     * The initialisers write 64 (1/16 of a token, an upper estimate for the Qwen2.5 models),
+     * as does a caller whose `struct_size` ends before this field. Added after version 1.
+     */
+    uint32_t chunk_state_permille;
 } skrull_config;
 
 /**
@@ -692,7 +743,8 @@ typedef struct skrull_error_info {
      * For `SKRULL_STATUS_INVALID_MODEL`: the shape field, 1 `hidden`, 2 `kv_hidden`, 3 `ffn`,
      * 4 `layers`, 5 `vocab`; for `SKRULL_STATUS_INVALID_COST_MODEL`: the field's position in
      * `skrull_cost_model` after `struct_size` (1 `attention_tile`, 2 `peak_flops`, ...);
-     * for `SKRULL_STATUS_UNSUPPORTED_OPTION`: 1 `flops`; for `SKRULL_STATUS_NO_SUCH_GPU`: the
+     * for `SKRULL_STATUS_UNSUPPORTED_OPTION`: 1 `flops`; for `SKRULL_STATUS_INVALID_CHUNKING`:
+     * 1 `chunk_size`, 2 `chunk_keep`, 3 `chunk_state_permille`; for `SKRULL_STATUS_NO_SUCH_GPU`: the
      * coordinate at fault, 1 `dp_rank >= dp`, 2 `micro_batch >= micro_batches_per_dp[dp_rank]`,
      * 3 `cp_rank >= cp` (the first of these that holds); otherwise 0.
      */
@@ -742,14 +794,18 @@ typedef struct skrull_placement {
     /**
      * `SKRULL_SHARDED` (-1): split over the CP ranks of its group (the whole CP group, or
      * with `skrull_config.subgroups` the sub-group in `skrull_plan_buffers.cp_groups`);
-     * otherwise the CP rank that holds it whole.
+     * `SKRULL_CHUNKED` (-2, only with `skrull_config.chunk_size` above 0): run as chunks on
+     * the group in `cp_groups`; otherwise (0 or more) the CP rank that holds it whole. Test
+     * for the two negative values by name: a negative `cp_rank` is not always "sharded".
      */
     int32_t cp_rank;
     /**
      * Tokens it occupies on each GPU that holds it: its length when local (padded to
      * `pad_multiple` with `pad_local`); its share over its group when sharded
      * (`ceil(len / g)` for a group of `g` ranks, or the padded share with
-     * `SKRULL_SHARD_PADDING_ZIGZAG` or a pad multiple above 1).
+     * `SKRULL_SHARD_PADDING_ZIGZAG` or a pad multiple above 1); when chunked, its peak on
+     * each GPU of its group (the activations of the chunks alive at once plus its share of
+     * the K/V state; see `docs/chunking.md`).
      */
     uint32_t tokens_per_gpu;
 } skrull_placement;
@@ -799,7 +855,8 @@ typedef struct skrull_summary {
      */
     uint32_t micro_batches;
     /**
-     * Sequences sharded over their CP group (the whole group or a sub-group).
+     * Sequences sharded over their CP group (the whole group or a sub-group); chunked
+     * sequences are not counted here (count the `SKRULL_CHUNKED` placements).
      */
     uint32_t sharded;
     /**
@@ -823,7 +880,8 @@ typedef struct skrull_summary {
  * group, and for one sharded over a sub-group (`skrull_config.subgroups`) an aligned block:
  * `size` a power of two, `2 <= size < cp`, dividing `cp`, and `first` a multiple of `size`.
  * Such a sequence is one more ring: a CP attention call over the process group of those
- * ranks.
+ * ranks. A chunked sequence (`SKRULL_CHUNKED`) names one GPU `{r, 1}`, an aligned sub-group
+ * or the whole group `{0, cp}`.
  */
 typedef struct skrull_cp_group {
     /**
@@ -915,9 +973,10 @@ typedef struct skrull_plan_buffers {
     /**
      * Per sequence, in input order, the CP ranks that hold it (capacity: `n`): `{cp_rank,
      * 1}` local, `{0, cp}` sharded over the whole group, else the sub-group it is sharded
-     * over. Written when not NULL; required (NULL: `SKRULL_STATUS_NULL_ARG`, short:
-     * `SKRULL_STATUS_OUTPUT_TOO_SMALL`) when `skrull_config.subgroups` is 1, since `cp_rank`
-     * -1 then no longer says which ranks hold a sequence. The layout functions read it back
+     * over, or the group a chunked sequence runs on. Written when not NULL; required (NULL:
+     * `SKRULL_STATUS_NULL_ARG`, short: `SKRULL_STATUS_OUTPUT_TOO_SMALL`) when
+     * `skrull_config.subgroups` is 1 or `chunk_size` is above 0, since `cp_rank` -1 or -2
+     * then no longer says which ranks hold a sequence. The layout functions read it back
      * when present (it must then hold `n` entries consistent with the placements, else
      * `SKRULL_STATUS_PLAN_INVALID`); absent (NULL, or a `struct_size` that ends before it),
      * every sharded sequence is taken to span the whole group. Added after version 1.
@@ -1752,8 +1811,8 @@ skrull_status skrull_refit_init(const struct skrull_refit_params *params,
  * `cp_groups` (`INVALID_ARG` when misaligned), `times` (`NULL_ARG`, `INVALID_ARG`), any
  * overlap of the state with an input (`INVALID_ARG`), then `MEASUREMENT_MISMATCH` (counts),
  * `REFIT_STEP_TOO_LARGE`, and per sequence in input order `EMPTY_SEQUENCE` /
- * `LENGTH_OUT_OF_RANGE`, `PLAN_INVALID` (a placement or group out of range, details: the
- * sequence) or `MEASUREMENT_MISMATCH` (its micro-batch beyond `n_micro_batches`). The state
+ * `LENGTH_OUT_OF_RANGE`, `PLAN_INVALID` (a placement or group out of range, or a chunked
+ * placement `SKRULL_CHUNKED`, which the refit does not model yet; details: the sequence) or `MEASUREMENT_MISMATCH` (its micro-batch beyond `n_micro_batches`). The state
  * changes only on `SKRULL_STATUS_OK`.
  *
  * # Safety
@@ -1828,7 +1887,7 @@ skrull_status skrull_refit_solve(void *state,
 /**
  * Plans one global batch: every sequence's DP rank, micro-batch and placement (local on one
  * CP rank, or sharded over the CP group, or with `skrull_config.subgroups` over an aligned
- * sub-group of it), the micro-batch table grouped by (DP rank, micro-batch), per-GPU token
+ * sub-group of it, or with `chunk_size` run as chunks on a group), the micro-batch table grouped by (DP rank, micro-batch), per-GPU token
  * loads and a summary.
  *
  * Every rank of a training job may call this with the same configuration and lengths and
@@ -1843,18 +1902,20 @@ skrull_status skrull_refit_solve(void *state,
  * buffer is left exactly as it was (the workspace may have been overwritten). When several
  * problems exist the first in this order is reported (`docs/c_api.md`, "The order of
  * checks"): `config` (NULL, not 4-byte aligned, struct size, not aligned for its size class,
- * reserved field, option integers in field order, the cost model struct, then ranges
+ * option integers in field order, the cost model struct, then ranges
  * `INVALID_DP`, `INVALID_CP`, `INVALID_BUCKET`, `INVALID_PAD_MULTIPLE`, `INVALID_MODEL`,
- * `INVALID_COST_MODEL`, `MICRO_BATCH_LIMIT` for a fixed `micro_batches` above a nonzero
+ * `INVALID_COST_MODEL`, `INVALID_CHUNKING`, `MICRO_BATCH_LIMIT` for a fixed `micro_batches` above a nonzero
  * `max_micro_batches`, `UNSUPPORTED_OPTION`), `out` (NULL, not 4-byte aligned, struct size,
  * misaligned, reserved field), `TOO_MANY_SEQUENCES`, `lengths`, `workspace` (NULL, then
  * `WORKSPACE_TOO_SMALL`), the summary pointer, each output buffer in field order, `cp_groups`
- * last (NULL with a nonzero capacity, or `cp_groups` NULL when `subgroups` is 1; misaligned or
+ * last (NULL with a nonzero capacity, or `cp_groups` NULL when `subgroups` is 1 or
+ * `chunk_size` above 0; misaligned or
  * an impossible declared range, then `OUTPUT_TOO_SMALL`), the workspace's declared range,
  * overlapping declared ranges (outputs, workspace and lengths; see `skrull_plan_buffers`), the
  * error details (misaligned or overlapping another argument), then the batch's own errors
  * (`EMPTY_SEQUENCE`, `LENGTH_OUT_OF_RANGE`, `SEQUENCE_TOO_LONG`: the first offending
- * sequence in input order), `MICRO_BATCH_LIMIT` and `MICRO_BATCH_COUNT`. The error details
+ * sequence in input order), `CHUNK_OVER_BUDGET` (a chunked sequence whose peak exceeds
+ * BucketSize), `MICRO_BATCH_LIMIT` and `MICRO_BATCH_COUNT`. The error details
  * are written only
  * where they overlap no argument (see `skrull_error_info`).
  *

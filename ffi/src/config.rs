@@ -3,7 +3,7 @@
 
 use core::mem::{align_of, size_of};
 
-use skrull_core::{Config, FlopsFormula, ModelShape, Policy, ShardPadding, Victim};
+use skrull_core::{Chunking, Config, FlopsFormula, ModelShape, Policy, ShardPadding, Victim};
 
 use crate::boundary::guard;
 use crate::cost::{read_cost_model, skrull_cost_model};
@@ -22,6 +22,11 @@ pub const SKRULL_POLICY_ROUNDROBIN: u32 = 3;
 /// Policy: cost-aware `balanced` (placement, DP balance and micro-batch grouping chosen on the
 /// cost model's estimated time).
 pub const SKRULL_POLICY_BALANCED: u32 = 4;
+/// Policy: ChunkFlow's scheme: every sequence longer than `chunk_size` runs chunked
+/// (`SKRULL_CHUNKED`) over the whole CP group in a micro-batch of its own; the others are
+/// packed into micro-batches of at most `chunk_size` tokens sharded over the group. Needs
+/// `chunk_size` above 0 (`SKRULL_STATUS_INVALID_CHUNKING` otherwise).
+pub const SKRULL_POLICY_CHUNKFLOW: u32 = 5;
 
 /// DACP rollback victim: the shortest local sequence (the paper's choice; the default, 0).
 pub const SKRULL_VICTIM_SHORTEST: u32 = 0;
@@ -69,7 +74,7 @@ pub struct skrull_model_shape {
 
 const _: () = assert!(size_of::<skrull_model_shape>() == 24);
 
-/// Everything `skrull_schedule()` needs besides the lengths (version 1: 60 bytes; now 88 on
+/// Everything `skrull_schedule()` needs besides the lengths (version 1: 60 bytes; now 104 on
 /// 64-bit targets).
 ///
 /// Initialise it with `skrull_config_init(&c, sizeof c)` or
@@ -155,9 +160,26 @@ pub struct skrull_config {
     /// `SKRULL_STATUS_MICRO_BATCH_LIMIT`. 0 for a caller whose `struct_size` ends before
     /// this field. Added after version 1.
     pub micro_batches: u32,
-    /// Must be 0 (`SKRULL_STATUS_INVALID_ARG` otherwise): explicit padding to a multiple of 8
-    /// bytes, kept for a future field.
-    pub _reserved: u32,
+    /// ChunkSize: the most tokens of one chunk, 0 (chunking off: what the initialisers write)
+    /// to 2^32-1. With chunking on, a policy may run a sequence longer than `chunk_size` as
+    /// consecutive chunks of `chunk_size` tokens (the last one shorter) on one GPU or an
+    /// aligned CP group: its placement's `cp_rank` is `SKRULL_CHUNKED` (-2) and its group is in
+    /// `skrull_plan_buffers.cp_groups`, which becomes required. `SKRULL_POLICY_CHUNKFLOW`
+    /// needs it on; `balanced` may chunk; the other policies never do. A caller whose
+    /// `struct_size` ends before this field (which then held a zero `_reserved`) gets chunking
+    /// off. Added after version 1. See `docs/chunking.md`.
+    pub chunk_size: u32,
+    /// K: how many chunks of a chunked sequence keep their activations from the forward to the
+    /// backward pass (the others are recomputed), 1..=64 with chunking on
+    /// (`SKRULL_STATUS_INVALID_CHUNKING` otherwise; not checked with chunking off). The
+    /// initialisers write 1, as does a caller whose `struct_size` ends before this field.
+    /// Added after version 1.
+    pub chunk_keep: u32,
+    /// BucketSize tokens the K/V state of one token of a chunked sequence occupies, in
+    /// thousandths, 0..=1000 with chunking on (`SKRULL_STATUS_INVALID_CHUNKING` otherwise).
+    /// The initialisers write 64 (1/16 of a token, an upper estimate for the Qwen2.5 models),
+    /// as does a caller whose `struct_size` ends before this field. Added after version 1.
+    pub chunk_state_permille: u32,
 }
 
 // SAFETY: the only pointer, `cost_model`, is read (never written) during a call, and the
@@ -172,7 +194,7 @@ pub const SKRULL_CONFIG_SIZE_V1: u32 = 60;
 
 /// The `struct_size` values below the current size that end on a field boundary: version 1
 /// and each appended field. Any other smaller size would cut a field in two.
-pub(crate) const CONFIG_SIZES: [usize; 9] = [
+pub(crate) const CONFIG_SIZES: [usize; 11] = [
     SKRULL_CONFIG_SIZE_V1 as usize,
     core::mem::offset_of!(skrull_config, pad_local),
     core::mem::offset_of!(skrull_config, lockstep),
@@ -180,7 +202,9 @@ pub(crate) const CONFIG_SIZES: [usize; 9] = [
     core::mem::offset_of!(skrull_config, subgroups),
     core::mem::offset_of!(skrull_config, fill_empty),
     core::mem::offset_of!(skrull_config, micro_batches),
-    core::mem::offset_of!(skrull_config, _reserved),
+    core::mem::offset_of!(skrull_config, chunk_size),
+    core::mem::offset_of!(skrull_config, chunk_keep),
+    core::mem::offset_of!(skrull_config, chunk_state_permille),
     size_of::<skrull_config>(),
 ];
 
@@ -194,7 +218,7 @@ pub(crate) const CONFIG_NARROW_SIZE: usize = core::mem::offset_of!(skrull_config
 pub const SKRULL_MAX_PAD_MULTIPLE: u32 = 65_536;
 
 const _: () = assert!(
-    size_of::<skrull_config>() == SKRULL_CONFIG_SIZE_V1 as usize + 28 + size_of::<usize>(),
+    size_of::<skrull_config>() == SKRULL_CONFIG_SIZE_V1 as usize + 36 + size_of::<usize>(),
     "skrull_config must have no implicit padding"
 );
 
@@ -225,6 +249,7 @@ impl skrull_config {
                 Policy::Packed => SKRULL_POLICY_PACKED,
                 Policy::RoundRobin => SKRULL_POLICY_ROUNDROBIN,
                 Policy::Balanced => SKRULL_POLICY_BALANCED,
+                Policy::ChunkFlow => SKRULL_POLICY_CHUNKFLOW,
                 _ => SKRULL_POLICY_SKRULL,
             },
             victim: match cfg.victim {
@@ -250,7 +275,9 @@ impl skrull_config {
             subgroups: u32::from(cfg.subgroups),
             fill_empty: u32::from(cfg.fill_empty),
             micro_batches: cfg.micro_batches,
-            _reserved: 0,
+            chunk_size: cfg.chunking.size,
+            chunk_keep: cfg.chunking.keep,
+            chunk_state_permille: cfg.chunking.state_permille,
         }
     }
 
@@ -282,12 +309,8 @@ impl skrull_config {
     /// core's `Config::validate` names the first bad number).
     ///
     /// # Errors
-    /// `InvalidArg` for a nonzero `_reserved`, then `InvalidEnum` for an option integer this
-    /// library does not know.
+    /// `InvalidEnum` for an option integer this library does not know.
     pub fn to_core(&self) -> Result<Config, skrull_status> {
-        if self._reserved != 0 {
-            return Err(skrull_status::InvalidArg);
-        }
         let bad = skrull_status::InvalidEnum;
         let policy = match self.policy {
             SKRULL_POLICY_SKRULL => Policy::Skrull,
@@ -295,6 +318,7 @@ impl skrull_config {
             SKRULL_POLICY_PACKED => Policy::Packed,
             SKRULL_POLICY_ROUNDROBIN => Policy::RoundRobin,
             SKRULL_POLICY_BALANCED => Policy::Balanced,
+            SKRULL_POLICY_CHUNKFLOW => Policy::ChunkFlow,
             _ => return Err(bad),
         };
         let victim = match self.victim {
@@ -339,6 +363,11 @@ impl skrull_config {
         cfg.subgroups = flag(self.subgroups)?;
         cfg.fill_empty = flag(self.fill_empty)?;
         cfg.micro_batches = self.micro_batches;
+        cfg.chunking = Chunking {
+            size: self.chunk_size,
+            keep: self.chunk_keep,
+            state_permille: self.chunk_state_permille,
+        };
         Ok(cfg)
     }
 }
@@ -717,7 +746,7 @@ mod tests {
 
     #[test]
     fn every_option_round_trips() {
-        for p in 0..5 {
+        for p in 0..6 {
             for v in 0..2 {
                 for f in 0..2 {
                     for s in 0..2 {
@@ -735,7 +764,7 @@ mod tests {
     #[test]
     fn out_of_range_options_are_invalid_enum() {
         let edits: [fn(&mut skrull_config); 7] = [
-            |c| c.policy = 5,
+            |c| c.policy = 6,
             |c| c.victim = 2,
             |c| c.flops = u32::MAX,
             |c| c.shard_padding = 2,
@@ -748,10 +777,6 @@ mod tests {
             edit(&mut c);
             assert_eq!(c.to_core(), Err(skrull_status::InvalidEnum));
         }
-        // The reserved word is checked before the option integers.
-        let mut c = default_cfg();
-        (c._reserved, c.policy) = (1, 99);
-        assert_eq!(c.to_core(), Err(skrull_status::InvalidArg));
     }
 
     #[test]
@@ -773,7 +798,7 @@ mod tests {
             let cfg = unsafe { read_config(&c) }.map_err(|f| f.status).unwrap();
             assert_eq!(cfg.subgroups, want, "struct_size {size}");
         }
-        // A size that cuts `subgroups` (or `_reserved`) in two is refused.
+        // A size that cuts `subgroups` (or `fill_empty`) in two is refused.
         for size in [off + 2, off + 6] {
             let mut c = default_cfg();
             c.struct_size = size;
@@ -806,6 +831,65 @@ mod tests {
         // SAFETY: as above.
         let r = unsafe { read_config(&c) }.map_err(|f| f.status);
         assert_eq!(r, Err(skrull_status::BadStructSize));
+    }
+
+    #[test]
+    fn chunking_round_trips_and_defaults_off_for_older_callers() {
+        let mut c = default_cfg();
+        assert_eq!(
+            (c.chunk_size, c.chunk_keep, c.chunk_state_permille),
+            (0, 1, 64)
+        );
+        assert_eq!(c.to_core().unwrap().chunking, Chunking::OFF);
+        (c.chunk_size, c.chunk_keep, c.chunk_state_permille) = (4096, 2, 100);
+        c.policy = SKRULL_POLICY_CHUNKFLOW;
+        let core = c.to_core().unwrap();
+        assert_eq!(core.policy, Policy::ChunkFlow);
+        let want = Chunking {
+            state_permille: 100,
+            ..Chunking::new(4096, 2)
+        };
+        assert_eq!(core.chunking, want);
+        assert_eq!(skrull_config::from_core(&core), c);
+        // The previous struct ended with `micro_batches` and a zero `_reserved` (96 bytes on
+        // 64-bit), which is now `chunk_size`: such a caller gets chunking off. One that ends
+        // after `chunk_size` gets the default K and state charge, whatever lies past it.
+        let at = |f: usize| f as u32;
+        let sizes = [
+            (
+                at(core::mem::offset_of!(skrull_config, chunk_size)),
+                Chunking::OFF,
+            ),
+            (
+                at(core::mem::offset_of!(skrull_config, chunk_keep)),
+                Chunking::new(4096, 1),
+            ),
+            (
+                at(core::mem::offset_of!(skrull_config, chunk_state_permille)),
+                Chunking::new(4096, 2),
+            ),
+        ];
+        for (size, want) in sizes {
+            let mut c = default_cfg();
+            (c.struct_size, c.chunk_size, c.chunk_keep) = (size, 4096, 2);
+            c.chunk_state_permille = 100;
+            // SAFETY: a live, aligned skrull_config (larger than `size`).
+            let cfg = unsafe { read_config(&c) }.map_err(|f| f.status).unwrap();
+            assert_eq!(cfg.chunking, want, "struct_size {size}");
+        }
+        // Bad values come from the core's validation.
+        for (size, keep, state) in [(4096, 0, 64), (4096, 65, 64), (4096, 1, 1001), (0, 1, 64)] {
+            let mut c = default_cfg();
+            (c.chunk_size, c.chunk_keep, c.chunk_state_permille) = (size, keep, state);
+            c.policy = SKRULL_POLICY_CHUNKFLOW;
+            // SAFETY: as above.
+            let r = unsafe { read_config(&c) }.map_err(|f| f.status);
+            assert_eq!(
+                r,
+                Err(skrull_status::InvalidChunking),
+                "{size} {keep} {state}"
+            );
+        }
     }
 
     #[test]

@@ -34,7 +34,8 @@ pub struct skrull_error_info {
     /// For `SKRULL_STATUS_INVALID_MODEL`: the shape field, 1 `hidden`, 2 `kv_hidden`, 3 `ffn`,
     /// 4 `layers`, 5 `vocab`; for `SKRULL_STATUS_INVALID_COST_MODEL`: the field's position in
     /// `skrull_cost_model` after `struct_size` (1 `attention_tile`, 2 `peak_flops`, ...);
-    /// for `SKRULL_STATUS_UNSUPPORTED_OPTION`: 1 `flops`; for `SKRULL_STATUS_NO_SUCH_GPU`: the
+    /// for `SKRULL_STATUS_UNSUPPORTED_OPTION`: 1 `flops`; for `SKRULL_STATUS_INVALID_CHUNKING`:
+    /// 1 `chunk_size`, 2 `chunk_keep`, 3 `chunk_state_permille`; for `SKRULL_STATUS_NO_SUCH_GPU`: the
     /// coordinate at fault, 1 `dp_rank >= dp`, 2 `micro_batch >= micro_batches_per_dp[dp_rank]`,
     /// 3 `cp_rank >= cp` (the first of these that holds); otherwise 0.
     pub field: u32,
@@ -122,7 +123,38 @@ impl skrull_error_info {
                 field: 1,
                 ..with(-1, 0, 0)
             },
+            Error::InvalidChunking {
+                size,
+                keep,
+                state_permille,
+            } => Self::of_chunking(base, size, keep, state_permille),
+            Error::ChunkOverBudget { index, len, peak } => with(index as i64, len.into(), peak),
             _ => with(-1, 0, MAX_SEQS as u64),
+        }
+    }
+
+    /// The details of `InvalidChunking`: the first chunking field at fault (1 `chunk_size`,
+    /// which `chunkflow` needs above 0; 2 `chunk_keep`; 3 `chunk_state_permille`), its value
+    /// and its bound.
+    fn of_chunking(
+        base: skrull_error_info,
+        size: u32,
+        keep: u32,
+        state_permille: u32,
+    ) -> skrull_error_info {
+        use skrull_core::config::chunking::{MAX_CHUNK_KEEP, STATE_SCALE};
+        let (field, value, limit) = if size == 0 {
+            (1, size, 0)
+        } else if !(1..=MAX_CHUNK_KEEP).contains(&keep) {
+            (2, keep, MAX_CHUNK_KEEP)
+        } else {
+            (3, state_permille, STATE_SCALE as u32)
+        };
+        skrull_error_info {
+            field,
+            value: value.into(),
+            limit: limit.into(),
+            ..base
         }
     }
 

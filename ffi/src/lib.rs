@@ -60,11 +60,12 @@ pub mod workspace;
 pub use boundary::skrull_panic_selftest;
 pub use config::{
     SKRULL_CONFIG_SIZE_V1, SKRULL_FLOPS_MEGATRON, SKRULL_FLOPS_PAPER, SKRULL_MAX_PAD_MULTIPLE,
-    SKRULL_MAX_STRUCT_SIZE, SKRULL_POLICY_BALANCED, SKRULL_POLICY_DEEPSPEED, SKRULL_POLICY_PACKED,
-    SKRULL_POLICY_ROUNDROBIN, SKRULL_POLICY_SKRULL, SKRULL_PRESET_QWEN2_5_0_5B,
-    SKRULL_PRESET_QWEN2_5_7B, SKRULL_SHARD_PADDING_NONE, SKRULL_SHARD_PADDING_ZIGZAG,
-    SKRULL_VICTIM_LONGEST, SKRULL_VICTIM_SHORTEST, skrull_config, skrull_config_default,
-    skrull_config_init, skrull_config_preset, skrull_config_preset_init, skrull_model_shape,
+    SKRULL_MAX_STRUCT_SIZE, SKRULL_POLICY_BALANCED, SKRULL_POLICY_CHUNKFLOW,
+    SKRULL_POLICY_DEEPSPEED, SKRULL_POLICY_PACKED, SKRULL_POLICY_ROUNDROBIN, SKRULL_POLICY_SKRULL,
+    SKRULL_PRESET_QWEN2_5_0_5B, SKRULL_PRESET_QWEN2_5_7B, SKRULL_SHARD_PADDING_NONE,
+    SKRULL_SHARD_PADDING_ZIGZAG, SKRULL_VICTIM_LONGEST, SKRULL_VICTIM_SHORTEST, skrull_config,
+    skrull_config_default, skrull_config_init, skrull_config_preset, skrull_config_preset_init,
+    skrull_model_shape,
 };
 pub use cost::{
     SKRULL_ATTENTION_POINTS, SKRULL_COST_MODEL_SIZE_V1, SKRULL_GPU_H100, SKRULL_GPU_H200,
@@ -80,8 +81,8 @@ pub use layout::{
 };
 pub use layout_many::skrull_layout_fill_many;
 pub use plan::{
-    SKRULL_SHARDED, skrull_cp_group, skrull_micro_batch, skrull_placement, skrull_plan_buffers,
-    skrull_sizes, skrull_summary,
+    SKRULL_CHUNKED, SKRULL_SHARDED, skrull_cp_group, skrull_micro_batch, skrull_placement,
+    skrull_plan_buffers, skrull_sizes, skrull_summary,
 };
 pub use refit::{
     SKRULL_REFIT_ATTENTION, SKRULL_REFIT_COEFFICIENTS, SKRULL_REFIT_FIXED, SKRULL_REFIT_GEMM,

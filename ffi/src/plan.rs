@@ -7,6 +7,10 @@ use crate::error::skrull_error_info;
 
 /// `skrull_placement.cp_rank` of a sequence sharded over the whole CP group.
 pub const SKRULL_SHARDED: i32 = -1;
+/// `skrull_placement.cp_rank` of a chunked sequence (`skrull_config.chunk_size`): it runs as
+/// consecutive chunks, in order, on every CP rank of its group (`skrull_plan_buffers.cp_groups`:
+/// one GPU, an aligned sub-group or the whole CP group), each chunk sharded over that group.
+pub const SKRULL_CHUNKED: i32 = -2;
 
 /// Where one sequence runs (frozen layout, 16 bytes, no implicit padding).
 #[repr(C)]
@@ -18,12 +22,16 @@ pub struct skrull_placement {
     pub micro_batch: u32,
     /// `SKRULL_SHARDED` (-1): split over the CP ranks of its group (the whole CP group, or
     /// with `skrull_config.subgroups` the sub-group in `skrull_plan_buffers.cp_groups`);
-    /// otherwise the CP rank that holds it whole.
+    /// `SKRULL_CHUNKED` (-2, only with `skrull_config.chunk_size` above 0): run as chunks on
+    /// the group in `cp_groups`; otherwise (0 or more) the CP rank that holds it whole. Test
+    /// for the two negative values by name: a negative `cp_rank` is not always "sharded".
     pub cp_rank: i32,
     /// Tokens it occupies on each GPU that holds it: its length when local (padded to
     /// `pad_multiple` with `pad_local`); its share over its group when sharded
     /// (`ceil(len / g)` for a group of `g` ranks, or the padded share with
-    /// `SKRULL_SHARD_PADDING_ZIGZAG` or a pad multiple above 1).
+    /// `SKRULL_SHARD_PADDING_ZIGZAG` or a pad multiple above 1); when chunked, its peak on
+    /// each GPU of its group (the activations of the chunks alive at once plus its share of
+    /// the K/V state; see `docs/chunking.md`).
     pub tokens_per_gpu: u32,
 }
 
@@ -34,7 +42,8 @@ const _: () = assert!(size_of::<skrull_placement>() == 16);
 /// group, and for one sharded over a sub-group (`skrull_config.subgroups`) an aligned block:
 /// `size` a power of two, `2 <= size < cp`, dividing `cp`, and `first` a multiple of `size`.
 /// Such a sequence is one more ring: a CP attention call over the process group of those
-/// ranks.
+/// ranks. A chunked sequence (`SKRULL_CHUNKED`) names one GPU `{r, 1}`, an aligned sub-group
+/// or the whole group `{0, cp}`.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct skrull_cp_group {
@@ -78,7 +87,8 @@ pub struct skrull_summary {
     pub sequences: u32,
     /// Micro-batches over all DP ranks (entries written to `micro_batches`).
     pub micro_batches: u32,
-    /// Sequences sharded over their CP group (the whole group or a sub-group).
+    /// Sequences sharded over their CP group (the whole group or a sub-group); chunked
+    /// sequences are not counted here (count the `SKRULL_CHUNKED` placements).
     pub sharded: u32,
     /// DACP rollbacks (local sequences turned sharded to free memory).
     pub rollbacks: u32,
@@ -141,9 +151,10 @@ pub struct skrull_plan_buffers {
     pub error: *mut skrull_error_info,
     /// Per sequence, in input order, the CP ranks that hold it (capacity: `n`): `{cp_rank,
     /// 1}` local, `{0, cp}` sharded over the whole group, else the sub-group it is sharded
-    /// over. Written when not NULL; required (NULL: `SKRULL_STATUS_NULL_ARG`, short:
-    /// `SKRULL_STATUS_OUTPUT_TOO_SMALL`) when `skrull_config.subgroups` is 1, since `cp_rank`
-    /// -1 then no longer says which ranks hold a sequence. The layout functions read it back
+    /// over, or the group a chunked sequence runs on. Written when not NULL; required (NULL:
+    /// `SKRULL_STATUS_NULL_ARG`, short: `SKRULL_STATUS_OUTPUT_TOO_SMALL`) when
+    /// `skrull_config.subgroups` is 1 or `chunk_size` is above 0, since `cp_rank` -1 or -2
+    /// then no longer says which ranks hold a sequence. The layout functions read it back
     /// when present (it must then hold `n` entries consistent with the placements, else
     /// `SKRULL_STATUS_PLAN_INVALID`); absent (NULL, or a `struct_size` that ends before it),
     /// every sharded sequence is taken to span the whole group. Added after version 1.

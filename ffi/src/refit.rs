@@ -423,8 +423,8 @@ unsafe fn open<'a>(
 /// `cp_groups` (`INVALID_ARG` when misaligned), `times` (`NULL_ARG`, `INVALID_ARG`), any
 /// overlap of the state with an input (`INVALID_ARG`), then `MEASUREMENT_MISMATCH` (counts),
 /// `REFIT_STEP_TOO_LARGE`, and per sequence in input order `EMPTY_SEQUENCE` /
-/// `LENGTH_OUT_OF_RANGE`, `PLAN_INVALID` (a placement or group out of range, details: the
-/// sequence) or `MEASUREMENT_MISMATCH` (its micro-batch beyond `n_micro_batches`). The state
+/// `LENGTH_OUT_OF_RANGE`, `PLAN_INVALID` (a placement or group out of range, or a chunked
+/// placement `SKRULL_CHUNKED`, which the refit does not model yet; details: the sequence) or `MEASUREMENT_MISMATCH` (its micro-batch beyond `n_micro_batches`). The state
 /// changes only on `SKRULL_STATUS_OK`.
 ///
 /// # Safety
@@ -535,6 +535,8 @@ unsafe fn observe(
     let cfg = *s.config();
     let at = |i: usize| {
         let c = placed.get(i)?;
+        // Below -1: a chunked placement (the refit's features do not model chunks yet) or
+        // garbage; either is refused, never read as local or sharded.
         if c.cp_rank < SHARDED {
             return None;
         }

@@ -3,7 +3,7 @@
 
 use core::ffi::c_void;
 
-use skrull_core::plan::SHARDED;
+use skrull_core::plan::{CHUNKED, SHARDED};
 use skrull_core::{Config, Plan, PlanBuffers, Setup, Workspace};
 
 use crate::boundary::{Span, any_overlap, check_out, declared, guard, lengths};
@@ -18,7 +18,7 @@ use crate::workspace::{Carver, Layout};
 
 /// Plans one global batch: every sequence's DP rank, micro-batch and placement (local on one
 /// CP rank, or sharded over the CP group, or with `skrull_config.subgroups` over an aligned
-/// sub-group of it), the micro-batch table grouped by (DP rank, micro-batch), per-GPU token
+/// sub-group of it, or with `chunk_size` run as chunks on a group), the micro-batch table grouped by (DP rank, micro-batch), per-GPU token
 /// loads and a summary.
 ///
 /// Every rank of a training job may call this with the same configuration and lengths and
@@ -33,18 +33,20 @@ use crate::workspace::{Carver, Layout};
 /// buffer is left exactly as it was (the workspace may have been overwritten). When several
 /// problems exist the first in this order is reported (`docs/c_api.md`, "The order of
 /// checks"): `config` (NULL, not 4-byte aligned, struct size, not aligned for its size class,
-/// reserved field, option integers in field order, the cost model struct, then ranges
+/// option integers in field order, the cost model struct, then ranges
 /// `INVALID_DP`, `INVALID_CP`, `INVALID_BUCKET`, `INVALID_PAD_MULTIPLE`, `INVALID_MODEL`,
-/// `INVALID_COST_MODEL`, `MICRO_BATCH_LIMIT` for a fixed `micro_batches` above a nonzero
+/// `INVALID_COST_MODEL`, `INVALID_CHUNKING`, `MICRO_BATCH_LIMIT` for a fixed `micro_batches` above a nonzero
 /// `max_micro_batches`, `UNSUPPORTED_OPTION`), `out` (NULL, not 4-byte aligned, struct size,
 /// misaligned, reserved field), `TOO_MANY_SEQUENCES`, `lengths`, `workspace` (NULL, then
 /// `WORKSPACE_TOO_SMALL`), the summary pointer, each output buffer in field order, `cp_groups`
-/// last (NULL with a nonzero capacity, or `cp_groups` NULL when `subgroups` is 1; misaligned or
+/// last (NULL with a nonzero capacity, or `cp_groups` NULL when `subgroups` is 1 or
+/// `chunk_size` above 0; misaligned or
 /// an impossible declared range, then `OUTPUT_TOO_SMALL`), the workspace's declared range,
 /// overlapping declared ranges (outputs, workspace and lengths; see `skrull_plan_buffers`), the
 /// error details (misaligned or overlapping another argument), then the batch's own errors
 /// (`EMPTY_SEQUENCE`, `LENGTH_OUT_OF_RANGE`, `SEQUENCE_TOO_LONG`: the first offending
-/// sequence in input order), `MICRO_BATCH_LIMIT` and `MICRO_BATCH_COUNT`. The error details
+/// sequence in input order), `CHUNK_OVER_BUDGET` (a chunked sequence whose peak exceeds
+/// BucketSize), `MICRO_BATCH_LIMIT` and `MICRO_BATCH_COUNT`. The error details
 /// are written only
 /// where they overlap no argument (see `skrull_error_info`).
 ///
@@ -152,10 +154,10 @@ pub(crate) unsafe fn schedule_with(
         check_out(bufs.members, bufs.members_len, n)?,
         check_out(bufs.rank_tokens, bufs.rank_tokens_len, n * cp)?,
         check_out(bufs.micro_batches_per_dp, bufs.micro_batches_per_dp_len, dp)?,
-        // With sub-groups the groups are required (`cp_rank` -1 alone no longer says which
-        // ranks hold a sequence), checked in field order like every other buffer; without,
-        // they are written when given.
-        if cfg.subgroups && bufs.cp_groups.is_null() {
+        // With sub-groups or chunking the groups are required (`cp_rank` -1 or -2 alone no
+        // longer says which ranks hold a sequence), checked in field order like every other
+        // buffer; without, they are written when given.
+        if (cfg.subgroups || cfg.chunking.is_on()) && bufs.cp_groups.is_null() {
             return Err(skrull_status::NullArg.into());
         } else {
             check_out(bufs.cp_groups, bufs.cp_groups_len, groups_needed)?
@@ -210,6 +212,10 @@ unsafe fn copy_out(cfg: &Config, lengths: &[u32], plan: &Plan<'_>, bufs: &skrull
             let group = p.group(cfg.cp);
             let tokens_per_gpu = if p.cp_rank == SHARDED {
                 budget.for_group(group.size).share(len)
+            } else if p.cp_rank == CHUNKED {
+                // At most BucketSize (the plan is checked), so it fits 32 bits.
+                let peak = budget.chunked(&cfg.chunking, len, group.size);
+                u32::try_from(peak).unwrap_or(u32::MAX)
             } else {
                 budget.local(len)
             };

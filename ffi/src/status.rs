@@ -37,9 +37,9 @@ pub enum skrull_status {
     /// for its `struct_size` class, see `skrull_config`); a buffer whose declared range
     /// (pointer + capacity x element size, the whole capacity) overlaps a buffer it must not
     /// overlap, exceeds `PTRDIFF_MAX` bytes or runs past the end of the address space; error
-    /// details that overlap another argument; or a nonzero `_reserved` field of
-    /// `skrull_config` or of a parameter struct (`skrull_plan_buffers`,
-    /// `skrull_layout_buffers`).
+    /// details that overlap another argument; or a nonzero `_reserved` field of a parameter
+    /// struct (`skrull_plan_buffers`, `skrull_layout_buffers`; `skrull_config`'s former
+    /// `_reserved` word is now `chunk_size`).
     InvalidArg = 4,
     /// The workspace is smaller than `skrull_workspace_size()` bytes.
     WorkspaceTooSmall = 5,
@@ -82,6 +82,17 @@ pub enum skrull_status {
     /// The error details give the smallest count that fits (`value`), the fixed count
     /// (`limit`) and the first DP rank that needs the most (`index`).
     MicroBatchCount = 23,
+    /// The chunking fields are out of range (with `chunk_size` above 0: `chunk_keep` not in
+    /// 1..=64 or `chunk_state_permille` above 1000), or the policy is
+    /// `SKRULL_POLICY_CHUNKFLOW` with `chunk_size` 0. Details: `field` 1 `chunk_size`, 2
+    /// `chunk_keep`, 3 `chunk_state_permille`; `value` that field; `limit` its bound (0 for
+    /// `chunk_size`, which must be above it).
+    InvalidChunking = 24,
+    /// A sequence run chunked would hold more than `bucket_tokens` on a GPU of its group
+    /// (its kept chunks, or one recomputed chunk, plus its share of the K/V state): a smaller
+    /// `chunk_size` or `chunk_keep` fits it. Details: `index` the sequence, `value` its
+    /// length, `limit` the BucketSize it would need.
+    ChunkOverBudget = 25,
     /// The plan buffers given to a layout function do not hold a valid plan that
     /// `skrull_schedule()` made from this configuration and these lengths (wrong counts, a
     /// capacity below what `summary` says, corrupted entries including a nonzero
@@ -118,7 +129,7 @@ pub enum skrull_status {
 }
 
 /// Every status, in numeric order (private: an array constant would leak into the header).
-const ALL: [skrull_status; 30] = [
+const ALL: [skrull_status; 32] = [
     skrull_status::Ok,
     skrull_status::NullArg,
     skrull_status::BadStructSize,
@@ -140,6 +151,8 @@ const ALL: [skrull_status; 30] = [
     skrull_status::InvalidCostModel,
     skrull_status::UnsupportedOption,
     skrull_status::MicroBatchCount,
+    skrull_status::InvalidChunking,
+    skrull_status::ChunkOverBudget,
     skrull_status::PlanInvalid,
     skrull_status::NoSuchGpu,
     skrull_status::LayoutOverflow,
@@ -204,6 +217,12 @@ impl skrull_status {
             skrull_status::MicroBatchCount => {
                 c"a DP rank needs more micro-batches than the fixed count micro_batches (details: the smallest count that fits)"
             }
+            skrull_status::InvalidChunking => {
+                c"chunking is out of range (chunk_keep 1..=64, chunk_state_permille <= 1000) or chunkflow has chunk_size 0"
+            }
+            skrull_status::ChunkOverBudget => {
+                c"a chunked sequence holds more than bucket_tokens on a GPU (use a smaller chunk_size or chunk_keep)"
+            }
             skrull_status::PlanInvalid => {
                 c"the plan buffers do not hold a valid plan of this configuration and batch (wrong counts or corrupted entries)"
             }
@@ -253,6 +272,8 @@ impl From<Error> for skrull_status {
             Error::InvalidCost { .. } => skrull_status::InvalidCostModel,
             Error::Unsupported { .. } => skrull_status::UnsupportedOption,
             Error::MicroBatchCount { .. } => skrull_status::MicroBatchCount,
+            Error::InvalidChunking { .. } => skrull_status::InvalidChunking,
+            Error::ChunkOverBudget { .. } => skrull_status::ChunkOverBudget,
             // `Error` is non-exhaustive: a variant added to the core without a status here
             // still maps to a defined code.
             _ => skrull_status::Internal,
@@ -302,7 +323,7 @@ mod tests {
 
     #[test]
     fn numbers_are_stable() {
-        let expect: [(skrull_status, u32); 30] = [
+        let expect: [(skrull_status, u32); 32] = [
             (skrull_status::Ok, 0),
             (skrull_status::NullArg, 1),
             (skrull_status::BadStructSize, 2),
@@ -324,6 +345,8 @@ mod tests {
             (skrull_status::InvalidCostModel, 21),
             (skrull_status::UnsupportedOption, 22),
             (skrull_status::MicroBatchCount, 23),
+            (skrull_status::InvalidChunking, 24),
+            (skrull_status::ChunkOverBudget, 25),
             (skrull_status::PlanInvalid, 30),
             (skrull_status::NoSuchGpu, 31),
             (skrull_status::LayoutOverflow, 32),
@@ -407,6 +430,22 @@ mod tests {
             (
                 Error::InvalidPadMultiple { pad_multiple: 0 },
                 skrull_status::InvalidPadMultiple,
+            ),
+            (
+                Error::InvalidChunking {
+                    size: 0,
+                    keep: 1,
+                    state_permille: 64,
+                },
+                skrull_status::InvalidChunking,
+            ),
+            (
+                Error::ChunkOverBudget {
+                    index: 0,
+                    len: 9,
+                    peak: 9,
+                },
+                skrull_status::ChunkOverBudget,
             ),
         ];
         for (e, s) in cases {

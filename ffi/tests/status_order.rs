@@ -254,7 +254,7 @@ macro_rules! p {
 /// Every problem, in the documented order.
 fn problems() -> Vec<Problem> {
     vec![
-        // 1. The configuration: pointer, struct size, size-class alignment, reserved word,
+        // 1. The configuration: pointer, struct size, size-class alignment,
         //    option integers, the cost model struct, then the ranges.
         p!("config NULL", NullArg, "cfg_ptr", |c| c.cfg_ptr = Ptr::Null),
         p!("config not 4-aligned", InvalidArg, "cfg_ptr", |c| c
@@ -270,7 +270,6 @@ fn problems() -> Vec<Problem> {
             "cfg_ptr",
             |c| c.cfg_ptr = Ptr::Four
         ),
-        p!("config _reserved", InvalidArg, "-", |c| c.cfg._reserved = 1),
         p!("policy 99", InvalidEnum, "policy", |c| c.cfg.policy = 99),
         p!("swiglu 2", InvalidEnum, "-", |c| c.cfg.model.swiglu = 2),
         p!("subgroups 2", InvalidEnum, "subgroups", |c| c
@@ -307,6 +306,9 @@ fn problems() -> Vec<Problem> {
         p!("hidden 0", InvalidModel, "-", |c| c.cfg.model.hidden = 0),
         p!("gemm_efficiency 2", InvalidCostModel, "-", |c| {
             c.cost.get_or_insert_with(cost).gemm_efficiency = 2.0;
+        }),
+        p!("chunk_keep 0", InvalidChunking, "-", |c| {
+            (c.cfg.chunk_size, c.cfg.chunk_keep) = (64, 0);
         }),
         p!(
             "fixed count 3 above a limit of 2",
@@ -366,6 +368,10 @@ fn problems() -> Vec<Problem> {
             true),
         p!("cp_groups NULL with subgroups", NullArg, "subgroups", |c| {
             c.cfg.subgroups = 1;
+            c.null[GROUPS] = true;
+        }),
+        p!("cp_groups NULL with chunking", NullArg, "subgroups", |c| {
+            c.cfg.chunk_size = 64;
             c.null[GROUPS] = true;
         }),
         p!("cp_groups short", OutputTooSmall, "-", |c| c.short
@@ -693,7 +699,6 @@ macro_rules! f {
 fn fill_problems() -> Vec<FillProblem> {
     vec![
         f!("config NULL", NullArg, "-", |f| f.cfg_null = true),
-        f!("config _reserved", InvalidArg, "-", |f| f.cfg._reserved = 1),
         f!("policy 99", InvalidEnum, "-", |f| f.cfg.policy = 99),
         f!("dp 0", InvalidDp, "-", |f| f.cfg.dp = 0),
         f!("plan NULL", NullArg, "-", |f| f.plan_null = true),
