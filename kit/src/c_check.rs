@@ -9,6 +9,8 @@ use std::collections::BTreeMap;
 use skrull::{skrull_cp_group, skrull_micro_batch, skrull_placement, skrull_summary};
 use skrull_core::{Config, MicroBatch, Placement, ShardPadding};
 
+use crate::check::{chunk_group_ok, chunked_peak};
+
 /// The output buffers of one successful `skrull_schedule()` call, each at least as long as
 /// `skrull_plan_sizes()` says.
 pub struct CPlan<'a> {
@@ -67,9 +69,10 @@ pub fn shard_group_ok(cp: u32, subgroups: bool, first: u32, size: u32) -> bool {
 /// Checks a C plan from scratch: every sequence placed exactly once, DP and CP ranks in
 /// range, micro-batch indices dense per DP rank, every group (when `cp_groups` was given; it
 /// must be with sub-groups on) `{cp_rank, 1}` for a local sequence and the whole group or an
-/// allowed aligned sub-group for a sharded one, no GPU above BucketSize, `tokens_per_gpu`
-/// equal to the local charge (local) or the share over its group (sharded, recounted with
-/// [`share_over`]), the micro-batch table sorted by
+/// allowed aligned sub-group for a sharded one, a chunked one (`SKRULL_CHUNKED`) only with
+/// chunking on, longer than one chunk, on a valid chunk group, no GPU above BucketSize,
+/// `tokens_per_gpu` equal to the local charge (local), the share over its group (sharded,
+/// recounted with [`share_over`]) or the chunked peak ([`chunked_peak`]), the micro-batch table sorted by
 /// (DP rank, index) and listing every sequence once under its own micro-batch, recorded loads
 /// equal to the recount, the summary equal to the recount and the micro-batch limit held.
 /// Returns a description of the first problem.
@@ -152,8 +155,8 @@ pub fn check_c_plan(cfg: &Config, lengths: &[u32], p: &CPlan<'_>) -> Result<(), 
         return Err("micro-batch limit exceeded".into());
     }
     // Recount from the placements (and their groups) alone.
-    if cfg.subgroups && p.cp_groups.is_none() {
-        return Err("no cp_groups buffer with sub-groups on".into());
+    if (cfg.subgroups || cfg.chunking.size != 0) && p.cp_groups.is_none() {
+        return Err("no cp_groups buffer with sub-groups or chunking on".into());
     }
     if p.cp_groups.is_some_and(|g| g.len() < n) {
         return Err("cp_groups shorter than the plan".into());
@@ -190,6 +193,12 @@ pub fn check_c_plan(cfg: &Config, lengths: &[u32], p: &CPlan<'_>) -> Result<(), 
             }
             for r in first..first + size {
                 *load.entry((pl.dp_rank, pl.micro_batch, r)).or_default() += u64::from(share);
+            }
+        } else if pl.cp_rank == -2 {
+            let peak = check_chunked(cfg, i, len, pl, group)?;
+            let (first, size) = group.unwrap_or((0, cp as u32));
+            for r in first..first + size {
+                *load.entry((pl.dp_rank, pl.micro_batch, r)).or_default() += peak;
             }
         } else if pl.cp_rank >= 0 && (pl.cp_rank as usize) < cp {
             if group.is_some_and(|g| g != (pl.cp_rank as u32, 1)) {
@@ -283,9 +292,45 @@ pub fn check_c_plan(cfg: &Config, lengths: &[u32], p: &CPlan<'_>) -> Result<(), 
     Ok(())
 }
 
+/// Checks chunked placement `i` (`SKRULL_CHUNKED`) of a `len`-token sequence in `group`:
+/// chunking on, longer than one chunk, a valid chunk group, `tokens_per_gpu` its peak
+/// ([`chunked_peak`], at most `u32::MAX`). Returns that peak.
+fn check_chunked(
+    cfg: &Config,
+    i: usize,
+    len: u32,
+    pl: &skrull_placement,
+    group: Option<(u32, u32)>,
+) -> Result<u64, String> {
+    let Some((first, size)) = group else {
+        return Err(format!("seq {i}: chunked without a cp_groups entry"));
+    };
+    if cfg.chunking.size == 0 || len <= cfg.chunking.size {
+        return Err(format!(
+            "seq {i}: chunked ({len} tokens) with chunk size {}",
+            cfg.chunking.size
+        ));
+    }
+    if !chunk_group_ok(cfg.cp, first, size) {
+        return Err(format!(
+            "seq {i}: chunked on CP ranks {first}+{size} of {}",
+            cfg.cp
+        ));
+    }
+    let peak = chunked_peak(cfg, len, size);
+    if u64::from(pl.tokens_per_gpu) != peak {
+        return Err(format!(
+            "seq {i}: tokens_per_gpu {} != chunked peak {peak} over {size} ranks",
+            pl.tokens_per_gpu
+        ));
+    }
+    Ok(peak)
+}
+
 /// A C placement in the Rust API's type (`tokens_per_gpu` dropped), with its group from
 /// `cp_groups` when given: a sub-group sets `cp_first` and `cp_size`, the whole group (of `cp`
-/// ranks) and a local sequence leave them 0, as the Rust API writes them.
+/// ranks) and a local sequence leave them 0, as the Rust API writes them; a chunked sequence
+/// always names its group.
 pub fn core_placement(p: &skrull_placement, group: Option<skrull_cp_group>, cp: u32) -> Placement {
     let mut out = Placement {
         dp_rank: p.dp_rank,
@@ -294,8 +339,7 @@ pub fn core_placement(p: &skrull_placement, group: Option<skrull_cp_group>, cp: 
         ..Placement::default()
     };
     if let Some(g) = group
-        && p.cp_rank == -1
-        && g.size != cp
+        && ((p.cp_rank == -1 && g.size != cp) || p.cp_rank == -2)
     {
         out.cp_first = u16::try_from(g.first).unwrap_or(u16::MAX);
         out.cp_size = u16::try_from(g.size).unwrap_or(u16::MAX);
@@ -308,6 +352,8 @@ pub fn core_placement(p: &skrull_placement, group: Option<skrull_cp_group>, cp: 
 pub fn c_group(p: &Placement, cp: u32) -> skrull_cp_group {
     let (first, size) = if p.cp_rank >= 0 {
         (p.cp_rank as u32, 1)
+    } else if p.cp_rank == -2 {
+        (u32::from(p.cp_first), u32::from(p.cp_size))
     } else if p.cp_size == 0 || u32::from(p.cp_size) == cp {
         (0, cp)
     } else {
@@ -357,6 +403,8 @@ pub fn check_rust_plan(
             cp_rank: p.cp_rank,
             tokens_per_gpu: if p.cp_rank == -1 {
                 share_over(cfg, len, g.size)
+            } else if p.cp_rank == -2 {
+                u32::try_from(chunked_peak(cfg, len, g.size)).unwrap_or(u32::MAX)
             } else {
                 cfg.local_tokens(len)
             },

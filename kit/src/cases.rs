@@ -2,7 +2,7 @@
 //! that always pass validation), the policies to run them under and the case count.
 
 use quickcheck::{Arbitrary, Gen};
-use skrull_core::{Config, ModelShape, Policy, Victim};
+use skrull_core::{Chunking, Config, ModelShape, Policy, Victim};
 
 /// A random configuration and batch that always passes validation.
 #[derive(Debug, Clone)]
@@ -115,13 +115,33 @@ impl Arbitrary for Case {
 }
 
 /// `cfg` under `policy`, with the options that policy refuses reset to their defaults
-/// (`balanced` plans on time and takes no FLOPs formula).
+/// (`balanced` plans on time and takes no FLOPs formula) and those it needs set (`chunkflow`
+/// needs chunking on: [`chunking_for`] unless `cfg` has it on).
 pub fn with_policy(cfg: &Config, policy: Policy) -> Config {
     let mut c = cfg.with_policy(policy);
     if policy == Policy::Balanced {
         c.flops = skrull_core::FlopsFormula::default();
     }
+    if policy == Policy::ChunkFlow && !c.chunking.is_on() {
+        c.chunking = chunking_for(&c);
+    }
     c
+}
+
+/// Chunking under which every batch `cfg` accepts runs chunked without exceeding BucketSize:
+/// chunks of half the longest sequence that fits sharded (at least 1 token), K = 1, and the
+/// default K/V state charge unless the longest such sequence would then be over budget on
+/// the whole group (tiny buckets), where the state is not charged. With K = 1 the peak is one
+/// full chunk's share plus the state, which grows with the length, so the longest sequence is
+/// the one to test.
+pub fn chunking_for(cfg: &Config) -> Chunking {
+    let max_len = cfg.budget().max_sharded_len();
+    let mut c = *cfg;
+    c.chunking = Chunking::new((max_len / 2).max(1), 1);
+    if crate::check::chunked_peak(&c, max_len, cfg.cp) > u64::from(cfg.bucket) {
+        c.chunking.state_permille = 0;
+    }
+    c.chunking
 }
 
 /// Every policy of the core.

@@ -23,8 +23,52 @@ fn share_over(cfg: &Config, len: u32, g: u32) -> u64 {
     (u64::from(len).div_ceil(unit) * unit).div_ceil(g)
 }
 
-/// Checks a plan from scratch: every sequence exactly once, ranks in range, micro-batch
-/// indices dense per DP rank, every GPU at most BucketSize, every micro-batch at most C x N,
+/// The most tokens a sequence of `len` tokens run chunked holds on each GPU of a group of `g`
+/// ranks, written out from the rule in `docs/chunking.md` (not the library's `Chunking::peak`):
+/// `n = ceil(len / S)` chunks of `S` tokens (the last shorter), `k = clamp(K, 1, n)` kept;
+/// alive at once the last `k` chunks (or, when `n > k`, one full recomputed chunk if that is
+/// more), each charged what it costs one GPU of the group (its local charge on one GPU, else
+/// its share over `g`), plus `ceil(ceil(len * state / 1000) / g)` of K/V state.
+pub fn chunked_peak(cfg: &Config, len: u32, g: u32) -> u64 {
+    let ch = &cfg.chunking;
+    let size = u64::from(ch.size.max(1));
+    let len64 = u64::from(len);
+    let cost = |t: u64| {
+        let t = t as u32;
+        if g <= 1 {
+            u64::from(cfg.local_tokens(t))
+        } else {
+            share_over(cfg, t, g)
+        }
+    };
+    let n = len64.div_ceil(size);
+    let k = u64::from(ch.keep).clamp(1, n.max(1));
+    let chunk = |i: u64| size.min(len64.saturating_sub(i * size));
+    let kept: u64 = (n.saturating_sub(k)..n).map(|i| cost(chunk(i))).sum();
+    let live = if n > k { kept.max(cost(size)) } else { kept };
+    let state = (len64 * u64::from(ch.state_permille)).div_ceil(1000);
+    live + state.div_ceil(u64::from(g.max(1)))
+}
+
+/// Whether a chunked sequence may run on `(first, size)` in a CP group of `cp` ranks: one GPU,
+/// the whole group, or an aligned power-of-two block that divides `cp` (whatever `subgroups`
+/// says). Written out independently of the core's `CpGroup`.
+pub fn chunk_group_ok(cp: u32, first: u32, size: u32) -> bool {
+    if size == 1 {
+        return first < cp;
+    }
+    (size == cp && first == 0)
+        || (size >= 2
+            && size < cp
+            && size.is_power_of_two()
+            && cp.is_multiple_of(size)
+            && first.is_multiple_of(size)
+            && first + size <= cp)
+}
+
+/// Checks a plan from scratch: every sequence exactly once, ranks in range (a chunked
+/// sequence: chunking on, longer than one chunk, a valid group charged [`chunked_peak`] on
+/// each GPU), micro-batch indices dense per DP rank, every GPU at most BucketSize, every micro-batch at most C x N,
 /// the recorded token loads equal to the recount. Returns a description of the first problem.
 pub fn independent_check(cfg: &Config, lengths: &[u32], plan: &Plan<'_>) -> Result<(), String> {
     let n = lengths.len();
@@ -65,6 +109,23 @@ pub fn independent_check(cfg: &Config, lengths: &[u32], plan: &Plan<'_>) -> Resu
             let share = share_over(cfg, lengths[i], size);
             for r in first..first + size {
                 *gpu.entry((p.dp_rank, p.micro_batch, r)).or_default() += share;
+            }
+        } else if p.cp_rank == -2 {
+            // Chunked: chunking on, longer than one chunk, on a valid group it charges its
+            // peak on every GPU.
+            let (first, size) = (u32::from(p.cp_first), u32::from(p.cp_size));
+            if cfg.chunking.size == 0 || lengths[i] <= cfg.chunking.size {
+                return Err(format!(
+                    "seq {i}: chunked ({} tokens) with chunk size {}",
+                    lengths[i], cfg.chunking.size
+                ));
+            }
+            if !chunk_group_ok(cp, first, size) {
+                return Err(format!("seq {i}: bad chunk group {first}+{size} of {cp}"));
+            }
+            let peak = chunked_peak(cfg, lengths[i], size);
+            for r in first..first + size {
+                *gpu.entry((p.dp_rank, p.micro_batch, r)).or_default() += peak;
             }
         } else if p.cp_first != 0 || p.cp_size != 0 {
             return Err(format!("seq {i}: a local sequence names a CP group"));
