@@ -7,7 +7,7 @@
 use std::hint::black_box;
 
 use skrull_benches::{chatqa2, config, lmsys};
-use skrull_core::{Config, Policy, policy::dacp};
+use skrull_core::{Chunking, Config, Policy, policy::dacp};
 use skrull_kit::OwnedBuffers;
 
 const PATTERN: u64 = 0x5AFE_C0DE_D00D_F00D;
@@ -77,12 +77,20 @@ fn schedule_case(name: &str, cfg: Config, lengths: Vec<u32>) {
 
 fn main() {
     for p in Policy::ALL {
-        schedule_case(
-            &format!("{} 256 LMsys DP4 CP8", p.name()),
-            config(4, p),
-            lmsys(256),
-        );
+        let mut cfg = config(4, p);
+        if p == Policy::ChunkFlow {
+            cfg.chunking = Chunking::new(8192, 1);
+        }
+        schedule_case(&format!("{} 256 LMsys DP4 CP8", p.name()), cfg, lmsys(256));
     }
+    // Chunking on: balanced's chunk pass keeps per-CP-rank loads on the stack.
+    let mut chunked = config(4, Policy::Balanced);
+    chunked.chunking = Chunking::new(8192, 1);
+    schedule_case(
+        "balanced 256 ChatQA2 DP4 CP8 chunking",
+        chunked,
+        chatqa2(256),
+    );
     schedule_case(
         "skrull 256 ChatQA2 DP4 CP8",
         config(4, Policy::Skrull),

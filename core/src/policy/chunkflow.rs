@@ -288,6 +288,11 @@ mod tests {
             let keep = 1 + rng.below_mod(3) as u32;
             let mut c = cfg(dp, cp, bucket, chunk, keep);
             c.lockstep = rng.below_mod(2) == 0;
+            // The fill pass moves chunked sequences with the local ones.
+            c.fill_empty = rng.below_mod(2) == 0;
+            if rng.below_mod(4) == 0 {
+                c.micro_batches = 1 + rng.below_mod(30) as u32;
+            }
             let n = 1 + rng.below_mod(60) as usize;
             let longest = u64::from(bucket) * u64::from(cp);
             let lengths: Vec<u32> = (0..n).map(|_| 1 + rng.below_mod(longest) as u32).collect();
@@ -298,6 +303,7 @@ mod tests {
                     assert_eq!(lengths[index], len);
                     assert!(peak > u64::from(bucket));
                 }
+                Err(Error::MicroBatchCount { count, needed, .. }) => assert!(needed > count),
                 Err(e) => panic!("{e}"),
             }
         }

@@ -27,6 +27,11 @@
 //!    one sequence skips the machine: its outcome is fixed (whole on rank 0 if it fits, else
 //!    sharded) and is timed in closed form ([`IntModel::slowest`](crate::model::fixed::IntModel::slowest)).
 //!
+//! 4. **Chunking** (only with [`Config::chunking`](crate::Config::chunking) on): each
+//!    micro-batch then tries its longest sharded sequences chunked on every aligned group and
+//!    keeps a change only when its estimated time drops and every GPU stays within BucketSize
+//!    (`chunks`). With chunking off nothing of this runs and the plans are those of before.
+//!
 //! Every step has a fixed candidate count, so the policy runs in `O(n log n + n·N)` per
 //! candidate, with no allocation: the caller's workspace holds the per-sequence costs and
 //! decisions ([`WorkspaceSizes::for_batch`](crate::WorkspaceSizes::for_batch) sizes them for
@@ -35,6 +40,8 @@
 //!
 //! # Modules
 //!
+//! - `chunks`: with chunking on, the pass that runs a micro-batch's longest sharded
+//!   sequences chunked where that lowers its estimated time;
 //! - `costs`: the per-sequence cost rows and the bounds' sums;
 //! - `ledger`: the estimated time per CP rank (`TimeLedger`, the state machine's rule),
 //!   sub-group rings included;
@@ -43,6 +50,7 @@
 //! - `search`: the candidate groupings of one DP rank and the search over them;
 //! - `write`: the plan, from the staged decisions.
 
+mod chunks;
 mod costs;
 mod ledger;
 mod placer;
@@ -150,5 +158,18 @@ fn plan_with<'b>(
         )?;
     }
     let scratch = marks.for_writing(&mut *ws.dp_start);
-    Ok(write::write_plan(cfg, lengths, scratch, out, total_tokens))
+    if cfg.chunking.is_on() {
+        let chunker = chunks::Chunker::new(cfg, &im);
+        let plan =
+            write::write_plan::<true>(cfg, lengths, scratch, out, total_tokens, Some(&chunker));
+        return Ok(plan);
+    }
+    Ok(write::write_plan::<false>(
+        cfg,
+        lengths,
+        scratch,
+        out,
+        total_tokens,
+        None,
+    ))
 }

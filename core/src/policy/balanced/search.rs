@@ -171,7 +171,7 @@ impl<'a> MarkRows<'a> {
             base,
             order: &mut *self.mb_of,
             counts: &mut *self.work,
-            kept: &*self.kept,
+            kept: &mut *self.kept,
         }
     }
 }

@@ -389,3 +389,90 @@ fn a_prepared_setup_plans_as_a_single_use_one() {
         }
     }
 }
+
+mod chunking {
+    use crate::config::chunking::Chunking;
+    use crate::config::options::Policy;
+    use crate::config::shape::ModelShape;
+    use crate::model::eval::evaluate_placements;
+    use crate::plan::check;
+    use crate::test_support::{OwnedPlan, SplitMix64, setup_of};
+    use crate::{Config, model::eval::EvalSizes};
+    use std::vec;
+    use std::vec::Vec;
+
+    /// Evaluated iteration time of `cfg`'s plan of `lengths` (checked first).
+    fn time(cfg: &Config, lengths: &[u32]) -> (f64, u32) {
+        let mut b = OwnedPlan::new(lengths.len(), cfg);
+        let plan = b.schedule(cfg, lengths).unwrap();
+        check(&setup_of(cfg), lengths, &plan).unwrap();
+        let chunked = plan.summary().chunked;
+        let placements = plan.placements().to_vec();
+        let s = EvalSizes::for_batch(lengths.len(), cfg);
+        let mut mbs = vec![Default::default(); s.micro_batches];
+        let mut ranks = vec![Default::default(); s.ranks];
+        let mut dp = vec![0.0; s.dp_times];
+        let mut off = vec![0; s.dp_offsets];
+        let out = crate::model::eval::EvalBuffers {
+            micro_batches: &mut mbs,
+            ranks: &mut ranks,
+            dp_times: &mut dp,
+            dp_offsets: &mut off,
+        };
+        let ev = evaluate_placements(&setup_of(cfg), lengths, &placements, out).unwrap();
+        assert_eq!(ev.report.chunked_sequences, chunked);
+        (ev.report.iteration_time, chunked)
+    }
+
+    #[test]
+    fn chunking_changes_no_balanced_plan_where_it_does_not_pay() {
+        let mut rng = SplitMix64::new(77);
+        for i in 0..60 {
+            let model = [ModelShape::QWEN2_5_0_5B, ModelShape::QWEN2_5_7B][i % 2];
+            let cp = [4, 8, 16][i % 3];
+            let bucket = 4096 + rng.below_mod(12_288) as u32;
+            let base =
+                Config::new(1 + (i % 2) as u32, cp, bucket, model).with_policy(Policy::Balanced);
+            let mut on = base;
+            on.chunking = Chunking::new(bucket / 2, 1);
+            let n = 8 + rng.below_mod(40) as usize;
+            let longest = u64::from(bucket) * u64::from(cp);
+            let lengths: Vec<u32> = (0..n)
+                .map(|k| {
+                    if k % 9 == 0 {
+                        1 + rng.below_mod(longest) as u32
+                    } else {
+                        1 + rng.below_mod(2000) as u32
+                    }
+                })
+                .collect();
+            let (t_off, c_off) = time(&base, &lengths);
+            let (t_on, c_on) = time(&on, &lengths);
+            assert_eq!(c_off, 0);
+            // Under the H100 preset a chunk pass never beats sharding these batches.
+            assert_eq!((c_on, t_on), (0, t_off));
+        }
+    }
+
+    #[test]
+    fn slow_links_make_balanced_chunk_the_long_sequence_on_one_gpu() {
+        let mut cfg =
+            Config::new(1, 16, 13 * 1024, ModelShape::QWEN2_5_7B).with_policy(Policy::Balanced);
+        let mut cost = cfg.cost_model();
+        cost.inter_node_bandwidth /= 1000.0;
+        cost.intra_node_bandwidth /= 1000.0;
+        cfg.cost = Some(cost);
+        let lengths = [60_000u32, 500, 700, 300, 2000, 1000, 900, 800];
+        let (t_off, c_off) = time(&cfg, &lengths);
+        cfg.chunking = Chunking::new(4096, 1);
+        let (t_on, c_on) = time(&cfg, &lengths);
+        assert_eq!((c_off, c_on), (0, 1));
+        // Sharding 60K over rings 1,000x slower costs about a minute; its chunks on one GPU
+        // about 15 s.
+        assert!(t_on < t_off / 4.0, "{t_on} {t_off}");
+        let mut b = OwnedPlan::new(lengths.len(), &cfg);
+        let plan = b.schedule(&cfg, &lengths).unwrap();
+        let p = plan.placements()[0];
+        assert!(p.is_chunked() && p.cp_size == 1);
+    }
+}

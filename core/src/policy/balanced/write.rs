@@ -5,6 +5,8 @@ use crate::config::Config;
 use crate::config::cp_group::Decision;
 use crate::plan::{Placement, Plan, PlanBuffers, PlanWriter, SHARDED};
 
+use super::chunks::{Chunker, chunk_of_code};
+
 /// The workspace rows [`write_plan`] reads and uses as scratch.
 pub(super) struct Scratch<'a> {
     /// At least `dp + 1` words: each DP rank's first micro-batch slot.
@@ -13,21 +15,25 @@ pub(super) struct Scratch<'a> {
     pub(super) order: &'a mut [u32],
     /// At least `n + 1` words: each micro-batch slot's end in `order`.
     pub(super) counts: &'a mut [u32],
-    /// Per sequence: its decision as a [`Decision`] word.
-    pub(super) kept: &'a [u32],
+    /// Per sequence: its decision as a [`Decision`] word (or a chunk code, with chunking).
+    pub(super) kept: &'a mut [u32],
 }
 
 /// Writes the decisions (DP rank and micro-batch per sequence in `out.placements`, the CP
 /// ranks or groups in `scratch.kept`) as the plan, in plan order: (DP rank, micro-batch,
 /// sequence), empty micro-batches dropped.
 // Inlined (one caller), so that the writer's push is inlined here too, as before the split.
+/// With `CHUNKS` (chunking on), each micro-batch first goes through `chunker`'s pass, and
+/// chunk codes are written as chunked placements; without, the code is the same as before
+/// chunking existed.
 #[inline(always)]
-pub(super) fn write_plan<'b>(
+pub(super) fn write_plan<'b, const CHUNKS: bool>(
     cfg: &Config,
     lengths: &[u32],
     scratch: Scratch<'_>,
     out: PlanBuffers<'b>,
     total_tokens: u64,
+    chunker: Option<&Chunker<'_>>,
 ) -> Plan<'b> {
     let Scratch {
         base,
@@ -48,9 +54,21 @@ pub(super) fn write_plan<'b>(
             if end > start {
                 w.open(d as u32, count);
                 count += 1;
+                if CHUNKS && let Some(c) = chunker {
+                    c.improve(
+                        d as u32,
+                        order.get(start..end).unwrap_or(&[]),
+                        lengths,
+                        kept,
+                    );
+                }
                 for &seq in order.get(start..end).unwrap_or(&[]) {
                     let len = lengths.get(seq as usize).copied().unwrap_or(0);
                     let word = kept.get(seq as usize).map_or(SHARDED, |&w| w as i32);
+                    if CHUNKS && let Some(g) = chunk_of_code(word) {
+                        w.push_chunked(seq, len, (g.first, g.size), &cfg.chunking);
+                        continue;
+                    }
                     // A local rank or the whole group is its own code (`Placement::cp_rank`).
                     let (cp, first, size) = match Decision::sub_of_code(word) {
                         Some(g) => (SHARDED, g.first, g.size),
