@@ -28,6 +28,7 @@ use skrull_core::{
 };
 use skrull_kit::Guarded;
 use skrull_kit::c_check::{CPlan, check_c_plan};
+use skrull_kit::cases::with_policy;
 use skrull_kit::check::independent_check;
 use skrull_kit::guarded::{FILL, FILL_G, FILL_MB, FILL_P, FILL_RMB, FILL_RP, FILL_S};
 
@@ -427,13 +428,13 @@ fn rust_cases() -> Vec<RCase> {
     ];
     for policy in Policy::ALL {
         // The workspace slab: `balanced` needs more words than the others.
-        let words = WorkspaceSizes::for_batch(n, &b.with_policy(policy)).words;
+        let words = WorkspaceSizes::for_batch(n, &with_policy(&b, policy)).words;
         let needed = [n, n, n, n * 4, 2, words];
         for k in 0..needed.len() {
             let buffer = which.get(k).copied().unwrap_or(Buffer::Workspace);
             v.push(RCase {
                 name: "one buffer one short",
-                cfg: b.with_policy(policy),
+                cfg: with_policy(&b, policy),
                 lengths: EXAMPLE.to_vec(),
                 short: Some(k),
                 want: Err(Error::BufferTooSmall {
@@ -547,7 +548,7 @@ fn rust_schedule_matrix() {
         for policy in Policy::ALL {
             let t0 = std::time::Instant::now();
             run_rust(&RCase {
-                cfg: c.cfg.with_policy(policy),
+                cfg: with_policy(&c.cfg, policy),
                 lengths: c.lengths.clone(),
                 ..*c
             });
@@ -565,7 +566,7 @@ fn one_rank_full_budget(policy: Policy) -> std::time::Duration {
     for flops in [FlopsFormula::Paper, FlopsFormula::Megatron] {
         run_rust(&RCase {
             name: "65,536 micro-batches on one rank",
-            cfg: overflow_cfg(flops).with_policy(policy),
+            cfg: with_policy(&overflow_cfg(flops), policy),
             lengths: vec![MAX_SEQ_LEN; MAX_SEQS],
             short: None,
             want: Ok(()),
@@ -979,6 +980,17 @@ fn run_c(name: &str, spec: &CSpec) -> skrull_status {
     if read.struct_size as usize <= core::mem::offset_of!(skrull_config, subgroups) {
         read.subgroups = 0;
     }
+    // One that ends before the chunking fields plans with their defaults (chunking off).
+    let ends_before = |field: usize| read.struct_size as usize <= field;
+    if ends_before(core::mem::offset_of!(skrull_config, chunk_size)) {
+        read.chunk_size = 0;
+    }
+    if ends_before(core::mem::offset_of!(skrull_config, chunk_keep)) {
+        read.chunk_keep = 1;
+    }
+    if ends_before(core::mem::offset_of!(skrull_config, chunk_state_permille)) {
+        read.chunk_state_permille = 64;
+    }
     let cfg = read.to_core().unwrap();
     let plan = CPlan {
         placements: placements.body(),
@@ -1181,14 +1193,23 @@ fn c_cases() -> Vec<(&'static str, CSpec, skrull_status)> {
     ] {
         add(name, S::InvalidEnum, &f);
     }
-    add("config _reserved nonzero", S::InvalidArg, &|s| {
-        s.cfg._reserved = 1
-    });
     add(
-        "config _reserved before option integers",
-        S::InvalidArg,
+        "config chunk_keep 0 with chunking on",
+        S::InvalidChunking,
+        &|s| (s.cfg.chunk_size, s.cfg.chunk_keep) = (8, 0),
+    );
+    add(
+        "config chunkflow with chunking off",
+        S::InvalidChunking,
+        &|s| s.cfg.policy = skrull::SKRULL_POLICY_CHUNKFLOW,
+    );
+    add(
+        "config struct_size before chunk_size: chunking off, cp_groups optional",
+        S::Ok,
         &|s| {
-            (s.cfg._reserved, s.cfg.policy) = (1, 99);
+            s.cfg.struct_size = core::mem::offset_of!(skrull_config, chunk_size) as u32;
+            (s.cfg.chunk_size, s.cfg.subgroups) = (8, 0);
+            s.null = vec![P::CpGroups];
         },
     );
     add(
@@ -1435,9 +1456,22 @@ fn c_schedule_matrix() {
         // Every policy of the core, by its C constant: the statuses do not depend on it.
         for p in Policy::ALL {
             let policy = skrull_config::from_core(&base_cfg().with_policy(p)).policy;
+            // chunkflow needs chunking, which needs cp_groups: the cases that withhold them
+            // (a NULL buffer, a struct that ends before them) are for the other policies.
+            let withheld = spec.null.contains(&P::CpGroups)
+                || (spec.cfg.struct_size as usize) < size_of::<skrull_config>()
+                || (spec.out_size as usize) < size_of::<skrull_plan_buffers>();
+            if p == Policy::ChunkFlow && withheld {
+                continue;
+            }
             let mut s = spec.clone();
             if s.cfg.policy == skrull::SKRULL_POLICY_SKRULL {
                 s.cfg.policy = policy;
+                // chunkflow needs chunking on: chunks longer than any sequence (so nothing
+                // is chunked and no chunk is over budget; bins of any length).
+                if p == Policy::ChunkFlow && s.cfg.chunk_size == 0 {
+                    s.cfg.chunk_size = u32::MAX;
+                }
             }
             let got = run_c(name, &s);
             // `balanced` plans on time, not FLOPs: it refuses another FLOPs formula.
@@ -1571,7 +1605,9 @@ fn c_config_initialisers_matrix() {
         subgroups: FILL,
         fill_empty: FILL,
         micro_batches: FILL,
-        _reserved: FILL,
+        chunk_size: FILL,
+        chunk_keep: FILL,
+        chunk_state_permille: FILL,
     };
     // (name, preset or None for skrull_config_default, NULL out, status)
     let cases: [(&str, Option<u32>, bool, skrull_status); 8] = [
@@ -1639,12 +1675,12 @@ fn c_config_initialisers_matrix() {
                         c.to_core().is_ok_and(|cfg| cfg.validate().is_ok()),
                         "{name}"
                     );
-                    // Sub-groups are opt-in.
-                    assert_eq!((c.subgroups, c._reserved), (0, 0), "{name}");
+                    // Sub-groups and chunking are opt-in.
+                    assert_eq!((c.subgroups, c.chunk_size), (0, 0), "{name}");
                 } else {
                     // The fields past version 1 keep the caller's bytes.
                     assert_eq!((c.pad_multiple, c.lockstep), (FILL, FILL), "{name}");
-                    assert_eq!((c.subgroups, c._reserved), (FILL, FILL), "{name}");
+                    assert_eq!((c.subgroups, c.chunk_size), (FILL, FILL), "{name}");
                 }
                 out.guards_intact(&format!("{name}: config"));
             } else {

@@ -82,7 +82,7 @@ fn the_counter_sees_an_allocation() {
 fn every_policy_schedules_without_allocating() {
     for (base, lengths) in batches() {
         for policy in Policy::ALL {
-            let cfg = base.with_policy(policy);
+            let cfg = skrull_kit::cases::with_policy(&base, policy);
             let mut bufs = OwnedBuffers::for_batch(lengths.len(), &cfg);
             let (n, ok) = allocations_during(|| {
                 bufs.schedule_no_grow(&cfg, &lengths)

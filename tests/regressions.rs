@@ -3,6 +3,7 @@
 
 use skrull_core::{Config, Error, ModelShape, Policy, ShardPadding, Victim, plan};
 use skrull_kit::OwnedBuffers;
+use skrull_kit::cases::with_policy;
 use skrull_kit::check::independent_check;
 
 const EXAMPLE: [u32; 9] = [1, 2, 2, 3, 4, 6, 9, 14, 30];
@@ -62,7 +63,9 @@ fn paper_example_2_grows_to_two_micro_batches() {
 #[test]
 fn lone_sequence_of_exactly_c_times_n_is_sharded_and_one_more_is_rejected() {
     for policy in Policy::ALL {
-        let c = cfg(1, 4, 24).with_policy(policy);
+        let mut c = with_policy(&cfg(1, 4, 24), policy);
+        // Chunking does not lift the length rule; chunks of C x N tokens chunk nothing here.
+        c.chunking.size = c.chunking.size.max(96 * u32::from(c.chunking.is_on()));
         let (ranks, _, per_dp, loads) = run(&c, &[96]).unwrap();
         assert_eq!(
             (ranks, per_dp, loads),
@@ -87,8 +90,7 @@ fn lone_sequence_of_exactly_c_times_n_is_sharded_and_one_more_is_rejected() {
 #[test]
 fn zigzag_padding_with_a_one_token_budget_reports_the_bucket_it_needs() {
     for policy in Policy::ALL {
-        let mut c = Config::new(2, 8, 1, ModelShape::QWEN2_5_7B)
-            .with_policy(policy)
+        let mut c = with_policy(&Config::new(2, 8, 1, ModelShape::QWEN2_5_7B), policy)
             .with_victim(Victim::Longest);
         c.shard_padding = ShardPadding::Zigzag;
         assert_eq!(
@@ -110,7 +112,7 @@ fn zigzag_padding_with_a_one_token_budget_reports_the_bucket_it_needs() {
 #[test]
 fn empty_batches_and_idle_dp_ranks_get_zero_micro_batches() {
     for policy in Policy::ALL {
-        let c = cfg(4, 2, 100).with_policy(policy);
+        let c = with_policy(&cfg(4, 2, 100), policy);
         let (ranks, _, per_dp, loads) = run(&c, &[]).unwrap();
         assert!(ranks.is_empty() && loads.is_empty(), "{policy:?}");
         assert_eq!(per_dp, [0; 4], "{policy:?}");
