@@ -21,16 +21,21 @@ _Static_assert(offsetof(skrull_summary, sequences) == 8, "");
 _Static_assert(offsetof(skrull_summary, _reserved) == 28, "");
 _Static_assert(sizeof(skrull_model_shape) == 24, "skrull_model_shape is 24 bytes");
 _Static_assert(SKRULL_CONFIG_SIZE_V1 == 60, "skrull_config v1 is 60 bytes");
-_Static_assert(sizeof(skrull_config) == 88 + sizeof(void *),
+_Static_assert(sizeof(skrull_config) == 96 + sizeof(void *),
                "skrull_config grew by pad_multiple, pad_local, lockstep, cost_model, subgroups, "
-               "fill_empty, micro_batches, _reserved");
+               "fill_empty, micro_batches, chunk_size, chunk_keep, chunk_state_permille");
 _Static_assert(offsetof(skrull_config, pad_multiple) == SKRULL_CONFIG_SIZE_V1, "appended");
 _Static_assert(offsetof(skrull_config, cost_model) == 72, "appended");
 _Static_assert(offsetof(skrull_config, subgroups) == 72 + sizeof(void *), "appended");
 _Static_assert(offsetof(skrull_config, fill_empty) == 76 + sizeof(void *),
                "the previous explicit padding word");
 _Static_assert(offsetof(skrull_config, micro_batches) == 80 + sizeof(void *), "appended");
-_Static_assert(offsetof(skrull_config, _reserved) == 84 + sizeof(void *), "explicit padding");
+_Static_assert(offsetof(skrull_config, chunk_size) == 84 + sizeof(void *),
+               "the previous explicit padding word");
+_Static_assert(offsetof(skrull_config, chunk_keep) == 88 + sizeof(void *), "appended");
+_Static_assert(offsetof(skrull_config, chunk_state_permille) == 92 + sizeof(void *), "appended");
+_Static_assert(SKRULL_CHUNKED == -2 && SKRULL_SHARDED == -1, "placement markers");
+_Static_assert(SKRULL_POLICY_CHUNKFLOW == 5, "policy numbers are stable");
 _Static_assert(sizeof(skrull_cost_model) == SKRULL_COST_MODEL_SIZE_V1, "cost model v1");
 _Static_assert(sizeof(skrull_error_info) == 32, "skrull_error_info is 32 bytes");
 _Static_assert(offsetof(skrull_error_info, index) == 8, "");
@@ -104,7 +109,7 @@ static void statuses(void) {
             }
         }
     }
-    CHECK(known == 30);
+    CHECK(known == 32);
     /* The panic guard turns a Rust panic into a status. */
     CHECK_STATUS(skrull_panic_selftest(), SKRULL_STATUS_PANIC);
     CHECK_STATUS(skrull_panic_selftest(), SKRULL_STATUS_PANIC);
@@ -122,7 +127,9 @@ static void presets(void) {
     CHECK(c.model.hidden == 896 && c.model.kv_hidden == 128 && c.model.ffn == 4864);
     CHECK(c.model.layers == 24 && c.model.vocab == 151936 && c.model.swiglu == 1);
     CHECK(c.pad_multiple == 1 && c.pad_local == 0 && c.lockstep == 0 && c.cost_model == NULL);
-    CHECK(c.subgroups == 0 && c._reserved == 0); /* sub-groups are opt-in */
+    CHECK(c.subgroups == 0); /* sub-groups are opt-in */
+    /* Chunking is off by default, with K = 1 and 64/1000 of a token of state. */
+    CHECK(c.chunk_size == 0 && c.chunk_keep == 1 && c.chunk_state_permille == 64);
 
     skrull_config p;
     CHECK_STATUS(skrull_config_preset_init(SKRULL_PRESET_QWEN2_5_0_5B, &p, sizeof p),

@@ -145,6 +145,19 @@ static void schedule_errors(void) {
     CASE(SKRULL_STATUS_MICRO_BATCH_COUNT, OK10, 10,
          (c.cfg.micro_batches = 1, c.cfg.policy = SKRULL_POLICY_DEEPSPEED));
     CASE(SKRULL_STATUS_INVALID_ENUM, OK10, 10, c.cfg.fill_empty = 2);
+    /* Chunking: chunkflow without a chunk size, a K of 0, too much state; a chunked sequence
+     * over the budget (4 chunks of 24 kept, 6 tokens each per GPU, plus 96 / 4 of state). */
+    CASE(SKRULL_STATUS_INVALID_CHUNKING, OK10, 10, c.cfg.policy = SKRULL_POLICY_CHUNKFLOW);
+    CASE(SKRULL_STATUS_INVALID_CHUNKING, OK10, 10, (c.cfg.chunk_size = 8, c.cfg.chunk_keep = 0));
+    CASE(SKRULL_STATUS_INVALID_CHUNKING, OK10, 10,
+         (c.cfg.chunk_size = 8, c.cfg.chunk_state_permille = 1001));
+    CASE(SKRULL_STATUS_NULL_ARG, OK10, 10, c.cfg.chunk_size = 8); /* cp_groups required */
+    static skrull_cp_group groups[10];
+    static const uint32_t chunky[] = {3, 96};
+    CASE(SKRULL_STATUS_CHUNK_OVER_BUDGET, chunky, 2,
+         (c.cfg.policy = SKRULL_POLICY_CHUNKFLOW, c.cfg.chunk_size = 24, c.cfg.chunk_keep = 4,
+          c.cfg.chunk_state_permille = 1000, c.bufs.cp_groups = groups,
+          c.bufs.cp_groups_len = 10));
 
     /* More sequences than a batch may hold. */
     uint32_t *many = (uint32_t *)malloc(65537 * sizeof *many);

@@ -329,9 +329,11 @@ static void errors(void) {
     skrull_config two = config(2);
     g.s.bufs.cp_groups_len = N;
     CHECK_STATUS(store_schedule(&g.s, &two, LENGTHS, N), SKRULL_STATUS_INVALID_ENUM);
-    skrull_config reserved = config(0);
-    reserved._reserved = 1;
-    CHECK_STATUS(store_schedule(&g.s, &reserved, LENGTHS, N), SKRULL_STATUS_INVALID_ARG);
+    /* The former _reserved word is chunk_size: chunking on with K = 0 is refused. */
+    skrull_config chunky = config(0);
+    chunky.chunk_size = 8;
+    chunky.chunk_keep = 0;
+    CHECK_STATUS(store_schedule(&g.s, &chunky, LENGTHS, N), SKRULL_STATUS_INVALID_CHUNKING);
     gstore_free(&g);
 
     /* The layout: rings required with sub-groups (NULL_ARG), of this GPU's ring count. */
