@@ -190,8 +190,8 @@ pub fn config_from(flags: &Flags, default_policy: Policy) -> Result<Config, Stri
 /// --subgroups --chunk-size --chunk-keep --chunk-state-permille`, and the cost model: `--gpu
 /// --cost-model --gpus-per-node --overlap`, see [`cost_over`]), then validated. `skrull plan`
 /// starts from the paper's defaults, `skrull evaluate` from the plan file's configuration,
-/// `skrull simulate` from each setup's. `chunkflow` with chunking off gets the default chunk
-/// size for the longest sequence the layout accepts
+/// `skrull simulate` from each setup's. `chunkflow` with chunking off (and no `--chunk-size`)
+/// gets the default chunk size for the longest sequence the layout accepts
 /// ([`default_chunk_size`](crate::chunking::default_chunk_size)).
 ///
 /// # Errors
@@ -209,7 +209,8 @@ pub fn config_over(flags: &Flags, base: Config) -> Result<Config, String> {
         cfg.model = parse_model(m)?;
     }
     cfg.cost = cost_over(flags, &cfg.model, cfg.cost)?;
-    if cfg.policy == Policy::ChunkFlow && !cfg.chunking.is_on() {
+    let sized = flags.get("--chunk-size").is_some();
+    if cfg.policy == Policy::ChunkFlow && !cfg.chunking.is_on() && !sized {
         // chunkflow needs a chunk size: the default for the longest sequence that fits.
         let longest = cfg.budget().max_sharded_len();
         cfg.chunking.size = crate::chunking::default_chunk_size(&cfg, longest).unwrap_or(0);
