@@ -266,6 +266,7 @@ skrull evaluate --plan PLAN.json [--lengths FILE|-] [--dp D] [--cp N] [--bucket 
                 [--model M] [--shard-padding none|zigzag] [--gpu h100|h200]
                 [--cost-model FILE] [--gpus-per-node 8]
                 [--overlap local-attention|all-attention] [--subgroups on|off]
+                [--chunk-size C] [--chunk-keep K] [--chunk-state-permille P]
                 [--format table|json]
 
 Estimates the iteration time of a plan in the `skrull plan --format json` form (whoever
@@ -278,7 +279,12 @@ A sharded placement (cp -1) may name a sub-group of the CP ranks with cp_first a
 (absent: the whole group): g ranks from cp_first, g a power of two below CP that divides it,
 cp_first a multiple of g. Each sub-group is one more ring on its ranks. --subgroups off (or
 \"subgroups\": false in the plan's config) refuses such plans and drops sub-groups from the
-lower bound.";
+lower bound.
+
+A chunked placement (cp -2) runs its chunks on the GPU or aligned group named by cp_first and
+cp_size (absent: the whole group), after the rest of its micro-batch; it needs chunking on
+(the plan config's chunk_size, or --chunk-size) and a sequence longer than one chunk. The
+report then counts the chunked sequences and their recomputation.";
 
 fn ms(s: f64) -> String {
     format!("{:.3}", s * 1e3)
