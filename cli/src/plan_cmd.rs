@@ -78,6 +78,19 @@ pub fn run(flags: &Flags) -> Result<String, String> {
     let mut bufs = OwnedBuffers::for_batch(lengths.len(), &cfg);
     let plan = bufs.schedule(&cfg, &lengths).map_err(|e| e.to_string())?;
     if let Some(gpu) = gpu {
+        // The core's layout has no spans for chunks yet: refuse rather than print a GPU
+        // without the chunked sequence it runs.
+        let chunked = plan.placements().iter().position(|p| {
+            p.is_chunked()
+                && (p.dp_rank, p.micro_batch) == (gpu.dp_rank, gpu.micro_batch)
+                && p.group(cfg.cp).contains(gpu.cp_rank)
+        });
+        if let Some(seq) = chunked {
+            return Err(format!(
+                "--layout: sequence {seq} runs chunked on this GPU; the layout of chunked \
+                 sequences is not available yet"
+            ));
+        }
         let g = compute(&cfg, &lengths, &plan, gpu).map_err(|e| format!("--layout: {e}"))?;
         return Ok(match format.as_str() {
             "json" => layout_json(&cfg, &g),

@@ -105,6 +105,14 @@ fn plan_writes_chunked_placements_and_evaluate_reads_them() {
             );
         }
     }
+    // No layout for a GPU that runs chunks (the core's layout has no chunk spans yet).
+    let first = placements
+        .iter()
+        .find(|p| p["cp"] == -2)
+        .expect("a chunked one");
+    let gpu = format!("{},{},3", first["dp"], first["micro_batch"]);
+    let e = err(&[&args[..], &["--layout", &gpu]].concat());
+    assert!(e.contains("runs chunked on this GPU"), "{e}");
     // The table names the chunked sequences, their chunks and ranks.
     let table = ok(&args);
     assert!(
