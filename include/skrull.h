@@ -148,6 +148,11 @@
 #define SKRULL_NO_MICRO_BATCH UINT32_MAX
 
 /**
+ * `skrull_span.chunk` of a whole chunk of a chunked sequence that runs on one GPU.
+ */
+#define SKRULL_WHOLE_CHUNK -2
+
+/**
  * The most rings one GPU belongs to (the whole group, and one sub-group of each power-of-two
  * size below `cp`): the capacity of `skrull_layout_buffers.rings` that fits every GPU of every
  * plan (1 is enough without `skrull_config.subgroups`).
@@ -1022,7 +1027,9 @@ typedef struct skrull_span {
     uint32_t seq;
     /**
      * -1 for a whole local sequence, else the zigzag chunk index `0 .. 2 * g` over the `g`
-     * ranks of the sequence's group (`g = cp` for the whole CP group).
+     * ranks of the sequence's group (`g = cp` for the whole CP group). In the chunked group
+     * (after the sharded group, see `skrull_chunk_pass`): `SKRULL_WHOLE_CHUNK` (-2) for a
+     * chunk on one GPU, else the zigzag piece index `0 .. 2 * g` of the chunk.
      */
     int32_t chunk;
     /**
@@ -1051,7 +1058,8 @@ typedef struct skrull_span {
  * (frozen layout, 88 bytes, explicit padding).
  *
  * The GPU buffer is the local group (offsets `0 .. local_tokens`) followed by the sharded
- * group (`local_tokens .. tokens`). Valid entries: `spans[0 .. spans]`,
+ * group (`local_tokens .. local_tokens + sharded_tokens`) and, with chunking, the chunked
+ * group (up to `tokens`; see `skrull_chunk_pass`). Valid entries: `spans[0 .. spans]`,
  * `local_cu_seqlens[0 ..= local_seqs]`, each sharded `cu_seqlens[0 ..= sharded_seqs]` and
  * `positions[0 .. tokens]`.
  */
@@ -1084,7 +1092,7 @@ typedef struct skrull_layout {
      */
     uint32_t sharded_seqs;
     /**
-     * Spans written: `local_seqs + 2 * sharded_seqs`.
+     * Spans written: `local_seqs + 2 * sharded_seqs`, plus the chunked group's.
      */
     uint32_t spans;
     /**
@@ -1104,7 +1112,8 @@ typedef struct skrull_layout {
      */
     uint32_t pad_tokens;
     /**
-     * Tokens the budget charged this GPU (equals `rank_tokens[g * cp + cp_rank]`).
+     * Tokens the budget charged this GPU (equals `rank_tokens[g * cp + cp_rank]`); for a
+     * chunked sequence its peak, which does not bound the chunked group's tokens.
      */
     uint32_t charged_tokens;
     /**
@@ -1170,6 +1179,65 @@ typedef struct skrull_layout_ring {
      */
     uint32_t seqs;
 } skrull_layout_ring;
+
+/**
+ * One chunk pass of a chunked sequence on this GPU (frozen layout, 48 bytes): chunk `index`
+ * of `count`, run by the ranks `first .. first + size`; this GPU holds `tokens` of its tokens
+ * at buffer offsets `offset .. offset + tokens`, as spans `span .. span + spans`. With
+ * chunking on, the chunked group follows the sharded group: every chunked sequence whose
+ * group holds this GPU, in plan order, its chunks in order (see `docs/layout.md`).
+ */
+typedef struct skrull_chunk_pass {
+    /**
+     * The sequence (index into the batch's lengths).
+     */
+    uint32_t seq;
+    /**
+     * The chunk, `0 .. count`: passes run in this order.
+     */
+    uint32_t index;
+    /**
+     * Chunks of the sequence: `ceil(len / chunk_size)`.
+     */
+    uint32_t count;
+    /**
+     * First CP rank of the group that runs the sequence.
+     */
+    uint32_t first;
+    /**
+     * Ranks in that group (1: one GPU, no CP communication; else one ring over them).
+     */
+    uint32_t size;
+    /**
+     * Position of the chunk's first token in its sequence: `index * chunk_size`.
+     */
+    uint32_t start;
+    /**
+     * Real tokens of the chunk (over the whole group).
+     */
+    uint32_t len;
+    /**
+     * The chunk's padded length over the whole group.
+     */
+    uint32_t padded;
+    /**
+     * Index of this GPU's first span of the chunk.
+     */
+    uint32_t span;
+    /**
+     * Spans of the chunk on this GPU: 1 on one GPU (`chunk` = `SKRULL_WHOLE_CHUNK`), 2 on a
+     * group (the zigzag pieces `j` and `2 * size - 1 - j` of the chunk).
+     */
+    uint32_t spans;
+    /**
+     * Buffer offset of this GPU's first token of the chunk.
+     */
+    uint32_t offset;
+    /**
+     * Tokens this GPU holds of the chunk, padding included.
+     */
+    uint32_t tokens;
+} skrull_chunk_pass;
 
 /**
  * The output buffers `skrull_layout_fill()` fills, each a pointer and its capacity in
@@ -1287,6 +1355,21 @@ typedef struct skrull_layout_buffers {
      * up to `skrull_layout.sharded_seqs`. Added after version 1.
      */
     uint32_t *rings_count;
+    /**
+     * The chunk passes of the chunked group, one per chunk of every chunked sequence on this
+     * GPU (NULL with length 0: skip; capacity: `skrull_layout.spans` always suffices). See
+     * `skrull_chunk_pass`. Added after version 1.
+     */
+    struct skrull_chunk_pass *chunk_passes;
+    /**
+     * Capacity of `chunk_passes`, in elements.
+     */
+    size_t chunk_passes_len;
+    /**
+     * Receives the number of chunk passes (0 without chunked sequences; NULL: not written).
+     * Added after version 1.
+     */
+    uint32_t *chunk_passes_count;
 } skrull_layout_buffers;
 
 /**

@@ -5,7 +5,9 @@ use std::collections::BTreeMap;
 use std::io::Read;
 
 use skrull_core::config::cost::Overlap;
-use skrull_core::{Config, CostModel, FlopsFormula, ModelShape, Policy, ShardPadding, Victim};
+use skrull_core::{
+    Chunking, Config, CostModel, FlopsFormula, ModelShape, Policy, ShardPadding, Victim,
+};
 
 /// `--flag value` pairs and bare `--switch`es after the subcommand.
 #[derive(Debug, Default)]
@@ -185,10 +187,12 @@ pub fn config_from(flags: &Flags, default_policy: Policy) -> Result<Config, Stri
 /// The one place the CLI turns flags into a [`Config`]: `base` with every flag given applied
 /// on top (`--dp --cp --bucket --model --policy --victim --flops --shard-padding
 /// --max-micro-batches --pad-multiple --pad-local --lockstep --fill-empty --micro-batches
-/// --subgroups`, and the cost model: `--gpu
+/// --subgroups --chunk-size --chunk-keep --chunk-state-permille`, and the cost model: `--gpu
 /// --cost-model --gpus-per-node --overlap`, see [`cost_over`]), then validated. `skrull plan`
 /// starts from the paper's defaults, `skrull evaluate` from the plan file's configuration,
-/// `skrull simulate` from each setup's.
+/// `skrull simulate` from each setup's. `chunkflow` with chunking off (and no `--chunk-size`)
+/// gets the default chunk size for the longest sequence the layout accepts
+/// ([`default_chunk_size`](crate::chunking::default_chunk_size)).
 ///
 /// # Errors
 /// A message naming the bad flag and value, or the configuration error.
@@ -205,6 +209,12 @@ pub fn config_over(flags: &Flags, base: Config) -> Result<Config, String> {
         cfg.model = parse_model(m)?;
     }
     cfg.cost = cost_over(flags, &cfg.model, cfg.cost)?;
+    let sized = flags.get("--chunk-size").is_some();
+    if cfg.policy == Policy::ChunkFlow && !cfg.chunking.is_on() && !sized {
+        // chunkflow needs a chunk size: the default for the longest sequence that fits.
+        let longest = cfg.budget().max_sharded_len();
+        cfg.chunking.size = crate::chunking::default_chunk_size(&cfg, longest).unwrap_or(0);
+    }
     cfg.validate().map_err(|e| e.to_string())?;
     Ok(cfg)
 }
@@ -301,7 +311,24 @@ pub fn options_with(flags: &Flags, base: Config, compare: bool) -> Result<Config
     cfg.lockstep |= flags.has("--lockstep");
     cfg.fill_empty |= flags.has("--fill-empty");
     cfg.micro_batches = flags.tokens("--micro-batches", cfg.micro_batches)?;
+    cfg.chunking = chunking_over(flags, cfg.chunking)?;
     Ok(cfg)
+}
+
+/// `base` with `--chunk-size C` (tokens, `K` suffix; 0: off), `--chunk-keep K` and
+/// `--chunk-state-permille P` applied ([`Chunking`]), not validated.
+///
+/// # Errors
+/// A message naming the bad flag and value.
+pub fn chunking_over(flags: &Flags, base: Chunking) -> Result<Chunking, String> {
+    let mut c = base;
+    c.size = flags.tokens("--chunk-size", c.size)?;
+    let keep = flags.u64("--chunk-keep", u64::from(c.keep))?;
+    c.keep = u32::try_from(keep).map_err(|_| format!("--chunk-keep: {keep} is out of range"))?;
+    let state = flags.u64("--chunk-state-permille", u64::from(c.state_permille))?;
+    c.state_permille = u32::try_from(state)
+        .map_err(|_| format!("--chunk-state-permille: {state} is out of range"))?;
+    Ok(c)
 }
 
 /// The cost model the flags ask for, for `shape`: `None` (keep `base`, or the H100 preset when
@@ -476,5 +503,53 @@ mod tests {
         assert_eq!(err, "--subgroups: 'yes' is not on|off");
         let err = subgroups_flag(&flags("maybe"), true).unwrap_err();
         assert_eq!(err, "--subgroups: 'maybe' is not on|off|compare");
+    }
+
+    #[test]
+    fn chunking_flags_set_the_config_and_chunkflow_gets_a_default_size() {
+        let flags = |a: &[&str]| {
+            Flags::parse(&a.iter().map(|s| s.to_string()).collect::<Vec<_>>()).unwrap()
+        };
+        let f = flags(&[
+            "--chunk-size",
+            "8K",
+            "--chunk-keep",
+            "2",
+            "--chunk-state-permille",
+            "100",
+        ]);
+        let cfg = config_from(&f, Policy::Balanced).unwrap();
+        assert_eq!(
+            cfg.chunking,
+            Chunking {
+                size: 8192,
+                keep: 2,
+                state_permille: 100
+            }
+        );
+        assert_eq!(cfg.policy, Policy::Balanced);
+        assert!(
+            config_from(&Flags::default(), Policy::Balanced)
+                .unwrap()
+                .chunking
+                == Chunking::OFF
+        );
+        // chunkflow without a size: the default for N x C = 212,992 tokens on one GPU of 26K.
+        let cfg = config_from(&flags(&["--policy", "chunkflow"]), Policy::Balanced).unwrap();
+        assert_eq!(cfg.policy, Policy::ChunkFlow);
+        assert_eq!(cfg.chunking, Chunking::new(8192, 1));
+        let given = flags(&["--policy", "chunkflow", "--chunk-size", "4096"]);
+        assert_eq!(
+            config_from(&given, Policy::Balanced).unwrap().chunking.size,
+            4096
+        );
+        let err = config_from(
+            &flags(&["--chunk-size", "1K", "--chunk-keep", "0"]),
+            Policy::Balanced,
+        )
+        .unwrap_err();
+        assert!(err.contains("chunk"), "{err}");
+        let err = config_from(&flags(&["--chunk-keep", "x"]), Policy::Balanced).unwrap_err();
+        assert_eq!(err, "--chunk-keep: 'x' is not a whole number");
     }
 }

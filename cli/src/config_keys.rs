@@ -3,7 +3,7 @@
 //! field is added in one place.
 
 use serde_json::Value;
-use skrull_core::{Config, FlopsFormula, ModelShape, Policy, ShardPadding, Victim};
+use skrull_core::{Chunking, Config, FlopsFormula, ModelShape, Policy, ShardPadding, Victim};
 
 use crate::args::{model_name, parse_model};
 
@@ -27,6 +27,10 @@ pub struct Key {
     pub required: bool,
     /// Its type, getter and setter.
     pub kind: Kind,
+    /// Whether the writer emits it for a configuration (every key but the chunking ones:
+    /// those only when [`Config::chunking`] is not [`Chunking::OFF`], so plans without
+    /// chunking read as before).
+    pub written: fn(&Config) -> bool,
 }
 
 const fn key(name: &'static str, required: bool, kind: Kind) -> Key {
@@ -34,11 +38,22 @@ const fn key(name: &'static str, required: bool, kind: Kind) -> Key {
         name,
         required,
         kind,
+        written: |_| true,
+    }
+}
+
+/// A chunking key: written only when chunking is not [`Chunking::OFF`].
+const fn chunk_key(name: &'static str, kind: Kind) -> Key {
+    Key {
+        name,
+        required: false,
+        kind,
+        written: |c| c.chunking != Chunking::OFF,
     }
 }
 
 /// Every key, in the order the writer emits them.
-pub const KEYS: [Key; 15] = [
+pub const KEYS: [Key; 18] = [
     key("dp", true, Kind::U32(|c| c.dp, |c, v| c.dp = v)),
     key("cp", true, Kind::U32(|c| c.cp, |c, v| c.cp = v)),
     key(
@@ -122,6 +137,22 @@ pub const KEYS: [Key; 15] = [
         false,
         Kind::U32(|c| c.micro_batches, |c, v| c.micro_batches = v),
     ),
+    // Absent with chunking off (and in plans written before chunking): off.
+    chunk_key(
+        "chunk_size",
+        Kind::U32(|c| c.chunking.size, |c, v| c.chunking.size = v),
+    ),
+    chunk_key(
+        "chunk_keep",
+        Kind::U32(|c| c.chunking.keep, |c, v| c.chunking.keep = v),
+    ),
+    chunk_key(
+        "chunk_state_permille",
+        Kind::U32(
+            |c| c.chunking.state_permille,
+            |c, v| c.chunking.state_permille = v,
+        ),
+    ),
 ];
 
 /// What the reader starts from: [`Config::new`]'s options, Qwen2.5-0.5B, and zero for the
@@ -130,10 +161,12 @@ pub fn base() -> Config {
     Config::new(0, 0, 0, ModelShape::QWEN2_5_0_5B)
 }
 
-/// The `"config"` object of `cfg`: `{"dp": 4, "cp": 8, ...}` on one line, in [`KEYS`] order.
+/// The `"config"` object of `cfg`: `{"dp": 4, "cp": 8, ...}` on one line, in [`KEYS`] order
+/// (the keys [`Key::written`] for it).
 pub fn write(cfg: &Config) -> String {
     let fields: Vec<String> = KEYS
         .iter()
+        .filter(|k| (k.written)(cfg))
         .map(|k| {
             let value = match k.kind {
                 Kind::U32(get, _) => get(cfg).to_string(),
@@ -229,19 +262,55 @@ mod tests {
         cfg.lockstep = rng.below(2) == 1;
         cfg.subgroups = rng.below(2) == 1;
         cfg.fill_empty = rng.below(2) == 1;
+        if rng.below(2) == 1 {
+            cfg.chunking = Chunking {
+                size: num(rng),
+                keep: num(rng),
+                state_permille: num(rng),
+            };
+        }
         cfg
     }
 
     #[test]
     fn random_configs_round_trip_through_json() {
         let mut rng = Rng::new(21);
+        let mut chunked = 0;
         for _ in 0..2000 {
             let cfg = random_config(&mut rng);
             let text = write(&cfg);
             let v: Value = serde_json::from_str(&text).unwrap();
-            assert_eq!(v.as_object().map(|o| o.len()), Some(KEYS.len()), "{text}");
+            let keys = if cfg.chunking == Chunking::OFF {
+                KEYS.len() - 3
+            } else {
+                KEYS.len()
+            };
+            assert_eq!(v.as_object().map(|o| o.len()), Some(keys), "{text}");
             assert_eq!(read(&v), Ok(cfg), "{text}");
+            chunked += usize::from(cfg.chunking != Chunking::OFF);
         }
+        assert!(chunked > 500, "{chunked} of 2000 with chunking");
+    }
+
+    #[test]
+    fn chunking_keys_are_written_when_chunking_is_not_off() {
+        let mut cfg = Config::new(4, 8, 26 * 1024, ModelShape::QWEN2_5_0_5B);
+        cfg.policy = Policy::ChunkFlow;
+        cfg.chunking = Chunking::new(16_384, 2);
+        let text = write(&cfg);
+        assert!(
+            text.ends_with(
+                "\"micro_batches\": 0, \"chunk_size\": 16384, \"chunk_keep\": 2, \
+                 \"chunk_state_permille\": 64}"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("\"policy\": \"chunkflow\""), "{text}");
+        assert_eq!(read(&serde_json::from_str(&text).unwrap()), Ok(cfg));
+        // A plan without the keys reads with chunking off.
+        let old = "{\"dp\": 1, \"cp\": 8, \"bucket_tokens\": 64}";
+        let old = read(&serde_json::from_str(old).unwrap()).unwrap();
+        assert_eq!(old.chunking, Chunking::OFF);
     }
 
     #[test]

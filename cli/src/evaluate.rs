@@ -5,7 +5,7 @@ use std::fmt::Write;
 
 use serde_json::Value;
 use skrull_core::model::eval::{Evaluation, Report};
-use skrull_core::plan::SHARDED;
+use skrull_core::plan::{CHUNKED, SHARDED};
 use skrull_core::{Config, CpGroup, ModelShape, Placement};
 use skrull_kit::OwnedEval;
 
@@ -42,10 +42,12 @@ fn field_u16(obj: &Value, key: &str, ctx: &str) -> Result<Option<u16>, String> {
 }
 
 /// Parses the JSON form of a plan. Placements may come in any order but must name every
-/// sequence `0..n` once (`seq`); `dp`, `micro_batch` and `cp` (-1: sharded) are required,
-/// `len` and the `config` object are optional. `cp_first` and `cp_size` name the CP ranks
-/// that hold a sharded sequence (absent: the whole group, as `0` and `0` or `0` and `N` are);
-/// for a local sequence on rank `r` they may be absent, `r` and `1`, or `0` and `0`. The
+/// sequence `0..n` once (`seq`); `dp`, `micro_batch` and `cp` (-1: sharded, -2: chunked) are
+/// required, `len` and the `config` object are optional. `cp_first` and `cp_size` name the
+/// CP ranks that hold a sharded or chunked sequence (absent: the whole group, as `0` and `0`
+/// or `0` and `N` are); for a local sequence on rank `r` they may be absent, `r` and `1`, or
+/// `0` and `0`. `kind` (`local`, `sharded`, `chunked`), when given, must agree with `cp`;
+/// `chunks` is ignored (it follows from the length and the configuration's ChunkSize). The
 /// groups are checked against the CP size later ([`check_groups`]), once flags have had
 /// their say.
 ///
@@ -71,11 +73,14 @@ pub fn parse_plan(text: &str) -> Result<PlanFile, String> {
             .get("cp")
             .and_then(Value::as_i64)
             .and_then(|c| i32::try_from(c).ok())
-            .filter(|&c| c >= -1)
-            .ok_or_else(|| format!("{ctx}: \"cp\" must be -1 (sharded) or a CP rank"))?;
+            .filter(|&c| c >= CHUNKED)
+            .ok_or_else(|| {
+                format!("{ctx}: \"cp\" must be -1 (sharded), -2 (chunked) or a CP rank")
+            })?;
+        check_kind(p, cp, &ctx)?;
         let first = field_u16(p, "cp_first", &ctx)?;
         let size = field_u16(p, "cp_size", &ctx)?;
-        let (cp_first, cp_size) = if cp == SHARDED {
+        let (cp_first, cp_size) = if cp < 0 {
             (first.unwrap_or(0), size.unwrap_or(0))
         } else {
             // A local sequence names its own rank, or nothing.
@@ -122,15 +127,86 @@ pub fn parse_plan(text: &str) -> Result<PlanFile, String> {
     })
 }
 
+/// The `kind` a placement's `cp` means.
+fn kind_of(cp: i32) -> &'static str {
+    match cp {
+        SHARDED => "sharded",
+        CHUNKED => "chunked",
+        _ => "local",
+    }
+}
+
+/// Checks an optional `kind` field against `cp`.
+fn check_kind(p: &Value, cp: i32, ctx: &str) -> Result<(), String> {
+    match p.get("kind") {
+        None | Some(Value::Null) => Ok(()),
+        Some(k) if k.as_str() == Some(kind_of(cp)) => Ok(()),
+        Some(k) => Err(format!(
+            "{ctx}: \"kind\" {k} does not match \"cp\": {cp} (a {} sequence)",
+            kind_of(cp)
+        )),
+    }
+}
+
+/// Checks the group of a chunked placement against `cfg` ([`CpGroup::is_valid_chunk_group`],
+/// and chunking on) and names the whole group as the policies do (`cp_first = 0`,
+/// `cp_size = N`).
+fn check_chunk_group(cfg: &Config, seq: usize, p: &mut Placement) -> Result<(), String> {
+    let n = cfg.cp;
+    let (first, size) = (u32::from(p.cp_first), u32::from(p.cp_size));
+    let ctx = format!("plan: sequence {seq} (cp -2, cp_first {first}, cp_size {size})");
+    if !cfg.chunking.is_on() {
+        return Err(format!(
+            "{ctx}: the sequence is chunked, but chunking is off (the plan's config has no \
+             chunk_size; give --chunk-size)"
+        ));
+    }
+    let size = if size == 0 { n } else { size };
+    let group = CpGroup { first, size };
+    if !group.is_valid_chunk_group(n) {
+        return Err(format!(
+            "{ctx}: CP ranks {first}-{} are not a valid chunk group of CP {n}: one rank, the \
+             whole group, or an aligned power-of-two block",
+            first + size - 1
+        ));
+    }
+    p.cp_size = size as u16;
+    Ok(())
+}
+
+/// Checks every chunked sequence of `lengths` against `cfg`'s ChunkSize: only a sequence
+/// longer than one chunk may run chunked.
+///
+/// # Errors
+/// A message naming the sequence, its length and the ChunkSize.
+pub fn check_chunks(cfg: &Config, lengths: &[u32], placements: &[Placement]) -> Result<(), String> {
+    for (seq, (p, &len)) in placements.iter().zip(lengths).enumerate() {
+        if p.is_chunked() && !cfg.chunking.can_chunk(len) {
+            return Err(format!(
+                "plan: sequence {seq} ({len} tokens) is chunked, but it is not longer than one \
+                 chunk (ChunkSize {})",
+                cfg.chunking.size
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Checks the CP group of every sharded placement against `cfg`, as the core does
 /// ([`CpGroup::is_valid_shard`], and no sub-group without [`Config::subgroups`]), and writes
-/// whole-group shards as the policies do (`cp_first = cp_size = 0`).
+/// whole-group shards as the policies do (`cp_first = cp_size = 0`); a chunked placement's
+/// group must be a valid chunk group with chunking on (a missing `cp_size` is the whole
+/// group).
 ///
 /// # Errors
 /// A message naming the sequence, its group and what a valid group looks like.
 pub fn check_groups(cfg: &Config, placements: &mut [Placement]) -> Result<(), String> {
     let n = cfg.cp;
     for (seq, p) in placements.iter_mut().enumerate() {
+        if p.cp_rank == CHUNKED {
+            check_chunk_group(cfg, seq, p)?;
+            continue;
+        }
         if p.cp_rank != SHARDED {
             continue;
         }
@@ -190,6 +266,7 @@ skrull evaluate --plan PLAN.json [--lengths FILE|-] [--dp D] [--cp N] [--bucket 
                 [--model M] [--shard-padding none|zigzag] [--gpu h100|h200]
                 [--cost-model FILE] [--gpus-per-node 8]
                 [--overlap local-attention|all-attention] [--subgroups on|off]
+                [--chunk-size C] [--chunk-keep K] [--chunk-state-permille P]
                 [--format table|json]
 
 Estimates the iteration time of a plan in the `skrull plan --format json` form (whoever
@@ -202,7 +279,12 @@ A sharded placement (cp -1) may name a sub-group of the CP ranks with cp_first a
 (absent: the whole group): g ranks from cp_first, g a power of two below CP that divides it,
 cp_first a multiple of g. Each sub-group is one more ring on its ranks. --subgroups off (or
 \"subgroups\": false in the plan's config) refuses such plans and drops sub-groups from the
-lower bound.";
+lower bound.
+
+A chunked placement (cp -2) runs its chunks on the GPU or aligned group named by cp_first and
+cp_size (absent: the whole group), after the rest of its micro-batch; it needs chunking on
+(the plan config's chunk_size, or --chunk-size) and a sequence longer than one chunk. The
+report then counts the chunked sequences and their recomputation.";
 
 fn ms(s: f64) -> String {
     format!("{:.3}", s * 1e3)
@@ -281,6 +363,16 @@ pub fn report_text(
         "sharded:                  {} sequences{over}, {share:.1}% of tokens",
         r.sharded_sequences
     );
+    if cfg.chunking.is_on() {
+        let _ = writeln!(
+            s,
+            "chunked:                  {} sequences (ChunkSize {}, K {}), {} ms recomputing",
+            r.chunked_sequences,
+            cfg.chunking.size,
+            cfg.chunking.keep,
+            ms(r.chunk_recompute)
+        );
+    }
     let _ = writeln!(
         s,
         "peak tokens per GPU:      {} of {} ({:.1}%)",
@@ -301,14 +393,27 @@ pub fn report_text(
             );
         }
     }
-    s.push_str(
-        "\n| DP | micro-batch | sequences | sharded | time (ms) | comm (ms) | exposed (ms) | peak tokens |\n\
-         |---:|---:|---:|---:|---:|---:|---:|---:|\n",
+    // With chunking on, a chunked column after the sharded one.
+    let chunking = cfg.chunking.is_on();
+    let (head, rule) = if chunking {
+        (" chunked |", "---:|")
+    } else {
+        ("", "")
+    };
+    let _ = write!(
+        s,
+        "\n| DP | micro-batch | sequences | sharded |{head} time (ms) | comm (ms) | exposed (ms) \
+         | peak tokens |\n|---:|---:|---:|---:|{rule}---:|---:|---:|---:|\n",
     );
     for m in ev.micro_batches.iter().filter(|m| m.sequences > 0) {
+        let chunked = if chunking {
+            format!(" {} |", m.chunked)
+        } else {
+            String::new()
+        };
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {} | {} | {} | {} | {}{} |",
+            "| {} | {} | {} | {} |{chunked} {} | {} | {} | {}{} |",
             m.dp_rank,
             m.index,
             m.sequences,
@@ -334,7 +439,8 @@ pub fn report_json(cfg: &Config, subgroup_seqs: usize, ev: &Evaluation<'_>) -> S
         .map(|m| {
             serde_json::json!({
                 "dp": m.dp_rank, "index": m.index, "start_s": m.start, "time_s": m.time,
-                "sequences": m.sequences, "sharded": m.sharded, "comm_s": m.comm,
+                "sequences": m.sequences, "sharded": m.sharded, "chunked": m.chunked,
+                "chunk_recompute_s": m.chunk_recompute, "comm_s": m.comm,
                 "exposed_comm_s": m.exposed_comm, "peak_tokens": m.peak_tokens,
                 "slowest_cp_rank": m.slowest_cp_rank, "over_budget": m.over_budget,
             })
@@ -352,6 +458,7 @@ pub fn report_json(cfg: &Config, subgroup_seqs: usize, ev: &Evaluation<'_>) -> S
         "hidden_fraction": r.hidden_fraction,
         "total_tokens": r.total_tokens, "sharded_tokens": r.sharded_tokens,
         "sharded_sequences": r.sharded_sequences,
+        "chunked_sequences": r.chunked_sequences, "chunk_recompute_s": r.chunk_recompute,
         "subgroup_sequences": subgroup_seqs, "subgroups": cfg.subgroups,
         "peak_tokens": r.peak_tokens, "within_budget": r.within_budget(),
         "over_budget_pairs": r.over_budget,
@@ -397,6 +504,7 @@ pub fn run(flags: &Flags) -> Result<String, String> {
     let gpu = cost_label(flags);
     let format = flags.get("--format").unwrap_or("table").to_string();
     flags.finish()?;
+    check_chunks(&cfg, &lengths, &placements).map_err(|e| format!("{path}: {e}"))?;
     let subgroup_seqs = placements.iter().filter(|p| p.is_subgroup(cfg.cp)).count();
     let mut bufs = OwnedEval::default();
     let ev = bufs
@@ -414,6 +522,7 @@ mod tests {
     use super::*;
     use crate::json::plan_json;
     use crate::rebuild::RebuiltPlan;
+    use skrull_core::{Chunking, Policy};
     use skrull_kit::OwnedBuffers;
 
     #[test]
@@ -504,6 +613,130 @@ mod tests {
         // serde_json (without `float_roundtrip`) may read a printed float back one ulp off.
         let t = json["iteration_time_s"].as_f64().unwrap();
         assert!((t - direct.report.iteration_time).abs() <= 4.0 * f64::EPSILON * t);
+    }
+
+    /// A chunkflow plan and a hand-made one (chunks on one GPU and on a sub-group) go through
+    /// JSON and back to the same placements and the same evaluation.
+    #[test]
+    fn chunked_plans_round_trip_through_json_and_evaluate_the_same() {
+        let mut cfg =
+            Config::new(2, 8, 8192, ModelShape::QWEN2_5_7B).with_policy(Policy::ChunkFlow);
+        cfg.chunking = Chunking::new(4096, 1);
+        let lengths = vec![40_000u32, 9000, 3000, 50, 4096, 12_000, 7, 20_000];
+        let mut bufs = OwnedBuffers::for_batch(lengths.len(), &cfg);
+        let plan = bufs.schedule(&cfg, &lengths).unwrap();
+        let text = plan_json(&cfg, &lengths, &plan);
+        let v: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(v["config"]["chunk_size"], 4096);
+        assert_eq!(v["summary"]["chunked"], 4);
+        let chunked: Vec<(u64, u64, u64, u64)> = v["placements"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|p| p["kind"] == "chunked")
+            .map(|p| {
+                let f = |k: &str| p[k].as_u64().unwrap();
+                assert_eq!(p["cp"], -2);
+                (f("len"), f("cp_first"), f("cp_size"), f("chunks"))
+            })
+            .collect();
+        assert_eq!(
+            chunked,
+            [
+                (40_000, 0, 8, 10),
+                (9000, 0, 8, 3),
+                (12_000, 0, 8, 3),
+                (20_000, 0, 8, 5)
+            ]
+        );
+        let mut parsed = parse_plan(&text).unwrap();
+        assert_eq!(parsed.config, Some(cfg));
+        check_groups(&cfg, &mut parsed.placements).unwrap();
+        assert_eq!(parsed.placements, plan.placements());
+        let mut a = OwnedEval::default();
+        let ev = a.evaluate(&cfg, &lengths, &parsed.placements).unwrap();
+        assert_eq!(ev.report.chunked_sequences, 4);
+        assert!(ev.report.lower_bound.value <= ev.report.iteration_time);
+        let table = report_text(&cfg, "h100", &lengths, 0, &ev);
+        assert!(
+            table.contains("chunked:                  4 sequences (ChunkSize 4096, K 1)"),
+            "{table}"
+        );
+        assert!(
+            table.contains("| sharded | chunked | time (ms) |"),
+            "{table}"
+        );
+        let json: Value = serde_json::from_str(&report_json(&cfg, 0, &ev)).unwrap();
+        assert_eq!(json["chunked_sequences"], 4);
+
+        // By hand: 40,000 tokens chunked on CP rank 3 alone, 20,000 on ranks 4-7.
+        let p = |micro_batch, cp_rank, cp_first, cp_size| Placement {
+            dp_rank: 0,
+            micro_batch,
+            cp_rank,
+            cp_first,
+            cp_size,
+        };
+        let mut cfg = Config::new(1, 8, 13 * 1024, ModelShape::QWEN2_5_7B);
+        cfg.chunking = Chunking::new(4096, 1);
+        let lengths = [40_000u32, 20_000, 900];
+        let placements = [p(0, CHUNKED, 3, 1), p(0, CHUNKED, 4, 4), p(0, 0, 0, 0)];
+        let rebuilt = RebuiltPlan::new(&cfg, &lengths, &placements);
+        let plan = rebuilt.plan(&cfg, &lengths).unwrap();
+        let peak = |len, g| cfg.budget().chunked(&cfg.chunking, len, g) as u32;
+        let (one, four) = (peak(40_000, 1), peak(20_000, 4));
+        assert_eq!(
+            plan.rank_tokens(0),
+            &[900, 0, 0, one, four, four, four, four]
+        );
+        let text = plan_json(&cfg, &lengths, &plan);
+        assert!(text.contains("\"cp\": -2, \"cp_first\": 3, \"cp_size\": 1, \"kind\": \"chunked\", \"chunks\": 10}"), "{text}");
+        let mut parsed = parse_plan(&text).unwrap();
+        check_groups(&cfg, &mut parsed.placements).unwrap();
+        assert_eq!(parsed.placements, placements);
+        let ev = a.evaluate(&cfg, &lengths, &parsed.placements).unwrap();
+        assert_eq!(ev.report.chunked_sequences, 2);
+        assert_eq!(ev.report.peak_tokens, u64::from(one.max(four)));
+    }
+
+    #[test]
+    fn bad_chunked_placements_are_named() {
+        let mut cfg = Config::new(1, 8, 8192, ModelShape::QWEN2_5_7B);
+        let chunked = |first: u16, size: u16| Placement {
+            cp_rank: CHUNKED,
+            cp_first: first,
+            cp_size: size,
+            ..Placement::default()
+        };
+        let mut p = [chunked(0, 8)];
+        let err = check_groups(&cfg, &mut p).unwrap_err();
+        assert!(err.contains("chunking is off"), "{err}");
+        cfg.chunking = Chunking::new(4096, 1);
+        let mut p = [chunked(0, 0), chunked(5, 1), chunked(4, 4)];
+        check_groups(&cfg, &mut p).unwrap();
+        assert_eq!(p[0].cp_size, 8, "absent: the whole group");
+        for (first, size) in [(2, 4), (0, 3), (8, 1), (0, 16)] {
+            let err = check_groups(&cfg, &mut [chunked(first, size)]).unwrap_err();
+            assert!(err.contains("not a valid chunk group of CP 8"), "{err}");
+        }
+        let err = check_chunks(&cfg, &[4096], &[chunked(0, 8)]).unwrap_err();
+        assert!(
+            err.contains("sequence 0 (4096 tokens) is chunked, but it is not longer"),
+            "{err}"
+        );
+        assert!(check_chunks(&cfg, &[4097], &[chunked(0, 8)]).is_ok());
+        let kind = |k: &str, cp: i32| {
+            parse_plan(&format!(
+                r#"{{"placements": [{{"seq": 0, "dp": 0, "micro_batch": 0, "cp": {cp}, "kind": "{k}"}}]}}"#
+            ))
+        };
+        assert!(kind("chunked", -2).is_ok());
+        assert!(kind("local", 3).is_ok());
+        let err = kind("chunked", -1).unwrap_err();
+        assert!(
+            err.contains("does not match \"cp\": -1 (a sharded sequence)"),
+            "{err}"
+        );
     }
 
     #[test]
@@ -604,7 +837,7 @@ mod tests {
         let dup = r#"{"placements": [{"seq": 0, "dp": 0, "micro_batch": 0, "cp": 0},
                                       {"seq": 0, "dp": 0, "micro_batch": 0, "cp": 0}]}"#;
         assert!(parse_plan(dup).unwrap_err().contains("twice"));
-        let bad_cp = r#"{"placements": [{"seq": 0, "dp": 0, "micro_batch": 0, "cp": -2}]}"#;
+        let bad_cp = r#"{"placements": [{"seq": 0, "dp": 0, "micro_batch": 0, "cp": -3}]}"#;
         assert!(parse_plan(bad_cp).unwrap_err().contains("\"cp\""));
         let no_len = r#"{"placements": [{"seq": 0, "dp": 0, "micro_batch": 0, "cp": 0}]}"#;
         let p = parse_plan(no_len).unwrap();

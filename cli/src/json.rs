@@ -10,16 +10,26 @@ pub fn config_json(cfg: &Config) -> String {
 }
 
 /// The whole plan as JSON: config, summary, placements (in input order; `cp = -1` means
-/// sharded; `cp_first` and `cp_size` name the CP ranks that hold the sequence: `r, 1` for a
-/// local one, `0, N` for the whole group, else its sub-group), micro-batches per DP rank and
-/// tokens per (DP rank, micro-batch, CP rank).
+/// sharded, `cp = -2` chunked; `cp_first` and `cp_size` name the CP ranks that hold the
+/// sequence: `r, 1` for a local one, `0, N` for the whole group, else its sub-group or, for a
+/// chunked one, the GPU or aligned group that runs its chunks), micro-batches per DP rank and
+/// tokens per (DP rank, micro-batch, CP rank). A chunked placement also carries `"kind":
+/// "chunked"` and `"chunks"` (how many chunks of the configuration's ChunkSize), and with
+/// chunking on the summary counts `"chunked"` sequences; without chunking the text is what it
+/// was before chunking existed.
 pub fn plan_json(cfg: &Config, lengths: &[u32], plan: &Plan<'_>) -> String {
     let s = plan.summary();
     let mut out = String::with_capacity(64 * lengths.len() + 256);
+    let chunked = if cfg.chunking.is_on() {
+        format!(", \"chunked\": {}", s.chunked)
+    } else {
+        String::new()
+    };
     let _ = write!(
         out,
         "{{\"config\": {},\n \"summary\": {{\"sequences\": {}, \"total_tokens\": {}, \
-         \"micro_batches\": {}, \"sharded\": {}, \"rollbacks\": {}, \"peak_rank_tokens\": {}}},\n",
+         \"micro_batches\": {}, \"sharded\": {}{chunked}, \"rollbacks\": {}, \
+         \"peak_rank_tokens\": {}}},\n",
         config_json(cfg),
         lengths.len(),
         s.total_tokens,
@@ -37,9 +47,14 @@ pub fn plan_json(cfg: &Config, lengths: &[u32], plan: &Plan<'_>) -> String {
         let _ = write!(
             out,
             "{{\"seq\": {seq}, \"len\": {}, \"dp\": {}, \"micro_batch\": {}, \"cp\": {}, \
-             \"cp_first\": {}, \"cp_size\": {}}}",
+             \"cp_first\": {}, \"cp_size\": {}",
             lengths[seq], p.dp_rank, p.micro_batch, p.cp_rank, group.first, group.size
         );
+        if p.is_chunked() {
+            let chunks = cfg.chunking.count(lengths[seq]);
+            let _ = write!(out, ", \"kind\": \"chunked\", \"chunks\": {chunks}");
+        }
+        out.push('}');
     }
     out.push_str("],\n \"micro_batches_per_dp\": ");
     push_list(&mut out, plan.micro_batches_per_dp().iter());
@@ -116,10 +131,48 @@ fn sharded_cell(cfg: &Config, plan: &Plan<'_>, members: &[u32]) -> String {
     format!("{sharded} ({})", parts.join(", "))
 }
 
+/// `ranks 0-7` or `rank 3`: the CP ranks of a group.
+fn ranks_label(group: CpGroup) -> String {
+    if group.size == 1 {
+        format!("rank {}", group.first)
+    } else {
+        format!("ranks {}-{}", group.first, group.first + group.size - 1)
+    }
+}
+
+/// The chunked sequences of a micro-batch: how many, and the text of its table cell, `0` or
+/// `1 (13 chunks on ranks 0-7)`, one part per chunked sequence.
+fn chunked_cell(
+    cfg: &Config,
+    lengths: &[u32],
+    plan: &Plan<'_>,
+    members: &[u32],
+) -> (usize, String) {
+    let parts: Vec<String> = members
+        .iter()
+        .filter(|&&q| plan.placements()[q as usize].is_chunked())
+        .map(|&q| {
+            let p = plan.placements()[q as usize];
+            let chunks = cfg.chunking.count(lengths[q as usize]);
+            format!("{chunks} chunks on {}", ranks_label(p.group(cfg.cp)))
+        })
+        .collect();
+    if parts.is_empty() {
+        (0, "0".into())
+    } else {
+        (
+            parts.len(),
+            format!("{} ({})", parts.len(), parts.join(", ")),
+        )
+    }
+}
+
 /// A human-readable table: one line per micro-batch. The sharded column lists the
-/// micro-batch's sub-group shards after its count (see `sharded_cell`).
+/// micro-batch's sub-group shards after its count (see `sharded_cell`); with chunking on, a
+/// chunked column lists each chunked sequence's chunk count and ranks.
 pub fn plan_table(cfg: &Config, lengths: &[u32], plan: &Plan<'_>) -> String {
     let s = plan.summary();
+    let chunking = cfg.chunking.is_on();
     let in_subgroups = plan
         .placements()
         .iter()
@@ -141,20 +194,36 @@ pub fn plan_table(cfg: &Config, lengths: &[u32], plan: &Plan<'_>) -> String {
         lengths.len(),
         s.total_tokens
     );
+    let chunked = if chunking {
+        format!(
+            " | chunked {} (ChunkSize {}, K {})",
+            s.chunked, cfg.chunking.size, cfg.chunking.keep
+        )
+    } else {
+        String::new()
+    };
     let _ = writeln!(
         out,
-        "micro-batches per DP rank {:?} | sharded {} | rollbacks {} | peak {} tokens/GPU ({:.1}% of budget)",
+        "micro-batches per DP rank {:?} | sharded {}{chunked} | rollbacks {} | peak {} tokens/GPU ({:.1}% of budget)",
         plan.micro_batches_per_dp(),
         sharded,
         s.rollbacks,
         s.peak_rank_tokens,
         100.0 * f64::from(s.peak_rank_tokens) / f64::from(cfg.bucket)
     );
-    let _ = writeln!(
-        out,
-        "| DP | MB | seqs | local | sharded | longest | tokens per CP rank |"
-    );
-    let _ = writeln!(out, "|---|---|---|---|---|---|---|");
+    if chunking {
+        let _ = writeln!(
+            out,
+            "| DP | MB | seqs | local | sharded | chunked | longest | tokens per CP rank |"
+        );
+        let _ = writeln!(out, "|---|---|---|---|---|---|---|---|");
+    } else {
+        let _ = writeln!(
+            out,
+            "| DP | MB | seqs | local | sharded | longest | tokens per CP rank |"
+        );
+        let _ = writeln!(out, "|---|---|---|---|---|---|---|");
+    }
     for (g, mb) in plan.micro_batches().iter().enumerate() {
         let members = plan.members_of(mb);
         let sharded = members
@@ -162,6 +231,12 @@ pub fn plan_table(cfg: &Config, lengths: &[u32], plan: &Plan<'_>) -> String {
             .filter(|&&q| plan.placements()[q as usize].is_sharded())
             .count();
         let sharded_text = sharded_cell(cfg, plan, members);
+        let (chunked, chunked_text) = chunked_cell(cfg, lengths, plan, members);
+        let chunked_text = if chunking {
+            format!("{chunked_text} | ")
+        } else {
+            String::new()
+        };
         let longest = members
             .iter()
             .map(|&q| lengths[q as usize])
@@ -169,11 +244,11 @@ pub fn plan_table(cfg: &Config, lengths: &[u32], plan: &Plan<'_>) -> String {
             .unwrap_or(0);
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {} | {} | {} | {:?} |",
+            "| {} | {} | {} | {} | {} | {chunked_text}{} | {:?} |",
             mb.dp_rank,
             mb.index,
             members.len(),
-            members.len() - sharded,
+            members.len() - sharded - chunked,
             sharded_text,
             longest,
             plan.rank_tokens(g)
@@ -254,5 +329,46 @@ mod tests {
         assert!(table.contains("| sharded 1 | rollbacks 0 |"), "{table}");
         assert!(table.contains("| 0 | 0 | 3 | 2 | 1 | 2000 |"), "{table}");
         assert_eq!(shard_label(CpGroup { first: 8, size: 8 }), "shard 8-15");
+    }
+
+    #[test]
+    fn the_table_lists_chunked_sequences_with_their_chunks_and_ranks() {
+        let mut cfg = Config::new(1, 8, 13 * 1024, ModelShape::QWEN2_5_7B);
+        cfg.chunking = skrull_core::Chunking::new(4096, 2);
+        let lengths = [40_000u32, 20_000, 900, 5000];
+        let p = |micro_batch, cp_rank, cp_first, cp_size| Placement {
+            dp_rank: 0,
+            micro_batch,
+            cp_rank,
+            cp_first,
+            cp_size,
+        };
+        let placements = [
+            p(0, -2, 3, 1),
+            p(0, -2, 4, 4),
+            p(0, 0, 0, 0),
+            p(1, -1, 0, 0),
+        ];
+        let rebuilt = RebuiltPlan::new(&cfg, &lengths, &placements);
+        let plan = rebuilt.plan(&cfg, &lengths).unwrap();
+        let table = plan_table(&cfg, &lengths, &plan);
+        assert!(
+            table.contains("| sharded 1 | chunked 2 (ChunkSize 4096, K 2) |"),
+            "{table}"
+        );
+        assert!(
+            table.contains("| DP | MB | seqs | local | sharded | chunked | longest |"),
+            "{table}"
+        );
+        assert!(
+            table.contains(
+                "| 0 | 0 | 3 | 1 | 0 | 2 (10 chunks on rank 3, 5 chunks on ranks 4-7) | 40000 |"
+            ),
+            "{table}"
+        );
+        assert!(
+            table.contains("| 0 | 1 | 1 | 0 | 1 | 0 | 5000 |"),
+            "{table}"
+        );
     }
 }

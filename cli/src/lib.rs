@@ -4,6 +4,7 @@
 
 pub mod args;
 pub mod calibrate;
+pub mod chunking;
 pub mod config_keys;
 pub mod evaluate;
 pub mod fits;

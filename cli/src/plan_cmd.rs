@@ -10,10 +10,12 @@ use crate::layout_out::{compute, layout_json, layout_table, parse_gpu};
 /// Usage text of `skrull plan`.
 pub const USAGE: &str = "\
 skrull plan [--lengths FILE|-] [--dp 4] [--cp 8] [--bucket 26K] [--model qwen2.5-0.5b]
-            [--policy balanced|skrull|deepspeed|packed|roundrobin] [--victim shortest|longest]
+            [--policy balanced|skrull|deepspeed|packed|roundrobin|chunkflow]
+            [--victim shortest|longest]
             [--flops paper|megatron] [--shard-padding none|zigzag]
             [--pad-multiple M] [--pad-local] [--lockstep] [--fill-empty]
             [--micro-batches G] [--subgroups on|off]
+            [--chunk-size C] [--chunk-keep K] [--chunk-state-permille P]
             [--gpu h100|h200] [--cost-model FILE] [--gpus-per-node 8]
             [--max-micro-batches M] [--format table|json] [--layout DP,MB,CP]
 
@@ -42,6 +44,18 @@ it, cp_first and cp_size (local: r and 1; whole group: 0 and CP; sub-group: its 
 size); the table lists a micro-batch's sub-group shards after its sharded count, e.g.
 `3 (shard 8-15 x2)`, and the layout prints the GPU's rings.
 
+--chunk-size C (0, the default: off) lets a sequence longer than C tokens run as chunks of C
+tokens, one after another on one GPU or an aligned group (ChunkFlow), the last K
+(--chunk-keep, default 1) keeping their activations, the others recomputed; each GPU of the
+group is charged the chunks alive at once plus P/1000 tokens of K/V state per token
+(--chunk-state-permille, default 64), split over the group. --policy chunkflow chunks every
+sequence longer than C over the whole CP group and packs the rest into C-token bins; without
+--chunk-size it takes the largest power of two whose chunked peak on one GPU, for the longest
+sequence the layout accepts (N x C), fits BucketSize. A chunked placement has cp -2 in the
+JSON form, with its group in cp_first and cp_size, kind chunked and its chunk count; the
+table adds a chunked column (e.g. `1 (13 chunks on ranks 0-7)`). Without chunking the output
+is unchanged.
+
 --gpu, --cost-model FILE (the format `skrull calibrate` prints) and --gpus-per-node choose the
 cost model the default policy (balanced) plans with: a calibrated model changes the plan.";
 
@@ -64,6 +78,19 @@ pub fn run(flags: &Flags) -> Result<String, String> {
     let mut bufs = OwnedBuffers::for_batch(lengths.len(), &cfg);
     let plan = bufs.schedule(&cfg, &lengths).map_err(|e| e.to_string())?;
     if let Some(gpu) = gpu {
+        // The core's layout has no spans for chunks yet: refuse rather than print a GPU
+        // without the chunked sequence it runs.
+        let chunked = plan.placements().iter().position(|p| {
+            p.is_chunked()
+                && (p.dp_rank, p.micro_batch) == (gpu.dp_rank, gpu.micro_batch)
+                && p.group(cfg.cp).contains(gpu.cp_rank)
+        });
+        if let Some(seq) = chunked {
+            return Err(format!(
+                "--layout: sequence {seq} runs chunked on this GPU; the layout of chunked \
+                 sequences is not available yet"
+            ));
+        }
         let g = compute(&cfg, &lengths, &plan, gpu).map_err(|e| format!("--layout: {e}"))?;
         return Ok(match format.as_str() {
             "json" => layout_json(&cfg, &g),

@@ -18,14 +18,16 @@ impl RebuiltPlan {
     /// Recounts the plan of `placements` (one per sequence of `lengths`): members in
     /// (DP rank, micro-batch, sequence) order, each DP rank running micro-batches up to the
     /// highest index it uses (every rank the longest count with [`Config::lockstep`]), and
-    /// every GPU's tokens under `cfg`'s budget. Whole-group shards and local sequences are
-    /// normalised to `cp_first = cp_size = 0`, as the policies write them.
+    /// every GPU's tokens under `cfg`'s budget (a chunked sequence charges each GPU of its
+    /// group its chunked peak, [`Budget::chunked`](skrull_core::Budget::chunked)).
+    /// Whole-group shards and local sequences are normalised to `cp_first = cp_size = 0`, as
+    /// the policies write them; a chunked sequence keeps its group.
     pub fn new(cfg: &Config, lengths: &[u32], placements: &[Placement]) -> RebuiltPlan {
         let cp = cfg.cp as usize;
         let placements: Vec<Placement> = placements
             .iter()
             .map(|p| {
-                if p.is_subgroup(cfg.cp) {
+                if p.is_subgroup(cfg.cp) || p.is_chunked() {
                     *p
                 } else {
                     Placement {
@@ -79,7 +81,15 @@ impl RebuiltPlan {
             let len = lengths.get(s as usize).copied().unwrap_or(0);
             let at = rank_tokens.len() - cp;
             let tokens = &mut rank_tokens[at..];
-            if p.is_sharded() {
+            if p.is_chunked() {
+                let group = p.group(cfg.cp);
+                let peak = budget.chunked(&cfg.chunking, len, group.size);
+                let peak = u32::try_from(peak).unwrap_or(u32::MAX);
+                let ranks = tokens.iter_mut().skip(group.first as usize);
+                for t in ranks.take(group.size as usize) {
+                    *t = t.saturating_add(peak);
+                }
+            } else if p.is_sharded() {
                 let group = p.group(cfg.cp);
                 let share = budget.for_group(group.size).share(len);
                 let ranks = tokens.iter_mut().skip(group.first as usize);
@@ -121,21 +131,32 @@ impl RebuiltPlan {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use skrull_core::{ModelShape, Policy};
+    use skrull_core::{Chunking, ModelShape, Policy};
     use skrull_kit::OwnedBuffers;
 
     #[test]
     fn a_scheduled_plan_rebuilds_to_itself() {
-        for policy in [Policy::Skrull, Policy::Balanced, Policy::DeepSpeed] {
+        let policies = [
+            Policy::Skrull,
+            Policy::Balanced,
+            Policy::DeepSpeed,
+            Policy::ChunkFlow,
+        ];
+        for policy in policies {
             for lockstep in [false, true] {
                 let mut cfg = Config::new(2, 4, 4096, ModelShape::QWEN2_5_7B).with_policy(policy);
                 cfg.lockstep = lockstep;
+                if policy == Policy::ChunkFlow {
+                    cfg.chunking = Chunking::new(2048, 1);
+                }
                 let lengths = [100u32, 9000, 3000, 50, 4096, 12_000, 7, 1, 2];
                 let mut bufs = OwnedBuffers::for_batch(lengths.len(), &cfg);
                 let plan = bufs.schedule(&cfg, &lengths).unwrap();
                 let again = RebuiltPlan::new(&cfg, &lengths, plan.placements());
                 let rebuilt = again.plan(&cfg, &lengths).unwrap();
                 assert_eq!(rebuilt.placements(), plan.placements());
+                let chunked = plan.placements().iter().filter(|p| p.is_chunked()).count();
+                assert_eq!(chunked > 0, policy == Policy::ChunkFlow, "{policy:?}");
                 assert_eq!(rebuilt.micro_batches_per_dp(), plan.micro_batches_per_dp());
                 assert_eq!(rebuilt.micro_batches().len(), plan.micro_batches().len());
                 for g in 0..plan.micro_batches().len() {

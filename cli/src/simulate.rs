@@ -180,8 +180,20 @@ pub enum SimPolicy {
 }
 
 impl SimPolicy {
-    /// Every policy, in print order.
-    pub const ALL: [SimPolicy; 6] = [
+    /// Every policy `--policy` accepts, in print order.
+    pub const ALL: [SimPolicy; 7] = [
+        SimPolicy::Core(Policy::Skrull),
+        SimPolicy::Core(Policy::DeepSpeed),
+        SimPolicy::Core(Policy::Packed),
+        SimPolicy::Sorted,
+        SimPolicy::Core(Policy::RoundRobin),
+        SimPolicy::Core(Policy::Balanced),
+        SimPolicy::Core(Policy::ChunkFlow),
+    ];
+
+    /// The policies run without `--policy`: all but `chunkflow` (which needs a ChunkSize:
+    /// ask for it by name, or see `--chunking compare`).
+    pub const DEFAULT: [SimPolicy; 6] = [
         SimPolicy::Core(Policy::Skrull),
         SimPolicy::Core(Policy::DeepSpeed),
         SimPolicy::Core(Policy::Packed),
@@ -278,6 +290,10 @@ pub struct Options {
     /// Whether to also run `balanced` without and with sub-groups on every cell
     /// (`--subgroups compare`, [`compare_subgroups`]).
     pub compare_subgroups: bool,
+    /// Whether to also run `balanced` without and with chunking, `chunkflow` and `skrull` on
+    /// every cell (`--chunking compare`,
+    /// [`compare_chunking`](crate::chunking::compare_chunking)).
+    pub compare_chunking: bool,
 }
 
 impl Default for Options {
@@ -286,10 +302,11 @@ impl Default for Options {
             iterations: 20,
             seed: skrull_kit::batch::DEFAULT_SEED,
             context: 128 * K,
-            policies: SimPolicy::ALL.to_vec(),
+            policies: SimPolicy::DEFAULT.to_vec(),
             template: Config::new(1, 1, 1, ModelShape::QWEN2_5_0_5B),
             draw_sorted: false,
             compare_subgroups: false,
+            compare_chunking: false,
         }
     }
 }
@@ -328,7 +345,7 @@ struct Acc {
 /// A cell's configuration (the setup over `opts.template`, with `cost`), the length its
 /// sequences are clipped at and its `opts.iterations` sampled batches of `dp x batch_size`
 /// lengths: the same for every policy and every run of the cell.
-fn sample_cell(
+pub(crate) fn sample_cell(
     setup: &Setup,
     dataset: Dataset,
     cost: &CostModel,
@@ -381,7 +398,7 @@ pub fn run_cell(
             SimPolicy::Core(p) => (p, None),
             SimPolicy::Sorted => (Policy::Packed, Some(sorted_batches())),
         };
-        let cfg = base.with_policy(core);
+        let cfg = crate::chunking::with_chunk_size(base.with_policy(core), clip);
         let list = own_batches.as_ref().unwrap_or(&batches);
         let mut acc = Acc::default();
         for (i, lengths) in list.iter().enumerate() {
@@ -627,7 +644,7 @@ fn paper_for(cell: &CellResult, policy: SimPolicy) -> String {
     }
 }
 
-fn ms(s: f64) -> String {
+pub(crate) fn ms(s: f64) -> String {
     if s >= 10.0 {
         format!("{:.0}", s * 1e3)
     } else {
@@ -788,14 +805,16 @@ pub fn summary_table(cells: &[CellResult]) -> String {
 /// Usage text of `skrull simulate`.
 pub const USAGE: &str = "\
 skrull simulate [--setup 0.5b|7b|7b-cp16|0.5b-cp16|7b-cp16-bs64|case-study] [--dataset NAME]
-                [--policy skrull,deepspeed,packed,sorted,roundrobin,balanced] [--iterations 20]
+                [--policy skrull,deepspeed,packed,sorted,roundrobin,balanced,chunkflow]
+                [--iterations 20]
                 [--seed 20250526] [--context 128K] [--gpu h100|h200] [--cost-model FILE]
                 [--gpus-per-node 8]
                 [--overlap local-attention|all-attention] [--svg FILE]
                 [--dp D --cp N --bucket C --batch-size B --model M]
                 [--victim shortest|longest] [--flops paper|megatron] [--shard-padding none|zigzag]
                 [--pad-multiple M] [--pad-local] [--lockstep] [--fill-empty] [--micro-batches G]
-                [--subgroups on|off|compare]
+                [--subgroups on|off|compare] [--chunking compare]
+                [--chunk-size C] [--chunk-keep K] [--chunk-state-permille P]
 skrull simulate --online [--truth-model FILE] [--steps 20] ... (see below)
 
 Runs every policy on the same sampled global batches, evaluates each plan on the cost model
@@ -816,6 +835,16 @@ Lengths are clipped at --context and at N x C (nothing longer fits even sharded)
 CP ranks, off keeps every shard on the whole group; compare plans with sub-groups and adds a
 table: per cell, balanced without and with sub-groups (same batches), the speedup, each run
 over its own lower bound, and the geometric mean of the speedup over the CP-16 rows.
+--chunk-size C (0: off) lets sequences longer than C run as chunks of C tokens (ChunkFlow),
+the last K (--chunk-keep, default 1) keeping their activations; chunkflow (not run unless
+named) chunks every sequence longer than C over the whole CP group and packs the rest into
+C-token bins. Without --chunk-size, chunkflow takes the default ChunkSize of each cell: the
+largest power of two below its clip length whose K-chunk peak on ONE GPU, K/V state of the
+clip length included, fits BucketSize.
+--chunking compare adds a table: per cell, on the same batches, balanced without chunking,
+balanced with chunking, chunkflow and skrull at that ChunkSize (or --chunk-size): iteration
+times, the speedup of chunking, each run over its own lower bound, chunked sequences per
+iteration, and geometric means over the CP-16 rows.
 --online runs the online refit of the cost model against a truth model instead (flags:
 --truth-model FILE, --truth NAMES, --steps, --noise, --straggler-every, --format json;
 see cli/src/online.rs and docs/cost_model.md).";
@@ -873,7 +902,7 @@ pub fn run(flags: &Flags) -> Result<String, String> {
             .split(',')
             .map(|p| {
                 SimPolicy::from_name(p.trim()).ok_or_else(|| {
-                    format!("--policy: unknown policy '{p}' (skrull, deepspeed, packed, sorted, roundrobin, balanced)")
+                    format!("--policy: unknown policy '{p}' (skrull, deepspeed, packed, sorted, roundrobin, balanced, chunkflow)")
                 })
             })
             .collect::<Result<_, _>>()?;
@@ -882,6 +911,11 @@ pub fn run(flags: &Flags) -> Result<String, String> {
     let template = template_from(flags)?;
     opts.template = template;
     opts.compare_subgroups = subgroups_flag(flags, true)? == Some(Subgroups::Compare);
+    opts.compare_chunking = match flags.get("--chunking") {
+        None => false,
+        Some("compare") => true,
+        Some(v) => return Err(format!("--chunking: '{v}' is not compare")),
+    };
     let overrides = [
         flags.get("--dp").is_some(),
         flags.get("--cp").is_some(),
@@ -960,11 +994,16 @@ pub fn run(flags: &Flags) -> Result<String, String> {
 
     let mut results = Vec::new();
     let mut compared = Vec::new();
+    let mut chunk_rows = Vec::new();
     for (i, ((setup, dataset), cost)) in cells.iter().zip(&costs).enumerate() {
         let draw = svg.is_some() && i == 0;
         results.push(run_cell(setup, *dataset, cost, &opts, draw)?);
         if opts.compare_subgroups {
             compared.push(compare_subgroups(setup, *dataset, cost, &opts)?);
+        }
+        if opts.compare_chunking {
+            let row = crate::chunking::compare_chunking(setup, *dataset, cost, &opts)?;
+            chunk_rows.push(row);
         }
     }
 
@@ -1022,6 +1061,14 @@ pub fn run(flags: &Flags) -> Result<String, String> {
         out.push_str(&subgroup_table(&compared, opts.iterations));
         out.push('\n');
     }
+    if !chunk_rows.is_empty() {
+        out.push_str(crate::chunking::INTRO);
+        out.push_str(&crate::chunking::chunking_table(
+            &chunk_rows,
+            opts.iterations,
+        ));
+        out.push('\n');
+    }
     let all: Vec<&CellResult> = main.iter().chain(&case).collect();
     if let (Some(path), Some(first)) = (&svg, all.first()) {
         let title = format!(
@@ -1041,7 +1088,8 @@ pub fn run(flags: &Flags) -> Result<String, String> {
         .iter()
         .map(|c| c.iterations * c.results.len())
         .sum::<usize>()
-        + 2 * opts.iterations * compared.len();
+        + 2 * opts.iterations * compared.len()
+        + chunk_rows.iter().map(|r| r.plans).sum::<usize>();
     let _ = writeln!(
         out,
         "_{plans} plans scheduled and evaluated in {:.2} s._",

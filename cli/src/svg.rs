@@ -3,7 +3,9 @@
 //! communication and fixed overhead in different colours, on one shared time axis. A
 //! sequence sharded over a sub-group of the CP ranks is drawn in the lanes of that group's
 //! ranks only, in its own colours, with its ring's communication there and a dashed outline
-//! around the ring's lanes.
+//! around the ring's lanes. A chunked sequence's passes run after the rest of the
+//! micro-batch on each GPU of its group: drawn hatched, with the ring communication they
+//! cannot hide as a red stripe on top.
 
 use std::fmt::Write;
 
@@ -99,6 +101,11 @@ impl Panel {
     pub fn has_subgroups(&self) -> bool {
         self.rings.iter().any(|r| !r.is_empty())
     }
+
+    /// Whether some GPU runs chunked passes.
+    pub fn has_chunked(&self) -> bool {
+        self.ranks.iter().any(|s| s.chunked_time > 0.0)
+    }
 }
 
 const LOCAL_ATTN: &str = "#1b7f3b";
@@ -111,6 +118,14 @@ const FIXED: &str = "#9a9a9a";
 const SUB_ATTN: &str = "#6a3d9a";
 const SUB_GEMM: &str = "#c5a8e0";
 const SUB_COMM: &str = "#e377c2";
+/// The chunked passes: brown hatching ([`CHUNK_DEFS`]).
+const CHUNKED: &str = "url(#chunked)";
+const CHUNK_LINE: &str = "#8c510a";
+/// The hatch pattern of the chunked passes.
+const CHUNK_DEFS: &str = "<defs><pattern id=\"chunked\" width=\"4\" height=\"4\" \
+    patternUnits=\"userSpaceOnUse\" patternTransform=\"rotate(45)\"><rect width=\"4\" \
+    height=\"4\" fill=\"#dfc27d\"/><line x1=\"0\" y1=\"0\" x2=\"0\" y2=\"4\" \
+    stroke=\"#8c510a\" stroke-width=\"2\"/></pattern></defs>";
 
 /// Escapes text for XML content and attribute values.
 pub fn escape(s: &str) -> String {
@@ -200,7 +215,10 @@ pub fn gantt(title: &str, panels: &[Panel]) -> String {
     let scale = plot_w / tmax;
     let step = tick_step(tmax, 10.0);
     let subgroups = panels.iter().any(Panel::has_subgroups);
-    let head = if subgroups { 96.0 } else { 78.0 };
+    let chunked = panels.iter().any(Panel::has_chunked);
+    // One legend row more for sub-groups, one for chunked passes.
+    let chunk_row = if subgroups { 88.0 } else { 70.0 };
+    let head = 78.0 + if subgroups { 18.0 } else { 0.0 } + if chunked { 18.0 } else { 0.0 };
     let panel_head = 22.0;
     let dp_gap = 3.0;
     let axis_h = 34.0;
@@ -220,6 +238,9 @@ pub fn gantt(title: &str, panels: &[Panel]) -> String {
          viewBox=\"0 0 {width:.0} {height:.0}\" font-family=\"sans-serif\" font-size=\"11\">"
     );
     let _ = writeln!(c.out, "<title>{}</title>", escape(title));
+    if chunked {
+        let _ = writeln!(c.out, "{CHUNK_DEFS}");
+    }
     let _ = writeln!(
         c.out,
         "<rect x=\"0\" y=\"0\" width=\"{width:.0}\" height=\"{height:.0}\" fill=\"white\"/>"
@@ -284,6 +305,16 @@ pub fn gantt(title: &str, panels: &[Panel]) -> String {
              stroke-dasharray=\"3,2\"/><text x=\"{:.1}\" y=\"79.5\">sub-group ring: the ranks a \
              sequence is sharded over</text>",
             lx + 18.0
+        );
+    }
+    if chunked {
+        let _ = writeln!(
+            c.out,
+            "<rect x=\"{left:.1}\" y=\"{chunk_row}\" width=\"14\" height=\"11\" fill=\"{CHUNKED}\" \
+             stroke=\"{CHUNK_LINE}\" stroke-width=\"0.5\"/><text x=\"{:.1}\" y=\"{:.1}\">chunked \
+             passes, after the rest of the micro-batch (red top stripe: their exposed ring comm)</text>",
+            left + 18.0,
+            chunk_row + 9.5
         );
     }
 
@@ -353,9 +384,12 @@ pub fn gantt(title: &str, panels: &[Panel]) -> String {
                 for (r, slot) in p.ranks.iter().skip(g * cp).take(cp).enumerate() {
                     let ry = dp_top + r as f64 * row_h + 0.5;
                     let mut t = mb.start;
+                    // The GEMMs of the main part, split by its tokens (the chunked peaks
+                    // are not in them).
+                    let main_tokens = slot.tokens.saturating_sub(slot.chunked_tokens);
                     let share = |part: u64| {
-                        if slot.tokens > 0 {
-                            part as f64 / slot.tokens as f64
+                        if main_tokens > 0 {
+                            part as f64 / main_tokens as f64
                         } else {
                             0.0
                         }
@@ -379,8 +413,9 @@ pub fn gantt(title: &str, panels: &[Panel]) -> String {
                     c.rect(t, whole_comm.min(window), ry, stripe, HIDDEN);
                     let sub_comm = t + whole_comm;
                     t += window;
-                    c.rect(t, slot.exposed_comm, ry, inner, EXPOSED);
-                    t += slot.exposed_comm;
+                    let main_exposed = (slot.exposed_comm - slot.chunked_exposed_comm).max(0.0);
+                    c.rect(t, main_exposed, ry, inner, EXPOSED);
+                    t += main_exposed;
                     for (tokens, color) in [
                         (slot.local_tokens, LOCAL_GEMM),
                         (mb.sharded_tokens, SHARD_GEMM),
@@ -397,6 +432,10 @@ pub fn gantt(title: &str, panels: &[Panel]) -> String {
                     }
                     c.rect(t, p.fixed, ry, inner, FIXED);
                     c.rect(sub_comm, slot.group_comm, ry, stripe, SUB_COMM);
+                    // The chunked passes of this GPU's groups end its time in the micro-batch.
+                    let t = mb.start + slot.time - slot.chunked_time;
+                    c.rect(t, slot.chunked_time, ry, inner, CHUNKED);
+                    c.rect(t, slot.chunked_exposed_comm, ry, stripe, EXPOSED);
                 }
                 for ring in p.rings.get(g).map_or(&[][..], Vec::as_slice) {
                     let _ = writeln!(
@@ -421,7 +460,7 @@ pub fn gantt(title: &str, panels: &[Panel]) -> String {
                     c.out,
                     "<rect x=\"{:.2}\" y=\"{:.2}\" width=\"{:.2}\" height=\"{:.2}\" fill=\"none\" \
                      stroke=\"#222\" stroke-width=\"0.6\"><title>DP {d} micro-batch {}: {} ms, {} \
-                     sequences ({} sharded), peak {} tokens/GPU, comm {} ms ({} ms exposed)</title></rect>",
+                     sequences ({} sharded{}), peak {} tokens/GPU, comm {} ms ({} ms exposed)</title></rect>",
                     left + mb.start * scale,
                     dp_top,
                     (mb.time * scale).max(0.5),
@@ -430,6 +469,11 @@ pub fn gantt(title: &str, panels: &[Panel]) -> String {
                     fmt_ms(mb.time),
                     mb.sequences,
                     mb.sharded,
+                    if mb.chunked > 0 {
+                        format!(", {} chunked", mb.chunked)
+                    } else {
+                        String::new()
+                    },
                     mb.peak_tokens,
                     fmt_ms(mb.comm),
                     fmt_ms(mb.exposed_comm)

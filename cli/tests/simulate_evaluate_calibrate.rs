@@ -843,3 +843,87 @@ fn the_documented_model_file_is_the_h100_7b_preset() {
     let printed = parse_cost_model(&cost_model_json(&preset, "preset"), &base).expect("printed");
     assert_eq!(parsed, printed);
 }
+
+/// `(x, y, width)` of every `<rect>` filled with `fill`.
+fn rects(doc: &str, fill: &str) -> Vec<(f64, f64, f64)> {
+    let attr = |r: &str, name: &str| -> f64 {
+        let v = &r[r.find(&format!(" {name}=\"")).expect(name) + name.len() + 3..];
+        v[..v.find('"').expect("end")].parse().expect("number")
+    };
+    doc.lines()
+        .flat_map(|l| l.split("<rect ").skip(1))
+        .filter(|r| r.contains(&format!("fill=\"{fill}\"")))
+        .map(|r| {
+            (
+                attr(&format!(" {r}"), "x"),
+                attr(&format!(" {r}"), "y"),
+                attr(&format!(" {r}"), "width"),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn the_gantt_chart_draws_chunked_passes_hatched_after_the_micro_batch() {
+    use skrull_cli::svg::{Panel, gantt};
+    let mut cfg = Config::new(1, 8, 26 * 1024, ModelShape::QWEN2_5_0_5B);
+    cfg.chunking = skrull_core::Chunking::new(8192, 1);
+    let lengths = [900u32, 40_000, 60_000, 3000];
+    let p = |micro_batch, cp_rank, cp_first, cp_size| Placement {
+        dp_rank: 0,
+        micro_batch,
+        cp_rank,
+        cp_first,
+        cp_size,
+    };
+    // Micro-batch 0: a local sequence on rank 0, 40,000 tokens chunked on rank 3 alone and
+    // 60,000 on ranks 4-7; micro-batch 1: one shard over all 8.
+    let placements = [
+        p(0, 0, 0, 0),
+        p(0, -2, 3, 1),
+        p(0, -2, 4, 4),
+        p(1, -1, 0, 0),
+    ];
+    let cost = CostModel::h100(&cfg.model);
+    let cfg = cfg.with_cost(cost);
+    let tm = TimeModel::new(&cost, &cfg);
+    let mut bufs = OwnedEval::default();
+    let ev = bufs.evaluate(&cfg, &lengths, &placements).expect("eval");
+    let panel = Panel::new("chunked".into(), 1, 8, &ev, &tm);
+    assert!(panel.has_chunked() && !panel.has_subgroups());
+    let doc = gantt("chunked", &[panel]);
+    assert_eq!(check_xml(&doc), Ok("svg".to_string()));
+    assert!(doc.contains("<pattern id=\"chunked\""), "{doc}");
+    assert!(doc.contains("chunked passes, after the rest of the micro-batch"));
+    assert!(doc.contains("3 sequences (0 sharded, 2 chunked)"), "{doc}");
+    // Lanes are 12 px from y = 96 + 22 (two legend rows and the chunk row, the panel title).
+    let lane = |y: f64| ((y - 118.0) / 12.0).floor() as i64;
+    let hatched: Vec<(f64, f64, f64)> = rects(&doc, "url(#chunked)")
+        .into_iter()
+        .filter(|r| r.1 >= 118.0)
+        .collect();
+    let mut lanes: Vec<i64> = hatched.iter().map(|r| lane(r.1)).collect();
+    lanes.dedup();
+    assert_eq!(lanes, [3, 4, 5, 6, 7]);
+    // Each lane's chunked passes start where its fixed overhead (the end of the rest of the
+    // micro-batch) ends.
+    let fixed = rects(&doc, "#9a9a9a");
+    for &(x, y, _) in &hatched {
+        let end = fixed
+            .iter()
+            .filter(|f| lane(f.1) == lane(y) && f.0 < x)
+            .map(|f| f.0 + f.2)
+            .fold(f64::NAN, f64::max);
+        assert!(
+            (end - x).abs() < 0.02,
+            "lane {}: fixed ends {end}, chunks start {x}",
+            lane(y)
+        );
+    }
+    // No chunk, no hatching and no legend row.
+    let plain = Panel::new("plain".into(), 1, 8, &ev, &tm);
+    let mut plain = plain;
+    plain.ranks.iter_mut().for_each(|s| s.chunked_time = 0.0);
+    let doc = gantt("plain", &[plain]);
+    assert!(!doc.contains("chunked passes") && !doc.contains("url(#chunked)"));
+}

@@ -1,17 +1,25 @@
 //! Properties of the per-GPU layout (`skrull_core::plan::layout`) over random plans of every policy
 //! and both shard paddings: spans tile every scheduled sequence exactly once, zigzag chunks
 //! balance causal work, `cu_seqlens` and position ids agree with the spans, per-GPU tokens
-//! match the plan's budget accounting, and loss weights sum to the global token count.
+//! match the plan's budget accounting, and loss weights sum to the global token count. With
+//! chunking on (policy `chunkflow`, and hand-made plans that chunk sequences on groups of every
+//! size), every chunk of every chunked sequence is tiled once by its group, in order.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers: a failure is a test failure
 
 use quickcheck::{Arbitrary, Gen, QuickCheck};
+use skrull_core::config::chunking::Chunking;
 use skrull_core::plan::layout::{
-    self, Gpu, LOCAL_CHUNK, Layout, LayoutBuffers, LayoutError, LayoutRing, LayoutSizes, Span,
-    zigzag_chunk,
+    self, ChunkPass, Gpu, LOCAL_CHUNK, Layout, LayoutBuffers, LayoutError, LayoutRing, LayoutSizes,
+    Span, WHOLE_CHUNK, zigzag_chunk,
 };
-use skrull_core::{Config, ModelShape, Plan, Policy, Setup, ShardPadding};
+use skrull_core::plan::{CHUNKED, CpGroup, MicroBatch, PlanParts, SHARDED};
+use skrull_core::{Config, ModelShape, Placement, Plan, Policy, Setup, ShardPadding};
 use skrull_kit::OwnedBuffers;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Chunked sequences laid out by the random test: on one GPU, on a group, by `chunkflow`.
+static COVERED: [AtomicU64; 3] = [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)];
 
 /// The prepared setup of a configuration the test knows is valid.
 fn setup_of(cfg: &Config) -> Setup {
@@ -29,6 +37,12 @@ struct Case {
     pad_multiple: u32,
     pad_local: bool,
     lockstep: bool,
+    /// ChunkSize (0: chunking off unless the policy is `chunkflow`, which gets 48) and K.
+    chunk_size: u32,
+    keep: u32,
+    /// Lay out a hand-made plan instead (with chunking on): one byte per sequence picks its
+    /// placement and micro-batch.
+    handmade: Option<Vec<u8>>,
     lengths: Vec<u32>,
 }
 
@@ -40,10 +54,26 @@ impl Case {
         cfg.pad_multiple = self.pad_multiple;
         cfg.pad_local = self.pad_local;
         cfg.lockstep = self.lockstep;
+        let size = match (self.chunk_size, self.policy) {
+            (0, Policy::ChunkFlow) => 48,
+            (s, _) => s,
+        };
+        if size != 0 {
+            cfg.chunking = Chunking::new(size, self.keep);
+        }
+        let budget = cfg.budget();
         let need = self
             .lengths
             .iter()
-            .map(|&s| cfg.shard_tokens(s))
+            .map(|&s| {
+                let mut need = u64::from(cfg.shard_tokens(s));
+                if cfg.chunking.can_chunk(s) {
+                    for g in chunk_group_sizes(cfg.cp) {
+                        need = need.max(budget.chunked(&cfg.chunking, s, g));
+                    }
+                }
+                need as u32
+            })
             .max()
             .unwrap_or(1);
         cfg.bucket = need + self.slack;
@@ -71,6 +101,9 @@ impl Arbitrary for Case {
             pad_multiple: *g.choose(&[1u32, 1, 1, 2, 4, 8, 6]).unwrap_or(&1),
             pad_local: bool::arbitrary(g),
             lockstep: bool::arbitrary(g),
+            chunk_size: *g.choose(&[0u32, 0, 0, 5, 16, 64, 200]).unwrap_or(&0),
+            keep: 1 + u32::arbitrary(g) % 3,
+            handmade: bool::arbitrary(g).then(|| (0..n).map(|_| u8::arbitrary(g)).collect()),
             lengths,
         }
     }
@@ -86,6 +119,121 @@ impl Arbitrary for Case {
     }
 }
 
+/// The sizes of the groups a chunked sequence may run on: 1, the powers of two dividing `cp`,
+/// and `cp`.
+fn chunk_group_sizes(cp: u32) -> Vec<u32> {
+    let mut sizes: Vec<u32> = (0..9)
+        .map(|k| 1 << k)
+        .filter(|&g| g <= cp && cp.is_multiple_of(g))
+        .collect();
+    if !sizes.contains(&cp) {
+        sizes.push(cp);
+    }
+    sizes
+}
+
+/// A plan's arrays, owned.
+struct Parts {
+    placements: Vec<Placement>,
+    micro_batches: Vec<MicroBatch>,
+    members: Vec<u32>,
+    rank_tokens: Vec<u32>,
+    per_dp: Vec<u32>,
+}
+
+impl Parts {
+    fn plan(&self, cfg: &Config, lengths: &[u32]) -> Plan<'_> {
+        let parts = PlanParts {
+            placements: &self.placements,
+            micro_batches: &self.micro_batches,
+            members: &self.members,
+            rank_tokens: &self.rank_tokens,
+            micro_batches_per_dp: &self.per_dp,
+            rollbacks: 0,
+        };
+        Plan::from_parts(&setup_of(cfg), lengths, parts).expect("a valid hand-made plan")
+    }
+}
+
+/// A hand-made plan (chunking on): byte `b` of sequence `i` puts it chunked on a group of any
+/// size (a third of the chunkable ones), sharded over the whole group, or local; micro-batch
+/// `j` holds up to three consecutive sequences and runs on DP rank `j % dp`. The bucket is
+/// raised to the heaviest GPU's charge.
+fn handmade(cfg: &mut Config, lengths: &[u32], bytes: &[u8]) -> Parts {
+    cfg.lockstep = false;
+    let (cp, budget) = (cfg.cp, cfg.budget());
+    let sizes = chunk_group_sizes(cp);
+    let mut placements = vec![Placement::default(); lengths.len()];
+    let mut batches: Vec<Vec<u32>> = Vec::new();
+    for (i, &len) in lengths.iter().enumerate() {
+        let b = u32::from(bytes.get(i).copied().unwrap_or(0));
+        if batches.last().is_none_or(|m| m.len() > (b as usize >> 6)) {
+            batches.push(Vec::new());
+        }
+        batches.last_mut().unwrap().push(i as u32);
+        placements[i] = if cfg.chunking.can_chunk(len) && b % 3 == 0 {
+            let g = sizes[(b / 3) as usize % sizes.len()];
+            Placement {
+                cp_rank: CHUNKED,
+                cp_first: (g * (b / 7 % (cp / g))) as u16,
+                cp_size: g as u16,
+                ..Placement::default()
+            }
+        } else if b % 3 == 1 {
+            Placement {
+                cp_rank: SHARDED,
+                ..Placement::default()
+            }
+        } else {
+            Placement {
+                cp_rank: (b / 3 % cp) as i32,
+                ..Placement::default()
+            }
+        };
+    }
+    let dp = cfg.dp as usize;
+    let mut parts = Parts {
+        placements,
+        micro_batches: Vec::new(),
+        members: Vec::new(),
+        rank_tokens: Vec::new(),
+        per_dp: vec![0; dp],
+    };
+    for d in 0..dp {
+        for (j, batch) in batches.iter().enumerate().skip(d).step_by(dp) {
+            let index = (j / dp) as u32;
+            parts.micro_batches.push(MicroBatch {
+                dp_rank: d as u32,
+                index,
+                first: parts.members.len() as u32,
+                count: batch.len() as u32,
+            });
+            let mut tokens = vec![0u64; cp as usize];
+            for &q in batch {
+                let (len, p) = (lengths[q as usize], &mut parts.placements[q as usize]);
+                (p.dp_rank, p.micro_batch) = (d as u32, index);
+                let group = p.group(cp);
+                let charge = if p.is_chunked() {
+                    budget.chunked(&cfg.chunking, len, group.size)
+                } else if p.is_sharded() {
+                    u64::from(budget.share(len))
+                } else {
+                    u64::from(budget.local(len))
+                };
+                for r in group.first..group.first + group.size {
+                    tokens[r as usize] += charge;
+                }
+                parts.members.push(q);
+            }
+            parts.rank_tokens.extend(tokens.iter().map(|&t| t as u32));
+            parts.per_dp[d] = index + 1;
+        }
+    }
+    let peak = parts.rank_tokens.iter().copied().max().unwrap_or(0);
+    cfg.bucket = cfg.bucket.max(peak);
+    parts
+}
+
 /// One GPU's layout, trimmed to what `fill` wrote.
 struct Owned {
     l: Layout,
@@ -97,6 +245,7 @@ struct Owned {
     rank_cu: Vec<i32>,
     positions: Vec<i32>,
     gather: Vec<i64>,
+    passes: Vec<ChunkPass>,
 }
 
 /// Fills one GPU's layout into buffers of `max` sizes (allocated once per batch, as a C caller
@@ -110,6 +259,7 @@ fn layout_of(cfg: &Config, lengths: &[u32], plan: &Plan<'_>, gpu: Gpu, max: Layo
     let mut positions = vec![-1; max.positions as usize];
     let mut local_cu_padded = vec![-1; max.local_cu_seqlens as usize];
     let mut gather = vec![-2; max.positions as usize];
+    let mut passes = vec![ChunkPass::default(); max.chunk_passes as usize];
     let out = LayoutBuffers {
         spans: &mut spans,
         local_cu_seqlens: &mut local_cu,
@@ -121,8 +271,8 @@ fn layout_of(cfg: &Config, lengths: &[u32], plan: &Plan<'_>, gpu: Gpu, max: Layo
         gather_index: &mut gather,
         rings: &mut [LayoutRing::default(); 8],
     };
-    let l =
-        layout::fill(&setup_of(cfg), lengths, plan, gpu, out).expect("layout of an existing GPU");
+    let l = layout::fill_with_passes(&setup_of(cfg), lengths, plan, gpu, out, &mut passes)
+        .expect("layout of an existing GPU");
     let exact = LayoutSizes::for_gpu(&setup_of(cfg), lengths, plan, gpu).expect("sizes");
     spans.truncate(exact.spans as usize);
     local_cu.truncate(exact.local_cu_seqlens as usize);
@@ -132,6 +282,7 @@ fn layout_of(cfg: &Config, lengths: &[u32], plan: &Plan<'_>, gpu: Gpu, max: Layo
     sharded_cu_padded.truncate(exact.sharded_cu_seqlens as usize);
     rank_cu.truncate(exact.sharded_cu_seqlens as usize);
     positions.truncate(exact.positions as usize);
+    passes.truncate(exact.chunk_passes as usize);
     Owned {
         l,
         spans,
@@ -142,6 +293,7 @@ fn layout_of(cfg: &Config, lengths: &[u32], plan: &Plan<'_>, gpu: Gpu, max: Layo
         rank_cu,
         positions,
         gather,
+        passes,
     }
 }
 
@@ -159,7 +311,8 @@ fn monotone_from_zero(cu: &[i32]) -> bool {
 fn check_gpu(cfg: &Config, lengths: &[u32], plan: &Plan<'_>, o: &Owned) {
     let l = &o.l;
     let n_local = l.local_seqs as usize;
-    assert_eq!(o.spans.len(), n_local + 2 * l.sharded_seqs as usize);
+    let n_sharded = n_local + 2 * l.sharded_seqs as usize;
+    assert!(o.spans.len() >= n_sharded);
     // Spans pack the buffer without gap: local group first, then pairs of chunks.
     let mut next = 0u32;
     for (i, s) in o.spans.iter().enumerate() {
@@ -172,7 +325,7 @@ fn check_gpu(cfg: &Config, lengths: &[u32], plan: &Plan<'_>, o: &Owned) {
                 (s.start, s.len, s.pad),
                 (0, len, cfg.local_tokens(len) - len)
             );
-        } else {
+        } else if i < n_sharded {
             let k = (i - n_local) % 2;
             let want = if k == 0 {
                 l.cp_rank
@@ -187,7 +340,10 @@ fn check_gpu(cfg: &Config, lengths: &[u32], plan: &Plan<'_>, o: &Owned) {
         }
     }
     assert_eq!(next, l.tokens);
-    assert_eq!(l.tokens, l.local_tokens + l.sharded_tokens);
+    assert_eq!(
+        l.tokens,
+        l.local_tokens + l.sharded_tokens + l.chunked_tokens
+    );
     assert_eq!(
         l.pad_tokens,
         o.spans.iter().map(|s| s.pad).sum::<u32>(),
@@ -209,7 +365,7 @@ fn check_gpu(cfg: &Config, lengths: &[u32], plan: &Plan<'_>, o: &Owned) {
     assert_eq!(*o.rank_cu.last().unwrap() as u32, l.sharded_tokens);
     assert_eq!(
         *o.local_cu_padded.last().unwrap() + *o.rank_cu.last().unwrap(),
-        l.tokens as i32
+        (l.tokens - l.chunked_tokens) as i32
     );
     for (i, s) in o.spans[..n_local].iter().enumerate() {
         assert_eq!((o.local_cu[i + 1] - o.local_cu[i]) as u32, s.len);
@@ -225,7 +381,7 @@ fn check_gpu(cfg: &Config, lengths: &[u32], plan: &Plan<'_>, o: &Owned) {
     }
     assert_eq!(l.local_max_seqlen, local_max);
     let mut rank_max = 0;
-    for (k, pair) in o.spans[n_local..].chunks(2).enumerate() {
+    for (k, pair) in o.spans[n_local..n_sharded].chunks(2).enumerate() {
         let seq_len = lengths[pair[0].seq as usize];
         let part = pair.iter().map(|s| s.len + s.pad).sum::<u32>();
         rank_max = rank_max.max(part as i32);
@@ -241,6 +397,7 @@ fn check_gpu(cfg: &Config, lengths: &[u32], plan: &Plan<'_>, o: &Owned) {
         }
     }
     assert_eq!(l.rank_max_seqlen, rank_max);
+    let chunk_charge = check_chunked_group(cfg, lengths, plan, o, n_sharded);
     // Position ids match the spans; the gather index points every real token at its place
     // in the DP rank's stream (its sequences in plan order) and marks padding.
     assert_eq!(o.positions.len() as u32, l.tokens);
@@ -267,15 +424,15 @@ fn check_gpu(cfg: &Config, lengths: &[u32], plan: &Plan<'_>, o: &Owned) {
             assert_eq!(o.gather[at], want);
         }
     }
-    // Tokens match the plan's budget accounting.
+    // Tokens match the plan's budget accounting (the chunked group is charged its peak).
     let g = l.micro_batch_global as usize;
     let charged = plan.rank_tokens(g)[l.cp_rank as usize];
     assert_eq!(l.charged_tokens, charged);
-    assert!(l.tokens <= cfg.bucket);
+    assert!(l.tokens - l.chunked_tokens <= cfg.bucket);
     // Each sharded sequence of padded length P takes floor or ceil(P/N) here (exactly P/N
     // with zigzag padding); the charge is ceil(P/N).
     let budget = cfg.budget();
-    let slack: u32 = o.spans[n_local..]
+    let slack: u32 = o.spans[n_local..n_sharded]
         .chunks(2)
         .map(|p| {
             let padded = budget.padded(lengths[p[0].seq as usize]) as u32;
@@ -287,17 +444,119 @@ fn check_gpu(cfg: &Config, lengths: &[u32], plan: &Plan<'_>, o: &Owned) {
             padded.div_ceil(cfg.cp) - width
         })
         .sum();
-    assert_eq!(l.tokens + slack, charged);
+    assert_eq!(
+        u64::from(l.tokens - l.chunked_tokens + slack) + chunk_charge,
+        u64::from(charged)
+    );
+}
+
+/// Checks the chunked group (spans from `first`) against the chunk passes: passes in plan
+/// order, each sequence's chunks in order, spans and offsets consecutive, each chunk laid out
+/// as the layout documentation says. Returns what the budget charged for it.
+fn check_chunked_group(
+    cfg: &Config,
+    lengths: &[u32],
+    plan: &Plan<'_>,
+    o: &Owned,
+    first: usize,
+) -> u64 {
+    let (l, c, budget) = (&o.l, &cfg.chunking, cfg.budget());
+    assert_eq!(o.passes.len(), l.chunk_passes as usize);
+    let members = plan.members_of(&plan.micro_batches()[l.micro_batch_global as usize]);
+    let mine: Vec<u32> = members
+        .iter()
+        .copied()
+        .filter(|&q| {
+            let p = plan.placements()[q as usize];
+            p.is_chunked() && p.group(cfg.cp).contains(l.cp_rank)
+        })
+        .collect();
+    assert_eq!(mine.len() as u32, l.chunked_seqs);
+    let mut want = Vec::new();
+    for &q in &mine {
+        want.extend((0..c.count(lengths[q as usize])).map(|k| (q, k)));
+    }
+    let got: Vec<(u32, u32)> = o.passes.iter().map(|p| (p.seq, p.index)).collect();
+    assert_eq!(
+        got, want,
+        "chunked sequences in plan order, chunks in order"
+    );
+    let (mut span, mut offset, mut most) = (first as u32, l.local_tokens + l.sharded_tokens, 0);
+    for p in &o.passes {
+        let len = lengths[p.seq as usize];
+        let group = plan.placements()[p.seq as usize].group(cfg.cp);
+        assert_eq!(
+            (p.first, p.size, p.count),
+            (group.first, group.size, c.count(len))
+        );
+        assert_eq!(
+            (p.start, p.len),
+            (p.index * c.size, c.chunk_len(len, p.index))
+        );
+        assert_eq!((p.span, p.offset), (span, offset));
+        let spans = &o.spans[span as usize..(span + p.spans) as usize];
+        assert_eq!(spans.iter().map(|s| s.len + s.pad).sum::<u32>(), p.tokens);
+        assert!(spans.iter().all(|s| s.seq == p.seq));
+        if group.size == 1 {
+            assert_eq!((p.spans, p.padded), (1, cfg.local_tokens(p.len)));
+            assert_eq!(
+                (spans[0].chunk, spans[0].start, spans[0].len, spans[0].pad),
+                (WHOLE_CHUNK, p.start, p.len, p.padded - p.len)
+            );
+        } else {
+            let rb = budget.for_group(group.size);
+            assert_eq!((p.spans, u64::from(p.padded)), (2, rb.padded(p.len)));
+            let j = l.cp_rank - group.first;
+            for (s, id) in spans.iter().zip([j, 2 * group.size - 1 - j]) {
+                let z = zigzag_chunk(&rb, p.len, id);
+                assert_eq!(
+                    (s.chunk, s.start, s.len, s.pad),
+                    (id as i32, p.start + z.start, z.len, z.pad)
+                );
+            }
+        }
+        span += p.spans;
+        offset += p.tokens;
+        most = most.max(p.tokens);
+    }
+    assert_eq!((span as usize, offset), (o.spans.len(), l.tokens));
+    assert_eq!(l.chunk_max_tokens, most);
+    mine.iter()
+        .map(|&q| {
+            let g = plan.placements()[q as usize].group(cfg.cp).size;
+            budget.chunked(c, lengths[q as usize], g)
+        })
+        .sum()
 }
 
 fn prop(case: Case) {
-    let cfg = case.config();
+    let mut cfg = case.config();
     let lengths = &case.lengths;
     let n = lengths.len();
     let mut bufs = OwnedBuffers::for_batch(n, &cfg);
-    let plan = bufs.schedule_no_grow(&cfg, lengths).expect("the case fits");
+    let parts = match &case.handmade {
+        Some(bytes) if cfg.chunking.is_on() => Some(handmade(&mut cfg, lengths, bytes)),
+        _ => None,
+    };
+    let cfg = cfg;
+    let plan = match &parts {
+        Some(parts) => parts.plan(&cfg, lengths),
+        None => bufs.schedule_no_grow(&cfg, lengths).expect("the case fits"),
+    };
     let max = LayoutSizes::max_for(n, &cfg);
+    // With chunking on `max_for` is a (huge) bound: lay out with the exact sizes instead.
+    let sizes = |gpu: Gpu| {
+        if !cfg.chunking.is_on() {
+            return max;
+        }
+        let s = LayoutSizes::for_gpu(&setup_of(&cfg), lengths, &plan, gpu).unwrap();
+        assert!(s.spans <= max.spans && s.positions <= max.positions);
+        assert!(s.chunk_passes <= max.chunk_passes && s.chunk_passes <= s.spans);
+        s
+    };
     let cp = cfg.cp;
+    // Chunked sequences: (rank, pass, its spans) of every chunk pass seen.
+    let mut passes_seen: Vec<Vec<(u32, ChunkPass, Vec<Span>)>> = vec![Vec::new(); n];
     let two_n = 2 * cp as usize;
     let global: u64 = lengths.iter().map(|&s| u64::from(s)).sum();
     let mut loss_sum = 0u64;
@@ -313,19 +572,26 @@ fn prop(case: Case) {
                 micro_batch: mb.index,
                 cp_rank: r,
             };
-            let o = layout_of(&cfg, lengths, &plan, gpu, max);
+            let o = layout_of(&cfg, lengths, &plan, gpu, sizes(gpu));
             check_gpu(&cfg, lengths, &plan, &o);
+            for p in &o.passes {
+                let spans = o.spans[p.span as usize..(p.span + p.spans) as usize].to_vec();
+                passes_seen[p.seq as usize].push((r, *p, spans));
+            }
+            let n_sharded = (o.l.local_seqs + 2 * o.l.sharded_seqs) as usize;
             assert_eq!(o.l.global_tokens, global);
             assert_eq!(
                 *mb_tokens.get_or_insert(o.l.micro_batch_tokens),
                 o.l.micro_batch_tokens
             );
             mb_loss += u64::from(o.l.loss_tokens);
-            for s in &o.spans {
+            for (i, s) in o.spans.iter().enumerate() {
                 let q = s.seq as usize;
                 let p = plan.placements()[q];
                 assert_eq!((p.dp_rank, p.micro_batch), (mb.dp_rank, mb.index));
-                if s.chunk == LOCAL_CHUNK {
+                if i >= n_sharded {
+                    assert!(p.is_chunked());
+                } else if s.chunk == LOCAL_CHUNK {
                     assert_eq!(p.cp_rank, r as i32);
                     local_seen[q] += 1;
                 } else {
@@ -369,7 +635,7 @@ fn prop(case: Case) {
                     micro_batch: m,
                     cp_rank: r,
                 };
-                let o = layout_of(&cfg, lengths, &plan, gpu, max);
+                let o = layout_of(&cfg, lengths, &plan, gpu, sizes(gpu));
                 assert_eq!(o.l.micro_batch_global, layout::NO_MICRO_BATCH);
                 assert_eq!((o.l.tokens, o.l.spans, o.l.loss_tokens), (0, 0, 0));
                 assert_eq!((o.local_cu, o.rank_cu), (vec![0], vec![0]));
@@ -387,9 +653,23 @@ fn prop(case: Case) {
             Err(LayoutError::NoSuchGpu { micro_batches, .. }) if micro_batches == count
         ));
     }
-    // Every scheduled sequence is tiled exactly once: whole on its rank, or by its 2N chunks.
+    // Every scheduled sequence is tiled exactly once: whole on its rank, by its 2N chunks, or
+    // chunk by chunk over its group.
     for (q, &len) in lengths.iter().enumerate() {
-        if !plan.placements()[q].is_sharded() {
+        let placement = plan.placements()[q];
+        if placement.is_chunked() {
+            assert_eq!(local_seen[q], 0);
+            assert!(chunks[q].iter().all(Option::is_none));
+            check_chunk_tiling(&cfg, len, placement.group(cp), &passes_seen[q]);
+            let g1 = usize::from(placement.group(cp).size > 1);
+            COVERED[g1].fetch_add(1, Ordering::Relaxed);
+            if cfg.policy == Policy::ChunkFlow && parts.is_none() {
+                COVERED[2].fetch_add(1, Ordering::Relaxed);
+            }
+            continue;
+        }
+        assert!(passes_seen[q].is_empty());
+        if !placement.is_sharded() {
             assert_eq!(local_seen[q], 1, "local sequence {q} held once");
             assert!(chunks[q].iter().all(Option::is_none));
             continue;
@@ -446,6 +726,52 @@ fn prop(case: Case) {
     }
 }
 
+/// The chunk passes of one chunked sequence of `len` tokens on `group`, over all its GPUs:
+/// every rank of the group (and no other) runs every chunk once; each chunk's pieces tile
+/// its padded range from its start, real tokens first.
+fn check_chunk_tiling(
+    cfg: &Config,
+    len: u32,
+    group: CpGroup,
+    seen: &[(u32, ChunkPass, Vec<Span>)],
+) {
+    let c = &cfg.chunking;
+    let n = c.count(len);
+    assert_eq!(
+        seen.len() as u32,
+        n * group.size,
+        "every rank of the group runs every chunk"
+    );
+    let mut real = 0u64;
+    for k in 0..n {
+        let mut pieces: Vec<Span> = Vec::new();
+        let mut ranks: Vec<u32> = Vec::new();
+        for (r, p, spans) in seen.iter().filter(|(_, p, _)| p.index == k) {
+            ranks.push(*r);
+            pieces.extend(spans);
+            assert_eq!(p.start, k * c.size);
+        }
+        ranks.sort_unstable();
+        assert_eq!(
+            ranks,
+            (group.first..group.first + group.size).collect::<Vec<_>>()
+        );
+        pieces.sort_unstable_by_key(|s| (s.start, s.len + s.pad));
+        let (start, clen) = (k * c.size, c.chunk_len(len, k));
+        let mut at = start;
+        for s in pieces.iter().filter(|s| s.len + s.pad > 0) {
+            assert_eq!(s.start, at, "chunk {k}: gap or overlap");
+            // Real tokens come first, padding only past the chunk's end.
+            assert_eq!(s.len, (start + clen).saturating_sub(at).min(s.len + s.pad));
+            at += s.len + s.pad;
+            real += u64::from(s.len);
+        }
+        let padded = seen.iter().find(|(_, p, _)| p.index == k).unwrap().1.padded;
+        assert_eq!(at - start, padded);
+    }
+    assert_eq!(real, u64::from(len), "every real token once");
+}
+
 #[test]
 #[cfg_attr(miri, ignore = "3,000 random plans: hours under miri")]
 fn layout_properties_hold_on_random_plans() {
@@ -453,6 +779,11 @@ fn layout_properties_hold_on_random_plans() {
         .tests(3000)
         .max_tests(6000)
         .quickcheck(prop as fn(Case));
+    let covered = COVERED.each_ref().map(|c| c.load(Ordering::Relaxed));
+    assert!(
+        covered.iter().all(|&c| c >= 20),
+        "chunked sequences (one GPU, group, chunkflow): {covered:?}"
+    );
 }
 
 /// Chunk-level balance on its own, over many more lengths than the plans above reach.

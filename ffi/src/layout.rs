@@ -11,8 +11,8 @@ use core::ffi::c_void;
 use core::mem::{align_of, size_of};
 
 use skrull_core::config::MAX_SEQS;
-use skrull_core::plan::SHARDED;
 use skrull_core::plan::layout::{self, Gpu, LayoutBuffers, LayoutSizes};
+use skrull_core::plan::{CHUNKED, SHARDED};
 use skrull_core::{Config, CpGroup, MicroBatch, Placement, Plan, PlanParts, Setup};
 
 use crate::boundary::{Span, any_overlap, check_out, declared, guard, lengths};
@@ -55,7 +55,9 @@ pub struct skrull_span {
     /// The sequence (index into the batch's lengths).
     pub seq: u32,
     /// -1 for a whole local sequence, else the zigzag chunk index `0 .. 2 * g` over the `g`
-    /// ranks of the sequence's group (`g = cp` for the whole CP group).
+    /// ranks of the sequence's group (`g = cp` for the whole CP group). In the chunked group
+    /// (after the sharded group, see `skrull_chunk_pass`): `SKRULL_WHOLE_CHUNK` (-2) for a
+    /// chunk on one GPU, else the zigzag piece index `0 .. 2 * g` of the chunk.
     pub chunk: i32,
     /// Offset of the span's first token in the GPU buffer.
     pub offset: u32,
@@ -93,6 +95,48 @@ pub struct skrull_layout_ring {
 
 const _: () = assert!(size_of::<skrull_layout_ring>() == 16);
 
+/// `skrull_span.chunk` of a whole chunk of a chunked sequence that runs on one GPU.
+pub const SKRULL_WHOLE_CHUNK: i32 = -2;
+
+const _: () = assert!(SKRULL_WHOLE_CHUNK == layout::WHOLE_CHUNK);
+
+/// One chunk pass of a chunked sequence on this GPU (frozen layout, 48 bytes): chunk `index`
+/// of `count`, run by the ranks `first .. first + size`; this GPU holds `tokens` of its tokens
+/// at buffer offsets `offset .. offset + tokens`, as spans `span .. span + spans`. With
+/// chunking on, the chunked group follows the sharded group: every chunked sequence whose
+/// group holds this GPU, in plan order, its chunks in order (see `docs/layout.md`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct skrull_chunk_pass {
+    /// The sequence (index into the batch's lengths).
+    pub seq: u32,
+    /// The chunk, `0 .. count`: passes run in this order.
+    pub index: u32,
+    /// Chunks of the sequence: `ceil(len / chunk_size)`.
+    pub count: u32,
+    /// First CP rank of the group that runs the sequence.
+    pub first: u32,
+    /// Ranks in that group (1: one GPU, no CP communication; else one ring over them).
+    pub size: u32,
+    /// Position of the chunk's first token in its sequence: `index * chunk_size`.
+    pub start: u32,
+    /// Real tokens of the chunk (over the whole group).
+    pub len: u32,
+    /// The chunk's padded length over the whole group.
+    pub padded: u32,
+    /// Index of this GPU's first span of the chunk.
+    pub span: u32,
+    /// Spans of the chunk on this GPU: 1 on one GPU (`chunk` = `SKRULL_WHOLE_CHUNK`), 2 on a
+    /// group (the zigzag pieces `j` and `2 * size - 1 - j` of the chunk).
+    pub spans: u32,
+    /// Buffer offset of this GPU's first token of the chunk.
+    pub offset: u32,
+    /// Tokens this GPU holds of the chunk, padding included.
+    pub tokens: u32,
+}
+
+const _: () = assert!(size_of::<skrull_chunk_pass>() == 48);
+
 /// The most rings one GPU belongs to (the whole group, and one sub-group of each power-of-two
 /// size below `cp`): the capacity of `skrull_layout_buffers.rings` that fits every GPU of every
 /// plan (1 is enough without `skrull_config.subgroups`).
@@ -126,7 +170,8 @@ const _: () = assert!(size_of::<skrull_layout_capacity>() == 5 * size_of::<usize
 /// (frozen layout, 88 bytes, explicit padding).
 ///
 /// The GPU buffer is the local group (offsets `0 .. local_tokens`) followed by the sharded
-/// group (`local_tokens .. tokens`). Valid entries: `spans[0 .. spans]`,
+/// group (`local_tokens .. local_tokens + sharded_tokens`) and, with chunking, the chunked
+/// group (up to `tokens`; see `skrull_chunk_pass`). Valid entries: `spans[0 .. spans]`,
 /// `local_cu_seqlens[0 ..= local_seqs]`, each sharded `cu_seqlens[0 ..= sharded_seqs]` and
 /// `positions[0 .. tokens]`.
 #[repr(C)]
@@ -147,7 +192,7 @@ pub struct skrull_layout {
     /// Sequences sharded over a CP group this GPU belongs to (two spans each): the whole group
     /// or, with `skrull_config.subgroups`, a sub-group (see `skrull_layout_buffers.rings`).
     pub sharded_seqs: u32,
-    /// Spans written: `local_seqs + 2 * sharded_seqs`.
+    /// Spans written: `local_seqs + 2 * sharded_seqs`, plus the chunked group's.
     pub spans: u32,
     /// Tokens of the local group.
     pub local_tokens: u32,
@@ -157,7 +202,8 @@ pub struct skrull_layout {
     pub tokens: u32,
     /// Padding tokens among them.
     pub pad_tokens: u32,
-    /// Tokens the budget charged this GPU (equals `rank_tokens[g * cp + cp_rank]`).
+    /// Tokens the budget charged this GPU (equals `rank_tokens[g * cp + cp_rank]`); for a
+    /// chunked sequence its peak, which does not bound the chunked group's tokens.
     pub charged_tokens: u32,
     /// `max_seqlen` of the local group over real lengths (0 when empty): the longest local
     /// sequence's real tokens, also with `pad_local` (the padded lengths are the differences
@@ -254,6 +300,15 @@ pub struct skrull_layout_buffers {
     /// only the whole group's; NULL: not written). Optional: the `seqs` of the rings also add
     /// up to `skrull_layout.sharded_seqs`. Added after version 1.
     pub rings_count: *mut u32,
+    /// The chunk passes of the chunked group, one per chunk of every chunked sequence on this
+    /// GPU (NULL with length 0: skip; capacity: `skrull_layout.spans` always suffices). See
+    /// `skrull_chunk_pass`. Added after version 1.
+    pub chunk_passes: *mut skrull_chunk_pass,
+    /// Capacity of `chunk_passes`, in elements.
+    pub chunk_passes_len: usize,
+    /// Receives the number of chunk passes (0 without chunked sequences; NULL: not written).
+    /// Added after version 1.
+    pub chunk_passes_count: *mut u32,
 }
 
 /// `sizeof(skrull_layout_buffers)` of ABI version 1, the smallest accepted `struct_size`, on
@@ -262,16 +317,18 @@ pub const LAYOUT_BUFFERS_SIZE_V1: usize = 8 + 13 * size_of::<usize>();
 
 /// The `struct_size` values of `skrull_layout_buffers` below the current size that end on a
 /// field boundary: version 1, then each appended pointer with its length, and `rings_count`.
-pub(crate) const LAYOUT_BUFFERS_SIZES: [usize; 5] = [
+pub(crate) const LAYOUT_BUFFERS_SIZES: [usize; 7] = [
     LAYOUT_BUFFERS_SIZE_V1,
     core::mem::offset_of!(skrull_layout_buffers, local_cu_seqlens_padded),
     core::mem::offset_of!(skrull_layout_buffers, rings),
     core::mem::offset_of!(skrull_layout_buffers, rings_count),
+    core::mem::offset_of!(skrull_layout_buffers, chunk_passes),
+    core::mem::offset_of!(skrull_layout_buffers, chunk_passes_count),
     size_of::<skrull_layout_buffers>(),
 ];
 
 const _: () = assert!(
-    size_of::<skrull_layout_buffers>() == LAYOUT_BUFFERS_SIZE_V1 + 7 * size_of::<usize>(),
+    size_of::<skrull_layout_buffers>() == LAYOUT_BUFFERS_SIZE_V1 + 10 * size_of::<usize>(),
     "skrull_layout_buffers must have no implicit padding"
 );
 
@@ -300,6 +357,9 @@ impl skrull_layout_buffers {
         rings: core::ptr::null_mut(),
         rings_len: 0,
         rings_count: core::ptr::null_mut(),
+        chunk_passes: core::ptr::null_mut(),
+        chunk_passes_len: 0,
+        chunk_passes_count: core::ptr::null_mut(),
     };
 }
 
@@ -317,6 +377,22 @@ fn workspace_end(n: usize) -> usize {
 /// Bytes of workspace the layout functions need for `n` sequences (any alignment).
 pub(crate) fn workspace_bytes(n: usize) -> usize {
     workspace_end(n) + (BASE_ALIGN - 1)
+}
+
+/// Bytes of workspace `skrull_layout_fill()` needs for a GPU of `spans` spans and `passes`
+/// chunk passes: [`workspace_bytes`] unless the chunked group needs more than `2n` spans'
+/// room (saturating).
+pub(crate) fn workspace_bytes_for(n: usize, spans: usize, passes: usize) -> usize {
+    let extra_spans = spans.saturating_sub(2 * n);
+    if extra_spans == 0 && passes == 0 {
+        return workspace_bytes(n);
+    }
+    let end = extra_spans
+        .saturating_mul(size_of::<layout::Span>())
+        .saturating_add(workspace_end(n))
+        .saturating_add(align_of::<layout::ChunkPass>())
+        .saturating_add(passes.saturating_mul(size_of::<layout::ChunkPass>()));
+    end.saturating_add(BASE_ALIGN - 1)
 }
 
 /// Borrows an input array of the plan: `count` entries of a buffer of `capacity`, and returns
@@ -441,6 +517,10 @@ pub(crate) unsafe fn read_plan<'a>(
         *s = staged_placement(cfg, c, group).ok_or(skrull_status::PlanInvalid)?;
         let expect = if c.cp_rank == SHARDED {
             budget.for_group(s.group(cfg.cp).size).share(len)
+        } else if c.cp_rank == CHUNKED {
+            // The chunked peak each GPU of the group is charged (see `Budget::chunked`).
+            let peak = budget.chunked(&cfg.chunking, len, s.group(cfg.cp).size);
+            u32::try_from(peak).map_err(|_| skrull_status::PlanInvalid)?
         } else {
             budget.local(len)
         };
@@ -502,6 +582,20 @@ pub(crate) fn staged_placement(
         cp_rank: c.cp_rank,
         ..Placement::default()
     };
+    if c.cp_rank == CHUNKED {
+        // A chunked sequence needs its group: one GPU up to the whole CP group.
+        let g = group?;
+        let g = CpGroup {
+            first: g.first,
+            size: g.size,
+        };
+        if !g.is_valid_chunk_group(cfg.cp) {
+            return None;
+        }
+        p.cp_first = u16::try_from(g.first).ok()?;
+        p.cp_size = u16::try_from(g.size).ok()?;
+        return Some(p);
+    }
     let Some(g) = group else {
         return Some(p);
     };
@@ -593,7 +687,7 @@ fn c_sizes(s: LayoutSizes, n: usize) -> skrull_layout_capacity {
         local_cu_seqlens: s.local_cu_seqlens as usize,
         sharded_cu_seqlens: s.sharded_cu_seqlens as usize,
         positions: s.positions as usize,
-        workspace_bytes: workspace_bytes(n),
+        workspace_bytes: workspace_bytes_for(n, s.spans as usize, s.chunk_passes as usize),
     }
 }
 
@@ -832,11 +926,11 @@ unsafe fn fill_regions(
     workspace: *mut c_void,
     workspace_size: usize,
     out: *const skrull_layout_buffers,
-) -> [Span; 16] {
+) -> [Span; 18] {
     // SAFETY: forwarded caller contract.
     let [cfg, cost] = unsafe { config_spans(config) };
     // SAFETY: forwarded caller contract.
-    let [a, b, c, d, e, f, g, h, i, j, k, l] = unsafe { out_regions(out) };
+    let [a, b, c, d, e, f, g, h, i, j, k, l, m, q] = unsafe { out_regions(out) };
     [
         cfg,
         cost,
@@ -854,6 +948,8 @@ unsafe fn fill_regions(
         j,
         k,
         l,
+        m,
+        q,
     ]
 }
 
@@ -862,7 +958,7 @@ unsafe fn fill_regions(
 ///
 /// # Safety
 /// As [`skrull_layout_fill`] for `out`.
-pub(crate) unsafe fn out_regions(out: *const skrull_layout_buffers) -> [Span; 12] {
+pub(crate) unsafe fn out_regions(out: *const skrull_layout_buffers) -> [Span; 14] {
     // SAFETY: forwarded caller contract.
     let o = unsafe { read_lenient(out, &LAYOUT_BUFFERS_SIZES, skrull_layout_buffers::EMPTY) }
         .unwrap_or(skrull_layout_buffers::EMPTY);
@@ -880,6 +976,8 @@ pub(crate) unsafe fn out_regions(out: *const skrull_layout_buffers) -> [Span; 12
         Span::clamped(o.local_cu_seqlens_padded, o.local_cu_seqlens_padded_len),
         Span::clamped(o.rings, o.rings_len),
         Span::clamped(o.rings_count, 1),
+        Span::clamped(o.chunk_passes, o.chunk_passes_len),
+        Span::clamped(o.chunk_passes_count, 1),
     ]
 }
 
@@ -941,8 +1039,9 @@ unsafe fn fill(
     let ws = declared(workspace.cast_const().cast::<u8>(), workspace_size)?;
     let c = check_gpu(&setup, lengths, &p, &bufs, &o, gpu, ws, &[])?;
     let staged: &mut [layout::Span] = p.carver.take(c.spans)?;
+    let passes: &mut [layout::ChunkPass] = p.carver.take(c.passes)?;
     // SAFETY: `check_gpu` passed for `o` (caller contract: its buffers are writable).
-    unsafe { write_gpu(&setup, lengths, &p.plan, &o, &c, staged) }
+    unsafe { write_gpu(&setup, lengths, &p.plan, &o, &c, staged, passes) }
 }
 
 /// Reads one `skrull_layout_buffers` (struct size and reserved field).
@@ -972,6 +1071,8 @@ pub(crate) struct Checked {
     positions: usize,
     gather: usize,
     rings: usize,
+    /// Chunk passes to write (0 when the caller skips them).
+    pub(crate) passes: usize,
 }
 
 /// Checks one GPU's output buffers `o` against its layout sizes, in the documented order of
@@ -1033,6 +1134,11 @@ pub(crate) fn check_gpu(
     } else {
         usize::from(s.sharded_cu_seqlens > 1)
     };
+    let npasses = if skip(o.chunk_passes.is_null(), o.chunk_passes_len) {
+        0
+    } else {
+        s.chunk_passes as usize
+    };
     let outputs = [
         check_out(o.spans, o.spans_len, nspans)?,
         check_out(o.local_cu_seqlens, o.local_cu_seqlens_len, nlocal)?,
@@ -1055,6 +1161,11 @@ pub(crate) fn check_gpu(
             o.rings_count.cast_const(),
             usize::from(!o.rings_count.is_null()),
         )?,
+        check_out(o.chunk_passes, o.chunk_passes_len, npasses)?,
+        declared(
+            o.chunk_passes_count.cast_const(),
+            usize::from(!o.chunk_passes_count.is_null()),
+        )?,
         Span::of(o.layout.cast_const(), 1).ok_or(skrull_status::InvalidArg)?,
         ws,
     ];
@@ -1076,10 +1187,12 @@ pub(crate) fn check_gpu(
         positions: npos,
         gather: ngather,
         rings: nrings,
+        passes: npasses,
     })
 }
 
-/// Writes one GPU's layout into `o`, staging its spans in `staged` (exactly `c.spans`).
+/// Writes one GPU's layout into `o`, staging its spans in `staged` (exactly `c.spans`) and
+/// its chunk passes in `passes` (exactly `c.passes`).
 ///
 /// # Errors
 /// Only `INTERNAL`: every check the core makes passed in [`check_gpu`].
@@ -1094,6 +1207,7 @@ pub(crate) unsafe fn write_gpu(
     o: &skrull_layout_buffers,
     c: &Checked,
     staged: &mut [layout::Span],
+    passes: &mut [layout::ChunkPass],
 ) -> Result<(), Failure> {
     let mut staged_rings = [layout::LayoutRing::default(); layout::MAX_RINGS as usize];
     let staged_rings = staged_rings
@@ -1115,7 +1229,7 @@ pub(crate) unsafe fn write_gpu(
         }
     };
     // Every check `fill` makes already passed in `check_gpu` (and it writes nothing on error).
-    let l = layout::fill(setup, lengths, plan, c.gpu, bufs)?;
+    let l = layout::fill_with_passes(setup, lengths, plan, c.gpu, bufs, &mut *passes)?;
     // SAFETY: `o.spans` holds at least `c.spans` writable, aligned spans, `o.rings` (unless
     // NULL) this GPU's rings, `o.rings_count` (unless NULL) and `o.layout` one value each
     // (checked), disjoint from the workspace the staged spans live in (checked).
@@ -1140,6 +1254,25 @@ pub(crate) unsafe fn write_gpu(
         }
         if !o.rings_count.is_null() {
             o.rings_count.write(l.rings);
+        }
+        for (k, p) in passes.iter().enumerate().take(c.passes) {
+            o.chunk_passes.add(k).write(skrull_chunk_pass {
+                seq: p.seq,
+                index: p.index,
+                count: p.count,
+                first: p.first,
+                size: p.size,
+                start: p.start,
+                len: p.len,
+                padded: p.padded,
+                span: p.span,
+                spans: p.spans,
+                offset: p.offset,
+                tokens: p.tokens,
+            });
+        }
+        if !o.chunk_passes_count.is_null() {
+            o.chunk_passes_count.write(l.chunk_passes);
         }
         o.layout.write(skrull_layout {
             dp_rank: l.dp_rank,

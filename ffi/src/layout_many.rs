@@ -154,14 +154,17 @@ unsafe fn fill_many(call: &Call) -> Result<(), Failure> {
     )?;
     let more = [gpus_span, outs_span];
     // Every GPU is checked before anything is written.
+    let (mut most_spans, mut most_passes) = (2 * call.n, 0);
     for (&gpu, &out) in gpus.iter().zip(outs) {
         // SAFETY: as above (nothing was written yet).
         let o = unsafe { read_out(out) }?;
-        check_gpu(&setup, lengths, &p, &bufs, &o, gpu, ws, &more)?;
+        let c = check_gpu(&setup, lengths, &p, &bufs, &o, gpu, ws, &more)?;
+        (most_spans, most_passes) = (most_spans.max(c.spans), most_passes.max(c.passes));
     }
     // The spans of one GPU at a time, staged in the same workspace region (a GPU's layout
-    // has at most `2n` spans, what the workspace holds).
-    let staging = p.carver.take(2 * call.n)?;
+    // has at most `2n` spans, what the workspace holds, unless it has a chunked group).
+    let staging = p.carver.take(most_spans)?;
+    let pass_staging = p.carver.take(most_passes)?;
     for (&gpu, &out) in gpus.iter().zip(outs) {
         // Read and checked again: an earlier GPU's outputs may overlap this GPU's struct
         // (a caller error that leaves outputs unspecified, never an unchecked write).
@@ -169,8 +172,11 @@ unsafe fn fill_many(call: &Call) -> Result<(), Failure> {
         let o = unsafe { read_out(out) }?;
         let c = check_gpu(&setup, lengths, &p, &bufs, &o, gpu, ws, &more)?;
         let staged = staging.get_mut(..c.spans).ok_or(skrull_status::Internal)?;
+        let passes = pass_staging
+            .get_mut(..c.passes)
+            .ok_or(skrull_status::Internal)?;
         // SAFETY: `check_gpu` passed for `o` (caller contract: its buffers are writable).
-        unsafe { write_gpu(&setup, lengths, &p.plan, &o, &c, staged) }?;
+        unsafe { write_gpu(&setup, lengths, &p.plan, &o, &c, staged, passes) }?;
     }
     Ok(())
 }

@@ -43,6 +43,9 @@ NO_MICRO_BATCH = 2**32 - 1
 #: The most rings one GPU's layout has (``SKRULL_MAX_RINGS``): the whole CP group and its
 #: aligned sub-groups that contain the GPU.
 MAX_RINGS = 8
+#: ``skrull_span.chunk`` of a whole chunk of a chunked sequence on one GPU
+#: (``SKRULL_WHOLE_CHUNK``).
+WHOLE_CHUNK = -2
 #: Coefficients the online refit fits (``SKRULL_REFIT_COEFFICIENTS``), in index order
 #: (``SKRULL_REFIT_FIXED`` ... ``SKRULL_REFIT_OVERLAP``).
 REFIT_COEFFICIENTS = ("fixed", "gemm", "attention", "intra_latency", "intra_bandwidth",
@@ -168,7 +171,15 @@ class skrull_layout_buffers(ctypes.Structure):
                 # appended after version 1
                 ("gather_index", _ptr), ("gather_index_len", _usize),
                 ("local_cu_seqlens_padded", _ptr), ("local_cu_seqlens_padded_len", _usize),
-                ("rings", _ptr), ("rings_len", _usize), ("rings_count", _ptr)]
+                ("rings", _ptr), ("rings_len", _usize), ("rings_count", _ptr),
+                ("chunk_passes", _ptr), ("chunk_passes_len", _usize),
+                ("chunk_passes_count", _ptr)]
+
+
+class skrull_chunk_pass(ctypes.Structure):
+    _fields_ = [("seq", _u32), ("index", _u32), ("count", _u32), ("first", _u32),
+                ("size", _u32), ("start", _u32), ("len", _u32), ("padded", _u32),
+                ("span", _u32), ("spans", _u32), ("offset", _u32), ("tokens", _u32)]
 
 
 class skrull_layout_capacity(ctypes.Structure):
@@ -204,7 +215,7 @@ FROZEN_SIZES = {
     skrull_model_shape: 24, skrull_dacp_summary: 8, skrull_placement: 16,
     skrull_micro_batch: 16, skrull_summary: 32, skrull_gpu: 12, skrull_span: 24,
     skrull_layout: 88, skrull_layout_capacity: 5 * _W, skrull_sizes: 6 * _W,
-    skrull_error_info: 32, skrull_cp_group: 8, skrull_layout_ring: 16,
+    skrull_error_info: 32, skrull_cp_group: 8, skrull_layout_ring: 16, skrull_chunk_pass: 48,
     skrull_refit_report: REFIT_REPORT_SIZE_V1,
 }
 #: Version-1 sizes of the extensible structs; appended fields make ours larger, never smaller.
@@ -218,7 +229,7 @@ STRUCTS = [skrull_model_shape, skrull_cost_model, skrull_config, skrull_dacp_sum
            skrull_placement, skrull_micro_batch, skrull_summary, skrull_error_info,
            skrull_cp_group, skrull_plan_buffers, skrull_gpu, skrull_span, skrull_layout,
            skrull_layout_ring, skrull_layout_buffers, skrull_layout_capacity, skrull_sizes,
-           skrull_refit_params, skrull_refit_report]
+           skrull_refit_params, skrull_refit_report, skrull_chunk_pass]
 #: The header's opaque types (``typedef struct x x;``, no fields): pointers only.
 OPAQUE = [skrull_setup]
 

@@ -27,6 +27,10 @@
 //!   alone whole (only if `S <= C`) and `s` alone sharded (communication, GEMM and attention
 //!   only grow with more sequences), for every `s`.
 //!
+//! With chunking on ([`Config::chunking`]), a sequence longer than one chunk may also run
+//! chunked on any group whose peak fits: that is one more option in `w(s)` and in the
+//! single-sequence bound, and it counts one chunk of tokens toward `M`.
+//!
 //! Plus the per-iteration fixed cost. The value is rounded down by one part in 10⁹ so that
 //! floating-point reordering can never lift it above an evaluated time.
 

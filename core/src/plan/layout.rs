@@ -9,12 +9,12 @@
 //!
 //! # The GPU buffer
 //!
-//! The GPU packs its tokens (no gap between sequences) in two groups:
+//! The GPU packs its tokens (no gap between sequences) in up to three groups:
 //!
 //! ```text
-//! offset 0                      local_tokens                              tokens
-//! | local group                 | sharded group                                |
-//! | seq a (whole) | seq b (whole) | x: chunk r | x: chunk 2N-1-r | y: chunk r | y: chunk 2N-1-r |
+//! offset 0                      local_tokens                              local + sharded tokens             tokens
+//! | local group                 | sharded group                                | chunked group                  |
+//! | seq a (whole) | seq b (whole) | x: chunk r | x: chunk 2N-1-r | y: chunk r | y: chunk 2N-1-r | z: chunk 0 | z: chunk 1 | ... |
 //! ```
 //!
 //! 1. **Local group**: every sequence the plan keeps whole on rank `r`, in plan order, one
@@ -28,6 +28,8 @@
 //!    kernel (ring / all-gather, e.g. TransformerEngine THD) with `sharded_cu_seqlens` (global,
 //!    real lengths), `sharded_cu_seqlens_padded` (global, padded) and `rank_cu_seqlens` (this
 //!    rank's part of each sequence), all relative to the start of the sharded group.
+//! 3. **Chunked group** (only with [`Config::chunking`] on): the chunk passes of every chunked
+//!    sequence whose group holds this rank; see [the chunked group](self#the-chunked-group).
 //!
 //! # Sub-group rings
 //!
@@ -70,6 +72,38 @@
 //! position `p` = `p + 1` keys) is at most the work of the heaviest single chunk (padded
 //! positions counted); `tests/layout_props.rs` checks it.
 //!
+//! # The chunked group
+//!
+//! A chunked sequence ([`CHUNKED`](crate::plan::CHUNKED)) of `S` tokens runs on the group of
+//! `g` ranks its placement names as `n = ceil(S / ChunkSize)` passes, one per chunk, in order:
+//! chunk `k` holds positions `k·ChunkSize .. min(S, (k+1)·ChunkSize)`
+//! ([`Chunking::chunk_len`](crate::config::chunking::Chunking::chunk_len)) and attends to the
+//! K/V state of the chunks before it, which the executor keeps. For every chunked sequence of
+//! the micro-batch whose group holds this rank, in plan order, the group lays out its chunks in
+//! order, each as:
+//!
+//! * on one GPU (`g = 1`): one [`Span`] of the whole chunk, `chunk` = [`WHOLE_CHUNK`] (-2),
+//!   padded as a local sequence ([`Budget::local`], so only with [`Config::pad_local`]);
+//! * on a group of `g > 1` ranks: the two zigzag pieces a sequence of the chunk's length
+//!   sharded over that group would give this rank ([`Budget::for_group`] padding; rank
+//!   `first + j` holds pieces `j` and `2g - 1 - j`, `chunk` = the piece index), positions
+//!   shifted by the chunk's start. The chunk is one ring over the group's ranks.
+//!
+//! [`ChunkPass`] (one per chunk, in [`fill_with_passes`]'s `chunk_passes` slice, at most one
+//! per span) says which chunk of which sequence each pass is, its group, its spans and where
+//! its tokens sit in the buffer; [`Layout::chunked_seqs`], [`Layout::chunk_passes`] and
+//! [`Layout::chunked_tokens`] count them. The local and sharded groups, their spans and every
+//! `cu_seqlens` array are unchanged by chunking; a GPU without chunked sequences has no
+//! chunked group. Padding of a chunk other than the last continues its positions past the
+//! chunk's end (into the next chunk's range); like all padding it is masked (gather `-1`).
+//!
+//! The layout holds every token of the sequence over all its passes, `S/g` on each rank and
+//! more than the budget charged it: the budget charges the *peak*
+//! ([`Budget::chunked`]: the activations of the last K chunks, or one full chunk while
+//! recomputing, plus the K/V state over `g`), which the executor meets by running the passes
+//! one at a time and freeing activations. So [`Layout::charged_tokens`] bounds
+//! `tokens - chunked_tokens` (the groups that are alive together), not `tokens`.
+//!
 //! # Position ids, gather index and loss weights
 //!
 //! The token at buffer offset `span.offset + i` (for `i < span.len + span.pad`) has position
@@ -103,8 +137,12 @@ use core::fmt;
 use crate::config::Config;
 use crate::config::budget::Budget;
 use crate::error::Error;
-use crate::plan::{CpGroup, MicroBatch, Plan, SHARDED};
+use crate::plan::{CHUNKED, CpGroup, MicroBatch, Plan, SHARDED};
 use crate::setup::Setup;
+
+mod chunked;
+
+pub use chunked::{ChunkPass, WHOLE_CHUNK};
 
 /// [`Span::chunk`] of a local (whole) sequence.
 pub const LOCAL_CHUNK: i32 = -1;
@@ -141,7 +179,9 @@ pub struct Chunk {
 pub struct Span {
     /// The sequence (index into the batch's lengths).
     pub seq: u32,
-    /// [`LOCAL_CHUNK`] (-1) for a whole local sequence, else the zigzag chunk index `0..2N`.
+    /// [`LOCAL_CHUNK`] (-1) for a whole local sequence, else the zigzag chunk index `0..2N`;
+    /// in the chunked group [`WHOLE_CHUNK`] (-2) for a chunk on one GPU, else the zigzag
+    /// piece index `0..2g` of the chunk ([`ChunkPass`] says which chunk).
     pub chunk: i32,
     /// Offset of the span's first token in the GPU buffer.
     pub offset: u32,
@@ -174,7 +214,8 @@ pub const MAX_RINGS: u32 = 8;
 /// Element counts of the [`LayoutBuffers`] slices.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct LayoutSizes {
-    /// [`LayoutBuffers::spans`]: local sequences + 2 x sharded sequences.
+    /// [`LayoutBuffers::spans`]: local sequences + 2 x sharded sequences + the chunked
+    /// group's spans (1 per chunk on one GPU, 2 per chunk on a group).
     pub spans: u32,
     /// Each of [`LayoutBuffers::local_cu_seqlens`] and
     /// [`LayoutBuffers::local_cu_seqlens_padded`]: local sequences + 1.
@@ -189,6 +230,9 @@ pub struct LayoutSizes {
     /// slice is then required); 0 otherwise (an empty slice skips it, a longer one gets the
     /// whole group's ring).
     pub rings: u32,
+    /// The `chunk_passes` slice of [`fill_with_passes`]: one per chunk of the chunked
+    /// sequences on this GPU (0 without chunking; never more than `spans`).
+    pub chunk_passes: u32,
 }
 
 impl LayoutSizes {
@@ -196,15 +240,32 @@ impl LayoutSizes {
     /// that respects the budget (every plan [`schedule`](crate::schedule()) returns): `2n` spans,
     /// `n + 1` entries per `cu_seqlens` array and `cfg.bucket` position ids. Allocate once,
     /// reuse for every batch.
+    ///
+    /// With [`Config::chunking`] on, a GPU also holds every token of its chunked sequences
+    /// (the budget charges only their peak), so the bound assumes each of the `n` sequences
+    /// may be a chunked one of the longest accepted length on one GPU: far more than any real
+    /// plan needs (saturating at `u32::MAX`). Size per batch with [`LayoutSizes::for_gpu`]
+    /// then, or skip `positions` and `gather_index`.
     pub fn max_for(n: usize, cfg: &Config) -> LayoutSizes {
-        let n = u32::try_from(n).unwrap_or(u32::MAX);
-        LayoutSizes {
-            spans: n.saturating_mul(2),
-            local_cu_seqlens: n.saturating_add(1),
-            sharded_cu_seqlens: n.saturating_add(1),
+        let n32 = u32::try_from(n).unwrap_or(u32::MAX);
+        let mut sizes = LayoutSizes {
+            spans: n32.saturating_mul(2),
+            local_cu_seqlens: n32.saturating_add(1),
+            sharded_cu_seqlens: n32.saturating_add(1),
             positions: cfg.bucket,
             rings: if cfg.subgroups { MAX_RINGS } else { 1 },
+            chunk_passes: 0,
+        };
+        if cfg.chunking.is_on() {
+            let budget = cfg.budget();
+            let (passes, spans, tokens) =
+                chunked::worst_case(&budget, &cfg.chunking, budget.max_sharded_len(), cfg.cp);
+            let times = |x: u64| to_u32(x.saturating_mul(u64::from(n32)));
+            sizes.chunk_passes = times(passes);
+            sizes.spans = sizes.spans.saturating_add(times(spans));
+            sizes.positions = sizes.positions.saturating_add(times(tokens));
         }
+        sizes
     }
 
     /// The exact sizes for one GPU of `plan`.
@@ -270,6 +331,23 @@ impl LayoutSizes {
         }
         Ok(())
     }
+
+    /// Checks that the `chunk_passes` slice of [`fill_with_passes`] holds
+    /// [`LayoutSizes::chunk_passes`] entries (an empty slice is accepted: it skips them).
+    ///
+    /// # Errors
+    /// [`LayoutError::BufferTooSmall`] for [`LayoutBuffer::ChunkPasses`].
+    pub fn check_passes(&self, chunk_passes: &[ChunkPass]) -> Result<(), LayoutError> {
+        let got = chunk_passes.len();
+        if got != 0 && got < self.chunk_passes as usize {
+            return Err(LayoutError::BufferTooSmall {
+                buffer: LayoutBuffer::ChunkPasses,
+                needed: *self,
+                got,
+            });
+        }
+        Ok(())
+    }
 }
 
 /// Caller storage [`fill`] writes one GPU's layout into (sizes: [`LayoutSizes`]). Entries past
@@ -323,7 +401,7 @@ pub struct Layout {
     /// Rings (CP groups) those sequences ride: 0 without sharded sequences, 1 with only the
     /// whole group's, more with sub-groups ([`LayoutBuffers::rings`]).
     pub rings: u32,
-    /// Spans written: `local_seqs + 2 * sharded_seqs`.
+    /// Spans written: `local_seqs + 2 * sharded_seqs` plus those of the chunked group.
     pub spans: u32,
     /// Tokens of the local group, padding included (buffer offsets `0..local_tokens`).
     pub local_tokens: u32,
@@ -333,10 +411,12 @@ pub struct Layout {
     pub tokens: u32,
     /// Padding tokens among them.
     pub pad_tokens: u32,
-    /// Tokens the budget charged this GPU: [`Budget::local`] per local sequence plus
-    /// [`Budget::share`] per sharded one (equals [`Plan::rank_tokens`] for a plan of `cfg`).
-    /// Equal to `tokens` when every sharded share is exact (zigzag padding); otherwise it
-    /// exceeds `tokens` by `ceil(P/N) - T_r` summed over the sharded sequences.
+    /// Tokens the budget charged this GPU: [`Budget::local`] per local sequence,
+    /// [`Budget::share`] per sharded one and [`Budget::chunked`] (the peak) per chunked one
+    /// (equals [`Plan::rank_tokens`] for a plan of `cfg`). Without chunked sequences: equal
+    /// to `tokens` when every sharded share is exact (zigzag padding); otherwise it exceeds
+    /// `tokens` by `ceil(P/N) - T_r` summed over the sharded sequences. The chunked group is
+    /// not bounded by it (see [the chunked group](self#the-chunked-group)).
     pub charged_tokens: u32,
     /// `max_seqlen` of the local group, real tokens (0 when it is empty).
     pub local_max_seqlen: i32,
@@ -352,6 +432,15 @@ pub struct Layout {
     pub micro_batch_tokens: u64,
     /// Real tokens of the global batch: normalise the loss by this.
     pub global_tokens: u64,
+    /// Chunked sequences whose group holds this GPU (the chunked group).
+    pub chunked_seqs: u32,
+    /// Chunk passes of the chunked group (entries of `chunk_passes`).
+    pub chunk_passes: u32,
+    /// Tokens of the chunked group, padding included (offsets
+    /// `local_tokens + sharded_tokens..tokens`).
+    pub chunked_tokens: u32,
+    /// Most tokens of one chunk pass on this GPU, padding included (0 without one).
+    pub chunk_max_tokens: u32,
 }
 
 /// Which [`LayoutBuffers`] slice an error is about.
@@ -376,6 +465,8 @@ pub enum LayoutBuffer {
     GatherIndex,
     /// [`LayoutBuffers::rings`].
     Rings,
+    /// The `chunk_passes` slice of [`fill_with_passes`].
+    ChunkPasses,
 }
 
 /// Why [`fill`] or [`LayoutSizes::for_gpu`] refused.
@@ -549,6 +640,14 @@ struct Totals {
     ring_seqs: [u32; MAX_RINGS as usize],
     /// Whether a sub-group ring holds a sequence.
     has_subgroup: bool,
+    chunked_seqs: u64,
+    chunk_passes: u64,
+    chunked_spans: u64,
+    chunked_tokens: u64,
+    /// Most tokens of one chunk pass.
+    chunk_max: u64,
+    /// One past the largest position of the chunked group.
+    chunked_max_pos: u64,
 }
 
 fn to_i32(buffer: LayoutBuffer, value: u64) -> Result<i32, LayoutError> {
@@ -622,6 +721,7 @@ fn measure(
             sharded_cu_seqlens: 1,
             positions: 0,
             rings: 0,
+            chunk_passes: 0,
         };
         return Ok((empty, t));
     };
@@ -665,6 +765,8 @@ fn measure(
             t.sharded_max = t.sharded_max.max(len64);
             t.sharded_max_padded = t.sharded_max_padded.max(padded);
             t.rank_max = t.rank_max.max(share);
+        } else if cp_rank == CHUNKED && group.contains(gpu.cp_rank) {
+            chunked::measure(&mut t, &budget, &cfg.chunking, len, group, gpu.cp_rank);
         } else if u32::try_from(cp_rank) == Ok(gpu.cp_rank) {
             let held = u64::from(budget.local(len));
             t.local_seqs += 1;
@@ -681,11 +783,12 @@ fn measure(
     to_i32(LayoutBuffer::ShardedCuSeqlens, t.real_sum)?;
     to_i32(LayoutBuffer::ShardedCuSeqlensPadded, t.padded_sum)?;
     to_i32(LayoutBuffer::RankCuSeqlens, t.sharded_tokens)?;
-    let tokens = t.local_tokens + t.sharded_tokens;
+    let tokens = t.local_tokens + t.sharded_tokens + t.chunked_tokens;
     to_i32(LayoutBuffer::Positions, tokens)?;
     to_i32(LayoutBuffer::Positions, t.sharded_max_padded)?;
+    to_i32(LayoutBuffer::Positions, t.chunked_max_pos)?;
     let sizes = LayoutSizes {
-        spans: to_u32(t.local_seqs + 2 * t.sharded_seqs),
+        spans: to_u32(t.local_seqs + 2 * t.sharded_seqs + t.chunked_spans),
         local_cu_seqlens: to_u32(t.local_seqs + 1),
         sharded_cu_seqlens: to_u32(t.sharded_seqs + 1),
         positions: to_u32(tokens),
@@ -694,6 +797,7 @@ fn measure(
         } else {
             0
         },
+        chunk_passes: to_u32(t.chunk_passes),
     };
     Ok((sizes, t))
 }
@@ -764,9 +868,27 @@ pub fn fill(
     gpu: Gpu,
     out: LayoutBuffers<'_>,
 ) -> Result<Layout, LayoutError> {
+    fill_with_passes(setup, lengths, plan, gpu, out, &mut [])
+}
+
+/// [`fill`], and one [`ChunkPass`] per chunk of the chunked group into `chunk_passes`
+/// ([`LayoutSizes::chunk_passes`] entries; an empty slice skips them, as [`fill`] does). See
+/// [the chunked group](self#the-chunked-group).
+///
+/// # Errors
+/// As [`fill`]; [`LayoutError::BufferTooSmall`] also for a short non-empty `chunk_passes`.
+pub fn fill_with_passes(
+    setup: &Setup,
+    lengths: &[u32],
+    plan: &Plan<'_>,
+    gpu: Gpu,
+    out: LayoutBuffers<'_>,
+    chunk_passes: &mut [ChunkPass],
+) -> Result<Layout, LayoutError> {
     let (sizes, t) = measure(setup, lengths, plan, gpu)?;
     let cfg = setup.config();
     sizes.check(&out)?;
+    sizes.check_passes(chunk_passes)?;
     let LayoutBuffers {
         spans,
         local_cu_seqlens,
@@ -870,8 +992,11 @@ pub fn fill(
             }
         }
         t_rings = n_rings as u32;
+        // Chunked group: the chunk passes of every chunked sequence this rank runs.
+        let ctx = (&budget, &cfg.chunking, t.stream_base, gpu.cp_rank);
+        chunked::write(&mut w, chunk_passes, members(plan, lengths, mb), ctx)?;
     }
-    let tokens = to_u32(t.local_tokens + t.sharded_tokens);
+    let tokens = to_u32(t.local_tokens + t.sharded_tokens + t.chunked_tokens);
     Ok(Layout {
         dp_rank: gpu.dp_rank,
         micro_batch: gpu.micro_batch,
@@ -890,9 +1015,13 @@ pub fn fill(
         sharded_max_seqlen: t.sharded_max as i32,
         sharded_max_seqlen_padded: t.sharded_max_padded as i32,
         rank_max_seqlen: t.rank_max as i32,
-        loss_tokens: to_u32(t.local_tokens + t.sharded_tokens - t.pad_tokens),
+        loss_tokens: to_u32(t.local_tokens + t.sharded_tokens + t.chunked_tokens - t.pad_tokens),
         micro_batch_tokens: t.mb_tokens,
         global_tokens: plan.summary().total_tokens,
+        chunked_seqs: to_u32(t.chunked_seqs),
+        chunk_passes: to_u32(t.chunk_passes),
+        chunked_tokens: to_u32(t.chunked_tokens),
+        chunk_max_tokens: to_u32(t.chunk_max),
     })
 }
 
@@ -919,19 +1048,20 @@ mod tests {
 
     /// One GPU's layout in owned vectors, trimmed to the written counts.
     #[derive(Debug)]
-    struct Owned {
-        layout: Layout,
-        spans: Vec<Span>,
+    pub(super) struct Owned {
+        pub(super) layout: Layout,
+        pub(super) spans: Vec<Span>,
         local_cu: Vec<i32>,
         local_cu_padded: Vec<i32>,
         sharded_cu: Vec<i32>,
         sharded_cu_padded: Vec<i32>,
         rank_cu: Vec<i32>,
-        positions: Vec<i32>,
-        gather: Vec<i64>,
+        pub(super) positions: Vec<i32>,
+        pub(super) gather: Vec<i64>,
+        pub(super) passes: Vec<ChunkPass>,
     }
 
-    fn layout_of(cfg: &Config, lengths: &[u32], plan: &Plan<'_>, gpu: Gpu) -> Owned {
+    pub(super) fn layout_of(cfg: &Config, lengths: &[u32], plan: &Plan<'_>, gpu: Gpu) -> Owned {
         let s = LayoutSizes::for_gpu(&setup_of(cfg), lengths, plan, gpu).unwrap();
         let mut spans = vec![Span::default(); s.spans as usize];
         let mut local_cu = vec![-7; s.local_cu_seqlens as usize];
@@ -941,6 +1071,7 @@ mod tests {
         let mut rank_cu = vec![-7; s.sharded_cu_seqlens as usize];
         let mut positions = vec![-7; s.positions as usize];
         let mut gather = vec![-7; s.positions as usize];
+        let mut passes = vec![ChunkPass::default(); s.chunk_passes as usize];
         let out = LayoutBuffers {
             spans: &mut spans,
             local_cu_seqlens: &mut local_cu,
@@ -952,7 +1083,8 @@ mod tests {
             gather_index: &mut gather,
             rings: &mut [LayoutRing::default(); 8],
         };
-        let layout = fill(&setup_of(cfg), lengths, plan, gpu, out).unwrap();
+        let layout =
+            fill_with_passes(&setup_of(cfg), lengths, plan, gpu, out, &mut passes).unwrap();
         Owned {
             layout,
             spans,
@@ -963,10 +1095,11 @@ mod tests {
             rank_cu,
             positions,
             gather,
+            passes,
         }
     }
 
-    fn gpu(dp_rank: u32, micro_batch: u32, cp_rank: u32) -> Gpu {
+    pub(super) fn gpu(dp_rank: u32, micro_batch: u32, cp_rank: u32) -> Gpu {
         Gpu {
             dp_rank,
             micro_batch,
@@ -974,7 +1107,7 @@ mod tests {
         }
     }
 
-    fn span(seq: u32, chunk: i32, offset: u32, start: u32, len: u32, pad: u32) -> Span {
+    pub(super) fn span(seq: u32, chunk: i32, offset: u32, start: u32, len: u32, pad: u32) -> Span {
         Span {
             seq,
             chunk,
@@ -1400,7 +1533,8 @@ mod tests {
                 local_cu_seqlens: 12,
                 sharded_cu_seqlens: 12,
                 positions: 64,
-                rings: MAX_RINGS
+                rings: MAX_RINGS,
+                chunk_passes: 0,
             }
         );
         for mb in plan.micro_batches() {
@@ -1463,11 +1597,18 @@ mod tests {
                 for (m, local) in [(1, false), (16, false), (12, true)] {
                     let mut cfg = Config::new(3, 4, 96, ModelShape::QWEN2_5_0_5B);
                     cfg.policy = policy;
+                    if policy == Policy::ChunkFlow {
+                        // 200, 90 and 250 run in chunks of 64 over the group.
+                        cfg.chunking = crate::config::chunking::Chunking::new(64, 1);
+                    }
                     cfg.shard_padding = padding;
                     cfg.pad_multiple = m;
                     cfg.pad_local = local;
                     let mut st = store(lengths.len(), &cfg);
                     let plan = plan_of(&cfg, &lengths, &mut st);
+                    if policy == Policy::ChunkFlow {
+                        assert_eq!(plan.summary().chunked, 3, "200, 90 and 250 run chunked");
+                    }
                     assert_gather_covers_stream(&cfg, &lengths, &plan);
                 }
             }

@@ -194,6 +194,7 @@ pub(super) fn c_fill(
         },
         rings_len: nrings,
         rings_count: o.rings_count.ptr(),
+        ..skrull_layout_buffers::EMPTY
     };
     let mut plan = h.buffers();
     let which = |w: u8| usize::from(w) % 7;
