@@ -13,7 +13,9 @@ workspace, 9 workspace short, 10 output `arg % 6` short (placements, micro_batch
 rank_tokens, per_dp, cp_groups), 11 pointer `arg % 9` NULL (those five, summary, workspace,
 lengths, cp_groups with capacity 0), 12 out.struct_size, 13 out._reserved, 14 config tail, 15
 config.struct_size, 7 a version-1 config at 4 mod 8, 6 error details on output `arg % 2`
-(micro_batches_per_dp, summary), 5 cp_groups NULL with micro_batches_per_dp one short.
+(micro_batches_per_dp, summary), 5 cp_groups NULL with micro_batches_per_dp one short, 4
+chunking (a well-formed call: a selector byte, bit 0 policy chunkflow, then chunk_size,
+chunk_keep and chunk_state_permille selectors).
 Run: python3 fuzz/make_seeds.py
 """
 import os
@@ -99,6 +101,17 @@ SEEDS = {
     # Sub-groups, cp_groups NULL and micro_batches_per_dp short (perturbation 5): the short
     # buffer comes first in the field order, OUTPUT_TOO_SMALL.
     "seed-groups-after-per-dp": cfg(mode=0x21) + bytes([5]) + lens(*LMSYS_LIKE),
+    # Chunking (perturbation 4: a chunking selector, bit 0 chunkflow, then chunk_size, K and
+    # state selectors). chunkflow with chunks of cp x bucket / 8, K 1, 64 permille.
+    "seed-chunkflow": cfg() + bytes([4, 1, 4, 0, 0]) + lens(*LMSYS_LIKE),
+    # balanced with sub-groups and chunks of bucket / 2, K 2.
+    "seed-chunking-balanced": cfg(mode=0x21, dp=1, cp=5, policy=4) + bytes([4, 0, 2, 1, 0])
+    + lens(*LMSYS_LIKE),
+    # K = 0 with chunking on: INVALID_CHUNKING.
+    "seed-chunking-bad-keep": cfg() + bytes([4, 1, 0, 5, 0]) + lens(1, 2, 3),
+    # chunkflow on one GPU, chunks of bucket / 8, K 64, the whole state: CHUNK_OVER_BUDGET.
+    "seed-chunk-over-budget": cfg(mode=0x24, cp=0) + bytes([4, 1, 4, 4, 2])
+    + lens(*LMSYS_LIKE),
 }
 
 # The layout target (kit/src/fuzz/layout/mod.rs): 16 header bytes (GPU mode, corruption

@@ -374,3 +374,32 @@ fn layout_subgroup_seeds_reach_what_they_are_named_after() {
         assert!(r.fills[1..].iter().all(|&s| s == S::Ok), "{seed}: {r:?}");
     }
 }
+
+/// The chunking seeds (perturbation 4): chunkflow and balanced with chunking plan, and the
+/// chunkflow plan runs sequences chunked (checked by the harness's checkers); K = 0 is
+/// `INVALID_CHUNKING`; a chunk plan over the budget is `CHUNK_OVER_BUDGET` in C and the same
+/// error in Rust.
+#[test]
+#[cfg_attr(miri, ignore)]
+fn c_abi_chunking_seeds_reach_what_they_are_named_after() {
+    use skrull::skrull_status as S;
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus/c_abi");
+    let read = |name: &str| std::fs::read(dir.join(name)).unwrap();
+    for (seed, want) in [
+        ("seed-chunkflow", S::Ok),
+        ("seed-chunking-balanced", S::Ok),
+        ("seed-chunking-bad-keep", S::InvalidChunking),
+        ("seed-chunk-over-budget", S::ChunkOverBudget),
+    ] {
+        assert_eq!(fuzz::c_abi(&read(seed)), want, "{seed}");
+        fuzz::rust_api(&read(seed));
+    }
+    let input = fuzz::decode::decode(&read("seed-chunkflow"));
+    let cfg = input.core_config().unwrap();
+    assert_eq!(cfg.policy, skrull_core::Policy::ChunkFlow);
+    let (placements, ..) = fuzz::c_abi::rust_plan(&cfg, &input.lengths).unwrap();
+    assert!(placements.iter().any(|p| p.is_chunked()));
+    let input = fuzz::decode::decode(&read("seed-chunking-balanced"));
+    let cfg = input.core_config().unwrap();
+    assert!(cfg.chunking.is_on() && cfg.policy == skrull_core::Policy::Balanced);
+}

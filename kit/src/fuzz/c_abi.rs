@@ -19,8 +19,9 @@ use crate::guarded::{FILL_E, FILL_G, FILL_MB, FILL_P, FILL_S, Guarded};
 
 /// The `skrull_config` sizes below the current one that end on a field boundary (version 1's
 /// 60 bytes, then after each appended field: `pad_multiple`, `pad_local`, `lockstep`,
-/// `cost_model`, `subgroups`, `_reserved`): written out here, not read from the library.
-const CONFIG_STRUCT_SIZES: [usize; 7] = [60, 64, 68, 72, 80, 84, 88];
+/// `cost_model`, `subgroups`, `fill_empty`, `micro_batches`, `chunk_size`, `chunk_keep`):
+/// written out here, not read from the library.
+const CONFIG_STRUCT_SIZES: [usize; 10] = [60, 64, 68, 72, 80, 84, 88, 92, 96, 100];
 
 /// The `skrull_plan_buffers` sizes the library accepts below the current one: version 1 (96
 /// bytes: everything before `error`) and the one that ends after `error` (104).
@@ -302,10 +303,10 @@ pub fn c_abi(data: &[u8]) -> skrull_status {
     // The groups reach the library when the struct is large enough to carry them.
     let out_size = out.struct_size as usize;
     let groups_given = !out.cp_groups.is_null() && out_size >= size_of::<skrull_plan_buffers>();
-    // Sub-groups need them (a smaller configuration struct drops the flag).
+    // Sub-groups and chunking need them (a smaller configuration struct drops both).
     let subgroups_read = input
         .core_config_sized(read_as)
-        .is_ok_and(|cfg| cfg.subgroups);
+        .is_ok_and(|cfg| cfg.subgroups || cfg.chunking.is_on());
     if subgroups_read && !groups_given {
         must_fail = true;
     }

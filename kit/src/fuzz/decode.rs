@@ -119,6 +119,12 @@ pub struct Input {
 /// (`fill_empty = 1`) and makes the decoded `max_micro_batches` a fixed count instead
 /// (`micro_batches`, then no limit). These bits read no byte, so an input written before
 /// they existed keeps its fields and lengths.
+///
+/// Chunking: a perturbation selector of 4 (mod 16; a well-formed call, as 0 to 3) is followed
+/// by a chunking selector byte (bit 0: policy `chunkflow`), then `chunk_size` (0, 1, or a
+/// fraction of `cp x bucket` or of the bucket), `chunk_keep` and `chunk_state_permille`
+/// selectors, some out of range ([`chunking`]). Inputs written before read the same bytes
+/// unless that selector was 4.
 pub fn decode(data: &[u8]) -> Input {
     let mut r = Reader::new(data);
     let mode = r.u8();
@@ -167,6 +173,10 @@ pub fn decode(data: &[u8]) -> Input {
         (cfg.micro_batches, cfg.max_micro_batches) = (cfg.max_micro_batches, 0);
     }
     let perturb = match r.u8() % 16 {
+        4 => {
+            chunking(&mut r, &mut cfg);
+            Perturb::None
+        }
         9 => Perturb::WorkspaceShort(r.u8()),
         10 => Perturb::OutputShort(r.u8()),
         11 => Perturb::Null(r.u8()),
@@ -201,6 +211,34 @@ pub fn decode(data: &[u8]) -> Input {
         perturb,
         lengths,
     }
+}
+
+/// Reads the chunking fields (the input format above): the policy `chunkflow` (selector bit
+/// 0), a chunk size from 0 (off) to `cp x bucket`, K from 0 to 65 and a state charge from 0 to
+/// 1001 thousandths (0, 65 and 1001 out of range).
+fn chunking(r: &mut Reader<'_>, cfg: &mut skrull_config) {
+    let sel = r.u8();
+    if sel & 1 != 0 {
+        cfg.policy = 5;
+    }
+    let whole = cfg.cp.max(1).saturating_mul(cfg.bucket_tokens.max(1));
+    let bucket = cfg.bucket_tokens.max(1);
+    cfg.chunk_size = field(
+        r,
+        &[
+            whole / 2,
+            whole / 4,
+            bucket / 2,
+            bucket,
+            whole / 8,
+            0,
+            1,
+            4096,
+            whole,
+        ],
+    );
+    cfg.chunk_keep = field(r, &[1, 2, 4, 1, 64, 0, 65]);
+    cfg.chunk_state_permille = field(r, &[64, 0, 1000, 64, 500, 1001]);
 }
 
 /// The H100 preset for the configuration's model (the 0.5B shape when it is not a valid
@@ -238,10 +276,20 @@ impl Input {
 
     /// [`Input::core_config`] as a library reads it from a `struct_size` of `size` bytes:
     /// the fields that end past it keep their defaults (pad multiple 1, no local padding, no
-    /// lockstep, no cost model, no sub-groups, no filling, no fixed count). Offsets written
-    /// out: 60 (version 1), 64, 68, 72, 80, 84, 88, 92.
+    /// lockstep, no cost model, no sub-groups, no filling, no fixed count, chunking off with
+    /// K 1 and 64 permille). Offsets written out: 60 (version 1), 64, 68, 72, 80, 84, 88, 92,
+    /// 96, 100, 104.
     pub fn core_config_sized(&self, size: u32) -> Result<Config, skrull_status> {
         let mut c = self.cfg;
+        if size < 96 {
+            c.chunk_size = 0;
+        }
+        if size < 100 {
+            c.chunk_keep = 1;
+        }
+        if size < 104 {
+            c.chunk_state_permille = 64;
+        }
         if size < 84 {
             c.subgroups = 0;
         }

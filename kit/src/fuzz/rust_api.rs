@@ -120,6 +120,15 @@ pub fn rust_api(data: &[u8]) {
                 "{needed} micro-batches fit a count of {count}"
             );
         }
+        (Err(Error::ChunkOverBudget { index, len, peak }), Ok(()), None) => {
+            // Only chunkflow has no other placement for a long sequence; the peak is the
+            // rule's, on the whole group, and over the budget.
+            assert_eq!(cfg.policy, Policy::ChunkFlow);
+            assert_eq!(lengths.get(*index), Some(len));
+            assert!(cfg.chunking.can_chunk(*len), "{len} tokens chunked");
+            assert_eq!(*peak, crate::check::chunked_peak(&cfg, *len, cfg.cp));
+            assert!(*peak > u64::from(cfg.bucket), "{peak} tokens fit");
+        }
         (Err(e), Ok(()), None) => panic!("valid call failed with {e:?}"),
         (Ok(plan), Ok(()), None) => {
             if let Err(e) = check_rust_plan(&cfg, lengths, plan) {
