@@ -53,6 +53,8 @@ __version__ = "0.1.0"
 ABI_VERSION = _ffi.ABI_VERSION
 #: ``cp_rank`` of a sequence sharded over its CP group.
 SHARDED = _ffi.SHARDED
+#: ``cp_rank`` of a sequence run chunked (``Plan.chunked``).
+CHUNKED = _ffi.CHUNKED
 #: ``Layout.micro_batch_global`` of an empty lockstep micro-batch.
 NO_MICRO_BATCH = _ffi.NO_MICRO_BATCH
 MAX_RINGS = _ffi.MAX_RINGS
@@ -104,6 +106,7 @@ del annotations, _cls  # keep dir(skrull) to the API
 
 __all__ = [
     "ABI_VERSION", "MAX_PAD_MULTIPLE", "MAX_RINGS", "MAX_SEQUENCES", "NO_MICRO_BATCH", "SHARDED",
+    "CHUNKED",
     "FLOPS", "CP_GROUP_DTYPE", "RING_DTYPE",
     "GPUS", "OVERLAPS", "POLICIES", "PRESETS", "SHARD_PADDINGS", "VICTIMS", "MICRO_BATCH_DTYPE",
     "PLACEMENT_DTYPE", "SPAN_DTYPE", "ArgumentError", "BatchError", "Config", "ConfigError",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+import math
 import operator
 import os
 from dataclasses import dataclass
@@ -16,7 +17,8 @@ from ._errors import (ArgumentError, ConfigError, Status, from_info, make_error,
                       type_error)
 
 #: ``SKRULL_POLICY_*`` by name.
-POLICIES = {"skrull": 0, "deepspeed": 1, "packed": 2, "roundrobin": 3, "balanced": 4}
+POLICIES = {"skrull": 0, "deepspeed": 1, "packed": 2, "roundrobin": 3, "balanced": 4,
+            "chunkflow": 5}
 #: ``SKRULL_VICTIM_*`` by name.
 VICTIMS = {"shortest": 0, "longest": 1}
 #: ``SKRULL_FLOPS_*`` by name.
@@ -38,6 +40,12 @@ LIMITS: dict[str, tuple[int, int, Status, str]] = {
     "max_micro_batches": (0, _U32_MAX, Status.INVALID_ARG, "0 for no limit"),
     "micro_batches": (0, _U32_MAX, Status.INVALID_ARG, "0 for as many as the batch needs"),
     "max_sequences": (0, _U32_MAX, Status.INVALID_ARG, "the batch size to size buffers for"),
+    "chunk_size": (0, _U32_MAX, Status.INVALID_CHUNKING,
+                   "0 for no chunking, else the most tokens of one chunk"),
+    "chunk_keep": (1, 64, Status.INVALID_CHUNKING,
+                   "chunks whose activations are kept (the others are recomputed)"),
+    "chunk_state_permille": (0, 1000, Status.INVALID_CHUNKING,
+                             "thousandths of a token of K/V state per token"),
 }
 
 
@@ -195,6 +203,14 @@ class Config:
     subgroups: bool = True
     fill_empty: bool = False
     micro_batches: int = 0
+    chunk_size: int = 0
+    chunk_keep: int = 1
+    chunk_state_permille: int = 64
+
+    @property
+    def chunking(self) -> bool:
+        """Whether chunking is on (``chunk_size`` above 0)."""
+        return self.chunk_size > 0
 
 
 def whole(name: str, value: Any) -> int:
@@ -331,7 +347,8 @@ def build(dp: Optional[int], cp: Optional[int], bucket_tokens: Optional[int], mo
           policy: Any, victim: Any, flops: Any, shard_padding: Any, max_micro_batches: Any,
           pad_multiple: Any = 1, pad_local: Any = False, lockstep: Any = False,
           cost_model: Any = None, subgroups: Any = None, fill_empty: Any = False,
-          micro_batches: Any = 0) -> tuple[Config, _ffi.skrull_config]:
+          micro_batches: Any = 0, chunk_size: Any = None, chunk_keep: Any = 1,
+          chunk_state_permille: Any = 64) -> tuple[Config, _ffi.skrull_config]:
     """Builds the C struct (``struct_size`` = our ``sizeof``) and its Python description, and
     has the library validate it.
 
@@ -373,6 +390,12 @@ def build(dp: Optional[int], cp: Optional[int], bucket_tokens: Optional[int], mo
         c.subgroups = _flag("subgroups", subgroups)
     c.fill_empty = _flag("fill_empty", fill_empty)
     c.micro_batches = setting("micro_batches", micro_batches)
+    c.chunk_keep = setting("chunk_keep", chunk_keep)
+    c.chunk_state_permille = setting("chunk_state_permille", chunk_state_permille)
+    if chunk_size is None:  # off, except chunkflow's default, as the CLI's
+        c.chunk_size = default_chunk_size(c) if policy == "chunkflow" else 0
+    else:
+        c.chunk_size = setting("chunk_size", chunk_size)
     if c.max_micro_batches and c.micro_batches > c.max_micro_batches:
         raise make_error(Status.MICRO_BATCH_LIMIT, f"micro_batches={c.micro_batches} is more "
                          f"than max_micro_batches={c.max_micro_batches}: lower micro_batches or "
@@ -398,9 +421,38 @@ def build(dp: Optional[int], cp: Optional[int], bucket_tokens: Optional[int], mo
     cfg = Config(c.dp, c.cp, c.bucket_tokens, policy, victim, flops, shard_padding,
                  c.max_micro_batches, shape, c.pad_multiple, bool(c.pad_local),
                  bool(c.lockstep), cost, bool(c.subgroups), bool(c.fill_empty),
-                 c.micro_batches)
+                 c.micro_batches, c.chunk_size, c.chunk_keep, c.chunk_state_permille)
     check_config(c, config=cfg)
     return cfg, c
+
+
+def default_chunk_size(c: _ffi.skrull_config) -> int:
+    """The CLI's chunk size for ``chunkflow`` given none: the largest power of two (at most
+    2^30) below the longest sequence the layout accepts (``L = u floor(cp C / u)`` for the
+    shard unit ``u``) whose chunked peak on one GPU (the kept chunks, or one recomputed
+    chunk, each at its local charge, plus ``L``'s K/V state) fits ``bucket_tokens``; 0 (then
+    refused as ``INVALID_CHUNKING``) when none does."""
+    cp, bucket, m = max(int(c.cp), 1), int(c.bucket_tokens), max(int(c.pad_multiple), 1)
+    unit = m
+    if cp > 1 and (c.shard_padding == SHARD_PADDINGS["zigzag"] or m > 1):
+        unit = 2 * cp // math.gcd(2 * cp, m) * m
+    longest = min(cp * bucket // unit * unit, 2**31 - 1)
+    local_unit = m if c.pad_local else 1
+
+    def local(t: int) -> int:
+        return -(-t // local_unit) * local_unit
+
+    def peak(size: int) -> int:
+        n = -(-longest // size)
+        k = min(max(int(c.chunk_keep), 1), n)
+        kept = sum(local(min(size, longest - i * size)) for i in range(n - k, n))
+        live = max(kept, local(size)) if n > k else kept
+        return live + -(-longest * int(c.chunk_state_permille) // 1000)
+
+    for k in range(30, -1, -1):
+        if (1 << k) < longest and peak(1 << k) <= bucket:
+            return 1 << k
+    return 0
 
 
 def _recommended() -> tuple[str, bool]:

@@ -47,6 +47,8 @@ class Status(enum.IntEnum):
     INVALID_COST_MODEL = 21
     UNSUPPORTED_OPTION = 22
     MICRO_BATCH_COUNT = 23
+    INVALID_CHUNKING = 24
+    CHUNK_OVER_BUDGET = 25
     PLAN_INVALID = 30
     NO_SUCH_GPU = 31
     LAYOUT_OVERFLOW = 32
@@ -155,7 +157,7 @@ class InternalError(Error, RuntimeError):
 
 _CONFIG = {Status.INVALID_ENUM, Status.INVALID_DP, Status.INVALID_CP, Status.INVALID_BUCKET,
            Status.INVALID_MODEL, Status.INVALID_PAD_MULTIPLE, Status.INVALID_COST_MODEL,
-           Status.UNSUPPORTED_OPTION, Status.INVALID_REFIT_PARAMS}
+           Status.UNSUPPORTED_OPTION, Status.INVALID_REFIT_PARAMS, Status.INVALID_CHUNKING}
 _MEASUREMENT = {Status.MEASUREMENT_MISMATCH, Status.REFIT_STEP_TOO_LARGE}
 
 
@@ -179,7 +181,7 @@ def error_class(code: int) -> type[Error]:
         return MeasurementError
     if code == Status.INVALID_ARG:
         return ArgumentError
-    if 14 <= code <= 19 or code == Status.MICRO_BATCH_COUNT:
+    if 14 <= code <= 19 or code in (Status.MICRO_BATCH_COUNT, Status.CHUNK_OVER_BUDGET):
         return BatchError
     if 30 <= code <= 39:
         return LayoutError
@@ -234,11 +236,14 @@ _VALUE_LIMIT = {
     Status.EMPTY_SEQUENCE: "v", Status.LENGTH_OUT_OF_RANGE: "vl", Status.SEQUENCE_TOO_LONG: "vl",
     Status.MICRO_BATCH_LIMIT: "vl", Status.MICRO_BATCH_COUNT: "vl", Status.NO_SUCH_GPU: "vl",
     Status.LAYOUT_OVERFLOW: "vl", Status.MEASUREMENT_MISMATCH: "vl",
-    Status.REFIT_STEP_TOO_LARGE: "vl",
+    Status.REFIT_STEP_TOO_LARGE: "vl", Status.INVALID_CHUNKING: "vl",
+    Status.CHUNK_OVER_BUDGET: "vl",
 }
 #: ``skrull_error_info.field`` of INVALID_MODEL and UNSUPPORTED_OPTION, by number.
 MODEL_FIELDS = {1: "hidden", 2: "kv_hidden", 3: "ffn", 4: "layers", 5: "vocab"}
 OPTION_FIELDS = {1: "flops"}
+#: ``skrull_error_info.field`` of INVALID_CHUNKING: the ``skrull_config`` chunking field.
+CHUNKING_FIELDS = {1: "chunk_size", 2: "chunk_keep", 3: "chunk_state_permille"}
 #: ``skrull_error_info.field`` of INVALID_REFIT_PARAMS: the ``skrull_refit_params`` field.
 REFIT_PARAM_FIELDS = {1: "window_steps", 2: "max_rows_per_step", 3: "flags", 4: "forgetting",
                       5: "ridge", 6: "outlier"}
@@ -282,6 +287,18 @@ def _describe(status: int, d: dict[str, Any], config: Optional[Config] = None) -
         return (f"DP rank {i} needs {v} micro-batches, more than the fixed count "
                 f"micro_batches={lim}: micro_batches={v} or more fits this batch (or raise "
                 "bucket_tokens, or plan fewer tokens per global batch)")
+    if status == Status.INVALID_CHUNKING:
+        if name == "chunk_size":
+            return ("policy='chunkflow' needs chunking on: give chunk_size (the most tokens "
+                    "of one chunk, e.g. bucket_tokens)")
+        if name == "chunk_keep":
+            return (f"chunk_keep={v} is out of range: chunk_keep (chunks whose activations are "
+                    f"kept) must be an integer from 1 to {lim}")
+        return (f"chunk_state_permille={v} is out of range: it must be an integer from 0 to "
+                f"{lim} (thousandths of a token per token of K/V state)")
+    if status == Status.CHUNK_OVER_BUDGET:
+        return (f"sequence {i} has {v} tokens: run chunked it holds {lim} tokens on a GPU, "
+                f"more than {bucket}; lower chunk_size or chunk_keep, or raise bucket_tokens")
     if status == Status.NO_SUCH_GPU:
         return (f"DP rank {i} runs {lim} micro-batches (0 to {(lim or 0) - 1}); micro-batch "
                 f"{v} was asked for")
@@ -368,6 +385,8 @@ def field_name(code: int, number: int) -> Optional[str]:
         return GPU_FIELDS.get(number)
     if code == Status.INVALID_REFIT_PARAMS:
         return REFIT_PARAM_FIELDS.get(number)
+    if code == Status.INVALID_CHUNKING:
+        return CHUNKING_FIELDS.get(number)
     if code == Status.INVALID_COST_MODEL:
         from ._cost import cost_field_name
         return cost_field_name(number)

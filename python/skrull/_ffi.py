@@ -25,6 +25,8 @@ ABI_VERSION = 1
 MAX_STRUCT_SIZE = 4096
 #: ``skrull_placement.cp_rank`` of a sharded sequence (``SKRULL_SHARDED``).
 SHARDED = -1
+#: ``skrull_placement.cp_rank`` of a chunked sequence (``SKRULL_CHUNKED``).
+CHUNKED = -2
 #: ``sizeof(skrull_config)`` of ABI version 1 (``SKRULL_CONFIG_SIZE_V1``).
 CONFIG_SIZE_V1 = 60
 #: The largest ``skrull_config.pad_multiple`` (``SKRULL_MAX_PAD_MULTIPLE``).
@@ -92,7 +94,8 @@ class skrull_config(ctypes.Structure):
                 # appended after version 1
                 ("pad_multiple", _u32), ("pad_local", _u32), ("lockstep", _u32),
                 ("cost_model", _ptr), ("subgroups", _u32), ("fill_empty", _u32),
-                ("micro_batches", _u32), ("_reserved", _u32)]
+                ("micro_batches", _u32), ("chunk_size", _u32), ("chunk_keep", _u32),
+                ("chunk_state_permille", _u32)]
 
 
 class skrull_dacp_summary(ctypes.Structure):

@@ -20,8 +20,8 @@ from ._errors import (GPU_FIELDS, BatchError, Error, LayoutError, Status, make_e
 if TYPE_CHECKING:
     from ._scheduler import Scheduler
 
-#: numpy dtype of ``skrull_placement``: dp_rank, micro_batch, cp_rank (-1 = sharded),
-#: tokens_per_gpu.
+#: numpy dtype of ``skrull_placement``: dp_rank, micro_batch, cp_rank (-1 = sharded, -2 =
+#: chunked), tokens_per_gpu.
 PLACEMENT_DTYPE = np.dtype(_ffi.skrull_placement)
 #: numpy dtype of ``skrull_micro_batch``: dp_rank, index, first, count.
 MICRO_BATCH_DTYPE = np.dtype(_ffi.skrull_micro_batch)
@@ -46,6 +46,20 @@ class Summary:
     sharded: int
     rollbacks: int
     peak_rank_tokens: int
+    #: Sequences run chunked (``Plan.chunked``; not counted in ``sharded``).
+    chunked: int = 0
+
+
+def refuse_chunked(plan: Plan, consumer: str) -> None:
+    """Raises ``NotImplementedError`` when ``plan`` runs a sequence chunked: ``consumer``
+    (an executor) cannot run chunks yet, and must not run such a plan as if it were sharded."""
+    if plan.summary.chunked:
+        first = int(np.flatnonzero(plan.chunked)[0])
+        raise NotImplementedError(
+            f"{consumer} cannot run chunked sequences yet (chunking, ChunkFlow's placement): "
+            f"this plan runs {plan.summary.chunked} sequence(s) chunked, the first sequence "
+            f"{first} ({int(plan.lengths[first])} tokens); plan without chunking "
+            "(chunk_size=0 and a policy other than 'chunkflow')")
 
 
 def _frozen(a: np.ndarray) -> np.ndarray:
@@ -78,8 +92,9 @@ class Plan:
     """Where every sequence of one global batch runs; read-only, independent of later calls.
 
     Made by ``Scheduler.plan``. Per input sequence (numpy, input order): ``dp_rank``,
-    ``micro_batch``, ``cp_rank`` (-1 = sharded), ``cp_first`` and ``cp_size`` (its CP group:
-    size 1 local, ``cp`` sharded over the whole group, else an aligned sub-group) and
+    ``micro_batch``, ``cp_rank`` (-1 = sharded, -2 = chunked), ``cp_first`` and ``cp_size``
+    (its CP group: size 1 local, ``cp`` sharded over the whole group, else an aligned
+    sub-group; for a chunked sequence the GPU or group that runs its chunks), ``chunked`` and
     ``tokens_per_gpu``. Per DP rank: ``micro_batches_per_dp`` (all equal under lockstep, where
     a rank's extra micro-batches are empty and not in the table). The C tables are there too:
     ``placements``, ``micro_batch_table`` (sorted by DP rank, then index), ``members``,
@@ -137,7 +152,31 @@ class Plan:
         """Counts over the whole plan (``skrull_summary``)."""
         s = self._c_summary
         return Summary(s.total_tokens, s.sequences, s.micro_batches, s.sharded, s.rollbacks,
-                       s.peak_rank_tokens)
+                       s.peak_rank_tokens, int(self.chunked.sum()))
+
+    @cached_property
+    def chunked(self) -> np.ndarray:
+        """Per sequence: whether it runs chunked (bool; ``cp_rank`` -2): its chunks of
+        ``config.chunk_size`` tokens in order on every GPU of its group (``cp_first``,
+        ``cp_size``), the last ``config.chunk_keep`` kept, the others recomputed."""
+        return _frozen(self.placements["cp_rank"] == _ffi.CHUNKED)
+
+    @cached_property
+    def kind(self) -> np.ndarray:
+        """Per sequence: ``"local"``, ``"sharded"`` or ``"chunked"`` (numpy str array).
+
+        Example
+        -------
+        >>> import skrull
+        >>> s = skrull.Scheduler(dp=1, cp=2, bucket_tokens=64, policy="chunkflow",
+        ...                      chunk_size=32)
+        >>> s.plan([10, 100]).kind.tolist()
+        ['sharded', 'chunked']
+        """
+        r = self.placements["cp_rank"]
+        out = np.where(r == _ffi.CHUNKED, "chunked",
+                       np.where(r == _ffi.SHARDED, "sharded", "local"))
+        return _frozen(out)
 
     @cached_property
     def dp_rank(self) -> np.ndarray:
@@ -151,7 +190,8 @@ class Plan:
 
     @cached_property
     def cp_rank(self) -> np.ndarray:
-        """Per sequence: the CP rank holding it whole, or -1 when sharded (int32)."""
+        """Per sequence: the CP rank holding it whole, -1 when sharded, -2 when chunked
+        (int32)."""
         return _frozen(self.placements["cp_rank"].astype(np.int32))
 
     @cached_property
@@ -169,7 +209,8 @@ class Plan:
     @property
     def subgroup_sharded(self) -> int:
         """Sequences sharded over a sub-group of the CP ranks (not the whole group)."""
-        return int(((self.cp_size > 1) & (self.cp_size < self.config.cp)).sum())
+        sharded = self.placements["cp_rank"] == _ffi.SHARDED
+        return int((sharded & (self.cp_size > 1) & (self.cp_size < self.config.cp)).sum())
 
     @cached_property
     def tokens_per_gpu(self) -> np.ndarray:
@@ -384,6 +425,8 @@ class Plan:
         LayoutError
             ``NO_SUCH_GPU`` for an index out of range; ``LAYOUT_OVERFLOW`` when a buffer
             offset passes int32.
+        NotImplementedError
+            The GPU runs a chunked sequence (layouts have no chunks yet).
 
         Example
         -------
@@ -396,10 +439,23 @@ class Plan:
         r = self._check_cp(cp_rank, d)
         cached = self._rank_cache.get((d, r))
         if cached is None:
+            self._refuse_chunked_on(d, r)
             count = int(self.micro_batches_per_dp[d])
             cached = tuple(self._scheduler._fill_rank(self, d, r, count))
             self._rank_cache[(d, r)] = cached
         return list(cached)
+
+    def _refuse_chunked_on(self, dp_rank: int, cp_rank: int) -> None:
+        """``NotImplementedError`` when this GPU runs a chunked sequence: the library's
+        layout has no chunk spans yet, and laying it out as sharded would be wrong."""
+        here = (self.chunked & (self.dp_rank == dp_rank) & (self.cp_first <= cp_rank)
+                & (cp_rank < self.cp_first + self.cp_size))
+        if here.any():
+            seq = int(np.flatnonzero(here)[0])
+            raise NotImplementedError(
+                f"GPU (dp_rank={dp_rank}, cp_rank={cp_rank}) runs sequence {seq} chunked "
+                "(chunking): the Python Layout has no chunk passes yet; plan "
+                "without chunking (chunk_size=0) to lay this batch out")
 
     def to_megatron_groups(self, sample_ids: Sequence[Any] | None = None) -> list[list[list[Any]]]:
         """The plan in the shape of Megatron's ``get_groups_and_subsamples``.
@@ -420,6 +476,8 @@ class Plan:
         ------
         BatchError
             ``sample_ids`` does not hold one id per sequence.
+        NotImplementedError
+            The plan runs a sequence chunked (Megatron's groups have no chunks).
 
         Example
         -------
@@ -429,6 +487,7 @@ class Plan:
         >>> plan.to_megatron_groups(["a", "b", "c"])   # 2 micro-batches x 2 CP ranks
         [[['b', 'c'], ['b', 'c']], [['a'], []]]
         """
+        refuse_chunked(self, "to_megatron_groups (Megatron)")
         dp, cp = self.config.dp, self.config.cp
         ids = list(range(len(self.lengths))) if sample_ids is None else list(sample_ids)
         if len(ids) != len(self.lengths):
@@ -455,7 +514,8 @@ class Plan:
         str
             sha256 (hex) of the little-endian uint32 words of ``len(lengths), dp, cp``, then
             ``placements`` (4 words each), ``members``, ``micro_batches_per_dp``, and, when
-            any sequence is sharded over a sub-group, ``cp_groups`` (2 words each). A C
+            any sequence is sharded over a sub-group or chunked, ``cp_groups`` (2 words
+            each). A C
             trainer computes the same value from its own buffers.
 
         Example
@@ -469,7 +529,7 @@ class Plan:
         head = np.array([len(self.lengths), self.config.dp, self.config.cp], "<u4")
         parts = [head, self.placements.view(np.uint32).reshape(-1), self.members,
                  self.micro_batches_per_dp]
-        if self.subgroup_sharded:
+        if self.subgroup_sharded or self.summary.chunked:
             parts.append(self.cp_groups.view(np.uint32).reshape(-1))
         for words in parts:
             h.update(np.ascontiguousarray(words, dtype="<u4").tobytes())
@@ -528,8 +588,11 @@ class Plan:
         dict
             ``config`` (dp, cp, bucket_tokens, policy, victim, model, flops,
             max_micro_batches, shard_padding, pad_multiple, pad_local, lockstep, subgroups,
-            fill_empty, micro_batches), ``summary``, ``placements`` (per sequence: seq, len,
-            dp, micro_batch, cp (-1 sharded), cp_first, cp_size), ``micro_batches_per_dp``
+            fill_empty, micro_batches, and chunk_size, chunk_keep, chunk_state_permille
+            unless chunking is at its defaults), ``summary`` (with ``chunked`` when chunking
+            is on), ``placements`` (per sequence: seq, len, dp, micro_batch, cp (-1 sharded,
+            -2 chunked), cp_first, cp_size; a chunked one also ``kind`` "chunked" and
+            ``chunks``), ``micro_batches_per_dp``
             and ``rank_tokens[dp][micro_batch]`` (tokens per CP rank; zeros for an empty
             lockstep micro-batch).
 
@@ -547,15 +610,25 @@ class Plan:
                   "shard_padding": c.shard_padding, "pad_multiple": c.pad_multiple,
                   "pad_local": c.pad_local, "lockstep": c.lockstep, "subgroups": c.subgroups,
                   "fill_empty": c.fill_empty, "micro_batches": c.micro_batches}
+        # As the CLI: the chunking keys only when chunking is not at its defaults (off, K 1,
+        # 64 permille), the chunked count and the chunk fields only with chunking on.
+        if (c.chunk_size, c.chunk_keep, c.chunk_state_permille) != (0, 1, 64):
+            config.update(chunk_size=c.chunk_size, chunk_keep=c.chunk_keep,
+                          chunk_state_permille=c.chunk_state_permille)
         summary = {"sequences": len(self), "total_tokens": s.total_tokens,
-                   "micro_batches": s.micro_batches, "sharded": s.sharded,
-                   "rollbacks": s.rollbacks, "peak_rank_tokens": s.peak_rank_tokens}
-        placements = [{"seq": i, "len": n, "dp": d, "micro_batch": m, "cp": r, "cp_first": f,
-                       "cp_size": z}
-                      for i, (n, d, m, r, f, z) in enumerate(zip(
-                          self.lengths.tolist(), self.dp_rank.tolist(),
-                          self.micro_batch.tolist(), self.cp_rank.tolist(),
-                          self.cp_first.tolist(), self.cp_size.tolist()))]
+                   "micro_batches": s.micro_batches, "sharded": s.sharded}
+        if c.chunking:
+            summary["chunked"] = s.chunked
+        summary.update(rollbacks=s.rollbacks, peak_rank_tokens=s.peak_rank_tokens)
+        placements: list[dict[str, Any]] = [
+            {"seq": i, "len": n, "dp": d, "micro_batch": m, "cp": r, "cp_first": f,
+             "cp_size": z}
+            for i, (n, d, m, r, f, z) in enumerate(zip(
+                self.lengths.tolist(), self.dp_rank.tolist(), self.micro_batch.tolist(),
+                self.cp_rank.tolist(), self.cp_first.tolist(), self.cp_size.tolist()))]
+        for i in np.flatnonzero(self.chunked).tolist():
+            placements[i].update(kind="chunked",
+                                 chunks=-(-int(self.lengths[i]) // c.chunk_size))
         zeros = [0] * c.cp
         rank_tokens = []
         for d, count in enumerate(self.micro_batches_per_dp.tolist()):
@@ -598,9 +671,10 @@ class Plan:
 
     def __repr__(self) -> str:
         s = self.summary
+        chunked = f", {s.chunked} chunked" if s.chunked else ""
         return (f"Plan({s.sequences} sequences, {s.total_tokens} tokens, dp={self.config.dp}, "
                 f"cp={self.config.cp}, micro-batches per DP rank "
-                f"{self.micro_batches_per_dp.tolist()}, {s.sharded} sharded)")
+                f"{self.micro_batches_per_dp.tolist()}, {s.sharded} sharded{chunked})")
 
 
 def _model_name(shape: ModelShape) -> str:

@@ -51,7 +51,8 @@ class Scheduler:
         directory, or a ``PretrainedConfig``; see ``ModelShape.from_hf_config``).
     policy : str or int, optional
         ``"balanced"`` (default: the library's recommended preset, as in the CLI),
-        ``"skrull"``, ``"deepspeed"``, ``"packed"`` or ``"roundrobin"`` (``skrull.POLICIES``).
+        ``"skrull"``, ``"deepspeed"``, ``"packed"``, ``"roundrobin"`` or ``"chunkflow"``
+        (ChunkFlow's scheme, which needs ``chunk_size``) (``skrull.POLICIES``).
     victim : str or int, optional
         ``"shortest"`` (default) or ``"longest"``: which sequence ``skrull`` shards first.
     flops : str or int, optional
@@ -79,6 +80,22 @@ class Scheduler:
     micro_batches : int, optional
         A fixed count ``G`` per DP rank (Hugging Face's ``gradient_accumulation_steps``); 0
         (default) for as many as needed.
+    chunk_size : int, optional
+        ChunkSize: 0 for no chunking, else the most tokens of one chunk; default (None): off,
+        except for ``chunkflow``, which then gets the CLI's default (the largest power of two
+        whose chunked peak on one GPU fits ``bucket_tokens`` for the longest sequence the
+        layout accepts). With it a
+        sequence longer than ``chunk_size`` may run chunked (``Plan.chunked``: its chunks in
+        order on one GPU or an aligned group of CP ranks, ``Plan.cp_rank`` -2): ``chunkflow``
+        chunks every such sequence over the whole group, ``balanced`` where its cost model
+        says that pays. See ``docs/chunking.md``. The ``skrull.torch`` and ``skrull.hf``
+        executors do not run chunked sequences yet (they raise ``NotImplementedError``).
+    chunk_keep : int, optional
+        K: how many chunks of a chunked sequence keep their activations (1 to 64, default 1);
+        the others are recomputed in the backward pass.
+    chunk_state_permille : int, optional
+        BucketSize tokens of K/V state per token of a chunked sequence, in thousandths (0 to
+        1000, default 64).
     max_sequences : int, optional
         The batch size the buffers are first sized for (default 256); they grow as needed.
     refit : RefitSettings or dict, optional
@@ -113,7 +130,8 @@ class Scheduler:
                  max_micro_batches: int = 0, pad_multiple: int = 1, pad_local: bool = False,
                  lockstep: bool = False, cost_model: Union[CostModel, str, None] = None,
                  subgroups: bool = _config.RECOMMENDED_SUBGROUPS, fill_empty: bool = False,
-                 micro_batches: int = 0,
+                 micro_batches: int = 0, chunk_size: Optional[int] = None, chunk_keep: int = 1,
+                 chunk_state_permille: int = 64,
                  max_sequences: int = 256,
                  refit: Union[RefitSettings, Mapping[str, Any], None] = None) -> None:
         first = _config.setting("max_sequences", max_sequences)
@@ -123,7 +141,7 @@ class Scheduler:
         self.config, self._c_config = _config.build(
             dp, cp, bucket_tokens, model, policy, victim, flops, shard_padding,
             max_micro_batches, pad_multiple, pad_local, lockstep, cost_model, subgroups,
-            fill_empty, micro_batches)
+            fill_empty, micro_batches, chunk_size, chunk_keep, chunk_state_permille)
         # The configuration prepared once; rebuilt whenever config or its cost model changes.
         self._prepared = Prepared(self._c_config, self.config)
         self._lock = threading.Lock()
@@ -151,8 +169,13 @@ class Scheduler:
         c = self.config
         extra = "".join(f", {k}={getattr(c, k)!r}" for k in ("pad_multiple", "pad_local",
                                                             "lockstep", "fill_empty",
-                                                            "micro_batches", "cost_model")
+                                                            "micro_batches", "chunk_size",
+                                                            "cost_model")
                         if getattr(c, k))
+        if c.chunking:
+            extra += f", chunk_keep={c.chunk_keep}"
+            if c.chunk_state_permille != 64:
+                extra += f", chunk_state_permille={c.chunk_state_permille}"
         return (f"Scheduler(dp={c.dp}, cp={c.cp}, bucket_tokens={c.bucket_tokens}, "
                 f"policy={c.policy!r}, shard_padding={c.shard_padding!r}{extra}, "
                 f"model={c.model})")
@@ -399,7 +422,9 @@ def config_reduce(c: _config.Config, capacity: int,
                   shard_padding=c.shard_padding, max_micro_batches=c.max_micro_batches,
                   pad_multiple=c.pad_multiple, pad_local=c.pad_local, lockstep=c.lockstep,
                   cost_model=c.cost_model, subgroups=c.subgroups, fill_empty=c.fill_empty,
-                  micro_batches=c.micro_batches, max_sequences=max(capacity, 1))
+                  micro_batches=c.micro_batches, chunk_size=c.chunk_size,
+                  chunk_keep=c.chunk_keep, chunk_state_permille=c.chunk_state_permille,
+                  max_sequences=max(capacity, 1))
     if refit is not None and refit != RefitSettings():
         kwargs["refit"] = refit
     return (_rebuild_scheduler, (c.dp, c.cp, c.bucket_tokens, kwargs))

@@ -26,6 +26,7 @@ _DEFINES = {**{f"SKRULL_POLICY_{k.upper()}": v for k, v in POLICIES.items()},
             **{"SKRULL_OVERLAP_" + k.upper().replace("-", "_"): v
                for k, v in skrull.OVERLAPS.items()},
             "SKRULL_ABI_VERSION": skrull.ABI_VERSION, "SKRULL_SHARDED": skrull.SHARDED,
+            "SKRULL_CHUNKED": skrull.CHUNKED,
             "SKRULL_MAX_STRUCT_SIZE": _ffi.MAX_STRUCT_SIZE,
             "SKRULL_CONFIG_SIZE_V1": _ffi.CONFIG_SIZE_V1,
             "SKRULL_MAX_PAD_MULTIPLE": skrull.MAX_PAD_MULTIPLE,

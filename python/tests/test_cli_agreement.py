@@ -28,6 +28,8 @@ CASES += [dict(policy="skrull", victim="longest"), dict(policy="skrull", flops="
           dict(policy="skrull", lockstep=True), dict(policy="deepspeed", lockstep=True),
           dict(policy="balanced", lockstep=True, pad_multiple=8, pad_local=True),
           dict(policy="balanced", cost_model="h200", model="qwen2.5-7b"),
+          dict(policy="chunkflow", chunk_size=1024, chunk_keep=2),
+          dict(policy="balanced", chunk_size=1024, chunk_state_permille=100),
           dict(policy="balanced", cost_model=skrull.CostModel("h100", gpus_per_node=4,
                                                                inter_node_bandwidth=2e9))]
 
@@ -62,9 +64,15 @@ def _assert_same(plan: skrull.Plan, cli: dict) -> None:
     assert cli["micro_batches_per_dp"] == plan.micro_batches_per_dp.tolist()
     assert [row for d in cli["rank_tokens"] for row in d] == plan.rank_tokens.tolist()
     s = plan.summary
-    assert cli["summary"] == dict(sequences=s.sequences, total_tokens=s.total_tokens,
-                                  micro_batches=s.micro_batches, sharded=s.sharded,
-                                  rollbacks=s.rollbacks, peak_rank_tokens=s.peak_rank_tokens)
+    want = dict(sequences=s.sequences, total_tokens=s.total_tokens,
+                micro_batches=s.micro_batches, sharded=s.sharded, rollbacks=s.rollbacks,
+                peak_rank_tokens=s.peak_rank_tokens)
+    if plan.config.chunking:  # the chunked count, with chunking on only
+        want["chunked"] = s.chunked
+    assert cli["summary"] == want == plan.to_dict()["summary"]
+    # Chunked placements carry their kind and chunk count, as the binding exports them.
+    assert cli["placements"] == plan.to_dict()["placements"]
+    assert cli["config"] == plan.to_dict()["config"]
 
 
 @pytest.mark.parametrize("opts", CASES, ids=lambda o: "-".join(

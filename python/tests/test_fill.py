@@ -12,6 +12,11 @@ import skrull
 
 LENGTHS = [12, 40, 7, 33, 25, 3, 18, 9, 21, 30, 2, 16, 5, 44, 11, 6]
 
+#: The policies whose plans the Python Layout lays out: not chunkflow, whose chunked
+#: sequences need chunk passes the Python Layout does not expose yet (NotImplementedError,
+#: tested in test_plan.py).
+LAYOUT_POLICIES = [p for p in skrull.POLICIES if p != "chunkflow"]
+
 
 def _counts(plan: skrull.Plan) -> list[int]:
     """Micro-batches each DP rank lists in the table (the rest are empty)."""
@@ -23,7 +28,7 @@ def _sequences(plan: skrull.Plan) -> list[int]:
     return [int((plan.dp_rank == d).sum()) for d in range(plan.config.dp)]
 
 
-@pytest.mark.parametrize("policy", list(skrull.POLICIES))
+@pytest.mark.parametrize("policy", LAYOUT_POLICIES)
 @pytest.mark.parametrize("cp", [1, 2, 4])
 def test_a_fixed_count_gives_every_rank_exactly_that_many(policy, cp):
     base = skrull.Scheduler(3, cp, 48, policy=policy).plan(LENGTHS)

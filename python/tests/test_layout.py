@@ -9,6 +9,11 @@ import pytest
 
 import skrull
 
+#: The policies whose plans the Python Layout lays out: not chunkflow, whose chunked
+#: sequences need chunk passes the Python Layout does not expose yet (NotImplementedError,
+#: tested in test_plan.py).
+LAYOUT_POLICIES = [p for p in skrull.POLICIES if p != "chunkflow"]
+
 
 def _spans(lay: skrull.Layout) -> list[tuple[int, int, int]]:
     return [(s["start"], s["len"], s["pad"]) for s in lay.spans]
@@ -74,7 +79,7 @@ def _check_gpu(plan: skrull.Plan, lay: skrull.Layout, d: int, m: int, r: int) ->
     assert ((lay.gather_index >= 0) == lay.is_real).all()  # -1 exactly on padding
 
 
-@pytest.mark.parametrize("policy", list(skrull.POLICIES))
+@pytest.mark.parametrize("policy", LAYOUT_POLICIES)
 @pytest.mark.parametrize("padding", ["none", "zigzag"])
 @pytest.mark.parametrize("lockstep", [False, True])
 def test_all_gpus_together_hold_every_token_once(policy, padding, lockstep):

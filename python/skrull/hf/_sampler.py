@@ -9,7 +9,7 @@ import numpy as np
 from transformers.trainer_pt_utils import BatchRebalanceSampler
 
 from .._errors import BatchError
-from .._plan import Plan
+from .._plan import Plan, refuse_chunked
 from .._scheduler import Scheduler
 
 
@@ -111,6 +111,8 @@ def plan_for_steps(scheduler: Scheduler, lengths: Sequence[int] | np.ndarray,
         ``gradient_accumulation_steps`` that fits.
     BatchError
         Any other error of ``Scheduler.plan``.
+    NotImplementedError
+        The plan runs a sequence chunked (chunking on): ``skrull.hf`` cannot run chunks yet.
 
     Example
     -------
@@ -122,7 +124,7 @@ def plan_for_steps(scheduler: Scheduler, lengths: Sequence[int] | np.ndarray,
     ValueError: this global batch needs 3 micro-batches on some DP rank, ...
     """
     try:
-        return scheduler.plan(lengths)
+        plan = scheduler.plan(lengths)
     except BatchError as exc:
         if exc.status == "MICRO_BATCH_COUNT":
             raise ValueError(
@@ -131,6 +133,8 @@ def plan_for_steps(scheduler: Scheduler, lengths: Sequence[int] | np.ndarray,
                 f"gradient_accumulation_steps to at least {exc.value}, raise bucket_tokens, or "
                 "lower the global batch size") from exc
         raise
+    refuse_chunked(plan, "skrull.hf")
+    return plan
 
 
 class SkrullBatchSampler(BatchRebalanceSampler):

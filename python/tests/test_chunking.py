@@ -1,0 +1,174 @@
+"""Chunking through the Python package: ``chunk_size``/``chunk_keep``/``chunk_state_permille``
+and ``policy="chunkflow"``, chunked placements in the plan (``chunked``, ``kind``, the group),
+pickling and JSON, the two chunking statuses, and the executors that refuse chunked plans."""
+
+from __future__ import annotations
+
+import json
+import pickle
+
+import numpy as np
+import pytest
+
+import skrull
+
+LENGTHS = [100, 9000, 2048, 2049, 700, 300, 5000]
+
+
+def _peak(length: int, size: int, keep: int, state: int, g: int) -> int:
+    """A chunked sequence's tokens on each of ``g`` GPUs (no padding), from the rule in
+    docs/chunking.md: the last ``keep`` chunks (or one full recomputed chunk) plus the
+    K/V state's share."""
+    def share(t: int) -> int:
+        return -(-t // g)
+    n = -(-length // size)
+    k = min(max(keep, 1), n)
+    kept = sum(share(min(size, length - i * size)) for i in range(n - k, n))
+    live = max(kept, share(size)) if n > k else kept
+    return live + -(-(-(-length * state // 1000)) // g)
+
+
+def chunkflow(**kw) -> skrull.Scheduler:
+    args = dict(dp=2, cp=4, bucket_tokens=4096, policy="chunkflow", chunk_size=2048)
+    args.update(kw)
+    return skrull.Scheduler(**args)
+
+
+def test_chunkflow_chunks_every_long_sequence_over_the_whole_group():
+    plan = chunkflow().plan(LENGTHS)
+    long = np.array(LENGTHS) > 2048
+    assert plan.chunked.tolist() == long.tolist()
+    assert (plan.cp_rank[long] == skrull.CHUNKED).all() and skrull.CHUNKED == -2
+    assert (plan.cp_rank[~long] == skrull.SHARDED).all()
+    assert set(plan.kind.tolist()) == {"chunked", "sharded"}
+    assert (plan.cp_first == 0).all() and (plan.cp_size == 4).all()
+    # Chunked sequences are counted apart from sharded ones.
+    assert plan.summary.chunked == int(long.sum()) == 3
+    assert plan.summary.sharded == len(LENGTHS) - 3
+    for i in np.flatnonzero(long):
+        assert plan.tokens_per_gpu[i] == _peak(LENGTHS[i], 2048, 1, 64, 4)
+    # 9000 tokens: 5 chunks, K = 1: one 2048-token chunk (512 a GPU) + ceil(576 / 4).
+    assert plan.tokens_per_gpu[1] == 512 + 144
+    # Each chunked sequence runs alone in its micro-batch.
+    for i in np.flatnonzero(long):
+        assert plan.members_of(plan.dp_rank[i], plan.micro_batch[i]).tolist() == [i]
+    assert "3 chunked" in repr(plan)
+
+
+def test_the_configuration_holds_the_chunking_fields():
+    s = chunkflow(chunk_keep=3, chunk_state_permille=100)
+    c = s.config
+    assert (c.chunk_size, c.chunk_keep, c.chunk_state_permille, c.chunking) == \
+        (2048, 3, 100, True)
+    assert "chunk_size=2048, chunk_keep=3, chunk_state_permille=100" in repr(s)
+    plan = s.plan(LENGTHS)
+    for i in np.flatnonzero(plan.chunked):
+        assert plan.tokens_per_gpu[i] == _peak(LENGTHS[i], 2048, 3, 100, 4)
+    off = skrull.Scheduler(dp=2, cp=4, bucket_tokens=4096)
+    assert (off.config.chunk_size, off.config.chunking) == (0, False)
+    assert off.plan(LENGTHS).summary.chunked == 0
+
+
+def test_chunkflow_without_a_size_gets_the_clis_default():
+    # The largest power of two below the longest sequence (4 x 4096) whose one-GPU chunked
+    # peak fits: 2048 + ceil(16384 x 64 / 1000) = 3097 <= 4096; 4096 does not fit.
+    s = skrull.Scheduler(dp=2, cp=4, bucket_tokens=4096, policy="chunkflow")
+    assert s.config.chunk_size == 2048
+    assert skrull.Scheduler(dp=2, cp=4, bucket_tokens=4096, policy="balanced").config \
+        .chunk_size == 0
+
+
+def test_chunked_plans_pickle_and_export_as_the_cli():
+    plan = chunkflow().plan(LENGTHS)
+    again = pickle.loads(pickle.dumps(plan))
+    assert again == plan and again.digest() == plan.digest()
+    assert again.chunked.tolist() == plan.chunked.tolist()
+    assert again.summary == plan.summary and again.config == plan.config
+    d = json.loads(plan.to_json())
+    assert d == plan.to_dict()
+    assert (d["config"]["chunk_size"], d["config"]["chunk_keep"],
+            d["config"]["chunk_state_permille"]) == (2048, 1, 64)
+    assert d["config"]["policy"] == "chunkflow"
+    assert d["summary"]["chunked"] == 3 and list(d["summary"])[4] == "chunked"
+    chunked = [p for p in d["placements"] if p["cp"] == -2]
+    assert [p["seq"] for p in chunked] == [1, 3, 6]
+    assert all(p["kind"] == "chunked" and p["chunks"] == -(-p["len"] // 2048)
+               for p in chunked)
+    assert all("kind" not in p for p in d["placements"] if p["cp"] != -2)
+    # The group is part of the digest: moving a chunked sequence's group changes it.
+    groups = np.array(plan.cp_groups)
+    groups[1]["size"] = 2
+    moved = skrull.Plan(plan._scheduler, np.array(plan.lengths), np.array(plan.placements),
+                        np.array(plan.micro_batch_table), np.array(plan._members_c),
+                        np.array(plan.rank_tokens).reshape(-1),
+                        np.array(plan.micro_batches_per_dp), plan._c_summary, groups)
+    assert moved.digest() != plan.digest()
+
+
+def test_json_without_chunking_has_no_chunking_keys():
+    d = skrull.Scheduler(dp=1, cp=2, bucket_tokens=64).plan([30, 100]).to_dict()
+    assert not {"chunk_size", "chunk_keep", "chunk_state_permille"} & set(d["config"])
+    assert "chunked" not in d["summary"]
+
+
+def test_the_chunking_statuses_map_to_the_packages_exceptions():
+    with pytest.raises(skrull.ConfigError) as e:
+        skrull.Scheduler(dp=2, cp=4, bucket_tokens=4096, policy="chunkflow", chunk_size=0)
+    assert e.value.status == "INVALID_CHUNKING" and e.value.field_name == "chunk_size"
+    assert "chunk_size" in str(e.value)
+    for kw, name in [({"chunk_keep": 0}, "chunk_keep"), ({"chunk_keep": 65}, "chunk_keep"),
+                     ({"chunk_state_permille": 1001}, "chunk_state_permille")]:
+        with pytest.raises(skrull.ConfigError) as e:
+            chunkflow(**kw)
+        assert e.value.status == "INVALID_CHUNKING" and e.value.field_name == name
+    # All 4 chunks of 4096 kept: 4000 a GPU + 1024 / 4 of state > 4096.
+    s = chunkflow(chunk_size=4096, chunk_keep=4)
+    with pytest.raises(skrull.BatchError) as e:
+        s.plan([10, 16000])
+    err = e.value
+    assert err.status == "CHUNK_OVER_BUDGET"
+    assert (err.index, err.value, err.limit) == (1, 16000, 4000 + 256)
+    assert "chunk_size" in str(err) and "bucket_tokens=4096" in str(err)
+    assert skrull.Status.INVALID_CHUNKING == 24 and skrull.Status.CHUNK_OVER_BUDGET == 25
+
+
+def test_balanced_chunks_with_slow_links_on_any_group():
+    cost = skrull.CostModel("h100", "qwen2.5-7b")
+    cost.intra_node_bandwidth /= 1000
+    cost.inter_node_bandwidth /= 1000
+    s = skrull.Scheduler(dp=1, cp=16, bucket_tokens=13 * 1024, model="qwen2.5-7b",
+                         cost_model=cost, chunk_size=4096)
+    plan = s.plan([60_000, 500, 700, 300, 2000, 1000, 900, 800])
+    assert plan.chunked.tolist() == [True] + [False] * 7
+    assert plan.cp_size[0] == 1 and plan.kind[0] == "chunked"
+    assert plan.tokens_per_gpu[0] == _peak(60_000, 4096, 1, 64, 1)
+
+
+def test_layouts_and_megatron_refuse_chunked_sequences():
+    plan = chunkflow().plan(LENGTHS)
+    d, r = int(plan.dp_rank[1]), 0
+    with pytest.raises(NotImplementedError, match="chunk"):
+        plan.rank_layouts(d, r)
+    with pytest.raises(NotImplementedError, match="chunk"):
+        plan.layout(d, int(plan.micro_batch[1]), r)
+    with pytest.raises(NotImplementedError, match="chunk"):
+        plan.to_megatron_groups()
+
+
+def test_skrull_torch_collate_refuses_a_chunked_plan():
+    torch = pytest.importorskip("torch")
+    from skrull.torch import collate
+    plan = chunkflow(dp=1, cp=1, bucket_tokens=4096, lockstep=True).plan([100, 3000])
+    assert plan.summary.chunked == 1
+    samples = [torch.arange(n) for n in plan.lengths.tolist()]
+    with pytest.raises(NotImplementedError, match="chunked sequences"):
+        collate(plan, samples, dp_rank=0, cp_rank=0)
+
+
+def test_skrull_hf_refuses_a_chunked_plan():
+    pytest.importorskip("transformers")
+    from skrull.hf import plan_for_steps, scheduler_for_steps
+    scheduler = scheduler_for_steps(dp=1, cp=1, bucket_tokens=4096, micro_batches=2,
+                                    policy="chunkflow", chunk_size=1024)
+    with pytest.raises(NotImplementedError, match="skrull.hf cannot run chunked"):
+        plan_for_steps(scheduler, [100, 3000], micro_batches=2)
