@@ -403,3 +403,26 @@ fn c_abi_chunking_seeds_reach_what_they_are_named_after() {
     let cfg = input.core_config().unwrap();
     assert!(cfg.chunking.is_on() && cfg.policy == skrull_core::Policy::Balanced);
 }
+
+/// Regression (fuzz `layout`, the first run that drew chunking): chunkflow at CP 1 with a
+/// BucketSize of 2^31 - 1 and chunks of 1 token. `skrull_layout_sizes_max` bounds the chunk
+/// passes a GPU may run by one per token (a 309 GB workspace, the library's honest maximum),
+/// and the harness allocated it: out of memory. The harness now checks the plan and skips
+/// laying out a configuration whose maximum workspace is above 64 MiB.
+#[test]
+#[cfg_attr(miri, ignore)]
+fn fuzz_layout_chunks_of_one_token_do_not_allocate_the_maximum() {
+    let data = base64("ABkAAAUAKwABAAEAAAAHAgAAaGJtX2JhbmR3aWR0aH4BAA==");
+    let input = fuzz::decode::decode(&data[16..]);
+    let cfg = input.core_config().unwrap();
+    assert_eq!(
+        (cfg.chunking.size, cfg.cp, cfg.bucket),
+        (1, 1, i32::MAX as u32)
+    );
+    let r = fuzz::layout(&data);
+    // Planned (then one group corrupted by the header), nothing laid out.
+    assert!(
+        r.schedule == Some(skrull::skrull_status::Ok) && r.fills.is_empty(),
+        "{r:?}"
+    );
+}

@@ -46,6 +46,9 @@ use super::decode::{Reader, decode};
 
 /// At most this many GPUs are laid out per input (whole micro-batches only).
 const MAX_GPUS: usize = 256;
+/// The largest layout workspace (bytes) the harness allocates; a configuration whose maximum
+/// is larger is planned and checked but not laid out.
+const MAX_WORKSPACE: usize = 64 << 20;
 /// Position arrays longer than this are skipped (the spans carry the same ranges).
 const MAX_POSITIONS: usize = 1 << 18;
 
@@ -161,6 +164,14 @@ pub fn layout(data: &[u8]) -> Run {
     }
     run.corrupted = corrupted;
     run.plan_valid = plan.is_some();
+
+    // A layout workspace this harness cannot allocate: with chunking the maximum grows with
+    // the chunk passes a GPU may run (one per chunk: `len / chunk_size` of them, billions at
+    // a chunk size of 1 and a bucket of 2^31 - 1), which is the library's honest bound.
+    // The plan was checked above; its layouts are not laid out (found by this target).
+    if cap.workspace_bytes > MAX_WORKSPACE {
+        return run;
+    }
 
     // The GPUs: one from the bytes, or whole micro-batches of the plan (up to MAX_GPUS).
     let mut gpus = Vec::new();
