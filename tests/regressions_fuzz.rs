@@ -426,3 +426,21 @@ fn fuzz_layout_chunks_of_one_token_do_not_allocate_the_maximum() {
         "{r:?}"
     );
 }
+
+/// Regression (fuzz `layout`, chunking drawn): with chunking on, `skrull_layout_sizes` gives
+/// a GPU the workspace its own chunk passes need, less than `skrull_layout_sizes_max`'s
+/// (735 against 3,331 bytes here); the harness expected the maximum, as without chunking.
+#[test]
+#[cfg_attr(miri, ignore)]
+fn fuzz_layout_chunking_gpu_workspace_below_the_maximum() {
+    let data = base64("AwAAAAAAAAAAAAAAAAAAACABMgMEBAQEBAQwAAAAAAAAAAAAAAAAIwAAAAAAAAAA");
+    assert!(
+        fuzz::decode::decode(&data[16..])
+            .core_config()
+            .unwrap()
+            .chunking
+            .is_on()
+    );
+    let r = fuzz::layout(&data);
+    assert!(r.plan_valid && !r.fills.is_empty(), "{r:?}");
+}

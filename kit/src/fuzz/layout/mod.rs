@@ -253,7 +253,15 @@ pub fn layout(data: &[u8]) -> Run {
                         s.positions as usize
                     )
                 );
-                assert_eq!(z.workspace_bytes, cap.workspace_bytes);
+                // Without chunking every GPU needs the maximum workspace; with it a GPU
+                // needs room for its own chunk passes only, at most the maximum. (The doc
+                // of `skrull_layout_sizes` still says "that same number": found by this
+                // target on the first run that drew chunking.)
+                if cfg.chunking.is_on() {
+                    assert!(z.workspace_bytes <= cap.workspace_bytes);
+                } else {
+                    assert_eq!(z.workspace_bytes, cap.workspace_bytes);
+                }
                 assert!(s.spans <= max.spans && s.positions <= max.positions);
             }
             Err(e) => {
