@@ -444,3 +444,15 @@ fn fuzz_layout_chunking_gpu_workspace_below_the_maximum() {
     let r = fuzz::layout(&data);
     assert!(r.plan_valid && !r.fills.is_empty(), "{r:?}");
 }
+
+/// Regression (fuzz `layout`, chunking drawn): a workspace one byte below
+/// `skrull_layout_sizes_max`'s is enough for a GPU whose chunk passes need less, so
+/// `skrull_layout_fill` planned it; the harness now gives a GPU under chunking the workspace
+/// `skrull_layout_sizes` says it needs, and the short one is one byte below that.
+#[test]
+#[cfg_attr(miri, ignore)]
+fn fuzz_layout_chunking_short_workspace_is_per_gpu() {
+    let _ = fuzz::layout(&base64(
+        "AwAAAAAAALg0NDQ0NDQ0NDQ0NDQKAAAAAAAAADQ0NDQ0NDQkNDQ0NDQ0NDQ0NFgbLACUnRHmAIwjwGMyAFgC4NL0AFgbLAEBAA==",
+    ));
+}

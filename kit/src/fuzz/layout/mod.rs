@@ -309,7 +309,13 @@ pub fn layout(data: &[u8]) -> Run {
             cg,
             &mut o,
             [nspans, nlocal, nsharded, npos, nrings],
-            cap.workspace_bytes,
+            // With chunking, the workspace this GPU needs (its own chunk passes: less than
+            // the maximum, and what a short workspace is one byte below).
+            if cfg.chunking.is_on() && z.workspace_bytes > 0 {
+                z.workspace_bytes
+            } else {
+                cap.workspace_bytes
+            },
             mcall,
             &mut spare,
         );
