@@ -592,26 +592,8 @@ fn measure(
     plan: &Plan<'_>,
     gpu: Gpu,
 ) -> Result<(LayoutSizes, Totals), LayoutError> {
-    let cfg = setup.config();
-    if plan.dp() != cfg.dp || plan.cp() != cfg.cp || plan.placements().len() != lengths.len() {
-        return Err(LayoutError::PlanMismatch);
-    }
-    let micro_batches = plan
-        .micro_batches_per_dp()
-        .get(gpu.dp_rank as usize)
-        .copied()
-        .unwrap_or(0);
-    if gpu.micro_batch >= micro_batches || gpu.cp_rank >= cfg.cp {
-        return Err(LayoutError::NoSuchGpu {
-            gpu,
-            dp: cfg.dp,
-            micro_batches,
-            cp: cfg.cp,
-        });
-    }
-    let budget = setup.budget();
     let mut t = Totals {
-        g: plan.find(gpu.dp_rank, gpu.micro_batch),
+        g: locate(setup.config(), lengths, plan, gpu)?,
         ..Totals::default()
     };
     let Some(g) = t.g else {
@@ -629,17 +611,65 @@ fn measure(
         .micro_batches()
         .get(g)
         .ok_or(LayoutError::PlanMismatch)?;
-    // The DP rank's stream holds its earlier micro-batches' members first.
-    let first_of_rank = plan.find(gpu.dp_rank, 0).unwrap_or(g);
-    let earlier = plan.micro_batches().get(first_of_rank..g).unwrap_or(&[]);
-    if let (Some(a), Some(b)) = (earlier.first(), earlier.last()) {
-        let end = (b.first as usize).saturating_add(b.count as usize);
-        let before = plan.members().get(a.first as usize..end).unwrap_or(&[]);
-        t.stream_base = before
-            .iter()
-            .map(|&s| u64::from(lengths.get(s as usize).copied().unwrap_or(0)))
-            .sum();
+    t.stream_base = stream_base(lengths, plan, gpu.dp_rank, g);
+    count_members(setup, lengths, plan, mb, gpu, &mut t)?;
+    Ok((sizes_of(&t)?, t))
+}
+
+/// Checks that `plan` fits `cfg` and `lengths` and that it runs `gpu`; returns the GPU's
+/// micro-batch's global index, `None` for an empty lockstep micro-batch.
+fn locate(
+    cfg: &Config,
+    lengths: &[u32],
+    plan: &Plan<'_>,
+    gpu: Gpu,
+) -> Result<Option<usize>, LayoutError> {
+    if plan.dp() != cfg.dp || plan.cp() != cfg.cp || plan.placements().len() != lengths.len() {
+        return Err(LayoutError::PlanMismatch);
     }
+    let micro_batches = plan
+        .micro_batches_per_dp()
+        .get(gpu.dp_rank as usize)
+        .copied()
+        .unwrap_or(0);
+    if gpu.micro_batch >= micro_batches || gpu.cp_rank >= cfg.cp {
+        return Err(LayoutError::NoSuchGpu {
+            gpu,
+            dp: cfg.dp,
+            micro_batches,
+            cp: cfg.cp,
+        });
+    }
+    Ok(plan.find(gpu.dp_rank, gpu.micro_batch))
+}
+
+/// Tokens of DP rank `dp_rank`'s stream before micro-batch `g`: the stream holds its earlier
+/// micro-batches' members first.
+fn stream_base(lengths: &[u32], plan: &Plan<'_>, dp_rank: u32, g: usize) -> u64 {
+    let first_of_rank = plan.find(dp_rank, 0).unwrap_or(g);
+    let earlier = plan.micro_batches().get(first_of_rank..g).unwrap_or(&[]);
+    let (Some(a), Some(b)) = (earlier.first(), earlier.last()) else {
+        return 0;
+    };
+    let end = (b.first as usize).saturating_add(b.count as usize);
+    let before = plan.members().get(a.first as usize..end).unwrap_or(&[]);
+    before
+        .iter()
+        .map(|&s| u64::from(lengths.get(s as usize).copied().unwrap_or(0)))
+        .sum()
+}
+
+/// Adds the members of `mb` that `gpu` holds (whole or a share) to `t`.
+fn count_members(
+    setup: &Setup,
+    lengths: &[u32],
+    plan: &Plan<'_>,
+    mb: &MicroBatch,
+    gpu: Gpu,
+    t: &mut Totals,
+) -> Result<(), LayoutError> {
+    let cp = setup.config().cp;
+    let budget = setup.budget();
     for member in members(plan, lengths, mb) {
         let (_, cp_rank, group, len) = member?;
         let len64 = u64::from(len);
@@ -650,12 +680,12 @@ fn measure(
             let padded = rb.padded(len);
             let pad = u64::from(front.pad) + u64::from(back.pad);
             let share = u64::from(front.len) + u64::from(back.len) + pad;
-            if let Some(k) = gpu_rings(cfg.cp, gpu.cp_rank).position(|g| g == group)
+            if let Some(k) = gpu_rings(cp, gpu.cp_rank).position(|g| g == group)
                 && let Some(c) = t.ring_seqs.get_mut(k)
             {
                 *c += 1;
             }
-            t.has_subgroup |= group.size < cfg.cp;
+            t.has_subgroup |= group.size < cp;
             t.sharded_seqs += 1;
             t.sharded_tokens += share;
             t.pad_tokens += pad;
@@ -675,6 +705,11 @@ fn measure(
             t.local_max = t.local_max.max(len64);
         }
     }
+    Ok(())
+}
+
+/// The buffer sizes of a counted layout; `Overflow` when a value it writes exceeds `int32`.
+fn sizes_of(t: &Totals) -> Result<LayoutSizes, LayoutError> {
     // Every value written to an int32 array is bounded by one of these sums; the gather
     // index by the stream's length, below 2^47.
     to_i32(LayoutBuffer::LocalCuSeqlensPadded, t.local_tokens)?;
@@ -684,7 +719,7 @@ fn measure(
     let tokens = t.local_tokens + t.sharded_tokens;
     to_i32(LayoutBuffer::Positions, tokens)?;
     to_i32(LayoutBuffer::Positions, t.sharded_max_padded)?;
-    let sizes = LayoutSizes {
+    Ok(LayoutSizes {
         spans: to_u32(t.local_seqs + 2 * t.sharded_seqs),
         local_cu_seqlens: to_u32(t.local_seqs + 1),
         sharded_cu_seqlens: to_u32(t.sharded_seqs + 1),
@@ -694,15 +729,12 @@ fn measure(
         } else {
             0
         },
-    };
-    Ok((sizes, t))
+    })
 }
 
-/// Where [`fill`] writes, with its running counts.
+/// Where [`fill`] writes (the [`LayoutBuffers`]), with its running counts.
 struct Writer<'o> {
-    spans: &'o mut [Span],
-    positions: &'o mut [i32],
-    gather: &'o mut [i64],
+    out: LayoutBuffers<'o>,
     n_spans: usize,
     offset: u32,
 }
@@ -711,19 +743,19 @@ impl Writer<'_> {
     /// Writes one span of sequence `seq`, whose first token is token `base` of the DP rank's
     /// stream, with its position ids and gather index.
     fn push(&mut self, span: Span, base: u64) {
-        if let Some(slot) = self.spans.get_mut(self.n_spans) {
+        if let Some(slot) = self.out.spans.get_mut(self.n_spans) {
             *slot = span;
         }
         self.n_spans += 1;
         let at = span.offset as usize;
         let (real, count) = (span.len as usize, (span.len + span.pad) as usize);
         // All values fit: positions are below P <= i32::MAX (checked by `measure`).
-        if let Some(dst) = self.positions.get_mut(at..at + count) {
+        if let Some(dst) = self.out.positions.get_mut(at..at + count) {
             for (p, v) in dst.iter_mut().zip(span.start..) {
                 *p = v as i32;
             }
         }
-        if let Some(dst) = self.gather.get_mut(at..at + count) {
+        if let Some(dst) = self.out.gather_index.get_mut(at..at + count) {
             let first = base + u64::from(span.start);
             for (i, g) in dst.iter_mut().enumerate() {
                 *g = if i < real {
@@ -734,6 +766,108 @@ impl Writer<'_> {
             }
         }
         self.offset += span.len + span.pad;
+    }
+
+    /// The local group: the members of `mb` kept whole on `gpu`'s rank, in plan order, with
+    /// the local `cu_seqlens`; `base` is the stream offset of the micro-batch.
+    fn local_group(
+        &mut self,
+        lengths: &[u32],
+        plan: &Plan<'_>,
+        mb: &MicroBatch,
+        gpu: Gpu,
+        budget: &Budget,
+        mut base: u64,
+    ) -> Result<(), LayoutError> {
+        let (mut n_local, mut real) = (0usize, 0u32);
+        for member in members(plan, lengths, mb) {
+            let (seq, cp_rank, _, len) = member?;
+            if cp_rank != SHARDED && u32::try_from(cp_rank) == Ok(gpu.cp_rank) {
+                let span = Span {
+                    seq,
+                    chunk: LOCAL_CHUNK,
+                    offset: self.offset,
+                    start: 0,
+                    len,
+                    pad: budget.local(len) - len,
+                };
+                self.push(span, base);
+                n_local += 1;
+                real += len;
+                // Both sums were bounded by i32::MAX in `measure`.
+                set(self.out.local_cu_seqlens, n_local, real as i32);
+                set(
+                    self.out.local_cu_seqlens_padded,
+                    n_local,
+                    self.offset as i32,
+                );
+            }
+            base += u64::from(len);
+        }
+        Ok(())
+    }
+
+    /// The sharded group: `gpu`'s front and back chunk of every member of `mb` sharded over a
+    /// group it belongs to, ring by ring, with the sharded `cu_seqlens` and the rings.
+    /// Returns the number of rings.
+    fn sharded_group(
+        &mut self,
+        lengths: &[u32],
+        plan: &Plan<'_>,
+        mb: &MicroBatch,
+        gpu: Gpu,
+        budget: &Budget,
+        stream_base: u64,
+    ) -> Result<u32, LayoutError> {
+        let group_start = self.offset;
+        let (mut n_sharded, mut real_sum, mut padded_sum) = (0usize, 0u64, 0u64);
+        let mut n_rings = 0usize;
+        for ring in gpu_rings(plan.cp(), gpu.cp_rank) {
+            let offset = n_sharded;
+            let rb = budget.for_group(ring.size);
+            let j = gpu.cp_rank - ring.first;
+            let mut base = stream_base;
+            for member in members(plan, lengths, mb) {
+                let (seq, cp_rank, group, len) = member?;
+                if cp_rank == SHARDED && group == ring {
+                    let chunks = zigzag_chunks(&rb, len, j);
+                    let indices = [j, 2 * ring.size - 1 - j];
+                    for (c, k) in chunks.into_iter().zip(indices) {
+                        let span = Span {
+                            seq,
+                            chunk: k as i32,
+                            offset: self.offset,
+                            start: c.start,
+                            len: c.len,
+                            pad: c.pad,
+                        };
+                        self.push(span, base);
+                    }
+                    n_sharded += 1;
+                    real_sum += u64::from(len);
+                    padded_sum += rb.padded(len);
+                    // All three sums were bounded by i32::MAX in `measure`.
+                    let out = &mut self.out;
+                    set(out.sharded_cu_seqlens, n_sharded, real_sum as i32);
+                    set(out.sharded_cu_seqlens_padded, n_sharded, padded_sum as i32);
+                    let rank_sum = (self.offset - group_start) as i32;
+                    set(out.rank_cu_seqlens, n_sharded, rank_sum);
+                }
+                base += u64::from(len);
+            }
+            if n_sharded > offset {
+                if let Some(slot) = self.out.rings.get_mut(n_rings) {
+                    *slot = LayoutRing {
+                        first: ring.first,
+                        size: ring.size,
+                        offset: offset as u32,
+                        seqs: (n_sharded - offset) as u32,
+                    };
+                }
+                n_rings += 1;
+            }
+        }
+        Ok(n_rings as u32)
     }
 }
 
@@ -765,121 +899,41 @@ pub fn fill(
     out: LayoutBuffers<'_>,
 ) -> Result<Layout, LayoutError> {
     let (sizes, t) = measure(setup, lengths, plan, gpu)?;
-    let cfg = setup.config();
     sizes.check(&out)?;
-    let LayoutBuffers {
-        spans,
-        local_cu_seqlens,
-        local_cu_seqlens_padded,
-        sharded_cu_seqlens,
-        sharded_cu_seqlens_padded,
-        rank_cu_seqlens,
-        positions,
-        gather_index,
-        rings,
-    } = out;
     for cu in [
-        &mut *local_cu_seqlens,
-        &mut *local_cu_seqlens_padded,
-        &mut *sharded_cu_seqlens,
-        &mut *sharded_cu_seqlens_padded,
-        &mut *rank_cu_seqlens,
+        &mut *out.local_cu_seqlens,
+        &mut *out.local_cu_seqlens_padded,
+        &mut *out.sharded_cu_seqlens,
+        &mut *out.sharded_cu_seqlens_padded,
+        &mut *out.rank_cu_seqlens,
     ] {
         set(cu, 0, 0);
     }
     let mut w = Writer {
-        spans,
-        positions,
-        gather: gather_index,
+        out,
         n_spans: 0,
         offset: 0,
     };
     let budget = setup.budget();
-    let mut t_rings = 0u32;
-    let mb = t.g.and_then(|g| plan.micro_batches().get(g));
-    if let Some(mb) = mb {
-        // Local group: whole sequences on this rank, in plan order.
-        let (mut n_local, mut real) = (0usize, 0u32);
-        let mut base = t.stream_base;
-        for member in members(plan, lengths, mb) {
-            let (seq, cp_rank, _, len) = member?;
-            if cp_rank != SHARDED && u32::try_from(cp_rank) == Ok(gpu.cp_rank) {
-                let span = Span {
-                    seq,
-                    chunk: LOCAL_CHUNK,
-                    offset: w.offset,
-                    start: 0,
-                    len,
-                    pad: budget.local(len) - len,
-                };
-                w.push(span, base);
-                n_local += 1;
-                real += len;
-                // Both sums were bounded by i32::MAX in `measure`.
-                set(local_cu_seqlens, n_local, real as i32);
-                set(local_cu_seqlens_padded, n_local, w.offset as i32);
-            }
-            base += u64::from(len);
-        }
-        // Sharded group: this rank's front and back chunk of every sequence sharded over a
-        // group it belongs to, ring by ring.
-        let group_start = w.offset;
-        let (mut n_sharded, mut real_sum, mut padded_sum) = (0usize, 0u64, 0u64);
-        let mut n_rings = 0usize;
-        for ring in gpu_rings(cfg.cp, gpu.cp_rank) {
-            let offset = n_sharded;
-            let rb = budget.for_group(ring.size);
-            let j = gpu.cp_rank - ring.first;
-            let mut base = t.stream_base;
-            for member in members(plan, lengths, mb) {
-                let (seq, cp_rank, group, len) = member?;
-                if cp_rank == SHARDED && group == ring {
-                    let chunks = zigzag_chunks(&rb, len, j);
-                    let indices = [j, 2 * ring.size - 1 - j];
-                    for (c, k) in chunks.into_iter().zip(indices) {
-                        let span = Span {
-                            seq,
-                            chunk: k as i32,
-                            offset: w.offset,
-                            start: c.start,
-                            len: c.len,
-                            pad: c.pad,
-                        };
-                        w.push(span, base);
-                    }
-                    n_sharded += 1;
-                    real_sum += u64::from(len);
-                    padded_sum += rb.padded(len);
-                    // All three sums were bounded by i32::MAX in `measure`.
-                    set(sharded_cu_seqlens, n_sharded, real_sum as i32);
-                    set(sharded_cu_seqlens_padded, n_sharded, padded_sum as i32);
-                    set(rank_cu_seqlens, n_sharded, (w.offset - group_start) as i32);
-                }
-                base += u64::from(len);
-            }
-            if n_sharded > offset {
-                if let Some(slot) = rings.get_mut(n_rings) {
-                    *slot = LayoutRing {
-                        first: ring.first,
-                        size: ring.size,
-                        offset: offset as u32,
-                        seqs: (n_sharded - offset) as u32,
-                    };
-                }
-                n_rings += 1;
-            }
-        }
-        t_rings = n_rings as u32;
+    let mut rings = 0u32;
+    if let Some(mb) = t.g.and_then(|g| plan.micro_batches().get(g)) {
+        w.local_group(lengths, plan, mb, gpu, &budget, t.stream_base)?;
+        rings = w.sharded_group(lengths, plan, mb, gpu, &budget, t.stream_base)?;
     }
+    Ok(layout_of(plan, gpu, &t, sizes, rings))
+}
+
+/// The counts [`fill`] returns for `gpu`, from its totals, sizes and rings.
+fn layout_of(plan: &Plan<'_>, gpu: Gpu, t: &Totals, sizes: LayoutSizes, rings: u32) -> Layout {
     let tokens = to_u32(t.local_tokens + t.sharded_tokens);
-    Ok(Layout {
+    Layout {
         dp_rank: gpu.dp_rank,
         micro_batch: gpu.micro_batch,
         cp_rank: gpu.cp_rank,
         micro_batch_global: t.g.map_or(NO_MICRO_BATCH, |g| to_u32(g as u64)),
         local_seqs: to_u32(t.local_seqs),
         sharded_seqs: to_u32(t.sharded_seqs),
-        rings: t_rings,
+        rings,
         spans: sizes.spans,
         local_tokens: to_u32(t.local_tokens),
         sharded_tokens: to_u32(t.sharded_tokens),
@@ -893,7 +947,7 @@ pub fn fill(
         loss_tokens: to_u32(t.local_tokens + t.sharded_tokens - t.pad_tokens),
         micro_batch_tokens: t.mb_tokens,
         global_tokens: plan.summary().total_tokens,
-    })
+    }
 }
 
 #[cfg(test)]
