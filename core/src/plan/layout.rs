@@ -1347,7 +1347,13 @@ mod tests {
         );
         // An invalid configuration has no `Setup` to lay out with.
         other.cp = 0;
-        assert_eq!(Setup::new(&other).unwrap_err(), Error::InvalidCp { cp: 0 });
+        assert_eq!(
+            Setup::new(&other).unwrap_err(),
+            Error::InvalidCp {
+                cp: 0,
+                max: crate::config::limits::MAX_CP
+            }
+        );
         // Short buffers: the error carries every size needed; nothing is written.
         let d = plan.placements()[0].dp_rank;
         let needed = LayoutSizes::for_gpu(&setup_of(&cfg), &lengths, &plan, gpu(d, 0, 0)).unwrap();
