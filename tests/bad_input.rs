@@ -101,19 +101,25 @@ fn rust_cases() -> Vec<RCase> {
             "dp 0",
             with(&|c| c.dp = 0),
             &EXAMPLE,
-            Err(Error::InvalidDp { dp: 0 }),
+            Err(Error::InvalidDp { dp: 0, max: MAX_DP }),
         ),
         r(
             "dp max + 1",
             with(&|c| c.dp = MAX_DP + 1),
             &EXAMPLE,
-            Err(Error::InvalidDp { dp: MAX_DP + 1 }),
+            Err(Error::InvalidDp {
+                dp: MAX_DP + 1,
+                max: MAX_DP,
+            }),
         ),
         r(
             "dp u32::MAX",
             with(&|c| c.dp = u32::MAX),
             &EXAMPLE,
-            Err(Error::InvalidDp { dp: u32::MAX }),
+            Err(Error::InvalidDp {
+                dp: u32::MAX,
+                max: MAX_DP,
+            }),
         ),
         r("dp max", with(&|c| c.dp = MAX_DP), &EXAMPLE, Ok(())),
         // CP
@@ -121,19 +127,25 @@ fn rust_cases() -> Vec<RCase> {
             "cp 0",
             with(&|c| c.cp = 0),
             &EXAMPLE,
-            Err(Error::InvalidCp { cp: 0 }),
+            Err(Error::InvalidCp { cp: 0, max: MAX_CP }),
         ),
         r(
             "cp max + 1",
             with(&|c| c.cp = MAX_CP + 1),
             &EXAMPLE,
-            Err(Error::InvalidCp { cp: MAX_CP + 1 }),
+            Err(Error::InvalidCp {
+                cp: MAX_CP + 1,
+                max: MAX_CP,
+            }),
         ),
         r(
             "cp u32::MAX",
             with(&|c| c.cp = u32::MAX),
             &EXAMPLE,
-            Err(Error::InvalidCp { cp: u32::MAX }),
+            Err(Error::InvalidCp {
+                cp: u32::MAX,
+                max: MAX_CP,
+            }),
         ),
         r("cp max", with(&|c| c.cp = MAX_CP), &EXAMPLE, Ok(())),
         // BucketSize
@@ -141,19 +153,28 @@ fn rust_cases() -> Vec<RCase> {
             "bucket 0",
             with(&|c| c.bucket = 0),
             &EXAMPLE,
-            Err(Error::InvalidBucket { bucket: 0 }),
+            Err(Error::InvalidBucket {
+                bucket: 0,
+                max: MAX_BUCKET,
+            }),
         ),
         r(
             "bucket 2^31",
             with(&|c| c.bucket = 1 << 31),
             &EXAMPLE,
-            Err(Error::InvalidBucket { bucket: 1 << 31 }),
+            Err(Error::InvalidBucket {
+                bucket: 1 << 31,
+                max: MAX_BUCKET,
+            }),
         ),
         r(
             "bucket u32::MAX",
             with(&|c| c.bucket = u32::MAX),
             &EXAMPLE,
-            Err(Error::InvalidBucket { bucket: u32::MAX }),
+            Err(Error::InvalidBucket {
+                bucket: u32::MAX,
+                max: MAX_BUCKET,
+            }),
         ),
         r(
             "bucket max",
@@ -240,19 +261,22 @@ fn rust_cases() -> Vec<RCase> {
             "dp 0 and cp 0",
             with(&|c| (c.dp, c.cp) = (0, 0)),
             &EXAMPLE,
-            Err(Error::InvalidDp { dp: 0 }),
+            Err(Error::InvalidDp { dp: 0, max: MAX_DP }),
         ),
         r(
             "cp 0 and bucket 0 and hidden 0",
             with(&|c| (c.cp, c.bucket, c.model.hidden) = (0, 0, 0)),
             &EXAMPLE,
-            Err(Error::InvalidCp { cp: 0 }),
+            Err(Error::InvalidCp { cp: 0, max: MAX_CP }),
         ),
         r(
             "bad config and bad lengths",
             with(&|c| c.bucket = 0),
             &[0],
-            Err(Error::InvalidBucket { bucket: 0 }),
+            Err(Error::InvalidBucket {
+                bucket: 0,
+                max: MAX_BUCKET,
+            }),
         ),
         // Lengths
         r("empty batch", b, &[], Ok(())),
@@ -277,6 +301,7 @@ fn rust_cases() -> Vec<RCase> {
             Err(Error::LengthOutOfRange {
                 index: 0,
                 len: 1 << 31,
+                max: MAX_SEQ_LEN,
             }),
         ),
         r(
@@ -286,6 +311,7 @@ fn rust_cases() -> Vec<RCase> {
             Err(Error::LengthOutOfRange {
                 index: 1,
                 len: u32::MAX,
+                max: MAX_SEQ_LEN,
             }),
         ),
         r(
@@ -295,6 +321,7 @@ fn rust_cases() -> Vec<RCase> {
             Err(Error::LengthOutOfRange {
                 index: 1,
                 len: u32::MAX,
+                max: MAX_SEQ_LEN,
             }),
         ),
         r(
@@ -501,7 +528,7 @@ fn run_rust(c: &RCase) {
     let name = format!("rust {} ({:?}, short {:?})", c.name, c.cfg.policy, c.short);
     // `balanced` plans on time, not FLOPs: it refuses another FLOPs formula up front.
     let refused = Err(Error::Unsupported {
-        policy: Policy::Balanced,
+        policy: Policy::Balanced.name(),
         option: "flops",
     });
     let want = match &c.want {
@@ -643,7 +670,7 @@ fn rust_dacp_matrix() {
             vec![1],
             0,
             0,
-            Err(Error::InvalidCp { cp: 0 }),
+            Err(Error::InvalidCp { cp: 0, max: MAX_CP }),
         ),
         (
             "bucket 0",
@@ -651,7 +678,10 @@ fn rust_dacp_matrix() {
             vec![1],
             0,
             0,
-            Err(Error::InvalidBucket { bucket: 0 }),
+            Err(Error::InvalidBucket {
+                bucket: 0,
+                max: MAX_BUCKET,
+            }),
         ),
         (
             "length 0",
@@ -670,6 +700,7 @@ fn rust_dacp_matrix() {
             Err(Error::LengthOutOfRange {
                 index: 0,
                 len: u32::MAX,
+                max: MAX_SEQ_LEN,
             }),
         ),
         (

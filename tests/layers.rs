@@ -219,6 +219,20 @@ fn at_most_one_import_circle_between_two_files_of_one_folder() {
     assert!(allowed, "import circles in core: {found:#?}");
 }
 
+/// The error type is the bottom of the layering: its variants carry their bounds and the
+/// policy's name, so its code names nothing of the crate (doc links aside).
+#[test]
+fn the_error_type_imports_nothing_from_the_crate() {
+    let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("../core/src/error.rs");
+    let text = fs::read_to_string(file).expect("core/src/error.rs is readable");
+    let paths: Vec<String> = crate_paths(&production(&text))
+        .iter()
+        .map(|p| p.join("::"))
+        .collect();
+    assert!(paths.is_empty(), "error.rs names {paths:?}");
+    assert!(graph().get("error.rs").is_some_and(BTreeSet::is_empty));
+}
+
 #[test]
 fn the_path_reader_expands_groups_and_ignores_tests() {
     let text = "use crate::config::{Config, budget::Budget};\n/// [`x`](crate::model::eval)\n\

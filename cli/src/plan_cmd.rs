@@ -78,8 +78,9 @@ pub fn run(flags: &Flags) -> Result<String, String> {
     let mut bufs = OwnedBuffers::for_batch(lengths.len(), &cfg);
     let plan = bufs.schedule(&cfg, &lengths).map_err(|e| e.to_string())?;
     if let Some(gpu) = gpu {
-        // The core's layout has no spans for chunks yet: refuse rather than print a GPU
-        // without the chunked sequence it runs.
+        // This printer knows the local and sharded groups only: refuse rather than print a
+        // GPU without the chunked sequence it runs (the core layout's chunked group and chunk
+        // passes: `layout::fill_with_passes`, `skrull_layout_fill`).
         let chunked = plan.placements().iter().position(|p| {
             p.is_chunked()
                 && (p.dp_rank, p.micro_batch) == (gpu.dp_rank, gpu.micro_batch)
@@ -87,8 +88,8 @@ pub fn run(flags: &Flags) -> Result<String, String> {
         });
         if let Some(seq) = chunked {
             return Err(format!(
-                "--layout: sequence {seq} runs chunked on this GPU; the layout of chunked \
-                 sequences is not available yet"
+                "--layout: sequence {seq} runs chunked on this GPU; this printer does not \
+                 show chunked groups (the C and Rust layout functions do)"
             ));
         }
         let g = compute(&cfg, &lengths, &plan, gpu).map_err(|e| format!("--layout: {e}"))?;

@@ -167,22 +167,32 @@ pub enum Error {
     InvalidDp {
         /// The value given.
         dp: u32,
+        /// The largest DP size accepted ([`MAX_DP`](crate::config::limits::MAX_DP)).
+        max: u32,
     },
     /// The CP size is 0 or larger than [`MAX_CP`](crate::config::limits::MAX_CP).
     InvalidCp {
         /// The value given.
         cp: u32,
+        /// The largest CP size accepted ([`MAX_CP`](crate::config::limits::MAX_CP)).
+        max: u32,
     },
     /// The BucketSize is 0 or larger than [`MAX_BUCKET`](crate::config::limits::MAX_BUCKET).
     InvalidBucket {
         /// The value given.
         bucket: u32,
+        /// The largest BucketSize accepted
+        /// ([`MAX_BUCKET`](crate::config::limits::MAX_BUCKET)).
+        max: u32,
     },
     /// The pad multiple is 0 or larger than
     /// [`MAX_PAD_MULTIPLE`](crate::config::limits::MAX_PAD_MULTIPLE).
     InvalidPadMultiple {
         /// The value given.
         pad_multiple: u32,
+        /// The largest pad multiple accepted
+        /// ([`MAX_PAD_MULTIPLE`](crate::config::limits::MAX_PAD_MULTIPLE)).
+        max: u32,
     },
     /// A cost-model coefficient is out of range (not finite, negative, a zero rate, ...).
     InvalidCost {
@@ -192,8 +202,8 @@ pub enum Error {
     /// The policy does not apply an option that is set away from its default (the FLOPs
     /// formula of a policy that balances estimated time, not FLOPs).
     Unsupported {
-        /// The policy.
-        policy: crate::config::options::Policy,
+        /// The policy's name ([`Policy::name`](crate::config::options::Policy::name)).
+        policy: &'static str,
         /// The option (`flops`).
         option: &'static str,
     },
@@ -222,6 +232,9 @@ pub enum Error {
         index: usize,
         /// Its length.
         len: u32,
+        /// The longest length accepted
+        /// ([`MAX_SEQ_LEN`](crate::config::limits::MAX_SEQ_LEN)).
+        max: u32,
     },
     /// A sequence cannot fit even sharded: its per-GPU share
     /// ([`Budget::share`](crate::config::budget::Budget::share)) exceeds the BucketSize.
@@ -292,25 +305,21 @@ pub enum Error {
 
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        use crate::config::limits::{MAX_BUCKET, MAX_CP, MAX_DP, MAX_SEQ_LEN};
         match *self {
-            Error::InvalidDp { dp } => write!(f, "DP size {dp} is out of range 1..={MAX_DP}"),
-            Error::InvalidCp { cp } => write!(f, "CP size {cp} is out of range 1..={MAX_CP}"),
-            Error::InvalidBucket { bucket } => {
-                write!(f, "BucketSize {bucket} is out of range 1..={MAX_BUCKET}")
+            Error::InvalidDp { dp, max } => write!(f, "DP size {dp} is out of range 1..={max}"),
+            Error::InvalidCp { cp, max } => write!(f, "CP size {cp} is out of range 1..={max}"),
+            Error::InvalidBucket { bucket, max } => {
+                write!(f, "BucketSize {bucket} is out of range 1..={max}")
             }
-            Error::InvalidPadMultiple { pad_multiple } => write!(
-                f,
-                "pad multiple {pad_multiple} is out of range 1..={}",
-                crate::config::limits::MAX_PAD_MULTIPLE
-            ),
+            Error::InvalidPadMultiple { pad_multiple, max } => {
+                write!(f, "pad multiple {pad_multiple} is out of range 1..={max}")
+            }
             Error::InvalidCost { field } => {
                 write!(f, "cost model field {field} is out of range")
             }
             Error::Unsupported { policy, option } => write!(
                 f,
-                "policy {} does not apply the {option} option: leave it at its default",
-                policy.name()
+                "policy {policy} does not apply the {option} option: leave it at its default"
             ),
             Error::InvalidModel { field, value } => {
                 write!(f, "model shape field {field:?} = {value} is out of range")
@@ -319,11 +328,8 @@ impl fmt::Display for Error {
                 write!(f, "batch has {count} sequences, the most is {max}")
             }
             Error::EmptySequence { index } => write!(f, "sequence {index} has zero tokens"),
-            Error::LengthOutOfRange { index, len } => {
-                write!(
-                    f,
-                    "sequence {index} has {len} tokens, the most is {MAX_SEQ_LEN}"
-                )
+            Error::LengthOutOfRange { index, len, max } => {
+                write!(f, "sequence {index} has {len} tokens, the most is {max}")
             }
             Error::SequenceTooLong {
                 index,

@@ -65,9 +65,7 @@ impl skrull_error_info {
 
     /// The details of a core error.
     pub fn of_core(e: &Error) -> skrull_error_info {
-        use skrull_core::config::{
-            MAX_BUCKET, MAX_CP, MAX_DP, MAX_PAD_MULTIPLE, MAX_SEQ_LEN, MAX_SEQS,
-        };
+        use skrull_core::config::MAX_SEQS;
         let base = Self::of_status(skrull_status::from(*e));
         let with = |index: i64, value: u64, limit: u64| skrull_error_info {
             index,
@@ -76,11 +74,11 @@ impl skrull_error_info {
             ..base
         };
         match *e {
-            Error::InvalidDp { dp } => with(-1, dp.into(), MAX_DP.into()),
-            Error::InvalidCp { cp } => with(-1, cp.into(), MAX_CP.into()),
-            Error::InvalidBucket { bucket } => with(-1, bucket.into(), MAX_BUCKET.into()),
-            Error::InvalidPadMultiple { pad_multiple } => {
-                with(-1, pad_multiple.into(), MAX_PAD_MULTIPLE.into())
+            Error::InvalidDp { dp, max } => with(-1, dp.into(), max.into()),
+            Error::InvalidCp { cp, max } => with(-1, cp.into(), max.into()),
+            Error::InvalidBucket { bucket, max } => with(-1, bucket.into(), max.into()),
+            Error::InvalidPadMultiple { pad_multiple, max } => {
+                with(-1, pad_multiple.into(), max.into())
             }
             Error::InvalidModel { field, value } => skrull_error_info {
                 field: match field {
@@ -95,8 +93,8 @@ impl skrull_error_info {
             },
             Error::TooManySequences { count, max } => with(-1, count as u64, max as u64),
             Error::EmptySequence { index } => with(index as i64, 0, 0),
-            Error::LengthOutOfRange { index, len } => {
-                with(index as i64, len.into(), MAX_SEQ_LEN.into())
+            Error::LengthOutOfRange { index, len, max } => {
+                with(index as i64, len.into(), max.into())
             }
             Error::SequenceTooLong {
                 index,

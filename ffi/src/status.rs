@@ -369,10 +369,10 @@ mod tests {
     fn every_core_error_has_its_own_status() {
         use skrull_core::error::ShapeField;
         let cases = [
-            (Error::InvalidDp { dp: 0 }, skrull_status::InvalidDp),
-            (Error::InvalidCp { cp: 0 }, skrull_status::InvalidCp),
+            (Error::InvalidDp { dp: 0, max: 1 }, skrull_status::InvalidDp),
+            (Error::InvalidCp { cp: 0, max: 1 }, skrull_status::InvalidCp),
             (
-                Error::InvalidBucket { bucket: 0 },
+                Error::InvalidBucket { bucket: 0, max: 1 },
                 skrull_status::InvalidBucket,
             ),
             (
@@ -391,7 +391,11 @@ mod tests {
                 skrull_status::EmptySequence,
             ),
             (
-                Error::LengthOutOfRange { index: 0, len: 0 },
+                Error::LengthOutOfRange {
+                    index: 0,
+                    len: 9,
+                    max: 8,
+                },
                 skrull_status::LengthOutOfRange,
             ),
             (
@@ -428,7 +432,10 @@ mod tests {
             ),
             (Error::DacpFailed { cp_rank: 0 }, skrull_status::DacpFailed),
             (
-                Error::InvalidPadMultiple { pad_multiple: 0 },
+                Error::InvalidPadMultiple {
+                    pad_multiple: 0,
+                    max: 1,
+                },
                 skrull_status::InvalidPadMultiple,
             ),
             (
@@ -458,7 +465,7 @@ mod tests {
         use skrull_core::plan::layout::{Gpu, LayoutBuffer, LayoutSizes};
         let cases = [
             (
-                LayoutError::Config(Error::InvalidCp { cp: 0 }),
+                LayoutError::Config(Error::InvalidCp { cp: 0, max: 1 }),
                 skrull_status::InvalidCp,
             ),
             (LayoutError::PlanMismatch, skrull_status::PlanInvalid),

@@ -205,7 +205,11 @@ impl Budget {
                 return Err(Error::EmptySequence { index });
             }
             if len > MAX_SEQ_LEN {
-                return Err(Error::LengthOutOfRange { index, len });
+                return Err(Error::LengthOutOfRange {
+                    index,
+                    len,
+                    max: MAX_SEQ_LEN,
+                });
             }
             if !self.fits_sharded(len) {
                 return Err(Error::SequenceTooLong {
@@ -313,7 +317,8 @@ mod tests {
             b.check_lengths(&[u32::MAX]),
             Err(Error::LengthOutOfRange {
                 index: 0,
-                len: u32::MAX
+                len: u32::MAX,
+                max: MAX_SEQ_LEN
             })
         );
         assert_eq!(b.check_lengths(&[]), Ok(0));

@@ -191,19 +191,27 @@ impl Config {
     /// [`Config::max_micro_batches`]: every DP rank would need more than the limit).
     pub fn validate(&self) -> Result<(), Error> {
         if self.dp == 0 || self.dp > MAX_DP {
-            return Err(Error::InvalidDp { dp: self.dp });
+            return Err(Error::InvalidDp {
+                dp: self.dp,
+                max: MAX_DP,
+            });
         }
         if self.cp == 0 || self.cp > MAX_CP {
-            return Err(Error::InvalidCp { cp: self.cp });
+            return Err(Error::InvalidCp {
+                cp: self.cp,
+                max: MAX_CP,
+            });
         }
         if self.bucket == 0 || self.bucket > MAX_BUCKET {
             return Err(Error::InvalidBucket {
                 bucket: self.bucket,
+                max: MAX_BUCKET,
             });
         }
         if self.pad_multiple == 0 || self.pad_multiple > MAX_PAD_MULTIPLE {
             return Err(Error::InvalidPadMultiple {
                 pad_multiple: self.pad_multiple,
+                max: MAX_PAD_MULTIPLE,
             });
         }
         self.model.validate()?;
@@ -228,7 +236,7 @@ impl Config {
         }
         if self.policy == Policy::Balanced && self.flops != FlopsFormula::default() {
             return Err(Error::Unsupported {
-                policy: self.policy,
+                policy: self.policy.name(),
                 option: "flops",
             });
         }
@@ -262,13 +270,25 @@ mod tests {
         assert_eq!(ok.validate(), Ok(()));
         let mut c = ok;
         c.dp = 0;
-        assert_eq!(c.validate(), Err(Error::InvalidDp { dp: 0 }));
+        assert_eq!(c.validate(), Err(Error::InvalidDp { dp: 0, max: MAX_DP }));
         c = ok;
         c.cp = MAX_CP + 1;
-        assert_eq!(c.validate(), Err(Error::InvalidCp { cp: MAX_CP + 1 }));
+        assert_eq!(
+            c.validate(),
+            Err(Error::InvalidCp {
+                cp: MAX_CP + 1,
+                max: MAX_CP
+            })
+        );
         c = ok;
         c.bucket = u32::MAX;
-        assert_eq!(c.validate(), Err(Error::InvalidBucket { bucket: u32::MAX }));
+        assert_eq!(
+            c.validate(),
+            Err(Error::InvalidBucket {
+                bucket: u32::MAX,
+                max: MAX_BUCKET
+            })
+        );
         c = ok;
         c.model.kv_hidden = c.model.hidden + 1;
         assert_eq!(
@@ -286,6 +306,48 @@ mod tests {
                 field: ShapeField::Layers,
                 value: 0
             })
+        );
+    }
+
+    /// The range errors carry the limit they broke (`error.rs` imports no limit), and print
+    /// the text they printed when the message read the limits itself.
+    #[test]
+    fn range_errors_print_the_limits_they_carry() {
+        use std::string::ToString;
+        let ok = Config::new(4, 8, 26 * 1024, ModelShape::QWEN2_5_0_5B);
+        let text = |c: Config| c.validate().map_err(|e| e.to_string());
+        let want = |s: &str| Err(s.to_string());
+        assert_eq!(
+            text(Config { dp: 0, ..ok }),
+            want("DP size 0 is out of range 1..=65536")
+        );
+        assert_eq!(
+            text(Config { cp: 257, ..ok }),
+            want("CP size 257 is out of range 1..=256")
+        );
+        assert_eq!(
+            text(Config { bucket: 0, ..ok }),
+            want("BucketSize 0 is out of range 1..=2147483647")
+        );
+        assert_eq!(
+            text(Config {
+                pad_multiple: 65_537,
+                ..ok
+            }),
+            want("pad multiple 65537 is out of range 1..=65536")
+        );
+        let balanced = Config {
+            flops: FlopsFormula::Megatron,
+            ..ok.with_policy(Policy::Balanced)
+        };
+        assert_eq!(
+            text(balanced),
+            want("policy balanced does not apply the flops option: leave it at its default")
+        );
+        let lengths = ok.budget().check_lengths(&[5, u32::MAX]);
+        assert_eq!(
+            lengths.map(|_| ()).map_err(|e| e.to_string()),
+            want("sequence 1 has 4294967295 tokens, the most is 2147483647")
         );
     }
 

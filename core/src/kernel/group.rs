@@ -46,13 +46,20 @@ pub(crate) fn next_fit(
 ///
 /// Micro-batches `j < K mod m` hold one more sequence; among equal counts the sum grows with
 /// `j`, so only `j = (K mod m) - 1` and `j = m - 1` can be the largest: `O(K / m)`.
+// Out of line: its callers' hot loops stay as compiled without it.
+#[inline(never)]
 pub(crate) fn max_strided_sum(sub: &[u32], lengths: &[u32], m: usize) -> u64 {
+    // A plain strided loop: `skip(j).step_by(m)` compiled to an out-of-line fold per call,
+    // which costs more than the sum itself on ranks of one or two sequences.
+    let m = m.max(1);
     let sum = |j: usize| -> u64 {
-        sub.iter()
-            .skip(j)
-            .step_by(m)
-            .map(|&s| u64::from(lengths.get(s as usize).copied().unwrap_or(0)))
-            .sum()
+        let mut total = 0u64;
+        let mut i = j;
+        while let Some(&s) = sub.get(i) {
+            total += u64::from(lengths.get(s as usize).copied().unwrap_or(0));
+            i += m;
+        }
+        total
     };
     let r = sub.len() % m;
     let last = sum(m - 1);

@@ -1,7 +1,8 @@
 //! [`check`]: the independent checker every plan passes, from its placements alone.
 
+use crate::config::Config;
 use crate::config::limits::{MAX_CP, MAX_SEQS};
-use crate::plan::types::{CHUNKED, Plan, PlanParts, SHARDED, Summary};
+use crate::plan::types::{CHUNKED, MicroBatch, Plan, PlanParts, SHARDED, Summary};
 use crate::setup::Setup;
 
 /// Why [`check`] rejected a plan.
@@ -77,6 +78,16 @@ pub fn check(setup: &Setup, lengths: &[u32], plan: &Plan<'_>) -> Result<(), Chec
     {
         return Err(CheckError::Shape);
     }
+    check_placements(cfg, lengths, plan)?;
+    let (longest, listed) = check_table(setup, lengths, plan)?;
+    check_counts(cfg, plan, longest, listed, n)?;
+    check_listed_once(plan, n)
+}
+
+/// Every placement's DP rank, micro-batch and CP rank or group in range, and every DP rank's
+/// count within the micro-batch limit.
+fn check_placements(cfg: &Config, lengths: &[u32], plan: &Plan<'_>) -> Result<(), CheckError> {
+    let cp = cfg.cp as usize;
     for (seq, p) in plan.placements.iter().enumerate() {
         let per_dp = plan.micro_batches_per_dp.get(p.dp_rank as usize);
         // A chunked sequence needs chunking on and more than one chunk.
@@ -97,10 +108,19 @@ pub fn check(setup: &Setup, lengths: &[u32], plan: &Plan<'_>) -> Result<(), Chec
             return Err(CheckError::OverMicroBatchLimit { dp_rank });
         }
     }
-    // The table must list, in order, micro-batches (d, 0..listed_d) for the DP ranks d that
-    // hold sequences, with listed_d = count_d (with lockstep: <= count_d, the rest empty), and
-    // the members must tile 0..n in order.
-    let budget = setup.budget();
+    Ok(())
+}
+
+/// The micro-batch table: it must list, in order, micro-batches `(d, 0..listed_d)` for the DP
+/// ranks `d` that hold sequences, with `listed_d = count_d` (with lockstep: `<= count_d`, the
+/// rest empty), the members must tile `0..n` in order, and every micro-batch's loads must be
+/// the recount ([`check_loads`]). Returns the longest rank's listing and the members listed.
+fn check_table(
+    setup: &Setup,
+    lengths: &[u32],
+    plan: &Plan<'_>,
+) -> Result<(u32, usize), CheckError> {
+    let cfg = setup.config();
     let per_dp = plan.micro_batches_per_dp;
     // Whether DP rank `d` may end after `listed` micro-batches of the table.
     let complete = |d: u32, listed: u32| {
@@ -145,43 +165,9 @@ pub fn check(setup: &Setup, lengths: &[u32], plan: &Plan<'_>) -> Result<(), Chec
         }
         prev = Some((mb.dp_rank, mb.index));
         longest = longest.max(mb.index + 1);
-        let mut tokens = [0u64; MAX_CP as usize];
-        for &seq in plan.members_of(mb) {
-            let s = seq as usize;
-            let (Some(p), Some(&len)) = (plan.placements.get(s), lengths.get(s)) else {
-                return Err(CheckError::Membership { seq: s });
-            };
-            if p.dp_rank != mb.dp_rank || p.micro_batch != mb.index {
-                return Err(CheckError::Membership { seq: s });
-            }
-            if p.cp_rank == CHUNKED {
-                let group = p.group(cfg.cp);
-                let peak = budget.chunked(&cfg.chunking, len, group.size);
-                let ranks = tokens.iter_mut().take(cp).skip(group.first as usize);
-                ranks.take(group.size as usize).for_each(|t| *t += peak);
-            } else if p.cp_rank == SHARDED {
-                let group = p.group(cfg.cp);
-                let share = u64::from(budget.for_group(group.size).share(len));
-                let ranks = tokens.iter_mut().take(cp).skip(group.first as usize);
-                ranks.take(group.size as usize).for_each(|t| *t += share);
-            } else if let Some(t) = tokens.get_mut(p.cp_rank as usize) {
-                *t += u64::from(budget.local(len));
-            }
-        }
+        check_loads(setup, lengths, plan, g, mb)?;
         listed = listed.saturating_add(mb.count as usize);
         next_first = next_first.saturating_add(mb.count);
-        for (cp_rank, &t) in tokens.iter().take(cp).enumerate() {
-            if plan.rank_tokens(g).get(cp_rank).map(|&x| u64::from(x)) != Some(t) {
-                return Err(CheckError::TokenMismatch { g, cp_rank });
-            }
-            if t > u64::from(cfg.bucket) {
-                return Err(CheckError::OverBudget {
-                    g,
-                    cp_rank,
-                    tokens: t,
-                });
-            }
-        }
     }
     if let Some((d, i)) = prev {
         if !complete(d, i.saturating_add(1)) {
@@ -195,6 +181,69 @@ pub fn check(setup: &Setup, lengths: &[u32], plan: &Plan<'_>) -> Result<(), Chec
             });
         }
     }
+    Ok((longest, listed))
+}
+
+/// Micro-batch `g` (`mb`): its members are placed in it, and the recount of every CP rank's
+/// tokens (local, sharded share, chunked peak) matches the plan's and fits BucketSize.
+fn check_loads(
+    setup: &Setup,
+    lengths: &[u32],
+    plan: &Plan<'_>,
+    g: usize,
+    mb: &MicroBatch,
+) -> Result<(), CheckError> {
+    let cfg = setup.config();
+    let cp = cfg.cp as usize;
+    let budget = setup.budget();
+    let mut tokens = [0u64; MAX_CP as usize];
+    for &seq in plan.members_of(mb) {
+        let s = seq as usize;
+        let (Some(p), Some(&len)) = (plan.placements.get(s), lengths.get(s)) else {
+            return Err(CheckError::Membership { seq: s });
+        };
+        if p.dp_rank != mb.dp_rank || p.micro_batch != mb.index {
+            return Err(CheckError::Membership { seq: s });
+        }
+        if p.cp_rank == CHUNKED {
+            let group = p.group(cfg.cp);
+            let peak = budget.chunked(&cfg.chunking, len, group.size);
+            let ranks = tokens.iter_mut().take(cp).skip(group.first as usize);
+            ranks.take(group.size as usize).for_each(|t| *t += peak);
+        } else if p.cp_rank == SHARDED {
+            let group = p.group(cfg.cp);
+            let share = u64::from(budget.for_group(group.size).share(len));
+            let ranks = tokens.iter_mut().take(cp).skip(group.first as usize);
+            ranks.take(group.size as usize).for_each(|t| *t += share);
+        } else if let Some(t) = tokens.get_mut(p.cp_rank as usize) {
+            *t += u64::from(budget.local(len));
+        }
+    }
+    for (cp_rank, &t) in tokens.iter().take(cp).enumerate() {
+        if plan.rank_tokens(g).get(cp_rank).map(|&x| u64::from(x)) != Some(t) {
+            return Err(CheckError::TokenMismatch { g, cp_rank });
+        }
+        if t > u64::from(cfg.bucket) {
+            return Err(CheckError::OverBudget {
+                g,
+                cp_rank,
+                tokens: t,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The micro-batch counts: a fixed count on every rank, the longest rank's with lockstep, else
+/// the table's; and every sequence listed.
+fn check_counts(
+    cfg: &Config,
+    plan: &Plan<'_>,
+    longest: u32,
+    listed: usize,
+    n: usize,
+) -> Result<(), CheckError> {
+    let per_dp = plan.micro_batches_per_dp;
     let counts_agree = if cfg.micro_batches != 0 {
         // A fixed count: every rank reports it.
         per_dp.iter().all(|&c| c == cfg.micro_batches)
@@ -208,8 +257,12 @@ pub fn check(setup: &Setup, lengths: &[u32], plan: &Plan<'_>) -> Result<(), Chec
     if listed != n || !counts_agree {
         return Err(CheckError::Shape);
     }
-    // Every listing matched its sequence's placement and there are n listings; a bitset over
-    // at most MAX_SEQS sequences (8 KiB of stack) proves none is listed twice.
+    Ok(())
+}
+
+/// Every listing matched its sequence's placement and there are `n` listings; a bitset over
+/// at most `MAX_SEQS` sequences (8 KiB of stack) proves none is listed twice.
+fn check_listed_once(plan: &Plan<'_>, n: usize) -> Result<(), CheckError> {
     if n > MAX_SEQS {
         return Err(CheckError::Shape);
     }

@@ -692,22 +692,7 @@ fn measure(
     gpu: Gpu,
 ) -> Result<(LayoutSizes, Totals), LayoutError> {
     let cfg = setup.config();
-    if plan.dp() != cfg.dp || plan.cp() != cfg.cp || plan.placements().len() != lengths.len() {
-        return Err(LayoutError::PlanMismatch);
-    }
-    let micro_batches = plan
-        .micro_batches_per_dp()
-        .get(gpu.dp_rank as usize)
-        .copied()
-        .unwrap_or(0);
-    if gpu.micro_batch >= micro_batches || gpu.cp_rank >= cfg.cp {
-        return Err(LayoutError::NoSuchGpu {
-            gpu,
-            dp: cfg.dp,
-            micro_batches,
-            cp: cfg.cp,
-        });
-    }
+    check_gpu(cfg, lengths, plan, gpu)?;
     let budget = setup.budget();
     let mut t = Totals {
         g: plan.find(gpu.dp_rank, gpu.micro_batch),
@@ -729,46 +714,16 @@ fn measure(
         .micro_batches()
         .get(g)
         .ok_or(LayoutError::PlanMismatch)?;
-    // The DP rank's stream holds its earlier micro-batches' members first.
-    let first_of_rank = plan.find(gpu.dp_rank, 0).unwrap_or(g);
-    let earlier = plan.micro_batches().get(first_of_rank..g).unwrap_or(&[]);
-    if let (Some(a), Some(b)) = (earlier.first(), earlier.last()) {
-        let end = (b.first as usize).saturating_add(b.count as usize);
-        let before = plan.members().get(a.first as usize..end).unwrap_or(&[]);
-        t.stream_base = before
-            .iter()
-            .map(|&s| u64::from(lengths.get(s as usize).copied().unwrap_or(0)))
-            .sum();
-    }
+    t.stream_base = stream_base(plan, lengths, gpu, g);
     for member in members(plan, lengths, mb) {
         let (_, cp_rank, group, len) = member?;
-        let len64 = u64::from(len);
-        t.mb_tokens += len64;
+        t.mb_tokens += u64::from(len);
         if cp_rank == SHARDED && group.contains(gpu.cp_rank) {
-            let rb = budget.for_group(group.size);
-            let [front, back] = zigzag_chunks(&rb, len, gpu.cp_rank - group.first);
-            let padded = rb.padded(len);
-            let pad = u64::from(front.pad) + u64::from(back.pad);
-            let share = u64::from(front.len) + u64::from(back.len) + pad;
-            if let Some(k) = gpu_rings(cfg.cp, gpu.cp_rank).position(|g| g == group)
-                && let Some(c) = t.ring_seqs.get_mut(k)
-            {
-                *c += 1;
-            }
-            t.has_subgroup |= group.size < cfg.cp;
-            t.sharded_seqs += 1;
-            t.sharded_tokens += share;
-            t.pad_tokens += pad;
-            t.charged += u64::from(rb.share(len));
-            t.real_sum += len64;
-            t.padded_sum += padded;
-            t.sharded_max = t.sharded_max.max(len64);
-            t.sharded_max_padded = t.sharded_max_padded.max(padded);
-            t.rank_max = t.rank_max.max(share);
+            tally_sharded(&mut t, cfg, &budget, group, len, gpu.cp_rank);
         } else if cp_rank == CHUNKED && group.contains(gpu.cp_rank) {
             chunked::measure(&mut t, &budget, &cfg.chunking, len, group, gpu.cp_rank);
         } else if u32::try_from(cp_rank) == Ok(gpu.cp_rank) {
-            let held = u64::from(budget.local(len));
+            let (held, len64) = (u64::from(budget.local(len)), u64::from(len));
             t.local_seqs += 1;
             t.local_tokens += held;
             t.local_real += len64;
@@ -777,6 +732,80 @@ fn measure(
             t.local_max = t.local_max.max(len64);
         }
     }
+    Ok((sizes_of(&t)?, t))
+}
+
+/// The plan matches the configuration and the GPU exists.
+fn check_gpu(cfg: &Config, lengths: &[u32], plan: &Plan<'_>, gpu: Gpu) -> Result<(), LayoutError> {
+    if plan.dp() != cfg.dp || plan.cp() != cfg.cp || plan.placements().len() != lengths.len() {
+        return Err(LayoutError::PlanMismatch);
+    }
+    let micro_batches = plan
+        .micro_batches_per_dp()
+        .get(gpu.dp_rank as usize)
+        .copied()
+        .unwrap_or(0);
+    if gpu.micro_batch >= micro_batches || gpu.cp_rank >= cfg.cp {
+        return Err(LayoutError::NoSuchGpu {
+            gpu,
+            dp: cfg.dp,
+            micro_batches,
+            cp: cfg.cp,
+        });
+    }
+    Ok(())
+}
+
+/// Where micro-batch `g` starts in its DP rank's stream: the tokens of the rank's earlier
+/// micro-batches' members.
+fn stream_base(plan: &Plan<'_>, lengths: &[u32], gpu: Gpu, g: usize) -> u64 {
+    let first_of_rank = plan.find(gpu.dp_rank, 0).unwrap_or(g);
+    let earlier = plan.micro_batches().get(first_of_rank..g).unwrap_or(&[]);
+    let (Some(a), Some(b)) = (earlier.first(), earlier.last()) else {
+        return 0;
+    };
+    let end = (b.first as usize).saturating_add(b.count as usize);
+    let before = plan.members().get(a.first as usize..end).unwrap_or(&[]);
+    before
+        .iter()
+        .map(|&s| u64::from(lengths.get(s as usize).copied().unwrap_or(0)))
+        .sum()
+}
+
+/// Counts rank `cp_rank`'s two zigzag chunks of a `len`-token sequence sharded over `group`.
+fn tally_sharded(
+    t: &mut Totals,
+    cfg: &Config,
+    budget: &Budget,
+    group: CpGroup,
+    len: u32,
+    cp_rank: u32,
+) {
+    let len64 = u64::from(len);
+    let rb = budget.for_group(group.size);
+    let [front, back] = zigzag_chunks(&rb, len, cp_rank - group.first);
+    let padded = rb.padded(len);
+    let pad = u64::from(front.pad) + u64::from(back.pad);
+    let share = u64::from(front.len) + u64::from(back.len) + pad;
+    if let Some(k) = gpu_rings(cfg.cp, cp_rank).position(|g| g == group)
+        && let Some(c) = t.ring_seqs.get_mut(k)
+    {
+        *c += 1;
+    }
+    t.has_subgroup |= group.size < cfg.cp;
+    t.sharded_seqs += 1;
+    t.sharded_tokens += share;
+    t.pad_tokens += pad;
+    t.charged += u64::from(rb.share(len));
+    t.real_sum += len64;
+    t.padded_sum += padded;
+    t.sharded_max = t.sharded_max.max(len64);
+    t.sharded_max_padded = t.sharded_max_padded.max(padded);
+    t.rank_max = t.rank_max.max(share);
+}
+
+/// The buffer sizes of counted totals; `Overflow` when an int32 array would not hold a value.
+fn sizes_of(t: &Totals) -> Result<LayoutSizes, LayoutError> {
     // Every value written to an int32 array is bounded by one of these sums; the gather
     // index by the stream's length, below 2^47.
     to_i32(LayoutBuffer::LocalCuSeqlensPadded, t.local_tokens)?;
@@ -787,7 +816,7 @@ fn measure(
     to_i32(LayoutBuffer::Positions, tokens)?;
     to_i32(LayoutBuffer::Positions, t.sharded_max_padded)?;
     to_i32(LayoutBuffer::Positions, t.chunked_max_pos)?;
-    let sizes = LayoutSizes {
+    Ok(LayoutSizes {
         spans: to_u32(t.local_seqs + 2 * t.sharded_seqs + t.chunked_spans),
         local_cu_seqlens: to_u32(t.local_seqs + 1),
         sharded_cu_seqlens: to_u32(t.sharded_seqs + 1),
@@ -798,8 +827,7 @@ fn measure(
             0
         },
         chunk_passes: to_u32(t.chunk_passes),
-    };
-    Ok((sizes, t))
+    })
 }
 
 /// Where [`fill`] writes, with its running counts.
@@ -917,94 +945,163 @@ pub fn fill_with_passes(
         offset: 0,
     };
     let budget = setup.budget();
-    let mut t_rings = 0u32;
-    let mb = t.g.and_then(|g| plan.micro_batches().get(g));
-    if let Some(mb) = mb {
-        // Local group: whole sequences on this rank, in plan order.
-        let (mut n_local, mut real) = (0usize, 0u32);
-        let mut base = t.stream_base;
-        for member in members(plan, lengths, mb) {
-            let (seq, cp_rank, _, len) = member?;
-            if cp_rank != SHARDED && u32::try_from(cp_rank) == Ok(gpu.cp_rank) {
-                let span = Span {
-                    seq,
-                    chunk: LOCAL_CHUNK,
-                    offset: w.offset,
-                    start: 0,
-                    len,
-                    pad: budget.local(len) - len,
-                };
-                w.push(span, base);
-                n_local += 1;
-                real += len;
-                // Both sums were bounded by i32::MAX in `measure`.
-                set(local_cu_seqlens, n_local, real as i32);
-                set(local_cu_seqlens_padded, n_local, w.offset as i32);
-            }
-            base += u64::from(len);
-        }
-        // Sharded group: this rank's front and back chunk of every sequence sharded over a
-        // group it belongs to, ring by ring.
-        let group_start = w.offset;
-        let (mut n_sharded, mut real_sum, mut padded_sum) = (0usize, 0u64, 0u64);
-        let mut n_rings = 0usize;
-        for ring in gpu_rings(cfg.cp, gpu.cp_rank) {
-            let offset = n_sharded;
-            let rb = budget.for_group(ring.size);
-            let j = gpu.cp_rank - ring.first;
-            let mut base = t.stream_base;
-            for member in members(plan, lengths, mb) {
-                let (seq, cp_rank, group, len) = member?;
-                if cp_rank == SHARDED && group == ring {
-                    let chunks = zigzag_chunks(&rb, len, j);
-                    let indices = [j, 2 * ring.size - 1 - j];
-                    for (c, k) in chunks.into_iter().zip(indices) {
-                        let span = Span {
-                            seq,
-                            chunk: k as i32,
-                            offset: w.offset,
-                            start: c.start,
-                            len: c.len,
-                            pad: c.pad,
-                        };
-                        w.push(span, base);
-                    }
-                    n_sharded += 1;
-                    real_sum += u64::from(len);
-                    padded_sum += rb.padded(len);
-                    // All three sums were bounded by i32::MAX in `measure`.
-                    set(sharded_cu_seqlens, n_sharded, real_sum as i32);
-                    set(sharded_cu_seqlens_padded, n_sharded, padded_sum as i32);
-                    set(rank_cu_seqlens, n_sharded, (w.offset - group_start) as i32);
-                }
-                base += u64::from(len);
-            }
-            if n_sharded > offset {
-                if let Some(slot) = rings.get_mut(n_rings) {
-                    *slot = LayoutRing {
-                        first: ring.first,
-                        size: ring.size,
-                        offset: offset as u32,
-                        seqs: (n_sharded - offset) as u32,
-                    };
-                }
-                n_rings += 1;
-            }
-        }
-        t_rings = n_rings as u32;
+    let mut n_rings = 0u32;
+    if let Some(mb) = t.g.and_then(|g| plan.micro_batches().get(g)) {
+        let local = (&mut *local_cu_seqlens, &mut *local_cu_seqlens_padded);
+        write_local(
+            &mut w,
+            &budget,
+            local,
+            plan,
+            lengths,
+            mb,
+            gpu,
+            t.stream_base,
+        )?;
+        let cus = ShardedCus {
+            real: sharded_cu_seqlens,
+            padded: sharded_cu_seqlens_padded,
+            rank: rank_cu_seqlens,
+            rings,
+        };
+        n_rings = write_sharded(
+            &mut w,
+            cfg,
+            &budget,
+            cus,
+            plan,
+            lengths,
+            mb,
+            gpu,
+            t.stream_base,
+        )?;
         // Chunked group: the chunk passes of every chunked sequence this rank runs.
         let ctx = (&budget, &cfg.chunking, t.stream_base, gpu.cp_rank);
         chunked::write(&mut w, chunk_passes, members(plan, lengths, mb), ctx)?;
     }
+    Ok(layout_of(&t, &sizes, gpu, n_rings, plan))
+}
+
+/// The local group: the sequences whole on this rank, in plan order, with their
+/// `cu_seqlens` (real, padded).
+#[allow(clippy::too_many_arguments)]
+fn write_local(
+    w: &mut Writer<'_>,
+    budget: &Budget,
+    (cu, cu_padded): (&mut [i32], &mut [i32]),
+    plan: &Plan<'_>,
+    lengths: &[u32],
+    mb: &MicroBatch,
+    gpu: Gpu,
+    stream_base: u64,
+) -> Result<(), LayoutError> {
+    let (mut n_local, mut real) = (0usize, 0u32);
+    let mut base = stream_base;
+    for member in members(plan, lengths, mb) {
+        let (seq, cp_rank, _, len) = member?;
+        if cp_rank != SHARDED && u32::try_from(cp_rank) == Ok(gpu.cp_rank) {
+            let span = Span {
+                seq,
+                chunk: LOCAL_CHUNK,
+                offset: w.offset,
+                start: 0,
+                len,
+                pad: budget.local(len) - len,
+            };
+            w.push(span, base);
+            n_local += 1;
+            real += len;
+            // Both sums were bounded by i32::MAX in `measure`.
+            set(cu, n_local, real as i32);
+            set(cu_padded, n_local, w.offset as i32);
+        }
+        base += u64::from(len);
+    }
+    Ok(())
+}
+
+/// The sharded group's `cu_seqlens` arrays and ring table.
+struct ShardedCus<'o> {
+    real: &'o mut [i32],
+    padded: &'o mut [i32],
+    rank: &'o mut [i32],
+    rings: &'o mut [LayoutRing],
+}
+
+/// The sharded group: this rank's front and back chunk of every sequence sharded over a
+/// group it belongs to, ring by ring. Returns the rings written.
+#[allow(clippy::too_many_arguments)]
+fn write_sharded(
+    w: &mut Writer<'_>,
+    cfg: &Config,
+    budget: &Budget,
+    cus: ShardedCus<'_>,
+    plan: &Plan<'_>,
+    lengths: &[u32],
+    mb: &MicroBatch,
+    gpu: Gpu,
+    stream_base: u64,
+) -> Result<u32, LayoutError> {
+    let group_start = w.offset;
+    let (mut n_sharded, mut real_sum, mut padded_sum) = (0usize, 0u64, 0u64);
+    let mut n_rings = 0usize;
+    for ring in gpu_rings(cfg.cp, gpu.cp_rank) {
+        let offset = n_sharded;
+        let rb = budget.for_group(ring.size);
+        let j = gpu.cp_rank - ring.first;
+        let mut base = stream_base;
+        for member in members(plan, lengths, mb) {
+            let (seq, cp_rank, group, len) = member?;
+            if cp_rank == SHARDED && group == ring {
+                let chunks = zigzag_chunks(&rb, len, j);
+                let indices = [j, 2 * ring.size - 1 - j];
+                for (c, k) in chunks.into_iter().zip(indices) {
+                    let span = Span {
+                        seq,
+                        chunk: k as i32,
+                        offset: w.offset,
+                        start: c.start,
+                        len: c.len,
+                        pad: c.pad,
+                    };
+                    w.push(span, base);
+                }
+                n_sharded += 1;
+                real_sum += u64::from(len);
+                padded_sum += rb.padded(len);
+                // All three sums were bounded by i32::MAX in `measure`.
+                set(cus.real, n_sharded, real_sum as i32);
+                set(cus.padded, n_sharded, padded_sum as i32);
+                set(cus.rank, n_sharded, (w.offset - group_start) as i32);
+            }
+            base += u64::from(len);
+        }
+        if n_sharded > offset {
+            if let Some(slot) = cus.rings.get_mut(n_rings) {
+                *slot = LayoutRing {
+                    first: ring.first,
+                    size: ring.size,
+                    offset: offset as u32,
+                    seqs: (n_sharded - offset) as u32,
+                };
+            }
+            n_rings += 1;
+        }
+    }
+    Ok(n_rings as u32)
+}
+
+/// The counts of a filled layout.
+fn layout_of(t: &Totals, sizes: &LayoutSizes, gpu: Gpu, rings: u32, plan: &Plan<'_>) -> Layout {
     let tokens = to_u32(t.local_tokens + t.sharded_tokens + t.chunked_tokens);
-    Ok(Layout {
+    Layout {
         dp_rank: gpu.dp_rank,
         micro_batch: gpu.micro_batch,
         cp_rank: gpu.cp_rank,
         micro_batch_global: t.g.map_or(NO_MICRO_BATCH, |g| to_u32(g as u64)),
         local_seqs: to_u32(t.local_seqs),
         sharded_seqs: to_u32(t.sharded_seqs),
-        rings: t_rings,
+        rings,
         spans: sizes.spans,
         local_tokens: to_u32(t.local_tokens),
         sharded_tokens: to_u32(t.sharded_tokens),
@@ -1022,7 +1119,7 @@ pub fn fill_with_passes(
         chunk_passes: to_u32(t.chunk_passes),
         chunked_tokens: to_u32(t.chunked_tokens),
         chunk_max_tokens: to_u32(t.chunk_max),
-    })
+    }
 }
 
 #[cfg(test)]
@@ -1347,7 +1444,13 @@ mod tests {
         );
         // An invalid configuration has no `Setup` to lay out with.
         other.cp = 0;
-        assert_eq!(Setup::new(&other).unwrap_err(), Error::InvalidCp { cp: 0 });
+        assert_eq!(
+            Setup::new(&other).unwrap_err(),
+            Error::InvalidCp {
+                cp: 0,
+                max: crate::config::limits::MAX_CP
+            }
+        );
         // Short buffers: the error carries every size needed; nothing is written.
         let d = plan.placements()[0].dp_rank;
         let needed = LayoutSizes::for_gpu(&setup_of(&cfg), &lengths, &plan, gpu(d, 0, 0)).unwrap();

@@ -106,7 +106,7 @@ pub fn rust_api(data: &[u8]) {
         (r, Ok(()), Some(k)) => panic!("buffer {k} one short gave {r:?}"),
         (Err(Error::Unsupported { policy, option }), Ok(()), _) => {
             // `balanced` balances time, not FLOPs: it refuses another FLOPs formula first.
-            assert_eq!((*policy, *option), (Policy::Balanced, "flops"));
+            assert_eq!((*policy, *option), (Policy::Balanced.name(), "flops"));
             assert_eq!(cfg.policy, Policy::Balanced);
             assert_ne!(cfg.flops, FlopsFormula::Paper);
         }

@@ -159,25 +159,23 @@ pub(super) fn fill(
     costs: &mut [[u64; 4]],
 ) -> u128 {
     let mut total = 0u128;
-    // (length, whole attention, shard attention, work, cheapest group, weight) of the
-    // previous length.
-    let mut prev: Option<(u32, u64, u64, u64, u64, u128)> = None;
+    // The previous length's whole attention, shard attention, work, cheapest group and
+    // weight, in plain locals (every length is at least 1, so 0 means none yet).
+    let mut prev = 0u32;
+    let (mut a, mut s, mut w, mut c, mut wt) = (0u64, 0u64, 0u64, 0u64, 0u128);
     for &key in keys {
         let len = (key >> 32) as u32;
-        let (a, s, w, c, wt) = match prev {
-            Some((l, a, s, w, c, wt)) if l == len => (a, s, w, c, wt),
-            _ => {
-                let (a, s) = (im.attn_whole(len), im.attn_shard(len));
-                let c = if subs {
-                    cheapest_group(im, bucket, len)
-                } else {
-                    0
-                };
-                let w = work(im, len, a, s);
-                (a, s, w, c, weight.of(len, w))
-            }
-        };
-        prev = Some((len, a, s, w, c, wt));
+        if len != prev {
+            (a, s) = (im.attn_whole(len), im.attn_shard(len));
+            c = if subs {
+                cheapest_group(im, bucket, len)
+            } else {
+                0
+            };
+            w = work(im, len, a, s);
+            wt = weight.of(len, w);
+            prev = len;
+        }
         let seq = key_index(key);
         if let Some(x) = costs.get_mut(seq) {
             *x = [a, s, w, c];
