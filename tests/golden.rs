@@ -140,6 +140,10 @@ const GOLDEN: &[(&str, &str, u64)] = &[
     ("lmsys-256", "balanced", 0xcc8043ca29a777b0),
     ("chatqa2-256", "balanced", 0x5131a1691265ae16),
     ("paper-small", "balanced", 0x4c55d7c1cb0b1433),
+    // `chunkflow` at ChunkSize 8K, K = 1, pinned from its implementation as of 2026-12-04.
+    ("lmsys-256", "chunkflow", 0x4a6da246eb24b3fe),
+    ("chatqa2-256", "chunkflow", 0x94c785ce97f644fd),
+    ("paper-small", "chunkflow", 0xf67330503f60c3dc),
 ];
 
 /// Plans through the Rust API (checked independently) and, when the policy has a C ABI

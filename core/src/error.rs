@@ -143,6 +143,39 @@ impl CostField {
     }
 }
 
+/// Which chunking setting is out of range (`Config::chunking`); [`ChunkingField::number`]
+/// is the number the C error details report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ChunkingField {
+    /// `Chunking::size`: 0 (off) where the `chunkflow` policy needs a chunk size.
+    Size,
+    /// `Chunking::keep`: outside `1..=max`.
+    Keep,
+    /// `Chunking::state_permille`: above `max`.
+    StatePermille,
+}
+
+impl ChunkingField {
+    /// The field's name (`chunk_size`, `chunk_keep`, `chunk_state_permille`).
+    pub fn name(self) -> &'static str {
+        match self {
+            ChunkingField::Size => "chunk_size",
+            ChunkingField::Keep => "chunk_keep",
+            ChunkingField::StatePermille => "chunk_state_permille",
+        }
+    }
+
+    /// Its 1-based number in the C details' `field`.
+    pub fn number(self) -> u32 {
+        match self {
+            ChunkingField::Size => 1,
+            ChunkingField::Keep => 2,
+            ChunkingField::StatePermille => 3,
+        }
+    }
+}
+
 /// Which model-shape field is out of range.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -274,15 +307,16 @@ pub enum Error {
         /// needs.
         needed: u32,
     },
-    /// The chunking options are out of range ([`Chunking::is_valid`](crate::config::chunking::Chunking::is_valid)),
-    /// or the `chunkflow` policy runs with chunking off.
+    /// A chunking setting is out of range ([`Chunking::is_valid`](crate::config::chunking::Chunking::is_valid)),
+    /// or the `chunkflow` policy runs with chunking off (`Size`, value 0).
     InvalidChunking {
-        /// ChunkSize given (0: off).
-        size: u32,
-        /// K given.
-        keep: u32,
-        /// The state charge given, thousandths of a token.
-        state_permille: u32,
+        /// The first setting at fault.
+        field: ChunkingField,
+        /// Its value.
+        value: u32,
+        /// Its bound: the most it may be (`Keep`, `StatePermille`), or 0 for a size that must
+        /// not be 0.
+        max: u32,
     },
     /// A sequence chunked over the whole CP group would hold more than BucketSize tokens on a
     /// GPU ([`Chunking::peak`](crate::config::chunking::Chunking::peak)): a smaller ChunkSize or
@@ -368,13 +402,16 @@ impl fmt::Display for Error {
                  {count}: a count of at least {needed} fits this batch"
             ),
             Error::InvalidChunking {
-                size,
-                keep,
-                state_permille,
+                field: ChunkingField::Size,
+                ..
             } => write!(
                 f,
-                "chunking size {size}, keep {keep}, state {state_permille}/1000 is out of range \
-                 (keep 1..=64 and state <= 1000 with chunking on; chunkflow needs a size)"
+                "the chunkflow policy needs chunking on: set a chunk_size"
+            ),
+            Error::InvalidChunking { field, value, max } => write!(
+                f,
+                "{} = {value} is out of range (at most {max}, chunk_keep at least 1)",
+                field.name()
             ),
             Error::ChunkOverBudget { index, len, peak } => write!(
                 f,

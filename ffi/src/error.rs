@@ -121,38 +121,16 @@ impl skrull_error_info {
                 field: 1,
                 ..with(-1, 0, 0)
             },
-            Error::InvalidChunking {
-                size,
-                keep,
-                state_permille,
-            } => Self::of_chunking(base, size, keep, state_permille),
+            // `field` names the setting (1 chunk_size, 2 chunk_keep, 3
+            // chunk_state_permille), with its value and bound.
+            Error::InvalidChunking { field, value, max } => skrull_error_info {
+                field: field.number(),
+                value: value.into(),
+                limit: max.into(),
+                ..base
+            },
             Error::ChunkOverBudget { index, len, peak } => with(index as i64, len.into(), peak),
             _ => with(-1, 0, MAX_SEQS as u64),
-        }
-    }
-
-    /// The details of `InvalidChunking`: the first chunking field at fault (1 `chunk_size`,
-    /// which `chunkflow` needs above 0; 2 `chunk_keep`; 3 `chunk_state_permille`), its value
-    /// and its bound.
-    fn of_chunking(
-        base: skrull_error_info,
-        size: u32,
-        keep: u32,
-        state_permille: u32,
-    ) -> skrull_error_info {
-        use skrull_core::config::chunking::{MAX_CHUNK_KEEP, STATE_SCALE};
-        let (field, value, limit) = if size == 0 {
-            (1, size, 0)
-        } else if !(1..=MAX_CHUNK_KEEP).contains(&keep) {
-            (2, keep, MAX_CHUNK_KEEP)
-        } else {
-            (3, state_permille, STATE_SCALE as u32)
-        };
-        skrull_error_info {
-            field,
-            value: value.into(),
-            limit: limit.into(),
-            ..base
         }
     }
 

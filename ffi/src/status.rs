@@ -440,9 +440,9 @@ mod tests {
             ),
             (
                 Error::InvalidChunking {
-                    size: 0,
-                    keep: 1,
-                    state_permille: 64,
+                    field: skrull_core::error::ChunkingField::Size,
+                    value: 0,
+                    max: 0,
                 },
                 skrull_status::InvalidChunking,
             ),

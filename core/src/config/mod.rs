@@ -18,7 +18,7 @@ pub use limits::*;
 pub use options::{FlopsFormula, Policy, RECOMMENDED_POLICY, ShardPadding, Victim};
 pub use shape::ModelShape;
 
-use crate::error::Error;
+use crate::error::{ChunkingField, Error};
 
 /// Everything a policy needs besides the lengths.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -181,6 +181,26 @@ impl Config {
         self.budget().local(len)
     }
 
+    /// Checks the chunking settings, and that `chunkflow` has them on.
+    fn validate_chunking(&self) -> Result<(), Error> {
+        use crate::config::chunking::{MAX_CHUNK_KEEP, STATE_SCALE};
+        let c = &self.chunking;
+        let (field, value, max) = if self.policy == Policy::ChunkFlow && !c.is_on() {
+            (ChunkingField::Size, c.size, 0)
+        } else if c.is_on() && !(1..=MAX_CHUNK_KEEP).contains(&c.keep) {
+            (ChunkingField::Keep, c.keep, MAX_CHUNK_KEEP)
+        } else if c.is_on() && u64::from(c.state_permille) > STATE_SCALE {
+            (
+                ChunkingField::StatePermille,
+                c.state_permille,
+                STATE_SCALE as u32,
+            )
+        } else {
+            return Ok(());
+        };
+        Err(Error::InvalidChunking { field, value, max })
+    }
+
     /// Checks the layout, the budget and the model shape.
     ///
     /// # Errors
@@ -219,14 +239,7 @@ impl Config {
             cost.validate()
                 .map_err(|e| Error::InvalidCost { field: e.field })?;
         }
-        let chunking_needed = self.policy == Policy::ChunkFlow && !self.chunking.is_on();
-        if !self.chunking.is_valid() || chunking_needed {
-            return Err(Error::InvalidChunking {
-                size: self.chunking.size,
-                keep: self.chunking.keep,
-                state_permille: self.chunking.state_permille,
-            });
-        }
+        self.validate_chunking()?;
         if self.max_micro_batches != 0 && self.micro_batches > self.max_micro_batches {
             return Err(Error::MicroBatchLimit {
                 dp_rank: 0,

@@ -41,9 +41,17 @@ pub struct ChunkedTime {
     pub chunks: u32,
 }
 
+impl TimeModel {
+    /// The time of one chunked sequence on each GPU of its ring (see [`ChunkedTime`] and the
+    /// [module docs](self)).
+    pub fn chunked(&self, len: u32, chunking: &Chunking, ring: Ring) -> ChunkedTime {
+        time(self, len, chunking, ring)
+    }
+}
+
 /// [`TimeModel::chunked`]: the time of a `len`-token sequence chunked by `chunking` on
 /// `ring` (its size is the group's).
-pub(crate) fn time(tm: &TimeModel, len: u32, chunking: &Chunking, ring: Ring) -> ChunkedTime {
+fn time(tm: &TimeModel, len: u32, chunking: &Chunking, ring: Ring) -> ChunkedTime {
     let g = ring.size.max(1);
     let n = chunking.count(len);
     let keep = chunking.keep.clamp(1, n.max(1));

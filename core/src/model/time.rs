@@ -38,11 +38,9 @@
 
 use crate::config::Config;
 use crate::config::budget::Budget;
-use crate::config::chunking::Chunking;
 use crate::config::cost::{ATTN_POINTS, CostModel, Overlap};
 use crate::config::options::{FlopsFormula, ShardPadding};
 use crate::config::shape::ModelShape;
-use crate::model::chunked::ChunkedTime;
 use crate::model::flops::FlopsModel;
 
 /// What one CP rank does in one micro-batch, as [`TimeModel::rank`] needs it.
@@ -315,11 +313,6 @@ impl TimeModel {
             return 0.0;
         }
         self.comm_latency(ring) + sharded_len as f64 * self.comm_per_token(ring)
-    }
-
-    /// The time of one chunked sequence on each GPU of its ring (see [`ChunkedTime`]).
-    pub fn chunked(&self, len: u32, chunking: &Chunking, ring: Ring) -> ChunkedTime {
-        crate::model::chunked::time(self, len, chunking, ring)
     }
 
     /// The fixed cost of one micro-batch.

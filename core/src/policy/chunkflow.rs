@@ -193,6 +193,7 @@ mod tests {
     use crate::config::chunking::Chunking;
     use crate::config::options::Policy;
     use crate::config::shape::ModelShape;
+    use crate::error::ChunkingField;
     use crate::plan::{CHUNKED, CheckError, Placement, check};
     use crate::test_support::{OwnedPlan, SplitMix64, setup_of};
     use std::vec::Vec;
@@ -266,15 +267,38 @@ mod tests {
     #[test]
     fn chunkflow_needs_chunking_on() {
         let mut c = cfg(1, 8, 1024, 0, 1);
-        assert!(matches!(
+        assert_eq!(
             c.validate(),
-            Err(Error::InvalidChunking { size: 0, .. })
-        ));
+            Err(Error::InvalidChunking {
+                field: ChunkingField::Size,
+                value: 0,
+                max: 0
+            })
+        );
         c.chunking = Chunking::new(1024, 0);
+        let keep = Error::InvalidChunking {
+            field: ChunkingField::Keep,
+            value: 0,
+            max: 64,
+        };
+        assert_eq!(c.validate(), Err(keep));
+        c.chunking = Chunking::new(1024, 65);
         assert!(matches!(
             c.validate(),
-            Err(Error::InvalidChunking { keep: 0, .. })
+            Err(Error::InvalidChunking { value: 65, .. })
         ));
+        c.chunking.keep = 1;
+        c.chunking.state_permille = 1001;
+        let state = Error::InvalidChunking {
+            field: ChunkingField::StatePermille,
+            value: 1001,
+            max: 1000,
+        };
+        assert_eq!(c.validate(), Err(state));
+        assert_eq!(
+            std::format!("{state}"),
+            "chunk_state_permille = 1001 is out of range (at most 1000, chunk_keep at least 1)"
+        );
     }
 
     #[test]
