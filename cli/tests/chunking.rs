@@ -160,7 +160,7 @@ fn plan_writes_chunked_placements_and_evaluate_reads_them() {
     assert!(e.contains("is chunked, but chunking is off"), "{e}");
     // chunkflow needs a size: an explicit 0 is not replaced by the default.
     let e = err(&off);
-    assert!(e.contains("chunkflow needs a size"), "{e}");
+    assert!(e.contains("chunkflow policy needs chunking on"), "{e}");
     // A ChunkSize the chunked sequences are not longer than.
     let e = err(&["evaluate", "--plan", p, "--chunk-size", "64K"]);
     assert!(
@@ -180,7 +180,7 @@ fn chunkflow_without_a_chunk_size_takes_the_default() {
     let plain = ok(&["plan", "--format", "json", "--policy", "balanced"]);
     assert!(!plain.contains("chunk"), "{plain}");
     let e = err(&["plan", "--chunk-size", "8K", "--chunk-keep", "65"]);
-    assert!(e.contains("chunking size 8192, keep 65"), "{e}");
+    assert!(e.contains("chunk_keep = 65 is out of range (at most 64"), "{e}");
 }
 
 #[test]
