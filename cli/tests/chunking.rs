@@ -180,7 +180,10 @@ fn chunkflow_without_a_chunk_size_takes_the_default() {
     let plain = ok(&["plan", "--format", "json", "--policy", "balanced"]);
     assert!(!plain.contains("chunk"), "{plain}");
     let e = err(&["plan", "--chunk-size", "8K", "--chunk-keep", "65"]);
-    assert!(e.contains("chunk_keep = 65 is out of range (at most 64"), "{e}");
+    assert!(
+        e.contains("chunk_keep = 65 is out of range (at most 64"),
+        "{e}"
+    );
 }
 
 #[test]
