@@ -43,11 +43,15 @@ impl WinnerTree<'_> {
         self.keys.get(rank as usize).copied().unwrap_or(u128::MAX)
     }
 
-    /// Every load 0.
-    fn init(&mut self) {
+    /// Every load 0, the inner nodes not built yet ([`WinnerTree::build`]).
+    fn leaves(&mut self) {
         for (r, k) in self.keys.iter_mut().enumerate() {
             *k = r as u128;
         }
+    }
+
+    /// The inner nodes from the keys.
+    fn build(&mut self) {
         for i in (1..self.keys.len()).rev() {
             let (a, b) = (self.at(2 * i), self.at(2 * i + 1));
             let w = if self.key(b) < self.key(a) { b } else { a };
@@ -120,11 +124,23 @@ impl MinTree64<'_> {
         }
     }
 
-    /// Every load 0.
-    fn init(&mut self) {
+    /// Every load 0, the inner nodes not built yet ([`MinTree64::build`]).
+    fn leaves(&mut self) {
         for (r, s) in self.slots.iter_mut().enumerate() {
             *s = r as u128;
         }
+    }
+
+    /// Adds `packed` to rank `r`'s leaf only (before [`MinTree64::build`]).
+    #[inline(always)]
+    fn add_leaf(&mut self, r: u32, packed: u64) {
+        if let Some(s) = self.slots.get_mut(r as usize) {
+            *s += u128::from(packed);
+        }
+    }
+
+    /// The inner nodes from the leaves.
+    fn build(&mut self) {
         for i in (1..self.slots.len()).rev() {
             let m = self.value(2 * i).min(self.value(2 * i + 1));
             self.set_inner(i, m);
@@ -173,7 +189,7 @@ impl MinTree64<'_> {
 /// largest bin index (`2^54` for 1,024 bins, `2^48` for `2^16`), the packed keys fit `u64`
 /// ([`MinTree64`], branch-free), otherwise they are `u128` ([`WinnerTree`], which needs
 /// `tree`, at least as long as `loads`). Weights must stay below `2^112`. `weight` is called
-/// once per distinct length.
+/// once per distinct length (twice for a length of weight 0 met while a bin is empty).
 // Out of line: inlined into `gds::run` it spends about 12 more instructions per sequence
 // (callgrind, 256 to 65,536 sequences).
 #[inline(never)]
@@ -192,8 +208,12 @@ pub(crate) fn lpt(
     let bits = rank_bits(bins);
     if total < 1u128 << (64 - bits) {
         let mut t = MinTree64 { slots: loads, bits };
-        t.init();
-        longest_first(keys, |len, run| {
+        t.leaves();
+        let rest = fill_empty(keys, bins, &weight, &mut assign, |r, w| {
+            t.add_leaf(r, (w as u64) << bits);
+        });
+        t.build();
+        longest_first(keys.get(..rest).unwrap_or(keys), |len, run| {
             let first = run.first().map_or(0, |&k| key_index(k));
             let packed = (weight(len, first) as u64) << bits;
             for &key in run {
@@ -213,8 +233,14 @@ pub(crate) fn lpt(
             return;
         };
         let mut wt = WinnerTree { keys: loads, tree };
-        wt.init();
-        longest_first(keys, |len, run| {
+        wt.leaves();
+        let rest = fill_empty(keys, bins, &weight, &mut assign, |r, w| {
+            if let Some(k) = wt.keys.get_mut(r as usize) {
+                *k += w << RANK_BITS;
+            }
+        });
+        wt.build();
+        longest_first(keys.get(..rest).unwrap_or(keys), |len, run| {
             let first = run.first().map_or(0, |&k| key_index(k));
             let packed = weight(len, first) << RANK_BITS;
             for &key in run {
@@ -227,6 +253,44 @@ pub(crate) fn lpt(
             *k >>= RANK_BITS;
         }
     }
+}
+
+/// The first sequences of [`lpt`], while a bin is still empty: every bin filled so far has a
+/// positive load and every empty one none, so the least `(load, index)` is the lowest empty
+/// bin, and the longest sequences go to bins `0, 1, 2, ...` in turn without a tree. Walks the
+/// runs of one length as [`longest_first`] does, calling `add(bin, weight)` and `assign(seq,
+/// bin)` for each sequence, and stops before a run that would not fit the empty bins or has
+/// weight 0; returns how many keys (a prefix) are left for the tree.
+fn fill_empty(
+    keys: &[u64],
+    bins: usize,
+    weight: &impl Fn(u32, usize) -> u128,
+    assign: &mut impl FnMut(usize, u32),
+    mut add: impl FnMut(u32, u128),
+) -> usize {
+    let (mut end, mut filled) = (keys.len(), 0usize);
+    while end > 0 {
+        let len = keys[end - 1] >> 32;
+        let mut start = end - 1;
+        while start > 0 && keys[start - 1] >> 32 == len {
+            start -= 1;
+        }
+        let run = &keys[start..end];
+        if run.len() > bins - filled {
+            break;
+        }
+        let w = weight(len as u32, key_index(keys[start]));
+        if w == 0 {
+            break;
+        }
+        for &key in run {
+            add(filled as u32, w);
+            assign(key_index(key), filled as u32);
+            filled += 1;
+        }
+        end = start;
+    }
+    end
 }
 
 /// Walks ascending sort keys longest first, ties in input order: the runs of equal length from
@@ -321,6 +385,55 @@ mod tests {
             (1 << 16, 16),
         ] {
             assert_eq!(rank_bits(bins), bits, "{bins}");
+        }
+    }
+
+    /// LPT by its definition: longest first (ties: input order), each into the bin with the
+    /// least `(load, index)`, found by a scan.
+    fn reference(lengths: &[u32], bins: usize, w: impl Fn(u32) -> u128) -> (Vec<u32>, Vec<u128>) {
+        let mut order: Vec<usize> = (0..lengths.len()).collect();
+        order.sort_by_key(|&i| (core::cmp::Reverse(lengths[i]), i));
+        let (mut loads, mut bin_of) = (vec![0u128; bins], vec![u32::MAX; lengths.len()]);
+        for i in order {
+            let b = (0..bins).min_by_key(|&b| (loads[b], b)).unwrap();
+            loads[b] += w(lengths[i]);
+            bin_of[i] = b as u32;
+        }
+        (bin_of, loads)
+    }
+
+    /// The first sequences go straight to the empty bins (`fill_empty`) only while that is
+    /// what the trees would choose: with zero weights (an empty-looking bin already holds a
+    /// sequence), runs of one length longer than the empty bins left, fewer or more sequences
+    /// than bins, on both trees, every assignment and load is LPT's by definition.
+    #[test]
+    fn filling_the_empty_bins_first_is_lpt() {
+        let mut rng = crate::test_support::SplitMix64::new(0x1EE7);
+        for case in 0..if cfg!(miri) { 20 } else { 400 } {
+            let n = rng.below_mod(40) as usize;
+            let bins = 1 + rng.below_mod(24) as usize;
+            let distinct = 1 + rng.below_mod(8) as u32;
+            let lengths: Vec<u32> = (0..n)
+                .map(|_| 1 + rng.below_mod(u64::from(distinct)) as u32)
+                .collect();
+            // Weight 0 for some lengths in half the cases.
+            let zero = if case % 2 == 0 {
+                1 + rng.below_mod(u64::from(distinct)) as u32
+            } else {
+                0
+            };
+            let w = |len: u32| if len == zero { 0 } else { u128::from(len) * 3 };
+            let want = reference(&lengths, bins, w);
+            assert_eq!(
+                run(&lengths, bins, 1 << 40, w),
+                want,
+                "case {case}: u64 tree"
+            );
+            assert_eq!(
+                run(&lengths, bins, u128::MAX, w),
+                want,
+                "case {case}: u128 tree"
+            );
         }
     }
 

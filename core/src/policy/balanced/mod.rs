@@ -148,7 +148,7 @@ fn plan_with<'b>(
     for d in 0..dp {
         let (a, b) = (ws.dp_start[d] as usize, ws.dp_start[d + 1] as usize);
         let sub = ws.seqs.get(a..b).unwrap_or(&[]);
-        ranks.search(
+        let m = ranks.search(
             &mut placer,
             d as u32,
             sub,
@@ -156,7 +156,11 @@ fn plan_with<'b>(
             ws.scratch,
             out.placements,
         )?;
+        // DP rank d's start is read no more: it takes the micro-batch count the writer's
+        // counting sort needs (which then need not scan the placements for it).
+        ws.dp_start[d] = m as u32;
     }
+    ws.dp_start[dp] = 0;
     let scratch = marks.for_writing(&mut *ws.dp_start);
     if cfg.chunking.is_on() {
         let chunker = chunks::Chunker::new(cfg, &im);

@@ -165,7 +165,8 @@ impl<'a> MarkRows<'a> {
     }
 
     /// The rows as the plan writer's scratch once every DP rank is searched (`base`: at least
-    /// `dp + 1` words): `mb_of` becomes the order, the two working rows the counts.
+    /// `dp + 1` words, each DP rank's micro-batch count then 0, see [`Scratch::base`]):
+    /// `mb_of` becomes the order, the two working rows the counts.
     pub(super) fn for_writing<'b>(&'b mut self, base: &'b mut [u32]) -> Scratch<'b> {
         Scratch {
             base,
@@ -275,6 +276,8 @@ struct DpSearch<'c, 'p, 'm> {
     /// `m x fixed`, a lower bound on any grouping into `m` micro-batches.
     work: u64,
     best: Option<u64>,
+    /// The micro-batch count of the fastest grouping so far.
+    best_m: usize,
     fewest: usize,
     tried_single: bool,
 }
@@ -324,6 +327,7 @@ impl DpSearch<'_, '_, '_> {
             return;
         };
         self.best = Some(t);
+        self.best_m = m;
         self.keep();
     }
 
@@ -381,7 +385,8 @@ impl<'t> DpRanks<'t> {
     /// Searches DP rank `d`'s groupings of its sequences `sub`: an LPT grouping into the
     /// fewest micro-batches the tokens allow, `packed`'s next-fit with one DP rank, and, only
     /// when neither fits, growing counts. Keeps the fastest in the placements and
-    /// `marks.kept`.
+    /// `marks.kept`, and returns its micro-batch count (0 without sequences): every kept
+    /// micro-batch index is below it.
     ///
     /// # Errors
     /// [`Error::MicroBatchLimit`] when no grouping fits `cfg.max_micro_batches`, else
@@ -397,10 +402,10 @@ impl<'t> DpRanks<'t> {
         marks: &mut MarkRows<'_>,
         gather: &mut [u32],
         placements: &mut [Placement],
-    ) -> Result<(), Error> {
+    ) -> Result<usize, Error> {
         let k = sub.len();
         if k == 0 {
-            return Ok(());
+            return Ok(0);
         }
         let cfg = placer.cfg;
         let rows = placer.ledger.rows;
@@ -424,6 +429,7 @@ impl<'t> DpRanks<'t> {
             placements,
             work: work_sum / u64::from(cfg.cp.max(1)),
             best: None,
+            best_m: 0,
             fewest: usize::MAX,
             tried_single: false,
         };
@@ -438,7 +444,7 @@ impl<'t> DpRanks<'t> {
             search.grow(m_min);
         }
         if search.best.is_some() {
-            return Ok(());
+            return Ok(search.best_m);
         }
         if cfg.max_micro_batches != 0 && search.fewest != usize::MAX {
             return Err(Error::MicroBatchLimit {

@@ -9,7 +9,9 @@ use super::chunks::{Chunker, chunk_of_code};
 
 /// The workspace rows [`write_plan`] reads and uses as scratch.
 pub(super) struct Scratch<'a> {
-    /// At least `dp + 1` words: each DP rank's first micro-batch slot.
+    /// At least `dp + 1` words: on entry each DP rank's micro-batch count (an upper bound on
+    /// its micro-batch indices; empty micro-batches are dropped) and then 0; the writer turns
+    /// them into each DP rank's first micro-batch slot.
     pub(super) base: &'a mut [u32],
     /// At least `n` words: the sequences in plan order.
     pub(super) order: &'a mut [u32],
@@ -85,9 +87,9 @@ pub(super) fn write_plan<'b, const CHUNKS: bool>(
     w.finish(n)
 }
 
-/// A counting sort of the sequences by (DP rank, micro-batch), stable: `base[d]` becomes DP
-/// rank `d`'s first slot, `order` the sequences in plan order, and the returned prefix of
-/// `counts` each slot's end in `order`.
+/// A counting sort of the sequences by (DP rank, micro-batch), stable: `base[d]`, DP rank
+/// `d`'s micro-batch count on entry ([`Scratch::base`]), becomes its first slot, `order` the
+/// sequences in plan order, and the returned prefix of `counts` each slot's end in `order`.
 fn sort_by_micro_batch<'c>(
     dp: usize,
     placements: &[Placement],
@@ -95,14 +97,8 @@ fn sort_by_micro_batch<'c>(
     order: &mut [u32],
     counts: &'c mut [u32],
 ) -> &'c [u32] {
-    // Micro-batch slots per DP rank (its highest micro-batch + 1; every micro-batch index is
-    // below its rank's sequence count, so the slots total at most n), then their offsets.
-    base.fill(0);
-    for p in placements.iter() {
-        if let Some(b) = base.get_mut(p.dp_rank as usize) {
-            *b = (*b).max(p.micro_batch + 1);
-        }
-    }
+    // Micro-batch slots per DP rank (its micro-batch count, at most its sequence count, so
+    // the slots total at most n), then their offsets.
     let mut slots = 0u32;
     for b in base.iter_mut().take(dp + 1) {
         let c = *b;
