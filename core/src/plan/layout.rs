@@ -74,7 +74,7 @@
 //!
 //! # The chunked group
 //!
-//! A chunked sequence ([`CHUNKED`](crate::plan::CHUNKED)) of `S` tokens runs on the group of
+//! A chunked sequence ([`CHUNKED`]) of `S` tokens runs on the group of
 //! `g` ranks its placement names as `n = ceil(S / ChunkSize)` passes, one per chunk, in order:
 //! chunk `k` holds positions `k·ChunkSize .. min(S, (k+1)·ChunkSize)`
 //! ([`Chunking::chunk_len`](crate::config::chunking::Chunking::chunk_len)) and attends to the
