@@ -1184,7 +1184,7 @@ mod tests {
     #[test]
     fn chunked_plans_are_at_least_their_bound_and_a_lone_chunked_sequence_meets_it() {
         let mut rng = crate::test_support::SplitMix64::new(2024);
-        for _ in 0..200 {
+        for _ in 0..if cfg!(miri) { 5 } else { 200 } {
             let model =
                 [ModelShape::QWEN2_5_0_5B, ModelShape::QWEN2_5_7B][rng.below_mod(2) as usize];
             let cp = [1, 2, 8, 16][rng.below_mod(4) as usize];

@@ -304,7 +304,7 @@ mod tests {
     #[test]
     fn random_batches_plan_and_pass_the_checker() {
         let mut rng = SplitMix64::new(24);
-        for _ in 0..300 {
+        for _ in 0..if cfg!(miri) { 10 } else { 300 } {
             let dp = 1 + rng.below_mod(4) as u32;
             let cp = [1, 2, 4, 8, 16][rng.below_mod(5) as usize];
             let bucket = 1024 + rng.below_mod(16_384) as u32;
