@@ -107,7 +107,8 @@ impl Chunking {
         let n = self.count(len);
         let keep = self.keep.clamp(1, n.max(1));
         let mut kept = 0u64;
-        for i in n - keep..n {
+        // With chunking off (no chunks) nothing but the state is charged.
+        for i in n.saturating_sub(keep)..n {
             kept += u64::from(share(self.chunk_len(len, i)));
         }
         let live = if n > keep {
@@ -155,6 +156,8 @@ mod tests {
         // On 4 GPUs: shares and a quarter of the state.
         let c = Chunking::new(4096, 1);
         assert_eq!(c.peak(10_000, 4, |t: u32| t.div_ceil(4)), 1024 + 160);
+        // No chunks (chunking off): only the state, and no underflow.
+        assert_eq!(Chunking::OFF.peak(10_000, 1, one), 640);
     }
 
     #[test]
