@@ -122,26 +122,9 @@ impl<'b> PlanWriter<'b> {
     pub(crate) fn push_in(&mut self, seq: u32, len: u32, cp_rank: i32, first: u32, size: u32) {
         let whole = cp_rank != SHARDED || size == 0 || size == self.cp;
         let (first, size) = if whole { (0, 0) } else { (first, size) };
-        let Some(g) = self.n_mbs.checked_sub(1) else {
+        if !self.record(seq, cp_rank, first, size) {
             return;
-        };
-        let Some(mb) = self.out.micro_batches.get_mut(g) else {
-            return;
-        };
-        mb.count += 1;
-        if let Some(p) = self.out.placements.get_mut(seq as usize) {
-            *p = Placement {
-                dp_rank: mb.dp_rank,
-                micro_batch: mb.index,
-                cp_rank,
-                cp_first: first as u16,
-                cp_size: size as u16,
-            };
         }
-        if let Some(m) = self.out.members.get_mut(self.n_members) {
-            *m = seq;
-        }
-        self.n_members += 1;
         if cp_rank == SHARDED && size == 0 {
             // The whole group: every rank gets the share, added when the micro-batch closes.
             self.summary.sharded += 1;
@@ -165,6 +148,33 @@ impl<'b> PlanWriter<'b> {
         self.summary.sharded += u32::from(sharded);
     }
 
+    /// Lists sequence `seq` in the open micro-batch and writes its placement (`cp_rank` and
+    /// group fields as given); false when no micro-batch is open.
+    #[inline(always)]
+    fn record(&mut self, seq: u32, cp_rank: i32, first: u32, size: u32) -> bool {
+        let Some(g) = self.n_mbs.checked_sub(1) else {
+            return false;
+        };
+        let Some(mb) = self.out.micro_batches.get_mut(g) else {
+            return false;
+        };
+        mb.count += 1;
+        if let Some(p) = self.out.placements.get_mut(seq as usize) {
+            *p = Placement {
+                dp_rank: mb.dp_rank,
+                micro_batch: mb.index,
+                cp_rank,
+                cp_first: first as u16,
+                cp_size: size as u16,
+            };
+        }
+        if let Some(m) = self.out.members.get_mut(self.n_members) {
+            *m = seq;
+        }
+        self.n_members += 1;
+        true
+    }
+
     /// Adds sequence `seq` of `len` tokens to the open micro-batch, chunked by `chunking` on
     /// the aligned group of `size` ranks from `first` (a valid chunk group,
     /// [`crate::plan::CpGroup::is_valid_chunk_group`]); each rank of the group is charged the
@@ -176,26 +186,9 @@ impl<'b> PlanWriter<'b> {
         (first, size): (u32, u32),
         chunking: &Chunking,
     ) {
-        let Some(g) = self.n_mbs.checked_sub(1) else {
+        if !self.record(seq, CHUNKED, first, size) {
             return;
-        };
-        let Some(mb) = self.out.micro_batches.get_mut(g) else {
-            return;
-        };
-        mb.count += 1;
-        if let Some(p) = self.out.placements.get_mut(seq as usize) {
-            *p = Placement {
-                dp_rank: mb.dp_rank,
-                micro_batch: mb.index,
-                cp_rank: CHUNKED,
-                cp_first: first as u16,
-                cp_size: size as u16,
-            };
         }
-        if let Some(m) = self.out.members.get_mut(self.n_members) {
-            *m = seq;
-        }
-        self.n_members += 1;
         self.summary.chunked += 1;
         let peak = self.budget.chunked(chunking, len, size);
         let peak = u32::try_from(peak).unwrap_or(u32::MAX);
