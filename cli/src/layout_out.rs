@@ -1,10 +1,12 @@
 //! `skrull plan --layout DP,MB,CP`: one GPU's execution layout (spans, varlen `cu_seqlens`,
-//! position-id ranges, loss weights) as JSON or a table.
+//! position-id ranges, loss weights, and the chunk passes of its chunked sequences) as JSON or
+//! a table.
 
 use std::fmt::Write;
 
 use skrull_core::plan::layout::{
-    self, Gpu, LOCAL_CHUNK, Layout, LayoutBuffers, LayoutRing, LayoutSizes, MAX_RINGS, Span,
+    self, ChunkPass, Gpu, Layout, LayoutBuffers, LayoutRing, LayoutSizes, MAX_RINGS, Span,
+    WHOLE_CHUNK,
 };
 use skrull_core::{Config, CpGroup, Plan};
 
@@ -15,7 +17,8 @@ use crate::json::{config_json, shard_label};
 pub struct GpuLayout {
     /// Counts, maxima and loss weights.
     pub layout: Layout,
-    /// Spans in buffer order: local group, then front and back chunk of each sharded sequence.
+    /// Spans in buffer order: local group, then front and back chunk of each sharded sequence,
+    /// then the chunked group (one span per chunk on one GPU, two per chunk on a group).
     pub spans: Vec<Span>,
     /// `cu_seqlens` of the local group.
     pub local_cu_seqlens: Vec<i32>,
@@ -31,6 +34,34 @@ pub struct GpuLayout {
     pub positions: Vec<i32>,
     /// The rings of the sharded group (whole group first, then sub-groups).
     pub rings: Vec<LayoutRing>,
+    /// The chunk passes of the chunked group, in the order they run (empty without chunking).
+    pub chunk_passes: Vec<ChunkPass>,
+}
+
+/// Which group of a GPU's buffer a span belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SpanGroup {
+    /// A sequence held whole on this GPU.
+    Local,
+    /// One zigzag chunk of a sequence sharded over a ring.
+    Sharded,
+    /// (A piece of) one chunk of a chunked sequence: chunk pass `pass` of
+    /// [`GpuLayout::chunk_passes`].
+    Chunked {
+        /// Index into [`GpuLayout::chunk_passes`].
+        pass: usize,
+    },
+}
+
+impl SpanGroup {
+    /// `local`, `sharded` or `chunked`, as the JSON form names the group.
+    pub fn name(self) -> &'static str {
+        match self {
+            SpanGroup::Local => "local",
+            SpanGroup::Sharded => "sharded",
+            SpanGroup::Chunked { .. } => "chunked",
+        }
+    }
 }
 
 /// Parses `DP,MB,CP` (three whole numbers).
@@ -73,6 +104,7 @@ pub fn compute(
         rank_cu_seqlens: vec![0; s.sharded_cu_seqlens as usize],
         positions: vec![0; s.positions as usize],
         rings: vec![LayoutRing::default(); MAX_RINGS as usize],
+        chunk_passes: vec![ChunkPass::default(); s.chunk_passes as usize],
         ..GpuLayout::default()
     };
     let out = LayoutBuffers {
@@ -86,9 +118,17 @@ pub fn compute(
         gather_index: &mut [],
         rings: &mut g.rings,
     };
-    g.layout = layout::fill(&skrull_kit::setup_of(cfg), lengths, plan, gpu, out)
-        .map_err(|e| e.to_string())?;
+    g.layout = layout::fill_with_passes(
+        &skrull_kit::setup_of(cfg),
+        lengths,
+        plan,
+        gpu,
+        out,
+        &mut g.chunk_passes,
+    )
+    .map_err(|e| e.to_string())?;
     g.rings.truncate(g.layout.rings as usize);
+    g.chunk_passes.truncate(g.layout.chunk_passes as usize);
     Ok(g)
 }
 
@@ -103,19 +143,32 @@ fn push_list<T: std::fmt::Display>(out: &mut String, values: &[T]) {
     out.push(']');
 }
 
-fn group(s: &Span) -> &'static str {
-    if s.chunk == LOCAL_CHUNK {
-        "local"
-    } else {
-        "sharded"
-    }
-}
-
 impl GpuLayout {
-    /// The ring of span `i` (an index into [`GpuLayout::rings`]), `None` for a local span.
-    /// The sharded spans come in pairs, ring after ring, in the order of the sharded
-    /// `cu_seqlens`.
+    /// The group of span `i`: the local spans come first, then two per sharded sequence, then
+    /// the chunked group's spans, pass after pass.
+    pub fn group_of(&self, i: usize) -> SpanGroup {
+        let local = self.layout.local_seqs as usize;
+        if i < local {
+            return SpanGroup::Local;
+        }
+        if i < local + 2 * self.layout.sharded_seqs as usize {
+            return SpanGroup::Sharded;
+        }
+        let pass = self
+            .chunk_passes
+            .iter()
+            .position(|p| (p.span as usize..(p.span + p.spans) as usize).contains(&i))
+            .unwrap_or(self.chunk_passes.len());
+        SpanGroup::Chunked { pass }
+    }
+
+    /// The ring of span `i` (an index into [`GpuLayout::rings`]), `None` for a local or a
+    /// chunked span. The sharded spans come in pairs, ring after ring, in the order of the
+    /// sharded `cu_seqlens`.
     pub fn ring_of(&self, i: usize) -> Option<usize> {
+        if self.group_of(i) != SpanGroup::Sharded {
+            return None;
+        }
         let local = self.layout.local_seqs as usize;
         let k = u32::try_from(i.checked_sub(local)? / 2).ok()?;
         self.rings
@@ -127,6 +180,26 @@ impl GpuLayout {
     pub fn has_subgroup_ring(&self, cp: u32) -> bool {
         self.rings.iter().any(|r| r.size < cp)
     }
+}
+
+/// The table's group and chunk columns for a span of the chunked group: `chunked` (one GPU)
+/// or `chunked 0-7` (the group's ranks), and `3 of 15` (chunk 3 of 15, whole) or
+/// `3 of 15 (1/4)` (zigzag piece 1 of the chunk's 4 on the group).
+fn chunked_label(pass: Option<&ChunkPass>, s: &Span) -> (String, String) {
+    let Some(p) = pass else {
+        return ("chunked".to_string(), s.chunk.to_string());
+    };
+    let label = if p.size <= 1 {
+        "chunked".to_string()
+    } else {
+        format!("chunked {}-{}", p.first, p.first + p.size - 1)
+    };
+    let chunk = if s.chunk == WHOLE_CHUNK {
+        format!("{} of {}", p.index, p.count)
+    } else {
+        format!("{} of {} ({}/{})", p.index, p.count, s.chunk, 2 * p.size)
+    };
+    (label, chunk)
 }
 
 /// `0-15 (whole group)` or `shard 8-15`: the CP ranks of a ring.
@@ -145,9 +218,12 @@ fn ring_label(cp: u32, r: &LayoutRing) -> String {
 /// position-id ranges: buffer offsets `offset..offset+len+pad` hold positions
 /// `start..start+len+pad`, the last `pad` of them padding; a sharded span's `chunk` counts
 /// the `2g` chunks of its ring of `g` ranks, and `ring` indexes `rings`, -1 for a local
-/// span), the varlen metadata of the local and sharded groups, and the rings of the sharded
-/// group (`first`, `size`, and the `seqs` sequences from `offset` in the sharded
-/// `cu_seqlens`: one CP attention call per ring).
+/// or chunked span), the varlen metadata of the local and sharded groups, the rings of the
+/// sharded group (`first`, `size`, and the `seqs` sequences from `offset` in the sharded
+/// `cu_seqlens`: one CP attention call per ring), and the chunked group: its token counts and
+/// its chunk passes in the order they run (chunk `index` of `count` of sequence `seq` on the
+/// group `first`/`size`, `spans` spans from `span`, `tokens` buffer tokens from `offset`). A
+/// chunked span's `chunk` is -2 for a whole chunk on one GPU, else its zigzag piece `0..2g`.
 pub fn layout_json(cfg: &Config, g: &GpuLayout) -> String {
     let l = &g.layout;
     let mut out = String::with_capacity(256 + 96 * g.spans.len());
@@ -155,7 +231,7 @@ pub fn layout_json(cfg: &Config, g: &GpuLayout) -> String {
         out,
         "{{\"config\": {},\n \"gpu\": {{\"dp\": {}, \"micro_batch\": {}, \"cp\": {}, \
          \"micro_batch_global\": {}}},\n \"tokens\": {{\"buffer\": {}, \"local\": {}, \
-         \"sharded\": {}, \"padding\": {}, \"charged\": {}, \"bucket\": {}}},\n \
+         \"sharded\": {}, \"chunked\": {}, \"padding\": {}, \"charged\": {}, \"bucket\": {}}},\n \
          \"loss\": {{\"tokens\": {}, \"micro_batch_tokens\": {}, \"global_tokens\": {}, \
          \"weight\": {}}},\n",
         config_json(cfg),
@@ -166,6 +242,7 @@ pub fn layout_json(cfg: &Config, g: &GpuLayout) -> String {
         l.tokens,
         l.local_tokens,
         l.sharded_tokens,
+        l.chunked_tokens,
         l.pad_tokens,
         l.charged_tokens,
         cfg.bucket,
@@ -189,7 +266,7 @@ pub fn layout_json(cfg: &Config, g: &GpuLayout) -> String {
             "{{\"seq\": {}, \"group\": \"{}\", \"ring\": {ring}, \"chunk\": {}, \"offset\": {}, \
              \"start\": {}, \"len\": {}, \"pad\": {}}}",
             s.seq,
-            group(s),
+            g.group_of(i).name(),
             s.chunk,
             s.offset,
             s.start,
@@ -234,7 +311,39 @@ pub fn layout_json(cfg: &Config, g: &GpuLayout) -> String {
             r.first, r.size, r.offset, r.seqs
         );
     }
-    out.push_str("]}\n");
+    let _ = write!(
+        out,
+        "],\n \"chunked\": {{\"seqs\": {}, \"tokens\": {}, \"max_pass_tokens\": {}, \
+         \"buffer_offset\": {}, \"passes\": [",
+        l.chunked_seqs,
+        l.chunked_tokens,
+        l.chunk_max_tokens,
+        l.local_tokens + l.sharded_tokens
+    );
+    for (i, p) in g.chunk_passes.iter().enumerate() {
+        if i > 0 {
+            out.push_str(",\n   ");
+        }
+        let _ = write!(
+            out,
+            "{{\"seq\": {}, \"index\": {}, \"count\": {}, \"first\": {}, \"size\": {}, \
+             \"start\": {}, \"len\": {}, \"padded\": {}, \"span\": {}, \"spans\": {}, \
+             \"offset\": {}, \"tokens\": {}}}",
+            p.seq,
+            p.index,
+            p.count,
+            p.first,
+            p.size,
+            p.start,
+            p.len,
+            p.padded,
+            p.span,
+            p.spans,
+            p.offset,
+            p.tokens
+        );
+    }
+    out.push_str("]}}\n");
     out
 }
 
@@ -254,9 +363,15 @@ pub fn layout_table(cfg: &Config, g: &GpuLayout) -> String {
         cfg.shard_padding.name(),
         cfg.cp
     );
+    let chunked = if l.chunked_tokens > 0 {
+        format!(" + chunked {}", l.chunked_tokens)
+    } else {
+        String::new()
+    };
     let _ = writeln!(
         out,
-        "buffer {} tokens = local {} + sharded {} (padding {}) | charged {} of BucketSize {}",
+        "buffer {} tokens = local {} + sharded {}{chunked} (padding {}) | charged {} of \
+         BucketSize {}",
         l.tokens, l.local_tokens, l.sharded_tokens, l.pad_tokens, l.charged_tokens, cfg.bucket
     );
     let _ = writeln!(
@@ -279,12 +394,14 @@ pub fn layout_table(cfg: &Config, g: &GpuLayout) -> String {
     for (i, s) in g.spans.iter().enumerate() {
         let n = s.len + s.pad;
         let ring = g.ring_of(i).and_then(|k| g.rings.get(k));
-        let (label, chunk) = match ring {
-            _ if s.chunk == LOCAL_CHUNK => (group(s).to_string(), "-".to_string()),
-            Some(r) if r.size < cfg.cp => {
+        let group = g.group_of(i);
+        let (label, chunk) = match (group, ring) {
+            (SpanGroup::Chunked { pass }, _) => chunked_label(g.chunk_passes.get(pass), s),
+            (SpanGroup::Local, _) => (group.name().to_string(), "-".to_string()),
+            (_, Some(r)) if r.size < cfg.cp => {
                 (ring_label(cfg.cp, r), format!("{}/{}", s.chunk, 2 * r.size))
             }
-            _ => (group(s).to_string(), s.chunk.to_string()),
+            _ => (group.name().to_string(), s.chunk.to_string()),
         };
         let _ = writeln!(
             out,
@@ -318,6 +435,20 @@ pub fn layout_table(cfg: &Config, g: &GpuLayout) -> String {
         "         rank_cu_seqlens {:?} rank_max_seqlen {} (buffer offset {})",
         g.rank_cu_seqlens, l.rank_max_seqlen, l.local_tokens
     );
+    if l.chunked_seqs > 0 {
+        let _ = writeln!(
+            out,
+            "chunked: {} sequences as {} passes, run in order after the local and sharded \
+             groups | {} tokens from buffer offset {}, at most {} per pass (ChunkSize {}, K {})",
+            l.chunked_seqs,
+            l.chunk_passes,
+            l.chunked_tokens,
+            l.local_tokens + l.sharded_tokens,
+            l.chunk_max_tokens,
+            cfg.chunking.size,
+            cfg.chunking.keep
+        );
+    }
     if g.has_subgroup_ring(cfg.cp) {
         let rings: Vec<String> = g
             .rings
@@ -440,6 +571,111 @@ mod tests {
         let g = compute(&whole, &[10], &plan, parse_gpu("0,0,1").unwrap()).unwrap();
         assert_eq!(g.rings, [ring(0, 4, 0, 1)]);
         assert!(!layout_table(&whole, &g).contains("rings:"));
+    }
+
+    #[test]
+    fn chunked_group_lists_its_passes_in_json_and_table() {
+        // Sequence 0 (600 tokens) runs as 3 chunks of 256 on CP rank 1 alone, sequence 1
+        // (1,000 tokens) as 4 chunks on the pair 2-3, sequence 2 (100) whole on rank 1.
+        let mut cfg = Config::new(1, 4, 1024, ModelShape::QWEN2_5_0_5B);
+        cfg.chunking = skrull_core::Chunking::new(256, 1);
+        let lengths = [600u32, 1000, 100];
+        let p = |cp_rank, cp_first, cp_size| skrull_core::Placement {
+            cp_rank,
+            cp_first,
+            cp_size,
+            ..skrull_core::Placement::default()
+        };
+        let placements = [p(-2, 1, 1), p(-2, 2, 2), p(1, 1, 1)];
+        let rebuilt = crate::rebuild::RebuiltPlan::new(&cfg, &lengths, &placements);
+        let plan = rebuilt.plan(&cfg, &lengths).unwrap();
+
+        let g = compute(&cfg, &lengths, &plan, parse_gpu("0,0,1").unwrap()).unwrap();
+        assert_eq!(
+            (
+                g.layout.local_seqs,
+                g.layout.chunked_seqs,
+                g.layout.chunk_passes
+            ),
+            (1, 1, 3)
+        );
+        let passes: Vec<(u32, u32, u32, u32, u32)> = g
+            .chunk_passes
+            .iter()
+            .map(|c| (c.index, c.start, c.len, c.offset, c.tokens))
+            .collect();
+        assert_eq!(
+            passes,
+            [
+                (0, 0, 256, 100, 256),
+                (1, 256, 256, 356, 256),
+                (2, 512, 88, 612, 88)
+            ]
+        );
+        assert_eq!(
+            (0..g.spans.len())
+                .map(|i| g.group_of(i))
+                .collect::<Vec<_>>(),
+            [
+                SpanGroup::Local,
+                SpanGroup::Chunked { pass: 0 },
+                SpanGroup::Chunked { pass: 1 },
+                SpanGroup::Chunked { pass: 2 }
+            ]
+        );
+        assert!((0..g.spans.len()).all(|i| g.ring_of(i).is_none()));
+        let v: serde_json::Value = serde_json::from_str(&layout_json(&cfg, &g)).unwrap();
+        assert_eq!(v["tokens"]["chunked"], 600);
+        assert_eq!(v["tokens"]["buffer"], 700);
+        assert_eq!(v["chunked"]["seqs"], 1);
+        assert_eq!(v["chunked"]["buffer_offset"], 100);
+        assert_eq!(v["chunked"]["max_pass_tokens"], 256);
+        assert_eq!(v["chunked"]["passes"][2]["len"], 88);
+        assert_eq!(v["chunked"]["passes"][2]["count"], 3);
+        assert_eq!(v["spans"][3]["group"], "chunked");
+        assert_eq!(v["spans"][3]["chunk"], -2);
+        assert_eq!(v["spans"][3]["ring"], -1);
+        assert_eq!(v["spans"][0]["group"], "local");
+        let table = layout_table(&cfg, &g);
+        for needle in [
+            "buffer 700 tokens = local 100 + sharded 0 + chunked 600 (padding 0)",
+            "| local | 2 | - | 0..100 | 0..100 | 100 | 0 |",
+            "| chunked | 0 | 0 of 3 | 100..356 | 0..256 | 256 | 0 |",
+            "| chunked | 0 | 2 of 3 | 612..700 | 512..600 | 88 | 0 |",
+            "chunked: 1 sequences as 3 passes, run in order after the local and sharded groups \
+             | 600 tokens from buffer offset 100, at most 256 per pass (ChunkSize 256, K 1)",
+        ] {
+            assert!(table.contains(needle), "{needle}\n{table}");
+        }
+
+        // Rank 3 holds zigzag pieces 1 and 2 of each of sequence 1's four chunks.
+        let g = compute(&cfg, &lengths, &plan, parse_gpu("0,0,3").unwrap()).unwrap();
+        assert_eq!((g.layout.chunked_seqs, g.layout.chunk_passes), (1, 4));
+        assert_eq!(g.spans.len(), 8);
+        assert!(
+            g.chunk_passes
+                .iter()
+                .all(|c| (c.first, c.size, c.spans) == (2, 2, 2))
+        );
+        assert_eq!(
+            g.spans.iter().map(|s| s.chunk).collect::<Vec<_>>(),
+            [1, 2, 1, 2, 1, 2, 1, 2]
+        );
+        let table = layout_table(&cfg, &g);
+        assert!(
+            table.contains("| chunked 2-3 | 1 | 0 of 4 (1/4) |"),
+            "{table}"
+        );
+        assert!(
+            table.contains("| chunked 2-3 | 1 | 3 of 4 (2/4) |"),
+            "{table}"
+        );
+        // Rank 0 runs nothing: no chunked group, and the JSON still has its (empty) object.
+        let g = compute(&cfg, &lengths, &plan, parse_gpu("0,0,0").unwrap()).unwrap();
+        assert!(g.chunk_passes.is_empty() && g.spans.is_empty());
+        assert!(!layout_table(&cfg, &g).contains("chunked:"));
+        let v: serde_json::Value = serde_json::from_str(&layout_json(&cfg, &g)).unwrap();
+        assert_eq!(v["chunked"]["passes"], serde_json::json!([]));
     }
 
     #[test]

@@ -25,7 +25,7 @@ sequences (seed 20250526), DP 4, CP 8, BucketSize 26K, Qwen2.5-0.5B.
 --layout DP,MB,CP prints instead the execution layout of one GPU (DP rank, micro-batch, CP
 rank): its token spans (local sequences whole, then its zigzag chunks of each sharded
 sequence), the FlashAttention varlen cu_seqlens and max_seqlen of both groups, position-id
-ranges and loss weights (see docs/layout.md).
+ranges and loss weights, and with chunking the chunk passes it runs (see docs/layout.md).
 
 --pad-multiple M pads every sharded sequence to a multiple of lcm(2*CP, M) (Megatron with
 sequence parallelism: M = 2*CP*TP), --pad-local pads local sequences to a multiple of M too,
@@ -78,20 +78,6 @@ pub fn run(flags: &Flags) -> Result<String, String> {
     let mut bufs = OwnedBuffers::for_batch(lengths.len(), &cfg);
     let plan = bufs.schedule(&cfg, &lengths).map_err(|e| e.to_string())?;
     if let Some(gpu) = gpu {
-        // This printer knows the local and sharded groups only: refuse rather than print a
-        // GPU without the chunked sequence it runs (the core layout's chunked group and chunk
-        // passes: `layout::fill_with_passes`, `skrull_layout_fill`).
-        let chunked = plan.placements().iter().position(|p| {
-            p.is_chunked()
-                && (p.dp_rank, p.micro_batch) == (gpu.dp_rank, gpu.micro_batch)
-                && p.group(cfg.cp).contains(gpu.cp_rank)
-        });
-        if let Some(seq) = chunked {
-            return Err(format!(
-                "--layout: sequence {seq} runs chunked on this GPU; this printer does not \
-                 show chunked groups (the C and Rust layout functions do)"
-            ));
-        }
         let g = compute(&cfg, &lengths, &plan, gpu).map_err(|e| format!("--layout: {e}"))?;
         return Ok(match format.as_str() {
             "json" => layout_json(&cfg, &g),

@@ -105,14 +105,34 @@ fn plan_writes_chunked_placements_and_evaluate_reads_them() {
             );
         }
     }
-    // No layout for a GPU that runs chunks (the core's layout has no chunk spans yet).
+    // The layout of a GPU that runs chunks lists them as passes, one per chunk, in order.
     let first = placements
         .iter()
         .find(|p| p["cp"] == -2)
         .expect("a chunked one");
     let gpu = format!("{},{},3", first["dp"], first["micro_batch"]);
-    let e = err(&[&args[..], &["--layout", &gpu]].concat());
-    assert!(e.contains("runs chunked on this GPU"), "{e}");
+    let layout = ok(&[&args[..], &["--layout", &gpu, "--format", "json"]].concat());
+    let l: serde_json::Value = serde_json::from_str(&layout).expect("layout JSON");
+    let seq = first["seq"].as_u64().expect("seq");
+    let passes: Vec<&serde_json::Value> = l["chunked"]["passes"]
+        .as_array()
+        .expect("passes")
+        .iter()
+        .filter(|p| p["seq"].as_u64() == Some(seq))
+        .collect();
+    let len = first["len"].as_u64().expect("len");
+    assert_eq!(passes.len() as u64, len.div_ceil(4096), "{layout}");
+    for (k, p) in passes.iter().enumerate() {
+        assert_eq!(p["index"].as_u64(), Some(k as u64), "{p}");
+        assert_eq!(p["start"].as_u64(), Some(4096 * k as u64), "{p}");
+        assert_eq!(
+            (p["first"].as_u64(), p["size"].as_u64()),
+            (Some(0), Some(8))
+        );
+    }
+    let text = ok(&[&args[..], &["--layout", &gpu]].concat());
+    assert!(text.contains("| chunked 0-7 | "), "{text}");
+    assert!(text.contains(" (3/16) |"), "{text}");
     // The table names the chunked sequences, their chunks and ranks.
     let table = ok(&args);
     assert!(
