@@ -43,7 +43,7 @@ from ._config import (FLOPS, POLICIES, PRESETS, SHARD_PADDINGS, VICTIMS, Config,
 from ._cost import GPUS, OVERLAPS, CostModel
 from ._errors import (ArgumentError, BatchError, ConfigError, Error, InternalError, LayoutError,
                       MeasurementError, Status)
-from ._layout import RING_DTYPE, SPAN_DTYPE, Layout, Ring
+from ._layout import CHUNK_PASS_DTYPE, RING_DTYPE, SPAN_DTYPE, Layout, Ring
 from ._plan import CP_GROUP_DTYPE, MICRO_BATCH_DTYPE, PLACEMENT_DTYPE, Plan, Summary
 from ._refit import COEFFICIENTS, Refit, RefitSettings
 from ._scheduler import MAX_SEQUENCES, Scheduler
@@ -55,6 +55,9 @@ ABI_VERSION = _ffi.ABI_VERSION
 SHARDED = _ffi.SHARDED
 #: ``cp_rank`` of a sequence run chunked (``Plan.chunked``).
 CHUNKED = _ffi.CHUNKED
+#: ``chunk`` of a span holding a whole chunk of a chunked sequence on one GPU
+#: (``Layout.chunk_passes``).
+WHOLE_CHUNK = _ffi.WHOLE_CHUNK
 #: ``Layout.micro_batch_global`` of an empty lockstep micro-batch.
 NO_MICRO_BATCH = _ffi.NO_MICRO_BATCH
 MAX_RINGS = _ffi.MAX_RINGS
@@ -106,7 +109,7 @@ del annotations, _cls  # keep dir(skrull) to the API
 
 __all__ = [
     "ABI_VERSION", "MAX_PAD_MULTIPLE", "MAX_RINGS", "MAX_SEQUENCES", "NO_MICRO_BATCH", "SHARDED",
-    "CHUNKED",
+    "CHUNKED", "CHUNK_PASS_DTYPE", "WHOLE_CHUNK",
     "FLOPS", "CP_GROUP_DTYPE", "RING_DTYPE",
     "GPUS", "OVERLAPS", "POLICIES", "PRESETS", "SHARD_PADDINGS", "VICTIMS", "MICRO_BATCH_DTYPE",
     "PLACEMENT_DTYPE", "SPAN_DTYPE", "ArgumentError", "BatchError", "Config", "ConfigError",

@@ -19,8 +19,13 @@ from ._errors import Status, from_info
 if TYPE_CHECKING:
     from ._plan import Plan
 
-#: numpy dtype of ``skrull_span``: seq, chunk (-1 = whole local sequence), offset, start, len, pad.
+#: numpy dtype of ``skrull_span``: seq, chunk (-1 = whole local sequence; in the chunked group
+#: -2 = a whole chunk on one GPU, else the zigzag piece of the chunk), offset, start, len, pad.
 SPAN_DTYPE = np.dtype(_ffi.skrull_span)
+#: numpy dtype of ``skrull_chunk_pass``: seq, index (the chunk, ``0 .. count``), count, first,
+#: size (the CP ranks that run it), start, len, padded (the chunk in its sequence), span, spans
+#: (this GPU's spans of it), offset, tokens (its buffer tokens on this GPU).
+CHUNK_PASS_DTYPE = np.dtype(_ffi.skrull_chunk_pass)
 #: numpy dtype of ``skrull_layout_ring``: first, size (its CP ranks), offset, seqs (its block of
 #: the sharded group).
 RING_DTYPE = np.dtype(_ffi.skrull_layout_ring)
@@ -78,8 +83,11 @@ class Ring:
 class Layout:
     """What one GPU (DP rank, micro-batch, CP rank) feeds its kernels (``skrull_layout``).
 
-    The GPU buffer holds the local group (``[0, local_tokens)``: whole sequences) then the
-    sharded group (``[local_tokens, tokens)``: the two zigzag chunks of every sharded sequence).
+    The GPU buffer holds the local group (``[0, local_tokens)``: whole sequences), the
+    sharded group (the two zigzag chunks of every sharded sequence, ``sharded_tokens`` from
+    ``local_tokens``), then, with chunking, the chunked group (``chunked_tokens``, up to
+    ``tokens``): the chunks of every chunked sequence whose group holds this GPU, listed pass
+    by pass in ``chunk_passes`` (``CHUNK_PASS_DTYPE``, in the order the passes run).
     Arrays: ``spans`` (``SPAN_DTYPE``), the int32 ``local_cu_seqlens`` (real lengths),
     ``local_cu_seqlens_padded`` (buffer offsets; equal unless ``pad_local``),
     ``sharded_cu_seqlens``, ``sharded_cu_seqlens_padded``, ``rank_cu_seqlens`` and
@@ -88,7 +96,8 @@ class Layout:
     Counts and maxima are the ``skrull_layout`` fields of the same name; ``token_seq``,
     ``is_real`` and ``loss_weights`` are derived from the spans. ``rings`` (``RING_DTYPE``) lists
     the CP groups the sharded group runs over: the whole group first, then sub-groups, largest
-    first; ``ring_views()`` gives each ring's slices. An empty lockstep micro-batch
+    first; ``ring_views()`` gives each ring's slices. ``chunked_seqs``, ``chunked_tokens`` and
+    ``chunk_max_tokens`` count the chunked group. An empty lockstep micro-batch
     has ``micro_batch_global == skrull.NO_MICRO_BATCH`` and no token. See docs/layout.md.
 
     Example
@@ -124,7 +133,8 @@ class Layout:
                  local_cu_seqlens: np.ndarray, sharded_cu_seqlens: np.ndarray,
                  sharded_cu_seqlens_padded: np.ndarray, rank_cu_seqlens: np.ndarray,
                  positions: np.ndarray, gather_index: np.ndarray,
-                 local_cu_seqlens_padded: np.ndarray, rings: np.ndarray) -> None:
+                 local_cu_seqlens_padded: np.ndarray, rings: np.ndarray,
+                 chunk_passes: np.ndarray | None = None) -> None:
         self.dp_rank, self.micro_batch, self.cp_rank = gpu
         for name in _COUNTS:
             setattr(self, name, int(counts.get(name, 0)))
@@ -137,6 +147,26 @@ class Layout:
         self.gather_index = gather_index
         self.local_cu_seqlens_padded = local_cu_seqlens_padded
         self.rings = rings
+        if chunk_passes is None:
+            chunk_passes = np.zeros(0, CHUNK_PASS_DTYPE)
+            chunk_passes.flags.writeable = False
+        self.chunk_passes = chunk_passes
+
+    @property
+    def chunked_seqs(self) -> int:
+        """Chunked sequences whose group holds this GPU (0 without chunking)."""
+        return int(np.unique(self.chunk_passes["seq"]).size)
+
+    @property
+    def chunked_tokens(self) -> int:
+        """Tokens of the chunked group, padding included: buffer offsets from
+        ``local_tokens + sharded_tokens`` to ``tokens``."""
+        return int(self.chunk_passes["tokens"].sum())
+
+    @property
+    def chunk_max_tokens(self) -> int:
+        """Most tokens of one chunk pass on this GPU, padding included (0 without one)."""
+        return int(self.chunk_passes["tokens"].max(initial=0))
 
     @property
     def is_empty_micro_batch(self) -> bool:
@@ -206,9 +236,11 @@ class Layout:
         return np.where(self.is_real, 1.0 / max(self.global_tokens, 1), 0.0)
 
     def __repr__(self) -> str:
+        chunked = (f" + chunked {self.chunked_tokens} ({self.chunk_passes.size} passes)"
+                   if self.chunk_passes.size else "")
         return (f"Layout(dp_rank={self.dp_rank}, micro_batch={self.micro_batch}, "
                 f"cp_rank={self.cp_rank}, tokens={self.tokens} = local {self.local_tokens} + "
-                f"sharded {self.sharded_tokens} (padding {self.pad_tokens}), "
+                f"sharded {self.sharded_tokens}{chunked} (padding {self.pad_tokens}), "
                 f"local_seqs={self.local_seqs}, sharded_seqs={self.sharded_seqs})")
 
 
@@ -217,12 +249,7 @@ def fill(plan: Plan, dp_rank: int, micro_batch: int, cp_rank: int,
     """Sizes (``skrull_layout_sizes``), allocates exactly that, and fills one GPU's layout.
     ``workspace`` is (address, bytes) of at least ``skrull_layout_sizes_max().workspace_bytes``."""
     args = (*plan._c_args, _ffi.skrull_gpu(dp_rank, micro_batch, cp_rank), *workspace)
-    cap = _ffi.skrull_layout_capacity()
-    plan._c_error.status = 0  # so that stale details are never reported
-    status = _ffi.lib.skrull_layout_sizes(*args, ctypes.byref(cap))
-    if status != Status.OK:
-        raise from_info(plan._c_error, status, f"GPU ({dp_rank}, {micro_batch}, {cp_rank})")
-    out = _Out(cap)
+    out = _Out(_sizes(plan, dp_rank, micro_batch, cp_rank, workspace))
     status = _ffi.lib.skrull_layout_fill(*args, ctypes.byref(out.buffers))
     if status != Status.OK:
         raise from_info(plan._c_error, status, f"GPU ({dp_rank}, {micro_batch}, {cp_rank})")
@@ -236,7 +263,7 @@ def fill_rank(plan: Plan, dp_rank: int, cp_rank: int, micro_batches: int,
     Buffers are sized from the plan itself (a GPU holds ``rank_tokens`` tokens and at most
     one span per local and two per sharded sequence of its micro-batch) and trimmed to the
     layout's counts afterwards."""
-    outs = [_Out(_bounds(plan, dp_rank, m, cp_rank)) for m in range(micro_batches)]
+    outs = [_Out(_bounds(plan, dp_rank, m, cp_rank, workspace)) for m in range(micro_batches)]
     gpus = (_ffi.skrull_gpu * micro_batches)(
         *[_ffi.skrull_gpu(dp_rank, m, cp_rank) for m in range(micro_batches)])
     ptrs = (ctypes.c_void_p * micro_batches)(*[ctypes.addressof(o.buffers) for o in outs])
@@ -248,16 +275,33 @@ def fill_rank(plan: Plan, dp_rank: int, cp_rank: int, micro_batches: int,
     return [o.layout((dp_rank, m, cp_rank)) for m, o in enumerate(outs)]
 
 
-def _bounds(plan: Plan, dp_rank: int, micro_batch: int,
-            cp_rank: int) -> _ffi.skrull_layout_capacity:
+def _sizes(plan: Plan, dp_rank: int, micro_batch: int, cp_rank: int,
+           workspace: tuple[int, int]) -> _ffi.skrull_layout_capacity:
+    """The exact capacities of one GPU's layout (``skrull_layout_sizes``)."""
+    cap = _ffi.skrull_layout_capacity()
+    plan._c_error.status = 0  # so that stale details are never reported
+    status = _ffi.lib.skrull_layout_sizes(
+        *plan._c_args, _ffi.skrull_gpu(dp_rank, micro_batch, cp_rank), *workspace,
+        ctypes.byref(cap))
+    if status != Status.OK:
+        raise from_info(plan._c_error, status, f"GPU ({dp_rank}, {micro_batch}, {cp_rank})")
+    return cap
+
+
+def _bounds(plan: Plan, dp_rank: int, micro_batch: int, cp_rank: int,
+            workspace: tuple[int, int]) -> _ffi.skrull_layout_capacity:
     """Capacities that hold one GPU's layout, from the plan: its tokens (``rank_tokens``,
-    padding included), one span per local and two per sharded sequence that it holds."""
+    padding included), one span per local and two per sharded sequence that it holds. A GPU
+    that runs a chunked sequence holds more than the peak ``rank_tokens`` charges (every chunk,
+    not only the ones alive at once): its capacities come from ``skrull_layout_sizes``."""
     g = plan._table_index(dp_rank, micro_batch)
     if g is None:  # an empty micro-batch (or none): no span, every cu_seqlens array {0}
         return _ffi.skrull_layout_capacity(0, 1, 1, 0, 0)
     seqs = plan.members_of(dp_rank, micro_batch)
     first, size, rank = plan.cp_first[seqs], plan.cp_size[seqs], plan.cp_rank[seqs]
     here = (first <= cp_rank) & (cp_rank < first + size)
+    if (here & (rank == _ffi.CHUNKED)).any():
+        return _sizes(plan, dp_rank, micro_batch, cp_rank, workspace)
     local = int((rank == cp_rank).sum())
     sharded = int((here & (rank == _ffi.SHARDED)).sum())
     return _ffi.skrull_layout_capacity(local + 2 * sharded, local + 1, sharded + 1,
@@ -266,7 +310,8 @@ def _bounds(plan: Plan, dp_rank: int, micro_batch: int,
 
 class _Out:
     """One allocation holding every output array of one layout (each at an 8-byte-aligned
-    offset), the ``skrull_layout_buffers`` that points into it, and the record and rings."""
+    offset), the ``skrull_layout_buffers`` that points into it, and the record, rings and
+    chunk passes (at most one per span)."""
 
     def __init__(self, cap: _ffi.skrull_layout_capacity) -> None:
         self.sizes = [(name, t, getattr(cap, c)) for name, t, c in _ARRAYS]
@@ -279,9 +324,13 @@ class _Out:
         self.rec = _ffi.skrull_layout()
         self.rings = np.zeros(_ffi.MAX_RINGS, RING_DTYPE)
         self.count = ctypes.c_uint32(0)
+        self.passes = np.zeros(max(cap.spans, 1), CHUNK_PASS_DTYPE)
+        self.pass_count = ctypes.c_uint32(0)
         fields = {"struct_size": _LAYOUT_BUFFERS_SIZE, "layout": ctypes.addressof(self.rec),
                   "rings": _ffi.address(self.rings), "rings_len": len(self.rings),
-                  "rings_count": ctypes.addressof(self.count)}
+                  "rings_count": ctypes.addressof(self.count),
+                  "chunk_passes": _ffi.address(self.passes), "chunk_passes_len": cap.spans,
+                  "chunk_passes_count": ctypes.addressof(self.pass_count)}
         for (name, _, k), o in zip(self.sizes, self.offsets):
             fields[name], fields[name + "_len"] = base + o, k
         self.buffers = _ffi.skrull_layout_buffers(**fields)
@@ -297,4 +346,6 @@ class _Out:
                                                           _ARRAYS)}
         arrays["rings"] = self.rings[:self.count.value].copy()
         arrays["rings"].flags.writeable = False
+        arrays["chunk_passes"] = self.passes[:self.pass_count.value].copy()
+        arrays["chunk_passes"].flags.writeable = False
         return Layout(gpu, {n: getattr(r, n) for n in _COUNTS}, **arrays)

@@ -425,8 +425,6 @@ class Plan:
         LayoutError
             ``NO_SUCH_GPU`` for an index out of range; ``LAYOUT_OVERFLOW`` when a buffer
             offset passes int32.
-        NotImplementedError
-            The GPU runs a chunked sequence (layouts have no chunks yet).
 
         Example
         -------
@@ -439,23 +437,10 @@ class Plan:
         r = self._check_cp(cp_rank, d)
         cached = self._rank_cache.get((d, r))
         if cached is None:
-            self._refuse_chunked_on(d, r)
             count = int(self.micro_batches_per_dp[d])
             cached = tuple(self._scheduler._fill_rank(self, d, r, count))
             self._rank_cache[(d, r)] = cached
         return list(cached)
-
-    def _refuse_chunked_on(self, dp_rank: int, cp_rank: int) -> None:
-        """``NotImplementedError`` when this GPU runs a chunked sequence: the library's
-        layout has no chunk spans yet, and laying it out as sharded would be wrong."""
-        here = (self.chunked & (self.dp_rank == dp_rank) & (self.cp_first <= cp_rank)
-                & (cp_rank < self.cp_first + self.cp_size))
-        if here.any():
-            seq = int(np.flatnonzero(here)[0])
-            raise NotImplementedError(
-                f"GPU (dp_rank={dp_rank}, cp_rank={cp_rank}) runs sequence {seq} chunked "
-                "(chunking): the Python Layout has no chunk passes yet; plan "
-                "without chunking (chunk_size=0) to lay this batch out")
 
     def to_megatron_groups(self, sample_ids: Sequence[Any] | None = None) -> list[list[list[Any]]]:
         """The plan in the shape of Megatron's ``get_groups_and_subsamples``.

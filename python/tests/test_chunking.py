@@ -1,6 +1,7 @@
 """Chunking through the Python package: ``chunk_size``/``chunk_keep``/``chunk_state_permille``
 and ``policy="chunkflow"``, chunked placements in the plan (``chunked``, ``kind``, the group),
-pickling and JSON, the two chunking statuses, and the executors that refuse chunked plans."""
+pickling and JSON, the two chunking statuses, layouts with chunk passes, and the executors
+that refuse chunked plans."""
 
 from __future__ import annotations
 
@@ -144,15 +145,106 @@ def test_balanced_chunks_with_slow_links_on_any_group():
     assert plan.tokens_per_gpu[0] == _peak(60_000, 4096, 1, 64, 1)
 
 
-def test_layouts_and_megatron_refuse_chunked_sequences():
+def _check_gpu_layouts(plan: skrull.Plan, chunk: int) -> int:
+    """Every GPU's layouts of ``plan``: the chunk passes of each chunked sequence run in order
+    over its group, every real token of the batch sits in exactly one buffer slot of its
+    group's ranks, with its true position and gather index, and the loss weights sum to 1.
+    Returns the number of chunk passes seen."""
+    cfg = plan.config
+    lengths = plan.lengths
+    seen = np.zeros(int(lengths.sum()), np.int64)
+    seq_base = np.concatenate([[0], np.cumsum(lengths.astype(np.int64))])
+    weight, passes = 0.0, 0
+    for d in range(cfg.dp):
+        order = plan.dp_sequences(d)
+        stream = dict(zip(order.tolist(), plan.dp_stream_offsets(d)[:-1].tolist()))
+        for r in range(cfg.cp):
+            for m, lay in enumerate(plan.rank_layouts(d, r)):
+                weight += float(lay.loss_weights.sum())
+                mine = np.flatnonzero(plan.chunked & (plan.dp_rank == d)
+                                      & (plan.micro_batch == m) & (plan.cp_first <= r)
+                                      & (r < plan.cp_first + plan.cp_size))
+                cp = lay.chunk_passes
+                assert sorted(set(cp["seq"].tolist())) == mine.tolist()
+                assert lay.chunked_seqs == mine.size
+                for s in mine.tolist():
+                    mine_cp = cp[cp["seq"] == s]
+                    n = -(-int(lengths[s]) // chunk)
+                    assert mine_cp["index"].tolist() == list(range(n))
+                    assert (mine_cp["count"] == n).all()
+                    assert mine_cp["start"].tolist() == [k * chunk for k in range(n)]
+                    assert int(mine_cp["len"].sum()) == lengths[s]
+                    assert (mine_cp["first"] == plan.cp_first[s]).all()
+                    assert (mine_cp["size"] == plan.cp_size[s]).all()
+                    want = 1 if plan.cp_size[s] == 1 else 2
+                    assert (mine_cp["spans"] == want).all()
+                passes += cp.size
+                # The chunked group closes the buffer, pass after pass.
+                start = lay.local_tokens + lay.sharded_tokens
+                assert lay.chunked_tokens == lay.tokens - start
+                offsets = np.concatenate([[start], start + np.cumsum(cp["tokens"])])
+                assert cp["offset"].tolist() == offsets[:-1].tolist()
+                assert lay.chunk_max_tokens == int(cp["tokens"].max(initial=0))
+                for p in cp:
+                    span = lay.spans[p["span"]:p["span"] + p["spans"]]
+                    assert int((span["len"] + span["pad"]).sum()) == p["tokens"]
+                    assert (span["seq"] == p["seq"]).all()
+                    if p["size"] == 1:
+                        assert span["chunk"].tolist() == [skrull.WHOLE_CHUNK]
+                real = np.flatnonzero(lay.is_real)
+                seqs = lay.token_seq[real]
+                pos = lay.positions[real]
+                seen[seq_base[seqs] + pos] += 1
+                want_gather = np.array([stream[int(q)] for q in seqs]) + pos
+                assert lay.gather_index[real].tolist() == want_gather.tolist()
+    assert (seen == 1).all()
+    assert weight == pytest.approx(1.0)
+    return passes
+
+
+def test_layouts_lay_out_every_chunk_pass_in_order():
+    plan = chunkflow().plan(LENGTHS)
+    assert (plan.cp_size[plan.chunked] == 4).all()  # ChunkFlow: the whole group
+    assert _check_gpu_layouts(plan, 2048) > 0
+    # balanced on slow links chunks on one GPU (whole chunks) as well as on groups.
+    cost = skrull.CostModel("h100", intra_node_bandwidth=4e8, inter_node_bandwidth=4e8)
+    rng = np.random.default_rng(24)
+    for _ in range(3):
+        lengths = np.exp(rng.uniform(np.log(50), np.log(60_000), 24)).astype(np.int64)
+        plan = skrull.Scheduler(dp=2, cp=8, bucket_tokens=26_624, policy="balanced",
+                                cost_model=cost, chunk_size=4096).plan(lengths)
+        assert (plan.cp_size[plan.chunked] == 1).any()
+        assert _check_gpu_layouts(plan, 4096) > 0
+
+
+def test_one_gpu_layout_equals_the_rank_layouts_with_chunks():
     plan = chunkflow().plan(LENGTHS)
     d, r = int(plan.dp_rank[1]), 0
-    with pytest.raises(NotImplementedError, match="chunk"):
-        plan.rank_layouts(d, r)
-    with pytest.raises(NotImplementedError, match="chunk"):
-        plan.layout(d, int(plan.micro_batch[1]), r)
+    m = int(plan.micro_batch[1])
+    lay = plan.layout(d, m, r)
+    assert lay.chunk_passes.size == -(-9000 // 2048)
+    direct = plan._scheduler._fill_layout(plan, d, m, r)
+    for name in ("spans", "positions", "gather_index", "chunk_passes", "local_cu_seqlens",
+                 "sharded_cu_seqlens"):
+        assert getattr(direct, name).tolist() == getattr(lay, name).tolist(), name
+    assert not lay.chunk_passes.flags.writeable
+    assert "chunked" in repr(lay) and "passes" in repr(lay)
+
+
+def test_megatron_groups_refuse_chunked_sequences():
+    plan = chunkflow().plan(LENGTHS)
     with pytest.raises(NotImplementedError, match="chunk"):
         plan.to_megatron_groups()
+
+
+def test_hf_gpu_buffer_refuses_a_chunked_layout():
+    pytest.importorskip("torch")
+    from skrull.hf import collate_gpu_buffer
+    plan = chunkflow().plan(LENGTHS)
+    lay = plan.layout(int(plan.dp_rank[1]), int(plan.micro_batch[1]), 0)
+    samples = {i: {"input_ids": list(range(n))} for i, n in enumerate(LENGTHS)}
+    with pytest.raises(NotImplementedError, match="skrull.hf cannot run chunked"):
+        collate_gpu_buffer(lay, samples)
 
 
 def test_skrull_torch_collate_refuses_a_chunked_plan():

@@ -35,9 +35,9 @@ CASES += [dict(policy="skrull", victim="longest"), dict(policy="skrull", flops="
 
 
 def _cli_plan(lengths: np.ndarray, dp: int, cp: int, bucket: int, opts: dict,
-              tmp_path: Path) -> dict:
+              tmp_path: Path, extra: tuple[str, ...] = ()) -> dict:
     args = [str(CLI), "plan", "--lengths", "-", "--dp", str(dp), "--cp", str(cp), "--bucket",
-            str(bucket), "--format", "json"]
+            str(bucket), "--format", "json", *extra]
     for key, value in opts.items():
         if isinstance(value, skrull.ModelShape):
             value = ("custom:" + ",".join(f"{k}={getattr(value, k)}" for k in (
@@ -109,3 +109,31 @@ def test_a_calibrated_cost_model_file_plans_as_in_the_cli(tmp_path):
                                     capture_output=True, text=True, check=True).stdout)
     _assert_same(plan, cli)
     assert plan.digest() != default.digest()  # the calibration changed the plan
+
+
+@pytest.mark.parametrize("opts", [dict(policy="chunkflow", chunk_size=1024, chunk_keep=2),
+                                  dict(policy="balanced", chunk_size=2048,
+                                       cost_model="h100-slow")])
+def test_chunked_layouts_are_the_clis(opts, tmp_path):
+    """A GPU's chunk passes and spans from Plan.layout equal skrull plan --layout's."""
+    opts = dict(opts)
+    if opts.get("cost_model") == "h100-slow":  # slow links: balanced chunks on one GPU
+        opts["cost_model"] = skrull.CostModel("h100", intra_node_bandwidth=4e8,
+                                              inter_node_bandwidth=4e8)
+    rng = np.random.default_rng(11)
+    lengths = np.exp(rng.uniform(np.log(50), np.log(40_000), 32)).astype(np.int64)
+    plan = skrull.Scheduler(2, 4, 16384, **opts).plan(lengths)
+    assert plan.summary.chunked > 0
+    gpus = {(int(plan.dp_rank[s]), int(plan.micro_batch[s]), int(plan.cp_first[s]))
+            for s in np.flatnonzero(plan.chunked)}
+    for d, m, r in sorted(gpus):
+        lay = plan.layout(d, m, r)
+        cli = _cli_plan(lengths, 2, 4, 16384, opts, tmp_path, ("--layout", f"{d},{m},{r}"))
+        assert [p["seq"] for p in cli["chunked"]["passes"]] == lay.chunk_passes["seq"].tolist()
+        for name in skrull.CHUNK_PASS_DTYPE.names:
+            assert [p[name] for p in cli["chunked"]["passes"]] == \
+                lay.chunk_passes[name].tolist(), name
+        for name in ("seq", "chunk", "offset", "start", "len", "pad"):
+            assert [sp[name] for sp in cli["spans"]] == lay.spans[name].tolist(), name
+        assert cli["tokens"]["chunked"] == lay.chunked_tokens > 0
+        assert cli["chunked"]["max_pass_tokens"] == lay.chunk_max_tokens

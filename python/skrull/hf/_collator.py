@@ -208,6 +208,8 @@ def collate_gpu_buffer(layout: Any, samples: Mapping[int, Mapping[str, Any]],
     ------
     ValueError
         A sample whose ``labels`` differ in length from its ``input_ids``.
+    NotImplementedError
+        The layout has chunk passes (a chunked sequence): this buffer has no chunk executor.
 
     Example
     -------
@@ -221,6 +223,12 @@ def collate_gpu_buffer(layout: Any, samples: Mapping[int, Mapping[str, Any]],
     >>> batch["skrull_layout"].rings                  # CP ranks 0..2, buffer rows 0..4
     ((0, 2, 0, 4),)
     """
+    passes: Any = getattr(layout, "chunk_passes", ())
+    if len(passes):
+        raise NotImplementedError(
+            f"skrull.hf cannot run chunked sequences yet (chunking, ChunkFlow's placement): "
+            f"this GPU's layout runs sequence {int(passes[0]['seq'])} as {len(passes)} chunk "
+            "pass(es); plan without chunking (chunk_size=0 and a policy other than 'chunkflow')")
     spans = layout.spans
     tokens = int(layout.tokens)
     empty = tokens == 0
