@@ -101,6 +101,12 @@ fn batches() -> Vec<(&'static str, Config, Vec<u32>)> {
     );
     // A small hand-made batch (docs/c_api.md's C example): DP 2, CP 4, BucketSize 24.
     let small = vec![1, 2, 2, 3, 4, 6, 9, 14, 30, 5];
+    // Large CP groups whose whole-group rings cross nodes (8 GPUs each), so `balanced` shards
+    // over sub-groups: ChatQA2-like batches on DP 2 x CP 64 and DP 1 x CP 256, Qwen2.5-7B.
+    let cp64 = Config::new(2, 64, 16 * 1024, ModelShape::QWEN2_5_7B);
+    let cp256 = Config::new(1, 256, 8 * 1024, ModelShape::QWEN2_5_7B);
+    let chatqa2_cp64 = table1_lengths("chatqa2", DEFAULT_SEED, 512, cp64.cp, cp64.bucket);
+    let chatqa2_cp256 = table1_lengths("chatqa2", DEFAULT_SEED, 1024, cp256.cp, cp256.bucket);
     vec![
         ("lmsys-256", paper, lmsys),
         ("chatqa2-256", paper, chatqa2),
@@ -109,6 +115,8 @@ fn batches() -> Vec<(&'static str, Config, Vec<u32>)> {
             Config::new(2, 4, 24, ModelShape::QWEN2_5_0_5B),
             small,
         ),
+        ("chatqa2-cp64", cp64, chatqa2_cp64),
+        ("chatqa2-cp256", cp256, chatqa2_cp256),
     ]
 }
 
@@ -117,6 +125,8 @@ const GOLDEN_INPUTS: &[(&str, u64)] = &[
     ("lmsys-256", 0x3c86fc9334f93f61),
     ("chatqa2-256", 0xf2c4c8de97d89a31),
     ("paper-small", 0x6e458c127af98a19),
+    ("chatqa2-cp64", 0x929c865e1f3c54cc),
+    ("chatqa2-cp256", 0xb0f2eefc466aa54a),
 ];
 
 /// Golden plan hashes, keyed by (batch, policy name).
@@ -144,6 +154,20 @@ const GOLDEN: &[(&str, &str, u64)] = &[
     ("lmsys-256", "chunkflow", 0x4a6da246eb24b3fe),
     ("chatqa2-256", "chunkflow", 0x94c785ce97f644fd),
     ("paper-small", "chunkflow", 0xf67330503f60c3dc),
+    // CP 64 and CP 256 (sub-groups for `balanced`), pinned as of 2026-12-04 before `balanced`'s
+    // group pick stopped visiting every rank for every candidate group.
+    ("chatqa2-cp64", "skrull", 0x1d734c9414bfc1a5),
+    ("chatqa2-cp64", "deepspeed", 0xf5e0d3d516e79795),
+    ("chatqa2-cp64", "packed", 0x032705e18a2a1f25),
+    ("chatqa2-cp64", "roundrobin", 0x09a1b297cc15a160),
+    ("chatqa2-cp64", "balanced", 0x2eb020839cb9a605),
+    ("chatqa2-cp64", "chunkflow", 0xa2e19099d3c3290d),
+    ("chatqa2-cp256", "skrull", 0x248bdb5b1a6e4d12),
+    ("chatqa2-cp256", "deepspeed", 0xd0c08f8f60a41a49),
+    ("chatqa2-cp256", "packed", 0x0e7dd8ad71258b90),
+    ("chatqa2-cp256", "roundrobin", 0x98871059e3b22dab),
+    ("chatqa2-cp256", "balanced", 0x83792836dc6bc8a2),
+    ("chatqa2-cp256", "chunkflow", 0xf38b969d41656ac4),
 ];
 
 /// Plans through the Rust API (checked independently) and, when the policy has a C ABI
@@ -240,4 +264,25 @@ fn every_policy_matches_its_golden_plan_hash() {
         }
     }
     assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+/// The CP 64 and CP 256 batches pin `balanced`'s sub-group choices: its plans there must
+/// shard over proper sub-groups, or their golden hashes would not cover them.
+#[test]
+#[cfg_attr(miri, ignore)]
+fn large_cp_batches_shard_over_sub_groups() {
+    for (name, cfg, lengths) in batches() {
+        if cfg.cp < 64 {
+            continue;
+        }
+        let cfg = cfg.with_policy(Policy::Balanced);
+        let mut bufs = OwnedBuffers::for_batch(lengths.len(), &cfg);
+        let plan = bufs.schedule(&cfg, &lengths).unwrap();
+        let subs = plan
+            .placements()
+            .iter()
+            .filter(|p| p.is_sharded() && p.cp_size > 1 && u32::from(p.cp_size) < cfg.cp)
+            .count();
+        assert!(subs > 0, "{name}: no sequence sharded over a sub-group");
+    }
 }

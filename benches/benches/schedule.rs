@@ -153,6 +153,16 @@ fn balanced(c: &mut Criterion) {
             bench_schedule(c, "balanced", &id, config(4, p), &lengths);
         }
     }
+    // Large CP groups on 8-GPU nodes: whole-group rings cross nodes, so `balanced` weighs
+    // every aligned sub-group for each long sequence (docs: BENCHMARKS.md, "Sub-groups at
+    // large CP").
+    for cp in [16u32, 64, 256] {
+        let lengths = table1_lengths("chatqa2", DEFAULT_SEED, 256, cp, 26 * 1024);
+        let mut cfg = config(4, Policy::Balanced);
+        cfg.cp = cp;
+        let id = format!("balanced_chatqa2_256_dp4_cp{cp}");
+        bench_schedule(c, "balanced", &id, cfg, &lengths);
+    }
 }
 
 /// The floor (radix sort + one placement per sequence) beside every policy at the issue's

@@ -1,5 +1,5 @@
 //! Runs one benchmark input many times, for profilers (callgrind, perf):
-//! `[POLICY=name|floor] [SETUP=reuse] run_case {lmsys256|chatqa256|lmsys4096|lmsys65536|dp65536|dacp64} [iterations]`.
+//! `[POLICY=name|floor] [SETUP=reuse] [CP=n] run_case {lmsys256|chatqa256|lmsys4096|lmsys65536|dp65536|dacp64} [iterations]`.
 
 use std::hint::black_box;
 
@@ -29,7 +29,22 @@ fn main() {
         .ok()
         .and_then(|p| Policy::from_name(&p))
         .unwrap_or(Policy::Skrull);
-    let cfg = config(dp, policy);
+    let mut cfg = config(dp, policy);
+    // CP=n sets the CP group size (default 8); ChatQA2 lengths are clipped to its capacity.
+    if let Some(cp) = std::env::var("CP").ok().and_then(|s| s.parse().ok()) {
+        cfg.cp = cp;
+    }
+    let lengths = if case == "chatqa256" && cfg.cp != 8 {
+        skrull_kit::batch::table1_lengths(
+            "chatqa2",
+            skrull_kit::batch::DEFAULT_SEED,
+            256,
+            cfg.cp,
+            cfg.bucket,
+        )
+    } else {
+        lengths
+    };
     if case == "dacp64" {
         let (mut order, mut out) = (vec![0u32; 64], vec![0i32; 64]);
         let setup = skrull_kit::setup_of(&cfg);

@@ -105,6 +105,11 @@ fn main() {
     let mut wide = config(4, Policy::Skrull);
     wide.cp = skrull_core::config::MAX_CP;
     schedule_case("skrull 4096 LMsys DP4 CP256", wide, lmsys(4096));
+    // balanced at CP 256: rings cross nodes, so it shards over sub-groups (its group pick keeps
+    // three per-CP-rank rows).
+    let mut wide = config(4, Policy::Balanced);
+    wide.cp = skrull_core::config::MAX_CP;
+    schedule_case("balanced 4096 LMsys DP4 CP256", wide, lmsys(4096));
     let setup = skrull_kit::setup_of(&config(1, Policy::Skrull));
     let mb = lmsys(64);
     on_thread("dacp::place 64 LMsys CP8", move || {

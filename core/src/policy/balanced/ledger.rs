@@ -115,38 +115,36 @@ impl TimeLedger<'_> {
         )
     }
 
-    /// Times of rank `r` if a sequence of `len` tokens were sharded over `group` (a
-    /// sub-group through `r`, or the whole group), ps.
-    pub(super) fn rank_time_with(
-        &self,
-        r: usize,
-        group: CpGroup,
-        len: u32,
-        share: u64,
-        attn: u64,
-    ) -> u64 {
-        let a = self.attn.get(r).copied().unwrap_or(0);
-        let t = self.tok.get(r).copied().unwrap_or(0);
-        let sa = self.sub_attn.get(r).copied().unwrap_or(0);
-        let sc = self.sub_comm.get(r).copied().unwrap_or(0);
+    /// The communication term of every rank of `group` if a sequence of `len` tokens were
+    /// sharded over it (the whole group, or a sub-group), ps: the same for each of its ranks,
+    /// so a caller computes it once per group. Each rank adds its own sub-group rings' term
+    /// in [`TimeLedger::rank_time_in`].
+    #[inline]
+    pub(super) fn group_comm(&self, group: CpGroup, len: u32) -> u64 {
         if group.size == self.im.cp() {
-            let comm = self.im.comm(&self.link, self.sh_len + u64::from(len));
-            return self.im.rank(
-                a,
-                t + self.sh_tok + share,
-                self.sh_attn + attn + sa,
-                comm + sc,
-            );
+            return self.im.comm(&self.link, self.sh_len + u64::from(len));
         }
         let at = self.ring_index(group);
         let held = self.ring_len.get(at).copied().unwrap_or(0);
         let link = self.sub_link(group);
         let grown = self.im.comm(&link, held + u64::from(len)) - self.im.comm(&link, held);
+        self.comm + grown
+    }
+
+    /// Time of rank `r` if a sequence were sharded over a group through `r` that adds `share`
+    /// tokens and `attn` attention to each of its ranks, with the group's communication term
+    /// `comm` ([`TimeLedger::group_comm`]), ps.
+    #[inline(always)]
+    pub(super) fn rank_time_in(&self, r: usize, share: u64, attn: u64, comm: u64) -> u64 {
+        let a = self.attn.get(r).copied().unwrap_or(0);
+        let t = self.tok.get(r).copied().unwrap_or(0);
+        let sa = self.sub_attn.get(r).copied().unwrap_or(0);
+        let sc = self.sub_comm.get(r).copied().unwrap_or(0);
         self.im.rank(
             a,
             t + self.sh_tok + share,
-            self.sh_attn + sa + attn,
-            self.comm + sc + grown,
+            self.sh_attn + attn + sa,
+            comm + sc,
         )
     }
 
