@@ -18,6 +18,7 @@ transformers = pytest.importorskip("transformers")
 import skrull.hf  # noqa: E402
 import skrull.megatron  # noqa: E402
 import skrull.torch  # noqa: E402
+import skrull.torch.attention  # noqa: E402
 
 
 def _with_submodules(package) -> list:
@@ -25,7 +26,8 @@ def _with_submodules(package) -> list:
                         for info in pkgutil.iter_modules(package.__path__)]
 
 
-MODULES = _with_submodules(skrull.torch) + _with_submodules(skrull.hf) + [skrull.megatron]
+MODULES = (_with_submodules(skrull.torch) + _with_submodules(skrull.torch.attention)
+           + _with_submodules(skrull.hf) + [skrull.megatron])
 
 
 @pytest.fixture
@@ -62,7 +64,7 @@ def _members(name: str, cls: type) -> list[tuple[str, object]]:
 
 def _public_callables() -> list[tuple[str, object]]:
     out: list[tuple[str, object]] = []
-    for module in (skrull.torch, skrull.hf):
+    for module in (skrull.torch, skrull.torch.attention, skrull.hf):
         for name in module.__all__:
             obj = getattr(module, name)
             qualified = f"{module.__name__}.{name}"
@@ -96,6 +98,9 @@ def test_every_listed_callable_is_collected():
                  "SkrullTrainerMixin.training_step",
                  "SkrullCollator", "skrull_attention_forward"):
         assert f"skrull.hf.{name}" in names, name
+    for name in ("CpAttention", "attention_schedule", "local_schedule", "pick_backend",
+                 "AttentionSchedule", "RingSchedule.gathered_metadata"):
+        assert f"skrull.torch.attention.{name}" in names, name
     assert "skrull.megatron.SkrullPackingScheduler.get_groups_and_subsamples" in names
 
 

@@ -140,16 +140,17 @@ def test_a_slot_stays_empty_only_when_a_rank_has_fewer_sequences_than_slots():
 # ---- attention ----------------------------------------------------------------------------
 
 def test_skrull_attention_runs_sequence_by_sequence_never_t_by_t(monkeypatch):
+    from skrull.torch.attention import _kernels
     lengths = [7, 30, 1, 12]
     samples = worker.dataset(lengths, seed=4)
     model = worker.tiny_model("qwen2", "skrull")
     areas = []
-    real_sdpa = torch.nn.functional.scaled_dot_product_attention
+    real = _kernels.BACKENDS["merge"]
 
-    def spy(q, k, v, **kw):
-        areas.append(q.shape[-2] * k.shape[-2])
-        return real_sdpa(q, k, v, **kw)
-    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", spy)
+    def spy(pairs, scale, dropout):
+        areas.extend(q.shape[0] * k.shape[0] for q, k, _ in pairs)
+        return real(pairs, scale, dropout)
+    monkeypatch.setitem(_kernels.BACKENDS, "merge", spy)
     batch = sh.SkrullCollator()(samples)
     labels = sum(n - 1 for n in lengths)
     with torch.no_grad():

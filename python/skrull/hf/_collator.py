@@ -22,6 +22,8 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import torch
 
+from ..torch.attention import attention_schedule, local_schedule
+
 IGNORE_INDEX = -100
 
 
@@ -151,6 +153,10 @@ class GpuLayout:
         Per buffer row, False on padding.
     dp_rank, micro_batch, cp_rank : int
         Which GPU and micro-batch.
+    schedule : AttentionSchedule or None
+        What the attention runs (``skrull.torch.attention.attention_schedule``, built from
+        the plan alone); None for a buffer made without its plan, which then cannot run
+        sharded sequences.
 
     Example
     -------
@@ -171,6 +177,7 @@ class GpuLayout:
     dp_rank: int
     micro_batch: int
     cp_rank: int
+    schedule: Any = None
 
     @property
     def tokens(self) -> int:
@@ -179,7 +186,7 @@ class GpuLayout:
 
 
 def collate_gpu_buffer(layout: Any, samples: Mapping[int, Mapping[str, Any]],
-                       pad_token_id: int = 0) -> dict[str, Any]:
+                       pad_token_id: int = 0, *, plan: Any = None) -> dict[str, Any]:
     """One GPU's batch for a skrull ``Layout`` (any DP rank, micro-batch, CP rank).
 
     The buffer holds the local sequences whole, then each sharded sequence's two zigzag
@@ -194,6 +201,9 @@ def collate_gpu_buffer(layout: Any, samples: Mapping[int, Mapping[str, Any]],
         mapping with ``input_ids`` and optionally ``labels``.
     pad_token_id : int, optional
         Token id of padding rows (default 0).
+    plan : Plan, optional
+        The plan the layout comes from: the attention's schedule is built from it (needed
+        when the layout has sharded sequences; ``SkrullTrainer`` passes it).
 
     Returns
     -------
@@ -207,7 +217,8 @@ def collate_gpu_buffer(layout: Any, samples: Mapping[int, Mapping[str, Any]],
     Raises
     ------
     ValueError
-        A sample whose ``labels`` differ in length from its ``input_ids``.
+        A sample whose ``labels`` differ in length from its ``input_ids``, or a sequence of
+        the layout missing from ``samples``.
     NotImplementedError
         The layout has chunk passes (a chunked sequence): this buffer has no chunk executor.
 
@@ -244,6 +255,10 @@ def collate_gpu_buffer(layout: Any, samples: Mapping[int, Mapping[str, Any]],
     cache: dict[int, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
     for seq, _chunk, offset, start, length, pad in spans.tolist():
         if seq not in cache:
+            if seq not in samples:
+                raise ValueError(f"sequence {seq} of the plan is missing from the batch: the "
+                                 f"layout of GPU ({layout.dp_rank}, {layout.micro_batch}, "
+                                 f"{layout.cp_rank}) holds it, samples has no entry {seq}")
             full_ids, full_labels = _tokens(samples[seq])
             starts = torch.cat([full_labels.new_full((1,), IGNORE_INDEX), full_labels[1:]])
             cache[seq] = (full_ids, starts, shifted(full_labels))
@@ -263,8 +278,14 @@ def collate_gpu_buffer(layout: Any, samples: Mapping[int, Mapping[str, Any]],
         base = local
     rings = tuple((r.first, r.size, base + r.start - local, base + r.stop - local)
                   for r in layout.ring_views())
-    gpu = GpuLayout(local_slots, rings, span_seq, positions, is_real, int(layout.dp_rank),
-                    int(layout.micro_batch), int(layout.cp_rank))
+    where = (int(layout.dp_rank), int(layout.micro_batch), int(layout.cp_rank))
+    if plan is not None:
+        schedule = attention_schedule(plan, *where, empty_row=True)
+    elif not rings:
+        schedule = local_schedule(local_slots, size, where)
+    else:
+        schedule = None
+    gpu = GpuLayout(local_slots, rings, span_seq, positions, is_real, *where, schedule)
     return {"input_ids": ids[None], "position_ids": positions[None], "labels": labels[None],
             "shift_labels": shift[None], "skrull_layout": gpu}
 

@@ -105,7 +105,7 @@ class _PerGpuDataset(Dataset):  # type: ignore[type-arg]
         layout = planned.plan.layout(planned.dp_rank, planned.micro_batch, self.cp_rank)
         wanted = {int(s) for s in layout.spans["seq"].tolist()}
         samples = {s: self.dataset[int(planned.batch_indices[s])] for s in wanted}
-        return [collate_gpu_buffer(layout, samples, self.pad_token_id)]
+        return [collate_gpu_buffer(layout, samples, self.pad_token_id, plan=planned.plan)]
 
 
 def _only(batch: list[Any]) -> Any:

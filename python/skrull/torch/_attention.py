@@ -1,8 +1,4 @@
-"""A reference attention over a skrull micro-batch: dense masks, any device, exact.
-
-It is the semantics a fast kernel must reproduce (varlen FlashAttention for the local group,
-ring or all-gather CP attention for the sharded group), written plainly enough to check them.
-"""
+"""``PackedAttention`` (skrull.torch's attention over a ``MicroBatch``) and ``apply_rope``."""
 
 from __future__ import annotations
 
@@ -11,7 +7,7 @@ from typing import Any, Mapping
 import torch
 
 from ._collate import MicroBatch
-from ._dist import all_gather_varlen, gather_sizes, gather_varlen_nograd
+from .attention import CpAttention, attention_schedule
 
 
 def apply_rope(x: torch.Tensor, positions: torch.Tensor, base: float = 10000.0) -> torch.Tensor:
@@ -51,62 +47,39 @@ def apply_rope(x: torch.Tensor, positions: torch.Tensor, base: float = 10000.0) 
     return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
 
 
-def _masked_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                      allowed: torch.Tensor) -> torch.Tensor:
-    """softmax(q k^T / sqrt(d)) v per head over the ``allowed`` [queries, keys] pairs; a query
-    with no allowed key (padding) gets zeros."""
-    scores = torch.einsum("qhd,khd->hqk", q, k) / q.shape[-1] ** 0.5
-    any_key = allowed.any(dim=1)
-    scores = scores.masked_fill(~allowed, float("-inf")).masked_fill(~any_key[:, None], 0.0)
-    probs = torch.softmax(scores, dim=-1) * allowed
-    return torch.einsum("hqk,khd->qhd", probs, v)
-
-
-def _causal_same_sequence(seq_q: torch.Tensor, pos_q: torch.Tensor, seq_k: torch.Tensor,
-                          pos_k: torch.Tensor) -> torch.Tensor:
-    return ((seq_q[:, None] == seq_k[None, :]) & (pos_k[None, :] <= pos_q[:, None])
-            & (seq_k[None, :] >= 0))
-
-
-class _Block:
-    """One all-gather of sharded tokens: buffer rows ``[start, stop)`` over ``group``."""
-
-    def __init__(self, mb: MicroBatch, start: int, stop: int, group: Any) -> None:
-        self.start, self.stop, self.group = start, stop, group
-        ss, sp = mb.seq_ids[start:stop], mb.position_ids[start:stop]
-        self.sizes = gather_sizes(len(ss), group) if group is not None else [len(ss)]
-        meta = gather_varlen_nograd(torch.stack([ss, sp], dim=1), self.sizes, group)
-        self.mask = _causal_same_sequence(ss, sp, meta[:, 0], meta[:, 1])
-
-    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        a, b, heads = self.start, self.stop, k.shape[1]
-        kv = all_gather_varlen(torch.cat([k[a:b], v[a:b]], dim=1), self.sizes, self.group)
-        return _masked_attention(q[a:b], kv[:, :heads], kv[:, heads:], self.mask)
-
-
 class PackedAttention:
-    """Causal attention for one micro-batch on one GPU, built once and called per layer.
+    """Causal attention for one micro-batch on one GPU, built once (no collective) and
+    called per layer: ``CpAttention`` over the micro-batch's ``attention_schedule``.
 
     Local group (``[0, local_tokens)``): each sequence attends to itself, no communication.
-    Sharded group: keys and values of sharded tokens are all-gathered (differentiably); a query
-    attends to the keys of its own sequence at earlier or equal positions, padding excluded.
-    Calling it with ``q``, ``k``, ``v`` (``[tokens, heads, head_dim]`` over this GPU's buffer)
-    returns the attention output of the same shape; a padding query gets zeros.
+    Sharded group: keys and values are exchanged per ring (an all-gather, differentiable),
+    and each query chunk of a sharded sequence attends to its sequence's keys at earlier or
+    equal positions, without a ``rows x sequence`` mask (``skrull.torch.attention``). Calling
+    it with ``q`` (``[tokens, heads, head_dim]``) and ``k``, ``v`` (``[tokens, kv heads,
+    head_dim]``) over this GPU's buffer returns the output shaped like ``q``; a padding query
+    gets zeros.
 
     Parameters
     ----------
     mb : MicroBatch
-        This GPU's micro-batch (``collate``).
+        This GPU's micro-batch (``collate``; it carries its plan).
     group : process group, optional
         The whole CP group (``cp_group``); None (default) at CP 1. Without ``ring_groups``,
-        all sharded tokens are gathered over it in one call, which every CP rank of the DP rank
-        must make for every micro-batch, empty ones included. Building the attention already
-        all-gathers the sharded tokens' sequence ids and positions over it.
+        all sharded tokens are exchanged over it in one all-gather, which every CP rank of the
+        DP rank must join for every micro-batch, empty ones included.
     ring_groups : dict, optional
         ``(first, size)`` -> process group (``cp_ring_groups``): the sharded group then runs
-        ring by ring (``MicroBatch.rings``), each gathered over its own CP group, the whole
-        group's or a sub-group's, as a production CP kernel runs one call per ring; every GPU
-        of a ring calls it, and GPUs without sharded tokens call nothing.
+        ring by ring (``MicroBatch.rings``), each exchanged over its own CP group, the whole
+        group's or a sub-group's; every GPU of a ring calls it, GPUs outside a ring do not.
+    backend : str, optional
+        The kernel (``skrull.torch.attention.BACKENDS``); default by device and dtype
+        (``"merge"`` on the CPU), ``"dense"`` for the explicit-mask oracle.
+
+    Raises
+    ------
+    ValueError
+        Sharded sequences without a process group, or a process group that does not match
+        the plan's ring (see ``CpAttention``).
 
     Example
     -------
@@ -121,22 +94,21 @@ class PackedAttention:
     """
 
     def __init__(self, mb: MicroBatch, group: Any = None,
-                 ring_groups: Mapping[tuple[int, int], Any] | None = None) -> None:
-        self.local = mb.local_tokens
-        seq, pos = mb.seq_ids, mb.position_ids
-        ls, lp = seq[:self.local], pos[:self.local]
-        self.local_mask = _causal_same_sequence(ls, lp, ls, lp)
-        if ring_groups is None:
-            self.blocks = [_Block(mb, self.local, mb.num_tokens, group)]
-        else:
-            self.blocks = [_Block(mb, r.start, r.stop, ring_groups[(r.first, r.size)])
-                           for r in mb.rings]
-            covered = sum(b.stop - b.start for b in self.blocks)
-            assert covered == mb.num_tokens - self.local, "the rings tile the sharded group"
+                 ring_groups: Mapping[tuple[int, int], Any] | None = None, *,
+                 backend: str | None = None) -> None:
+        lay = mb.layout
+        if mb.plan is None:
+            raise ValueError("this MicroBatch carries no plan (make it with skrull.torch."
+                             "collate): the attention is scheduled from the plan")
+        whole = ring_groups is None
+        schedule = attention_schedule(mb.plan, lay.dp_rank, lay.micro_batch, lay.cp_rank,
+                                      whole_group=whole)
+        if whole:
+            ring_groups = {(0, mb.plan.config.cp): group}
+        self.schedule = schedule
+        self.attention = CpAttention(schedule, ring_groups, backend=backend)
 
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        """Attention output ``[tokens, heads, head_dim]``; ``q``, ``k``, ``v``:
-        ``[tokens, heads, head_dim]`` over this GPU's buffer."""
-        n = self.local
-        local = _masked_attention(q[:n], k[:n], v[:n], self.local_mask)
-        return torch.cat([local, *(block(q, k, v) for block in self.blocks)])
+        """Attention output ``[tokens, heads, head_dim]``; ``q``: ``[tokens, heads,
+        head_dim]``, ``k``, ``v``: ``[tokens, kv heads, head_dim]`` over this GPU's buffer."""
+        return self.attention(q, k, v)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
-from typing import Any, Callable, Iterator, Mapping, Sequence, Union
+from typing import Any, Callable, Iterator, Mapping, Optional, Sequence, Union
 
 import numpy as np
 import torch
@@ -57,6 +57,9 @@ class MicroBatch:
         largest first; ``skrull.Ring``: buffer rows ``[start, stop)`` and that ring's
         ``cu_seqlens`` from 0): one CP attention call per ring, over that ring's process group
         (``cp_ring_groups``).
+    plan : Plan or None
+        The global batch's plan (``collate`` sets it): the attention builds its schedule from
+        it (``skrull.torch.attention.attention_schedule``).
 
     Example
     -------
@@ -90,6 +93,7 @@ class MicroBatch:
     rank_max_seqlen: int
     layout: Layout
     rings: list[Ring]
+    plan: Optional[Plan] = None
 
     @property
     def num_tokens(self) -> int:
@@ -294,11 +298,11 @@ def collate(plan: Plan, samples: Sequence[Sample] | Callable[[int], Sample], dp_
         labels_stream[offsets[k]:offsets[k + 1]] = labels
     total = label_tokens if label_tokens is not None else \
         default_label_tokens(plan, shifted if shifted is not None else True)
-    return [_gather(lay, ids_stream, labels_stream, ids_of, total, pad_id, ignore_index,
+    return [_gather(plan, lay, ids_stream, labels_stream, ids_of, total, pad_id, ignore_index,
                     weight_dtype) for lay in layouts]
 
 
-def _gather(lay: Layout, ids_stream: torch.Tensor, labels_stream: torch.Tensor,
+def _gather(plan: Plan, lay: Layout, ids_stream: torch.Tensor, labels_stream: torch.Tensor,
             ids_of: np.ndarray, label_tokens: int, pad_id: int, ignore_index: int,
             weight_dtype: torch.dtype) -> MicroBatch:
     """Fills the buffer with one gather through ``lay.gather_index`` (-1 = padding)."""
@@ -324,7 +328,7 @@ def _gather(lay: Layout, ids_stream: torch.Tensor, labels_stream: torch.Tensor,
         rank_cu_seqlens=i32(lay.rank_cu_seqlens), local_tokens=lay.local_tokens,
         local_max_seqlen=lay.local_max_seqlen, sharded_max_seqlen=lay.sharded_max_seqlen,
         sharded_max_seqlen_padded=lay.sharded_max_seqlen_padded,
-        rank_max_seqlen=lay.rank_max_seqlen, layout=lay, rings=lay.ring_views())
+        rank_max_seqlen=lay.rank_max_seqlen, layout=lay, rings=lay.ring_views(), plan=plan)
 
 
 @dataclass
