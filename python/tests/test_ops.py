@@ -326,3 +326,18 @@ def test_the_docstring_examples_run():
     for test in tests:
         runner.run(test)
     assert runner.failures == 0
+
+
+def test_the_python_blocks_of_docs_cpp_run_as_written():
+    from pathlib import Path
+
+    from test_docs_snippets import blocks  # python/tests is on sys.path (rootdir conftest)
+
+    doc = Path(__file__).resolve().parents[2] / "docs" / "cpp.md"
+    code = [c for lang, c, _ in blocks(doc.read_text(encoding="utf-8")) if lang == "python"]
+    assert code
+    ns: dict[str, object] = {"__name__": "__doc_snippet__"}
+    for n, block in enumerate(code):
+        exec(compile(block, f"docs/cpp.md python block {n + 1}", "exec"), ns)  # noqa: S102
+    out = ns["out"]
+    assert isinstance(out, tuple) and len(out) == 7
