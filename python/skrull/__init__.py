@@ -38,6 +38,9 @@ per-rank tensors and times them (``OnlineCalibration``);
 
 from __future__ import annotations
 
+import os as _os
+import pathlib as _pathlib
+
 from . import _ffi
 from ._config import (FLOPS, POLICIES, PRESETS, SHARD_PADDINGS, VICTIMS, Config, ModelShape)
 from ._cost import GPUS, OVERLAPS, CostModel
@@ -100,6 +103,80 @@ def library_path() -> str:
     return str(_ffi.library_path())
 
 
+def get_include() -> str:
+    """The folder holding ``skrull.h``, for C and C++ code built against the library.
+
+    The wheel ships the header in the package (``skrull/include``); from a source checkout
+    (``PYTHONPATH=python``) it is the repository's ``include/``. Use it as numpy's and
+    pybind11's are used: ``-I$(python -c "import skrull; print(skrull.get_include())")``,
+    or ``extra_include_paths=[skrull.get_include()]`` in ``torch.utils.cpp_extension``
+    (``skrull.ops`` builds that way; docs/cpp.md).
+
+    Returns
+    -------
+    str
+        An existing folder that contains ``skrull.h``.
+
+    Raises
+    ------
+    FileNotFoundError
+        Neither the package nor a source checkout holds the header.
+
+    Example
+    -------
+    >>> import os, skrull
+    >>> os.path.isfile(os.path.join(skrull.get_include(), "skrull.h"))
+    True
+    """
+    return _bundled("include", "skrull.h", [_SOURCE_ROOT / "include"])
+
+
+def get_lib() -> str:
+    """The folder holding ``libskrull.a``, the static library to link C and C++ code with.
+
+    The wheel ships it in the package (``skrull/lib``, debug info stripped); from a source
+    checkout it is cargo's ``release`` folder (``$CARGO_TARGET_DIR/release`` when that is
+    set, else ``target/release``), after ``cargo build --release -p skrull-ffi``. Link
+    ``<folder>/libskrull.a -lpthread -ldl -lm`` (docs/c_api.md).
+
+    Returns
+    -------
+    str
+        An existing folder that contains ``libskrull.a``.
+
+    Raises
+    ------
+    FileNotFoundError
+        Neither the package nor a source checkout holds the library (build it with cargo).
+
+    Example
+    -------
+    >>> import os, skrull
+    >>> os.path.isfile(os.path.join(skrull.get_lib(), "libskrull.a"))
+    True
+    """
+    target = _os.environ.get("CARGO_TARGET_DIR")
+    cargo = _pathlib.Path(target) if target else _SOURCE_ROOT / "target"
+    if not cargo.is_absolute():
+        cargo = _SOURCE_ROOT / cargo
+    return _bundled("lib", "libskrull.a", [cargo / "release"])
+
+
+_SOURCE_ROOT = _pathlib.Path(__file__).resolve().parents[2]  # a checkout: <root>/python/skrull
+
+
+def _bundled(folder: str, name: str, fallbacks: list[_pathlib.Path]) -> str:
+    """The package's ``folder`` when it holds ``name`` (an installed wheel), else the first
+    fallback folder that does (a source checkout)."""
+    for where in [_pathlib.Path(__file__).resolve().parent / folder, *fallbacks]:
+        if (where / name).is_file():
+            return str(where)
+    raise FileNotFoundError(
+        f"{name} is neither in the installed package ({folder}/) nor in a source checkout "
+        f"({', '.join(str(f) for f in fallbacks)}): install the skrull wheel, or build it "
+        "with `cargo build --release -p skrull-ffi`")
+
+
 for _cls in (ArgumentError, BatchError, Config, ConfigError, CostModel, Error, InternalError,
              Layout, LayoutError, MeasurementError, ModelShape, Plan, Refit, RefitSettings,
              Scheduler, Status, Summary):
@@ -115,5 +192,5 @@ __all__ = [
     "PLACEMENT_DTYPE", "SPAN_DTYPE", "ArgumentError", "BatchError", "Config", "ConfigError",
     "CostModel", "Error", "InternalError", "Layout", "LayoutError", "ModelShape", "Plan", "Ring",
     "Scheduler", "Status", "Summary", "library_path", "library_version", "COEFFICIENTS",
-    "MeasurementError", "Refit", "RefitSettings",
+    "MeasurementError", "Refit", "RefitSettings", "get_include", "get_lib",
 ]

@@ -1,0 +1,41 @@
+// op_check.hpp - the trainer as a C++ caller of the torch op (skrull.ops): --check-op LIB
+// loads the op's library (skrull.ops.library_path()), finds torch.ops.skrull.schedule through
+// c10::Dispatcher, and every step compares what it returns with the plan the trainer made
+// through libskrull.a, or, for a batch skrull refuses, its message with the trainer's.
+#ifndef SKRULL_LIBTORCH_OP_CHECK_HPP
+#define SKRULL_LIBTORCH_OP_CHECK_HPP
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "planning.hpp"
+
+namespace trainer {
+
+class OpCheck {
+public:
+    /// Loads the op library at `path`; nullopt and `*why` when it cannot be loaded or does not
+    /// register skrull::schedule.
+    static std::optional<OpCheck> load(const std::string &path, std::string *why);
+
+    /// Runs the op on `written` (the lengths as the caller wrote them) with `config` (the
+    /// op's configuration text) and compares every array with `planner`'s last plan; the
+    /// first difference, or nullopt when they are equal.
+    std::optional<std::string> same_plan(const Planner &planner,
+                                         const std::vector<int64_t> &written,
+                                         const std::string &config) const;
+
+    /// Runs the op on a batch the trainer's planner refused with `refusal`: the difference
+    /// between its message and "<detail> [<name>]", or nullopt when they are the same.
+    std::optional<std::string> same_refusal(const SkrullError &refusal,
+                                            const std::vector<int64_t> &written,
+                                            const std::string &config) const;
+
+private:
+    OpCheck() = default;
+};
+
+}  // namespace trainer
+
+#endif
