@@ -20,6 +20,17 @@
 #define SKRULL_SHARDED (-1)
 
 /**
+ * A prepared configuration, built in caller memory by `skrull_setup_init()` (opaque: its size
+ * and layout may change between versions; use `skrull_setup_size()`).
+ *
+ * Plain data with no pointers: it stays valid as long as its memory does, may be read by
+ * many threads at once (`skrull_schedule_prepared()` never writes to it), and is discarded
+ * by freeing that memory. Copying its bytes elsewhere is not supported (the handle is the
+ * address `skrull_setup_init()` returned).
+ */
+typedef struct skrull_setup skrull_setup;
+
+/**
  * Policy: the Skrull paper's GDS + DACP (the default, 0).
  */
 #define SKRULL_POLICY_SKRULL 0
@@ -434,17 +445,6 @@ typedef enum skrull_status skrull_status;
 typedef uint32_t skrull_status;
 #endif // __STDC_VERSION__ >= 202311L
 #endif // __cplusplus
-
-/**
- * A prepared configuration, built in caller memory by `skrull_setup_init()` (opaque: its size
- * and layout may change between versions; use `skrull_setup_size()`).
- *
- * Plain data with no pointers: it stays valid as long as its memory does, may be read by
- * many threads at once (`skrull_schedule_prepared()` never writes to it), and is discarded
- * by freeing that memory. Copying its bytes elsewhere is not supported (the handle is the
- * address `skrull_setup_init()` returned).
- */
-typedef struct skrull_setup skrull_setup;
 
 /**
  * The transformer shape FLOPs are counted for (frozen layout, 24 bytes).
@@ -2038,7 +2038,7 @@ skrull_status skrull_schedule(const struct skrull_config *config,
  *   handle (what `skrull_setup_init()` stored), not written during the call.
  * - The other arguments as for `skrull_schedule()`.
  */
-skrull_status skrull_schedule_prepared(const struct skrull_setup *setup,
+skrull_status skrull_schedule_prepared(const skrull_setup *setup,
                                        const uint32_t *lengths,
                                        size_t n,
                                        void *workspace,
@@ -2067,7 +2067,7 @@ skrull_status skrull_schedule_prepared(const struct skrull_setup *setup,
 skrull_status skrull_setup_init(const struct skrull_config *config,
                                 void *buf,
                                 size_t len,
-                                const struct skrull_setup **setup,
+                                const skrull_setup **setup,
                                 struct skrull_error_info *error);
 
 /**

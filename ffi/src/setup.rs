@@ -25,6 +25,12 @@ const MAGIC: u64 = 0x736b_7275_6c6c_2d53 ^ crate::version::SKRULL_ABI_VERSION as
 /// many threads at once (`skrull_schedule_prepared()` never writes to it), and is discarded
 /// by freeing that memory. Copying its bytes elsewhere is not supported (the handle is the
 /// address `skrull_setup_init()` returned).
+///
+/// `repr(C)` keeps `magic` at offset 0, so a handle that is not a setup is refused after
+/// reading its first 8 bytes only (regression: with Rust's field order the marker sat past a
+/// 512-byte junk handle in `tests/c/prepared.c`, and reading it crashed about 1 run in 12
+/// under AddressSanitizer).
+#[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct skrull_setup {
     magic: u64,
@@ -227,5 +233,18 @@ fn details_target(error: *mut skrull_error_info, others: &[Span]) -> *mut skrull
     match info_span(error) {
         Ok(Some(span)) if !others.iter().any(|s| s.overlaps(span)) => error,
         _ => core::ptr::null_mut(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::skrull_setup;
+
+    /// Regression: the marker must be the first 8 bytes, so a junk handle is refused after
+    /// reading only those (it sat 3 KB in under Rust's field order; `tests/c/prepared.c`'s
+    /// 512-byte junk handle then crashed the C tests about 1 run in 12).
+    #[test]
+    fn setup_marker_is_at_offset_zero() {
+        assert_eq!(core::mem::offset_of!(skrull_setup, magic), 0);
     }
 }
