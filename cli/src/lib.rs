@@ -10,6 +10,7 @@ pub mod evaluate;
 pub mod fits;
 pub mod json;
 pub mod layout_out;
+pub mod lengths_cmd;
 pub mod online;
 pub mod plan_cmd;
 pub mod profile_cmd;

@@ -4,7 +4,7 @@
 use std::process::ExitCode;
 
 use skrull_cli::args::Flags;
-use skrull_cli::{calibrate, evaluate, plan_cmd, profile_cmd, simulate};
+use skrull_cli::{calibrate, evaluate, lengths_cmd, plan_cmd, profile_cmd, simulate};
 
 const USAGE: &str = "\
 skrull <command> [flags]
@@ -15,6 +15,7 @@ commands:
   evaluate   estimate the iteration time and lower bound of a plan (JSON)
   calibrate  fit the cost model (and memory against tokens) to measured samples
   profile    print the commands that measure this machine (python -m skrull.profile)
+  lengths    print sequence lengths drawn from a dataset of `simulate`, one per line
   help       print this text
 
 `skrull <command> --help` describes a command's flags.";
@@ -52,6 +53,10 @@ fn main() -> ExitCode {
         "profile" => (
             profile_cmd::USAGE,
             profile_cmd::run as fn(&Flags) -> Result<String, String>,
+        ),
+        "lengths" => (
+            lengths_cmd::USAGE,
+            lengths_cmd::run as fn(&Flags) -> Result<String, String>,
         ),
         "help" | "--help" | "-h" => {
             println!("{USAGE}");
