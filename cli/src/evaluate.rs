@@ -435,14 +435,19 @@ pub fn report_json(cfg: &Config, subgroup_seqs: usize, ev: &Evaluation<'_>) -> S
     let mbs: Vec<Value> = ev
         .micro_batches
         .iter()
-        .filter(|m| m.sequences > 0)
-        .map(|m| {
+        .enumerate()
+        .filter(|(_, m)| m.sequences > 0)
+        .map(|(g, m)| {
+            let ranks = ev.ranks_of(g);
+            let rank_times: Vec<f64> = ranks.iter().map(|r| r.time).collect();
+            let rank_tokens: Vec<u64> = ranks.iter().map(|r| r.tokens).collect();
             serde_json::json!({
                 "dp": m.dp_rank, "index": m.index, "start_s": m.start, "time_s": m.time,
                 "sequences": m.sequences, "sharded": m.sharded, "chunked": m.chunked,
                 "chunk_recompute_s": m.chunk_recompute, "comm_s": m.comm,
                 "exposed_comm_s": m.exposed_comm, "peak_tokens": m.peak_tokens,
                 "slowest_cp_rank": m.slowest_cp_rank, "over_budget": m.over_budget,
+                "rank_times_s": rank_times, "rank_tokens": rank_tokens,
             })
         })
         .collect();
@@ -613,6 +618,22 @@ mod tests {
         // serde_json (without `float_roundtrip`) may read a printed float back one ulp off.
         let t = json["iteration_time_s"].as_f64().unwrap();
         assert!((t - direct.report.iteration_time).abs() <= 4.0 * f64::EPSILON * t);
+        // Every micro-batch lists its CP ranks' times and tokens; its time is the slowest.
+        for m in json["micro_batches"].as_array().unwrap() {
+            let times: Vec<f64> = m["rank_times_s"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_f64().unwrap())
+                .collect();
+            assert_eq!(times.len(), 16);
+            assert_eq!(m["rank_tokens"].as_array().unwrap().len(), 16);
+            let slowest = times.iter().copied().fold(0.0, f64::max);
+            let time = m["time_s"].as_f64().unwrap();
+            assert!((slowest - time).abs() <= 4.0 * f64::EPSILON * time, "{m}");
+            let at = m["slowest_cp_rank"].as_u64().unwrap() as usize;
+            assert!((times[at] - time).abs() <= 4.0 * f64::EPSILON * time, "{m}");
+        }
     }
 
     /// A chunkflow plan and a hand-made one (chunks on one GPU and on a sub-group) go through

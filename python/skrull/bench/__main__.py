@@ -1,0 +1,5 @@
+"""``python -m skrull.bench``: see ``skrull.bench``."""
+
+from . import main
+
+main()
