@@ -58,30 +58,16 @@ mod tests {
 
     #[test]
     fn lengths_are_the_simulators_draws_scaled_and_deterministic() {
-        let a = run(&flags(&[
-            "--dataset",
-            "chatqa2",
-            "--count",
-            "64",
-            "--seed",
-            "3",
-        ]))
-        .unwrap();
+        let draw = |extra: &[&str]| -> Vec<u32> {
+            let mut args = vec!["--dataset", "chatqa2", "--count", "64", "--seed", "3"];
+            args.extend_from_slice(extra);
+            let text = run(&flags(&args)).unwrap();
+            text.lines().map(|l| l.parse().unwrap()).collect()
+        };
+        let got = draw(&[]);
         let want = Dataset::by_name("chatqa2").unwrap().batch(3, 64, CONTEXT);
-        let got: Vec<u32> = a.lines().map(|l| l.parse().unwrap()).collect();
         assert_eq!(got, want);
-        let small = run(&flags(&[
-            "--dataset",
-            "chatqa2",
-            "--count",
-            "64",
-            "--seed",
-            "3",
-            "--max-len",
-            "4096",
-        ]))
-        .unwrap();
-        let scaled: Vec<u32> = small.lines().map(|l| l.parse().unwrap()).collect();
+        let scaled = draw(&["--max-len", "4096"]);
         assert!(scaled.iter().all(|&n| (1..=4096).contains(&n)));
         assert!(
             scaled

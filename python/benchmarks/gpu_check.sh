@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One prepared device check (issue 32): on a machine with NVIDIA GPUs it runs
+# One prepared device check (the bench, docs in BENCHMARKS.md "Measured steps"): with NVIDIA GPUs it runs
 #   1. the profiler's CUDA path (python -m skrull.profile --device cuda --quick),
 #   2. the CUDA attention paths, local and sharded, each checked against unpacked attention
 #      (python/benchmarks/gpu_attention_check.py),
