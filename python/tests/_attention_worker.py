@@ -103,8 +103,56 @@ def long_sequence(rank: int, out_dir: str, ring: dict) -> None:
     _result(rank, out_dir, "long_sequence", {"peak_growth_mb": grown, "rows": rows})
 
 
+def no_all_reduce(rank: int, out_dir: str, ring: dict) -> None:
+    """Forward and backward of a CP 2 ring (uneven rows, three sequences, one micro-batch) with
+    ``torch.distributed.all_reduce`` counted: the exchange's backward must not call it. Output
+    and ``q``, ``k``, ``v`` gradients of this rank's rows must equal the dense oracle's over
+    each whole sequence on one process (the same inputs and output weights on both ranks)."""
+    from skrull.torch.attention import BACKENDS
+    calls = []
+    real = dist.all_reduce
+
+    def counted(*args: object, **kwargs: object) -> object:
+        calls.append(1)
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+    lengths = [37, 300, 5]   # pairs batched (<= 128 keys) and one by one (up to 300)
+    plan = skrull.Scheduler(1, 2, 256, policy="packed").plan(lengths)
+    s = attention_schedule(plan, 0, 0, rank)
+    whole = [_qkv(n, 100 + i, heads=4, kv=2) for i, n in enumerate(lengths)]
+    g = torch.Generator().manual_seed(3)
+    weights = [torch.randn(n, 4, 8, generator=g, dtype=torch.float64) for n in lengths]
+    lay = plan.layout(0, 0, rank)
+    rows = lay.is_real.nonzero()[0].tolist()
+    at = list(zip(lay.token_seq[rows].tolist(), lay.positions[rows].tolist()))
+
+    def mine(tensors: list[torch.Tensor]) -> torch.Tensor:
+        x = torch.zeros(s.tokens, *tensors[0].shape[1:], dtype=torch.float64)
+        for r, (i, p) in zip(rows, at):
+            x[r] = tensors[i][p].detach()
+        return x
+    q, k, v = (mine([w[t] for w in whole]).requires_grad_() for t in range(3))
+    dist.all_reduce = counted  # type: ignore[assignment]
+    try:
+        out = CpAttention(s, ring)(q, k, v)
+        (out * mine(weights)).sum().backward()
+    finally:
+        dist.all_reduce = real
+    outs, grads = [], [[], [], []]
+    for (wq, wk, wv), w in zip(whole, weights):
+        (o, _), = BACKENDS["dense"]([(wq, wk, wv)], None, 0.0)
+        (o * w).sum().backward()
+        outs.append(o.detach())
+        for t, x in enumerate((wq, wk, wv)):
+            grads[t].append(x.grad)
+    err = float((out.detach() - mine(outs)).abs().max())
+    for t, x in enumerate((q, k, v)):
+        err = max(err, float((x.grad - mine(grads[t])).abs().max()))
+    _result(rank, out_dir, "no_all_reduce", {"all_reduce_calls": len(calls), "max_err": err})
+
+
 CHECKS = {"different_plan": different_plan, "wrong_group": wrong_group,
-          "idle_rank": idle_rank, "long_sequence": long_sequence}
+          "idle_rank": idle_rank, "long_sequence": long_sequence,
+          "no_all_reduce": no_all_reduce}
 
 
 def run(rank: int, check: str, rendezvous: str, out_dir: str) -> None:

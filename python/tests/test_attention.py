@@ -103,6 +103,54 @@ def test_local_slots_attend_within_themselves_padding_rows_get_zeros():
         assert torch.allclose(out[a.start:a.start + a.real], alone, rtol=0, atol=1e-13)
 
 
+@pytest.mark.parametrize("heads,kv", [(2, 2), (4, 1)])
+def test_packed_merge_batches_short_pairs_and_runs_long_ones_alone_like_the_oracle(heads, kv):
+    # Pairs of 1 to 300 keys, with and without a prefix, from the buffer and from two
+    # sources: some batched (<= BATCH_KEYS keys, several size classes), some one by one.
+    from skrull.torch.attention._merge import BATCH_KEYS, PairPlan
+    g = torch.Generator().manual_seed(11)
+    tokens, rows_a, rows_b = 40 + 3 + 200 + 7, 90, 320
+    q = torch.randn(tokens + 5, heads, 8, generator=g, dtype=torch.float64).requires_grad_()
+    k, v = (torch.randn(tokens + 5, kv, 8, generator=g, dtype=torch.float64).requires_grad_()
+            for _ in range(2))
+    srcs = [torch.randn(n, 2 * kv, 8, generator=g, dtype=torch.float64).requires_grad_()
+            for n in (rows_a, rows_b)]
+    specs = [(0, 40, -1, 0, 40), (40, 3, 0, 10, 30), (43, 200, 1, 0, 300), (243, 7, 0, 0, 7),
+             (250, 1, 1, 300, 301)]   # rows 251..255 belong to no pair: zeros
+    plan = PairPlan(specs, tokens + 5, [rows_a, rows_b])
+    assert len(plan.long) == 1 and {kmax for kmax, _, _ in plan.batches} == {16, 32, 64}
+    assert all(sp[4] - sp[3] <= BATCH_KEYS for sp in specs if sp not in plan.long)
+    w = torch.linspace(-1, 1, q.numel(), dtype=q.dtype).reshape(q.shape)
+    got = plan(0.4, q, k, v, tuple(srcs))
+    got_grads = torch.autograd.grad((got * w).sum(), (q, k, v, *srcs))
+
+    def oracle():
+        out = torch.zeros_like(q)
+        for row, rows, src, k0, k1 in specs:
+            ks, vs = (k, v) if src < 0 else (srcs[src][:, :kv], srcs[src][:, kv:])
+            (o, _), = BACKENDS["dense"]([(q[row:row + rows], ks[k0:k1], vs[k0:k1])], 0.4, 0.0)
+            out = out.index_add(0, torch.arange(row, row + rows), o)
+        return out
+    want = oracle()
+    want_grads = torch.autograd.grad((want * w).sum(), (q, k, v, *srcs))
+    assert torch.allclose(got, want, rtol=0, atol=1e-13)
+    assert not got[251:].any()
+    for a, b in zip(got_grads, want_grads):
+        assert torch.allclose(a, b, rtol=0, atol=1e-12)
+
+
+def test_the_backend_is_picked_once_not_on_every_call(monkeypatch):
+    import skrull.torch.attention._attend as attend
+    picks = []
+    real = attend.pick_backend
+    monkeypatch.setattr(attend, "pick_backend", lambda *a: picks.append(a) or real(*a))
+    attention = CpAttention(local_schedule(((0, 3),), 3))
+    q, k, v = _qkv(3, 3, 2, 1)
+    for _ in range(3):   # one call per layer
+        attention(q, k, v)
+    assert len(picks) == 1
+
+
 # ---- the schedule, from the plan alone ---------------------------------------------------------
 
 @pytest.mark.parametrize("padding", ["none", "zigzag"])
@@ -229,6 +277,14 @@ def test_gpu_without_queries_joins_the_backward(tmp_path):
     got = _spawn("idle_rank", tmp_path)
     assert [r["rows"] for r in got] == [1, 0]
     assert got[1]["grads"] == [0, 0, 0] and got[0]["grads"] == [1, 1, 1]
+
+
+def test_the_exchange_backward_hands_each_rank_its_rows_without_an_all_reduce(tmp_path):
+    # Regression: the backward all-reduced the whole exchanged K/V gradient; each rank needs
+    # its own rows' only (a reduce-scatter, on gloo an all-to-all and a sum).
+    got = _spawn("no_all_reduce", tmp_path)
+    for r in got:
+        assert r["all_reduce_calls"] == 0 and r["max_err"] < 1e-13, got
 
 
 def test_a_32k_token_sequence_at_cp2_runs_in_memory_linear_in_its_rows(tmp_path):

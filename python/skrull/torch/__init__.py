@@ -23,11 +23,12 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError("skrull.torch needs PyTorch: pip install './python[torch]' (or torch)") \
         from exc
 
-from ._attention import PackedAttention, apply_rope
 from ._calibration import OnlineCalibration
 from ._collate import (GlobalBatch, MicroBatch, SkrullLoader, collate, default_label_tokens,
                        require_lockstep)
 from ._dist import all_gather_varlen, cp_group, cp_ring_groups, gather_sizes
+from ._packed import PackedAttention
+from ._rope import apply_rope
 from ._timing import MicroBatchTimer, gather_times
 from ._tiny import TinyTransformer, packed_loss
 

@@ -127,37 +127,59 @@ def gather_sizes(n: int, group: Any) -> list[int]:
     return [int(x) for x in out]
 
 
-def _gather_padded(x: torch.Tensor, sizes: list[int], group: Any) -> torch.Tensor:
-    longest = max(sizes)
-    padded = x.new_zeros((longest, *x.shape[1:]))
-    padded[:x.shape[0]] = x
-    parts = [torch.empty_like(padded) for _ in sizes]
-    dist.all_gather(parts, padded.contiguous(), group=group)
-    return torch.cat([p[:n] for p, n in zip(parts, sizes)])
+def _sum_own_block(grad: torch.Tensor, group: Any) -> torch.Tensor:
+    """This rank's block of the sum over ``group`` of ``grad`` (``[size * block, ...]``, one
+    block per rank in group-rank order): a reduce-scatter. Each rank receives only its own
+    block's share from every peer, ``(size - 1) / size`` of the tensor, where an all-reduce
+    moves twice that. NCCL (and every backend but gloo) runs ``reduce_scatter_tensor``;
+    gloo's is slower than its all-reduce (BENCHMARKS.md, "Sharded sequences: the executor's
+    fixed cost"), so there the blocks are exchanged with ``all_to_all_single`` and summed
+    here, in rank order: the same sum, exact."""
+    size = dist.get_world_size(group)
+    block = grad.shape[0] // size
+    grad = grad.contiguous()
+    if dist.get_backend(group) != "gloo":
+        out = grad.new_empty((block, *grad.shape[1:]))
+        dist.reduce_scatter_tensor(out, grad, group=group)
+        return out
+    received = torch.empty_like(grad)
+    dist.all_to_all_single(received, grad, group=group)
+    return received.view(size, block, *grad.shape[1:]).sum(dim=0)
 
 
-class _AllGatherVarlen(torch.autograd.Function):
-    """Forward: concatenate every CP rank's rows. Backward: the gradient of this rank's rows
-    is the sum over all ranks of the gradient of the concatenation, restricted to them."""
+class GatherBlocks(torch.autograd.Function):
+    """Forward: every rank's ``x`` (``[rows, ...]``, ``rows <= block``) padded to ``block``
+    rows, concatenated in group-rank order (``[size * block, ...]``; one
+    ``all_gather_into_tensor``). Backward: the gradient of this rank's rows is the sum over
+    all ranks of the gradient at its block (``_sum_own_block``, a reduce-scatter)."""
 
     @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, sizes: list[int], group: Any) -> torch.Tensor:
-        rank = dist.get_rank(group)
-        ctx.group, ctx.start, ctx.stop = group, sum(sizes[:rank]), sum(sizes[:rank + 1])
-        return _gather_padded(x, sizes, group)
+    def forward(ctx: Any, x: torch.Tensor, block: int, group: Any) -> torch.Tensor:
+        ctx.group, ctx.rows = group, x.shape[0]
+        padded = x if x.shape[0] == block else torch.cat(
+            [x, x.new_zeros((block - x.shape[0], *x.shape[1:]))])
+        out = x.new_empty((dist.get_world_size(group) * block, *x.shape[1:]))
+        dist.all_gather_into_tensor(out, padded.contiguous(), group=group)
+        return out
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:
-        grad = grad.contiguous().clone()
-        dist.all_reduce(grad, group=ctx.group)
-        return grad[ctx.start:ctx.stop], None, None
+        return _sum_own_block(grad, ctx.group)[:ctx.rows], None, None
+
+
+def block_rows(sizes: list[int]) -> torch.Tensor:
+    """Rows of the ``GatherBlocks`` output that hold real rows (``sizes[r]`` of rank ``r``'s
+    block of ``max(sizes)``), in order: an int64 index."""
+    block = max(sizes)
+    return torch.cat([torch.arange(r * block, r * block + n) for r, n in enumerate(sizes)])
 
 
 def all_gather_varlen(x: torch.Tensor, sizes: list[int], group: Any) -> torch.Tensor:
     """Concatenation over the CP group of every rank's ``x`` (``sizes[r]`` rows on rank r),
     differentiable: the gradient of a rank's rows is the sum over all ranks of the gradient
-    of the concatenation at those rows. (``torch.distributed.nn.functional.all_gather`` is no
-    substitute here: with torch 2.15 on gloo its backward fails on a CP subgroup, "Global rank
+    of the concatenation at those rows, which the backward hands each rank alone (a
+    reduce-scatter, not an all-reduce of the whole concatenation; ``GatherBlocks``).
+    (``torch.distributed.nn.functional.all_gather`` is no substitute here: with torch 2.15 on gloo its backward fails on a CP subgroup, "Global rank
     0 is not part of group".)
 
     Parameters
@@ -190,12 +212,7 @@ def all_gather_varlen(x: torch.Tensor, sizes: list[int], group: Any) -> torch.Te
     """
     if group is None or dist.get_world_size(group) == 1:
         return x
-    out: torch.Tensor = _AllGatherVarlen.apply(x, sizes, group)
-    return out
-
-
-def gather_varlen_nograd(x: torch.Tensor, sizes: list[int], group: Any) -> torch.Tensor:
-    """As ``all_gather_varlen``, for tensors without gradients (ids, positions)."""
-    if group is None or dist.get_world_size(group) == 1:
-        return x
-    return _gather_padded(x.to(collective_device(group)), sizes, group).to(x.device)
+    out: torch.Tensor = GatherBlocks.apply(x, max(sizes), group)
+    if len(set(sizes)) == 1:
+        return out
+    return out.index_select(0, block_rows(sizes).to(out.device))

@@ -8,8 +8,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ._attention import PackedAttention, apply_rope
 from ._collate import MicroBatch
+from ._packed import PackedAttention
+from ._rope import apply_rope
 
 Attention = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 

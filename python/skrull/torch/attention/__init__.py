@@ -14,6 +14,10 @@
   ``"flash"`` (flash-attn varlen on CUDA), ``"sdpa"`` (torch's fused CUDA kernels with a
   lower-right causal bias) and ``"dense"`` (the explicit-mask oracle); chosen once by device
   and dtype, overridden by ``backend=`` or ``$SKRULL_ATTENTION_BACKEND``.
+
+The package knows plans and schedules, not the front ends' batches: its adapters are
+``skrull.torch.PackedAttention`` (over a ``skrull.torch.MicroBatch``, ``torch/_packed.py``)
+and ``skrull.hf.SkrullAttention`` (over transformers' tensors, ``hf/_attention.py``).
 """
 
 from ._attend import CpAttention

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+import numpy as np
 import torch
 
 from ._exchange import check_group, exchange
-from ._kernels import BACKENDS, Pair, pick_backend
+from ._kernels import BACKENDS, MERGE_DROPOUT, Pair, pick_backend
+from ._merge import PairPlan, PairSpec
 from ._schedule import AttentionSchedule
 
 
@@ -77,14 +79,53 @@ class CpAttention:
                 check_group(ring, group, schedule.cp_rank)
             self.groups.append(group)
         self._verified = not verify
-        self._keys: dict[tuple[torch.device, int, int], torch.Tensor] = {}
+        self._backend: dict[tuple[torch.device, torch.dtype], str] = {}
+        # Per ring: the sequences this GPU attends (index into ring.sequences); the pairs of
+        # every call, local first, then ring by ring over the rings' position-ordered keys
+        # (the ring's source: ``sources[i]`` is the i-th ring with pairs).
+        self._wanted: list[list[int]] = []
+        specs: list[PairSpec] = [(a.start, a.real, -1, a.start, a.start + a.real)
+                                 for a in schedule.local if a.real]
+        source_rows: list[int] = []
+        for ring in schedule.rings:
+            wanted, at = [], 0
+            for j, seq in enumerate(ring.sequences):
+                chunks = [c for c in seq.chunks if c.rows]
+                if not chunks:
+                    continue
+                wanted.append(j)
+                specs += [(c.row, c.rows, len(source_rows), at, at + c.position + c.rows)
+                          for c in chunks]
+                at += seq.length
+            self._wanted.append(wanted)
+            if wanted:
+                source_rows.append(at)
+        self._specs = specs
+        self._pairs: PairPlan | None = None
+        self._source_rows = source_rows
+        self._order: dict[tuple[torch.device, int, int], torch.Tensor] = {}
 
-    def _keys_on(self, device: torch.device, ring: int, seq: int) -> torch.Tensor:
-        key = (device, ring, seq)
-        if key not in self._keys:
-            keys = self.schedule.rings[ring].sequences[seq].keys
-            self._keys[key] = torch.from_numpy(keys).to(device)
-        return self._keys[key]
+    def _order_on(self, device: torch.device, ring: int, block: int) -> torch.Tensor:
+        """The exchanged rows (in ``exchange``'s blocks of ``block`` rows) of every position
+        of the ring's attended sequences, sequence after sequence: one index per ring."""
+        key = (device, ring, block)
+        if key not in self._order:
+            r = self.schedule.rings[ring]
+            base = np.concatenate([[0], np.cumsum(r.member_rows)])
+            keys = [r.sequences[j].keys for j in self._wanted[ring]]
+            flat = np.concatenate(keys) if keys else np.zeros(0, np.int64)
+            member = np.searchsorted(base, flat, side="right") - 1
+            self._order[key] = torch.from_numpy(member * block + flat - base[member]).to(device)
+        return self._order[key]
+
+    def _pick(self, q: torch.Tensor) -> str:
+        """The backend: the ``backend`` argument, else picked once per device and dtype."""
+        if self.backend is not None:
+            return self.backend
+        key = (q.device, q.dtype)
+        if key not in self._backend:
+            self._backend[key] = pick_backend(q.device, q.dtype)
+        return self._backend[key]
 
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                  scale: float | None = None, dropout: float = 0.0) -> torch.Tensor:
@@ -99,41 +140,53 @@ class CpAttention:
         if q.shape[1] % k.shape[1]:
             raise ValueError(f"{q.shape[1]} query heads are not a multiple of {k.shape[1]} "
                              "key/value heads")
-        name = self.backend or pick_backend(q.device, q.dtype)
-        real = [(a.start, a.start + a.real) for a in s.local if a.real]
-        pairs: list[Pair] = [(q[a:b], k[a:b], v[a:b]) for a, b in real]
-        rows = [a for a, _ in real]
-        heads = k.shape[1]
+        name = self._pick(q)
+        sources: list[torch.Tensor] = []
         fingerprint = None if self._verified else s.fingerprint
         unused = []
         for i, (ring, group) in enumerate(zip(s.rings, self.groups)):
-            kv = exchange(k, v, ring, group, fingerprint)
-            if ring.size > 1 and not any(c.rows for q_ in ring.sequences for c in q_.chunks):
+            kv, block = exchange(k, v, ring, group, fingerprint)
+            if self._wanted[i]:
+                sources.append(kv.index_select(0, self._order_on(kv.device, i, block)))
+            elif ring.size > 1:
                 unused.append(kv)
-            for j, seq in enumerate(ring.sequences):
-                if not any(c.rows for c in seq.chunks):
-                    continue
-                ordered = kv.index_select(0, self._keys_on(kv.device, i, j))
-                ks, vs = ordered[:, :heads], ordered[:, heads:]
-                for c in seq.chunks:
-                    if c.rows:
-                        end = c.position + c.rows
-                        pairs.append((q[c.row:c.row + c.rows], ks[:end], vs[:end]))
-                        rows.append(c.row)
         self._verified = True
-        results = BACKENDS[name](pairs, scale, dropout)
-        out = _assemble(q, rows, [o for o, _ in results], s.tokens)
-        if not pairs:
+        specs = self._specs
+        if name == "merge":
+            if dropout > 0:
+                raise NotImplementedError(MERGE_DROPOUT)
+            if self._pairs is None:
+                self._pairs = PairPlan(specs, s.tokens, self._source_rows)
+            out = self._pairs(scale, q, k, v, tuple(sources))
+        else:
+            out = self._by_pairs(name, specs, sources, q, k, v, scale, dropout)
+        if not specs:
             # No query on this GPU (padding or no rows): the output is zeros, still a function
             # of q, k and v so that their weights get (zero) gradients as in unpacked training.
             out = out + (q.reshape(-1)[:0].sum() + k.reshape(-1)[:0].sum()
                          + v.reshape(-1)[:0].sum()).to(out.dtype)
         for kv in unused:
             # This GPU holds no query of the ring, but its backward must still join the
-            # exchange's all-reduce that its peers run: tie the exchanged rows to the output
-            # by an exact zero (regression: test_gpu_without_queries_joins_the_backward).
+            # exchange's reduce-scatter that its peers run: tie the exchanged rows to the
+            # output by an exact zero (regression: test_gpu_without_queries_joins_the_backward).
             out = out + kv.reshape(-1)[:0].sum().to(out.dtype)
         return out
+
+    @staticmethod
+    def _by_pairs(name: str, specs: list[PairSpec], sources: list[torch.Tensor],
+                  q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float | None,
+                  dropout: float) -> torch.Tensor:
+        """A backend of ``BACKENDS`` over the pairs as views, outputs assembled by row."""
+        kvh = k.shape[1]
+        pairs: list[Pair] = []
+        for row, rows, src, k0, k1 in specs:
+            if src < 0:
+                pairs.append((q[row:row + rows], k[k0:k1], v[k0:k1]))
+            else:
+                kv = sources[src][k0:k1]
+                pairs.append((q[row:row + rows], kv[:, :kvh], kv[:, kvh:]))
+        results = BACKENDS[name](pairs, scale, dropout)
+        return _assemble(q, [sp[0] for sp in specs], [o for o, _ in results], q.shape[0])
 
 
 def _assemble(q: torch.Tensor, rows: list[int], outs: list[torch.Tensor],

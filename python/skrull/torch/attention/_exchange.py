@@ -5,8 +5,9 @@ member of the ring sends its block of rows, keys and values stacked along the he
 receives every member's block, in CP-rank order. Per GPU and layer it holds the ring's
 exchanged rows once (``sum(member_rows) x 2 x kv heads x dim``), and the attention then holds
 each sequence's keys and values in position order once more: memory linear in the ring's
-tokens. The backward sums every member's gradient of the exchanged rows (an all-reduce) and
-keeps this GPU's block.
+tokens. The backward sums every member's gradient of this GPU's rows and hands it to this GPU
+alone (a reduce-scatter, ``skrull.torch._dist.GatherBlocks``), not the whole exchanged
+gradient to every member.
 
 On the first exchange of a schedule every member appends a tag row holding the schedule's
 fingerprint mixed with the ring's shape (plan digest, DP rank, micro-batch, the ring's CP
@@ -23,7 +24,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from .._dist import all_gather_varlen
+from .._dist import GatherBlocks
 from ._schedule import RingSchedule, ring_fingerprint
 
 
@@ -59,32 +60,33 @@ def _read_tag(rows: torch.Tensor) -> int:
 
 
 def exchange(k: torch.Tensor, v: torch.Tensor, ring: RingSchedule, group: Any,
-             fingerprint: int | None) -> torch.Tensor:
-    """Every member's keys and values of ``ring``: ``[exchanged_rows, 2 * kv heads, dim]``
-    (keys in the first ``kv heads``), differentiable.
+             fingerprint: int | None) -> tuple[torch.Tensor, int]:
+    """Every member's keys and values of ``ring``, differentiable: ``(gathered, block)``,
+    ``gathered`` ``[size * block, 2 * kv heads, dim]`` (keys in the first ``kv heads``), member
+    ``j``'s rows from ``j * block`` (each block padded to ``block`` rows).
 
     ``k``, ``v``: ``[tokens, kv heads, dim]`` over this GPU's buffer. With ``fingerprint``,
-    the members' tags are compared (``ValueError`` naming the first member that differs).
+    the members' tags are compared (``ValueError`` naming the first member that differs). The
+    backward hands this GPU only its own rows' gradient (``GatherBlocks``: a
+    reduce-scatter).
     """
     mine = torch.cat([k[ring.start:ring.stop], v[ring.start:ring.stop]], dim=1)
     if ring.size == 1:
-        return mine
+        return mine, mine.shape[0]
     if fingerprint is None:
-        return all_gather_varlen(mine.contiguous(), list(ring.member_rows), group)
+        block = max(ring.member_rows)
+        return GatherBlocks.apply(mine, block, group), block
     fingerprint = ring_fingerprint(fingerprint, ring)
     tag = _tag(fingerprint, mine)
     t = tag.shape[0]
-    sizes = [n + t for n in ring.member_rows]
-    gathered = all_gather_varlen(torch.cat([mine, tag]).contiguous(), sizes, group)
-    ends = np.cumsum(sizes)
-    for j, end in enumerate(ends.tolist()):
-        got = _read_tag(gathered[end - t:end])
+    block = max(ring.member_rows) + t
+    gathered = GatherBlocks.apply(torch.cat([mine, tag]), block, group)
+    for j, n in enumerate(ring.member_rows):
+        got = _read_tag(gathered[j * block + n:j * block + n + t])
         if got != fingerprint:
             raise ValueError(
                 f"K/V from a different plan: CP rank {ring.first + j} of the ring of CP ranks "
                 f"{ring.first}..{ring.first + ring.size} exchanged rows for schedule "
                 f"{got:#018x}, this GPU for {fingerprint:#018x} (every rank must plan the "
                 "same batch and run the same micro-batch)")
-    keep = torch.cat([torch.arange(end - t - n, end - t, device=gathered.device)
-                      for n, end in zip(ring.member_rows, ends.tolist())])
-    return gathered.index_select(0, keep)
+    return gathered, block

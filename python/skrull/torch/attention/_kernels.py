@@ -63,12 +63,15 @@ def dense(pairs: Sequence[Pair], scale: float | None, dropout: float) -> list[Re
     return out
 
 
+#: Why ``"merge"`` refuses attention dropout.
+MERGE_DROPOUT = ("skrull attention backend 'merge' runs without attention dropout; train with "
+                 "attention_dropout=0 or choose backend 'dense' (quadratic memory)")
+
+
 def merge(pairs: Sequence[Pair], scale: float | None, dropout: float) -> list[Result]:
     """The CPU kernel: mask-free flash calls merged by log-sum-exp (``_merge``)."""
     if dropout > 0:
-        raise NotImplementedError(
-            "skrull attention backend 'merge' runs without attention dropout; train with "
-            "attention_dropout=0 or choose backend 'dense' (quadratic memory)")
+        raise NotImplementedError(MERGE_DROPOUT)
     return [chunk_attention(q, k, v, scale) for q, k, v in pairs]
 
 
