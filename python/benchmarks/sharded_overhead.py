@@ -143,9 +143,16 @@ def compare(args: argparse.Namespace) -> dict:
         for name, where in versions.items():
             path, library = where.split(":", 1)
             env = dict(os.environ, PYTHONPATH=path, SKRULL_LIBRARY=library)
-            out = subprocess.run([sys.executable, __file__, *own, "--format", "json"], env=env,
-                                 check=True, capture_output=True, text=True).stdout
-            runs[name].append(json.loads(out))
+            for attempt in range(3):  # a run may time out on a loaded machine: start it again
+                got = subprocess.run([sys.executable, __file__, *own, "--format", "json"],
+                                     env=env, capture_output=True, text=True)
+                if got.returncode == 0:
+                    break
+                print(f"{name}: run failed, attempt {attempt + 1}:\n{got.stderr[-2000:]}",
+                      file=sys.stderr)
+            else:
+                raise SystemExit(f"{name}: three runs failed")
+            runs[name].append(json.loads(got.stdout))
     return {name: {c: {"median": statistics.median(r[c] for r in rs),
                        "low": min(r[c] for r in rs), "high": max(r[c] for r in rs)}
                    for c in COSTS} for name, rs in runs.items()}

@@ -31,8 +31,7 @@ import skrull.torch as st
 
 BUCKET = 16
 VOCAB = 29
-# Every policy whose plans the executor runs: `chunkflow` chunks, which it refuses
-# (test_chunking.py checks the refusal).
+# Every policy but `chunkflow`, which `chunk_runs` checks with chunking settings of its own.
 POLICIES = [p for p in skrull.POLICIES if p != "chunkflow"]
 PADDINGS = ["none", "zigzag"]
 
@@ -91,6 +90,48 @@ def subgroup_cost_model(cp: int) -> skrull.CostModel:
     return m
 
 
+def chunk_cost_model(bandwidth: float) -> skrull.CostModel:
+    """The 0.5B H100 preset 100x slower on the GPU, with links of ``bandwidth`` bytes/s: slow
+    enough that ``balanced`` chunks sequences on one GPU beside local and sharded ones."""
+    m = skrull.CostModel("h100", "qwen2.5-0.5b")
+    for rate in ("peak_flops", "hbm_bandwidth"):
+        setattr(m, rate, getattr(m, rate) / 100)
+    m.intra_node_bandwidth = m.inter_node_bandwidth = bandwidth
+    return m
+
+
+#: Batches ``balanced`` plans chunked beside local and sharded sequences at DP 2 x CP 2,
+#: BucketSize 16, ChunkSize 8 (found by search): (lengths, link bandwidth).
+BALANCED_CHUNKED = [([9, 8, 3, 21, 1, 6, 19, 15, 7, 17, 32, 32, 4], 2e5),
+                    ([26, 19, 8, 29, 2, 17, 20], 5e3)]
+
+
+def chunk_runs(cp: int) -> list[tuple[list[int], dict]]:
+    """The chunked runs of one layout: (lengths, Scheduler keywords). ``chunkflow`` over the
+    whole group (one GPU at CP 1) with chunks of 1, 3, 4 and 8 tokens (last chunks shorter),
+    K = 1 (most chunks recomputed) and K = 64 (none), both shard paddings; at CP 2,
+    ``balanced`` chunking on one GPU beside local and sharded sequences."""
+    bucket = 16 if cp > 1 else 32
+    longest = bucket * cp
+    mixed = [n for n in [1, 3, 5, 30, 12, 7, 2, 20, 9, 16, 4, 25] if n <= longest]
+    out: list[tuple[list[int], dict]] = []
+    # K = 64 keeps every chunk: a larger budget holds them.
+    for size, keep, lengths, more in [(1, 1, [5, 2, 1], 0), (4, 1, mixed, 0),
+                                      (4, 64, mixed, 8), (3, 2, [11, 2, longest], 0),
+                                      (8, 1, [longest, 9, 17, 3], 0)]:
+        for padding in PADDINGS:
+            out.append((lengths, dict(bucket_tokens=bucket + more, policy="chunkflow",
+                                      chunk_size=size, chunk_keep=keep,
+                                      shard_padding=padding)))
+    if cp == 2:
+        for lengths, bandwidth in BALANCED_CHUNKED:
+            for keep in (1, 2):
+                out.append((lengths, dict(bucket_tokens=16, policy="balanced", chunk_size=8,
+                                          chunk_keep=keep, shard_padding="zigzag",
+                                          cost_model=chunk_cost_model(bandwidth))))
+    return out
+
+
 def _samples(lengths: list[int], seed: int) -> list[dict[str, torch.Tensor]]:
     g = torch.Generator().manual_seed(seed)
     return [{"input_ids": torch.randint(0, VOCAB, (n,), generator=g),
@@ -140,8 +181,17 @@ def _one_run(sched: skrull.Scheduler, lengths: list[int], samples: list, ref: tu
     logits_err, loss = 0.0, torch.zeros((), dtype=torch.float64)
     for mb in mbs:
         assert torch.equal(mb.loss_weights, torch.from_numpy(mb.layout.loss_weights))
-        logits = model.forward_packed(mb, ring_groups=rings)
-        step_loss = st.packed_loss(logits, mb)
+        if plan.summary.chunked:
+            # Chunk passes: the logits of every pass (all kept), then the loss as ChunkFlow's
+            # schedule trains it (the first count - K passes recomputed in the backward). Every
+            # GPU of the plan does both, so that ring peers run the same exchanges.
+            with torch.no_grad():
+                logits = model.forward_packed(mb, ring_groups=rings)
+            step_loss = model.loss_packed(mb, ring_groups=rings)
+            _chunk_features(plan, mb, features)
+        else:
+            logits = model.forward_packed(mb, ring_groups=rings)
+            step_loss = st.packed_loss(logits, mb)
         step_loss.backward()
         loss += step_loss.detach()
         real = mb.seq_ids >= 0
@@ -183,11 +233,70 @@ def _one_run(sched: skrull.Scheduler, lengths: list[int], samples: list, ref: tu
     return {"logits": float(errs[0]), "grads": float(errs[1]), "loss": float(loss)}
 
 
+def _chunk_features(plan: skrull.Plan, mb: st.MicroBatch, features: dict) -> None:
+    """What the chunked runs must meet (counted on the CP rank that runs each pass)."""
+    c = plan.config
+    for p in mb.layout.chunk_passes:
+        if p["index"] != 0 or mb.layout.cp_rank != p["first"]:
+            continue
+        seq = int(p["seq"])
+        n = int(p["count"])
+        features["chunk_one_gpu" if p["size"] == 1 else "chunk_group"] += 1
+        features["chunks_recomputed"] += n > c.chunk_keep
+        features["chunks_all_kept"] += n <= c.chunk_keep
+        features["chunks_of_one_token"] += c.chunk_size == 1
+        features["last_chunk_shorter"] += plan.lengths[seq] % c.chunk_size != 0
+        lay = mb.layout
+        features["chunked_beside_local_and_sharded"] += bool(
+            plan.layout(lay.dp_rank, lay.micro_batch, 0).local_seqs
+            + plan.layout(lay.dp_rank, lay.micro_batch, plan.config.cp - 1).local_seqs
+            and (plan.kind[(plan.dp_rank == lay.dp_rank)
+                           & (plan.micro_batch == lay.micro_batch)] == "sharded").any())
+
+
+CHUNK_FEATURES = ["chunk_one_gpu", "chunk_group", "chunks_recomputed", "chunks_all_kept",
+                  "chunks_of_one_token", "last_chunk_shorter",
+                  "chunked_beside_local_and_sharded"]
+
 FEATURES = ["sharded_shorter_than_2N", "local_and_sharded_together",
             "zero_token_gpu_in_real_micro_batch", "empty_lockstep_micro_batches",
             "dp_rank_without_sequences", "padded_local_sequences",
             "sharded_padding_under_pad_multiple", "gathered_tokens", "subgroup_sharded_sequences",
             "subgroup_rings", "whole_and_subgroup_rings_together"]
+
+
+def run_chunked(rank: int, dp: int, cp: int, rendezvous: str, out_dir: str) -> None:
+    """Entry point of one rank for the chunked runs (``chunk_runs``)."""
+    t0 = time.perf_counter()
+    torch.set_num_threads(1)
+    torch.set_default_dtype(torch.float64)
+    dist.init_process_group("gloo", init_method=rendezvous, rank=rank, world_size=dp * cp)
+    rings = st.cp_ring_groups(dp, cp) if cp > 1 else {}
+    dp_rank, cp_rank = divmod(rank, cp)
+    features = dict.fromkeys(FEATURES + CHUNK_FEATURES, 0)
+    worst = {"logits": 0.0, "grads": 0.0, "loss": 0.0}
+    todo = chunk_runs(cp)
+    for k, (lengths, kwargs) in enumerate(todo):
+        samples = _samples(lengths, seed=100 + k)
+        ref_model = _model()
+        ref = _reference(ref_model, samples)
+        with torch.no_grad():
+            ref_loss = float(sum(torch.nn.functional.cross_entropy(
+                ref_model.forward_sequence(s["input_ids"]), s["labels"], reduction="sum")
+                for s in samples) / sum(lengths))
+        sched = skrull.Scheduler(dp, cp, lockstep=True, **kwargs)
+        got = _one_run(sched, lengths, samples, ref, dp_rank, cp_rank, rings, features)
+        got["loss"] = abs(got["loss"] - ref_loss) / ref_loss
+        for key in worst:
+            worst[key] = max(worst[key], got[key])
+    totals = torch.tensor(list(features.values()), dtype=torch.int64)
+    dist.all_reduce(totals)
+    if rank == 0:
+        with open(os.path.join(out_dir, "result.json"), "w") as f:
+            json.dump({"runs": len(todo), "max_rel_err": worst,
+                       "features": dict(zip(features, totals.tolist())),
+                       "seconds": time.perf_counter() - t0}, f)
+    dist.destroy_process_group()
 
 
 def run(rank: int, dp: int, cp: int, rendezvous: str, out_dir: str) -> None:

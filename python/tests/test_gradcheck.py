@@ -60,6 +60,29 @@ def test_packed_training_step_equals_the_unpacked_reference(dp, cp, tmp_path):
         assert f["subgroup_rings"] == 0
 
 
+@pytest.mark.parametrize("dp,cp", [(2, 1), (2, 2)], ids=lambda v: str(v))
+def test_chunked_training_step_equals_the_unpacked_reference(dp, cp, tmp_path):
+    # ChunkFlow's schedule in the executor: chunks on one GPU and on a group of 2, n <= K and
+    # n > K, chunks of one token, last chunks shorter, chunked beside local and sharded
+    # sequences in one micro-batch (``balanced`` on slow links, CP 2), at DP 2 and DP 2 x CP 2.
+    t0 = time.perf_counter()
+    tmp.start_processes(worker.run_chunked, args=(dp, cp, f"file://{tmp_path}/rendezvous",
+                                                  str(tmp_path)), nprocs=dp * cp,
+                        start_method="forkserver")
+    result = json.loads((tmp_path / "result.json").read_text())
+    e = result["max_rel_err"]
+    print(f"\nDP {dp} x CP {cp} chunked: {result['runs']} runs in "
+          f"{time.perf_counter() - t0:.1f} s; max relative error logits {e['logits']:.1e}, "
+          f"gradients {e['grads']:.1e}, loss {e['loss']:.1e}; {result['features']}")
+    assert result["runs"] == len(worker.chunk_runs(cp))
+    assert e["logits"] < TOLERANCE and e["grads"] < TOLERANCE and e["loss"] < TOLERANCE
+    f = result["features"]
+    assert f["chunks_recomputed"] and f["chunks_all_kept"] and f["chunks_of_one_token"]
+    assert f["last_chunk_shorter"] and f["chunk_one_gpu"]
+    if cp > 1:
+        assert f["chunk_group"] and f["chunked_beside_local_and_sharded"]
+
+
 def test_every_batch_meets_every_pad_variant_and_policy():
     for cp in (2, 4):
         runs = worker.runs(cp)

@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from .._layout import Layout, Ring
-from .._plan import Plan, refuse_chunked
+from .._plan import Plan
 from .._scheduler import Scheduler
 
 #: A sample: a 1-D tensor of token ids (labels = the next token), or a mapping with
@@ -254,9 +254,6 @@ def collate(plan: Plan, samples: Sequence[Sample] | Callable[[int], Sample], dp_
         the same length.
     LayoutError
         ``NO_SUCH_GPU`` for a rank out of range (``Plan.rank_layouts``).
-    NotImplementedError
-        The plan runs a sequence chunked (``Plan.chunked``): these executors cannot run
-        chunks yet. Raised on every rank, so no rank starts a step the others refuse.
 
     Example
     -------
@@ -275,7 +272,6 @@ def collate(plan: Plan, samples: Sequence[Sample] | Callable[[int], Sample], dp_
     require_lockstep(plan)
     get = samples if callable(samples) else samples.__getitem__
     ids_of = np.arange(len(plan.lengths)) if sample_ids is None else np.asarray(sample_ids)
-    refuse_chunked(plan, "skrull.torch.collate")
     layouts = plan.rank_layouts(dp_rank, cp_rank)
     stream_seqs = plan.dp_sequences(dp_rank).tolist()
     offsets = plan.dp_stream_offsets(dp_rank).tolist()

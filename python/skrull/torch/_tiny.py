@@ -100,7 +100,73 @@ class TinyTransformer(nn.Module):
         >>> TinyTransformer(vocab=64).forward_packed(mb).shape
         torch.Size([8, 64])
         """
-        return self._run(mb.input_ids, mb.position_ids, PackedAttention(mb, group, ring_groups))
+        attention = PackedAttention(mb, group, ring_groups)
+        if not attention.schedule.passes:
+            return self._run(mb.input_ids, mb.position_ids, attention)
+        return attention.outputs(self.forward_part)
+
+    def forward_part(self, part: MicroBatch, attention: Attention) -> torch.Tensor:
+        """Logits ``[rows, vocab]`` of one pass's rows (``part``, see ``PackedAttention.loss``)
+        with that pass's attention.
+
+        Parameters
+        ----------
+        part : MicroBatch
+            The pass's rows (``skrull.torch._packed.rows_of``).
+        attention : callable
+            ``attention(q, k, v)`` over them.
+
+        Returns
+        -------
+        torch.Tensor
+            ``[rows, vocab]`` logits.
+
+        Example
+        -------
+        >>> import torch, skrull
+        >>> from skrull.torch import PackedAttention, TinyTransformer, collate
+        >>> plan = skrull.Scheduler(dp=1, cp=1, bucket_tokens=64, lockstep=True).plan([5, 3])
+        >>> mb = collate(plan, [torch.arange(5), torch.arange(3)], dp_rank=0, cp_rank=0)[0]
+        >>> TinyTransformer(vocab=64).forward_part(mb, PackedAttention(mb)).shape
+        torch.Size([8, 64])
+        """
+        return self._run(part.input_ids, part.position_ids, attention)
+
+    def loss_packed(self, mb: MicroBatch, group: Any = None,
+                    ring_groups: Any = None) -> torch.Tensor:
+        """``packed_loss`` of this GPU's micro-batch, pass by pass: with chunked sequences
+        (chunking on) their chunks run as ChunkFlow's schedule does, the first ``count - K``
+        recomputed in the backward pass, so memory follows the chunk size
+        (``PackedAttention.loss``); otherwise ``packed_loss(forward_packed(mb), mb)``.
+
+        Parameters
+        ----------
+        mb : MicroBatch
+            This GPU's micro-batch (``collate``).
+        group, ring_groups : optional
+            As ``forward_packed``.
+
+        Returns
+        -------
+        torch.Tensor
+            The scalar loss; call ``backward()`` once.
+
+        Example
+        -------
+        >>> import torch, skrull
+        >>> from skrull.torch import TinyTransformer, collate, packed_loss
+        >>> _ = torch.manual_seed(0)
+        >>> model = TinyTransformer().double()
+        >>> plan = skrull.Scheduler(dp=1, cp=1, bucket_tokens=16, policy="chunkflow",
+        ...                         chunk_size=4, lockstep=True).plan([10])
+        >>> seqs = [torch.randint(64, (10,))]
+        >>> mb = collate(plan, seqs, 0, 0, weight_dtype=torch.float64)[0]   # 3 chunk passes
+        >>> whole = packed_loss(model.forward_sequence(seqs[0]), mb)
+        >>> torch.allclose(model.loss_packed(mb), whole)
+        True
+        """
+        attention = PackedAttention(mb, group, ring_groups)
+        return attention.loss(lambda part, att: packed_loss(self.forward_part(part, att), part))
 
     def forward_sequence(self, ids: torch.Tensor) -> torch.Tensor:
         """Logits ``[len, vocab]`` of one whole sequence at positions ``0 .. len``.

@@ -9,6 +9,9 @@
   query chunk of a sharded sequence at true positions ``[p0, p1)`` attends to keys
   ``[0, p1)`` causally aligned at the bottom right, after one all-gather of the ring's keys
   and values (``_exchange``).
+- ``ChunkedSequence`` / ``MicroBatchPasses`` (chunking on): a chunked sequence's passes with
+  their K/V state, and everything a GPU runs for one micro-batch as one loss, the first
+  ``count - K`` passes of each chunked sequence recomputed in the backward pass.
 - ``BACKENDS`` / ``pick_backend``: the kernels behind one interface (pairs in, output and
   log-sum-exp out): ``"merge"`` (CPU: mask-free flash calls merged by log-sum-exp),
   ``"flash"`` (flash-attn varlen on CUDA), ``"sdpa"`` (torch's fused CUDA kernels with a
@@ -21,10 +24,13 @@ and ``skrull.hf.SkrullAttention`` (over transformers' tensors, ``hf/_attention.p
 """
 
 from ._attend import CpAttention
+from ._chunks import ChunkAttention, ChunkedSequence
 from ._kernels import BACKEND_ENV, BACKENDS, pick_backend
-from ._schedule import (AttentionSchedule, LocalSlot, QueryChunk, RingSchedule, RingSequence,
-                        attention_schedule, local_schedule)
+from ._passes import MicroBatchPasses
+from ._schedule import (AttentionSchedule, ChunkPassSchedule, LocalSlot, QueryChunk,
+                        RingSchedule, RingSequence, attention_schedule, local_schedule)
 
-__all__ = ["BACKENDS", "BACKEND_ENV", "AttentionSchedule", "CpAttention", "LocalSlot",
-           "QueryChunk", "RingSchedule", "RingSequence", "attention_schedule",
-           "local_schedule", "pick_backend"]
+__all__ = ["BACKENDS", "BACKEND_ENV", "AttentionSchedule", "ChunkAttention",
+           "ChunkPassSchedule", "ChunkedSequence", "CpAttention", "LocalSlot",
+           "MicroBatchPasses", "QueryChunk", "RingSchedule", "RingSequence",
+           "attention_schedule", "local_schedule", "pick_backend"]

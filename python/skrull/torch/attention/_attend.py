@@ -7,7 +7,7 @@ from typing import Any, Mapping
 import numpy as np
 import torch
 
-from ._exchange import check_group, exchange
+from ._exchange import check_group, exchange, padded_rows
 from ._kernels import BACKENDS, MERGE_DROPOUT, Pair, pick_backend
 from ._merge import PairPlan, PairSpec
 from ._schedule import AttentionSchedule
@@ -111,11 +111,10 @@ class CpAttention:
         key = (device, ring, block)
         if key not in self._order:
             r = self.schedule.rings[ring]
-            base = np.concatenate([[0], np.cumsum(r.member_rows)])
             keys = [r.sequences[j].keys for j in self._wanted[ring]]
             flat = np.concatenate(keys) if keys else np.zeros(0, np.int64)
-            member = np.searchsorted(base, flat, side="right") - 1
-            self._order[key] = torch.from_numpy(member * block + flat - base[member]).to(device)
+            self._order[key] = torch.from_numpy(padded_rows(flat, r.member_rows,
+                                                            block)).to(device)
         return self._order[key]
 
     def _pick(self, q: torch.Tensor) -> str:

@@ -59,6 +59,15 @@ def _read_tag(rows: torch.Tensor) -> int:
     return int.from_bytes(raw, "little", signed=True)
 
 
+def padded_rows(keys: np.ndarray, member_rows: tuple[int, ...], block: int) -> np.ndarray:
+    """``keys`` (rows of the members' blocks concatenated) as rows of ``exchange``'s output,
+    where member ``j``'s block starts at ``j * block``."""
+    base = np.concatenate([[0], np.cumsum(member_rows)])
+    member = np.searchsorted(base, keys, side="right") - 1
+    out: np.ndarray = member * block + keys - base[member]
+    return out
+
+
 def exchange(k: torch.Tensor, v: torch.Tensor, ring: RingSchedule, group: Any,
              fingerprint: int | None) -> tuple[torch.Tensor, int]:
     """Every member's keys and values of ``ring``, differentiable: ``(gathered, block)``,
@@ -71,6 +80,13 @@ def exchange(k: torch.Tensor, v: torch.Tensor, ring: RingSchedule, group: Any,
     reduce-scatter).
     """
     mine = torch.cat([k[ring.start:ring.stop], v[ring.start:ring.stop]], dim=1)
+    return exchange_rows(mine, ring, group, fingerprint)
+
+
+def exchange_rows(mine: torch.Tensor, ring: RingSchedule, group: Any,
+                  fingerprint: int | None) -> tuple[torch.Tensor, int]:
+    """As ``exchange``, for this GPU's rows already stacked (``[member_rows[me], 2 * kv heads,
+    dim]``): a chunk pass sends its rows of every chunk up to its own."""
     if ring.size == 1:
         return mine, mine.shape[0]
     if fingerprint is None:

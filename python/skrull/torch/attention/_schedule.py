@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..._layout import Layout
-from ..._plan import Plan, refuse_chunked
+from ..._plan import Plan
 
 
 @dataclass(frozen=True)
@@ -169,6 +169,67 @@ class RingSchedule:
 
 
 @dataclass(frozen=True)
+class ChunkPassSchedule:
+    """One pass of a chunked sequence on this GPU: chunk ``index`` of ``count``, run over the
+    group of CP ranks ``first .. first + size`` after the rest of the micro-batch, attending
+    to the K/V state of the chunks before it and to itself.
+
+    ``offset``, ``tokens``: this GPU's rows of the chunk in the micro-batch buffer (its zigzag
+    pieces on a group, the whole chunk on one GPU; ``tokens`` may be 0). ``ring`` is the pass's
+    K/V exchange: member ``j`` sends its rows of chunks ``0 .. index`` (each chunk's rows of
+    the member, padding included, in chunk order: ``member_rows[j]`` in all), and its one
+    ``RingSequence`` is the prefix up to the chunk's end, ``keys[p]`` the exchanged row of
+    position ``p``, ``chunks`` this GPU's query pieces (rows from the pass's first row).
+    ``state_rows``: this GPU's rows of each chunk ``0 .. index``. ``recompute``: whether the
+    pass is one of the first ``count - K`` (``chunk_keep``), whose activations are dropped
+    after its forward and recomputed in the backward pass.
+
+    Parameters
+    ----------
+    seq, index, count : int
+        The sequence, the chunk and the sequence's chunk count.
+    first, size : int
+        The group's CP ranks.
+    start, length : int
+        The chunk's first position and tokens.
+    offset, tokens : int
+        This GPU's rows of the chunk in the micro-batch buffer.
+    ring : RingSchedule
+        The pass's exchange (one sequence: the prefix ``[0, start + length)``).
+    state_rows : tuple of int
+        This GPU's rows of chunks ``0 .. index``.
+    recompute : bool
+        Whether its activations are recomputed in the backward pass.
+
+    Example
+    -------
+    >>> import skrull
+    >>> from skrull.torch.attention import attention_schedule
+    >>> plan = skrull.Scheduler(dp=1, cp=1, bucket_tokens=16, policy="chunkflow",
+    ...                         chunk_size=4).plan([10])
+    >>> p = attention_schedule(plan, 0, 0, 0).passes[2]     # chunk 2 of 3: positions 8, 9
+    >>> (p.index, p.count, p.start, p.length, p.offset, p.tokens, p.state_rows, p.recompute)
+    (2, 3, 8, 2, 8, 2, (4, 4, 2), False)
+    >>> prefix = p.ring.sequences[0]                        # attends to positions 0 .. 9
+    >>> prefix.length, [(c.row, c.rows, c.position) for c in prefix.chunks]
+    (10, [(0, 2, 8)])
+    """
+
+    seq: int
+    index: int
+    count: int
+    first: int
+    size: int
+    start: int
+    length: int
+    offset: int
+    tokens: int
+    ring: RingSchedule
+    state_rows: tuple[int, ...]
+    recompute: bool
+
+
+@dataclass(frozen=True)
 class AttentionSchedule:
     """What one GPU runs for one micro-batch: its local slots and its K/V exchanges.
 
@@ -177,8 +238,10 @@ class AttentionSchedule:
     same on every CP rank of that micro-batch); ring peers compare it, mixed with the ring's
     own shape (``ring_fingerprint``), on their first exchange, so K/V from another plan or
     micro-batch is refused.
-    ``tokens`` is the buffer's row count (``Layout.tokens``, or 1 for the one padding row
-    that ``skrull.hf`` gives a GPU without tokens).
+    ``tokens`` is the row count of the buffer's local and sharded groups, which one
+    ``CpAttention`` runs (``Layout.tokens`` without chunks, or 1 for the one padding row that
+    ``skrull.hf`` gives a GPU without such tokens); ``passes`` are the chunk passes of the
+    chunked group that follows them (``ChunkPassSchedule``), in the order they run.
 
     Parameters
     ----------
@@ -192,6 +255,8 @@ class AttentionSchedule:
         The K/V exchanges, in the order every member runs them.
     fingerprint : int
         Names the plan, the DP rank and the micro-batch.
+    passes : tuple of ChunkPassSchedule, optional
+        The chunk passes (chunking on), after the local and sharded groups.
 
     Example
     -------
@@ -213,6 +278,13 @@ class AttentionSchedule:
     local: tuple[LocalSlot, ...]
     rings: tuple[RingSchedule, ...]
     fingerprint: int
+    passes: tuple[ChunkPassSchedule, ...] = ()
+
+    @property
+    def main_needed(self) -> bool:
+        """Whether the local and sharded groups run (a pass of their own, before the chunk
+        passes): they hold a row, a ring, or there is no chunk pass at all."""
+        return bool(self.tokens or self.rings or not self.passes)
 
 
 def attention_schedule(plan: Plan, dp_rank: int, micro_batch: int, cp_rank: int, *,
@@ -231,8 +303,9 @@ def attention_schedule(plan: Plan, dp_rank: int, micro_batch: int, cp_rank: int,
         sharded row over the whole CP group, which every CP rank then joins for every
         micro-batch.
     empty_row : bool, optional
-        True when a GPU without tokens runs one padding row (``skrull.hf``'s buffers):
-        that row becomes a local slot and the rings start after it.
+        True when a GPU without local or sharded tokens runs one padding row in front of its
+        buffer (``skrull.hf``'s buffers): that row becomes a local slot and the rings and
+        chunk passes start after it.
 
     Returns
     -------
@@ -242,11 +315,9 @@ def attention_schedule(plan: Plan, dp_rank: int, micro_batch: int, cp_rank: int,
     Raises
     ------
     ValueError
-        A ring whose members' rows do not hold every position of a sequence exactly once, a
-        chunk that reaches past its sequence's end, or ring members that list different
-        sequences.
-    NotImplementedError
-        The GPU runs chunked sequences (no chunk executor).
+        A ring (or a chunk pass's group) whose members' rows do not hold every position of a
+        sequence exactly once, a chunk that reaches past its sequence's end, or ring members
+        that list different sequences.
 
     Example
     -------
@@ -259,8 +330,8 @@ def attention_schedule(plan: Plan, dp_rank: int, micro_batch: int, cp_rank: int,
     """
     builder = _Builder(plan, dp_rank, micro_batch)
     mine = builder.layout(cp_rank)
-    refuse_chunked(plan, "skrull attention")
-    shift = 1 if empty_row and mine.tokens == 0 else 0
+    main = mine.local_tokens + mine.sharded_tokens
+    shift = 1 if empty_row and main == 0 else 0
     if shift:
         local: tuple[LocalSlot, ...] = (LocalSlot(0, 1, 0),)
     else:
@@ -272,18 +343,20 @@ def attention_schedule(plan: Plan, dp_rank: int, micro_batch: int, cp_rank: int,
     else:
         rings = tuple(builder.ring(cp_rank, first, size, shift)
                       for first, size, _, _ in mine.rings.tolist())
-    tokens = mine.tokens + shift
     h = hashlib.blake2b(plan.digest().encode(), digest_size=8)
     h.update(np.asarray([dp_rank, micro_batch, int(whole_group)], np.int64).tobytes())
-    return AttentionSchedule(dp_rank, micro_batch, cp_rank, tokens, local, rings,
-                             int.from_bytes(h.digest(), "little", signed=True))
+    return AttentionSchedule(dp_rank, micro_batch, cp_rank, main + shift, local, rings,
+                             int.from_bytes(h.digest(), "little", signed=True),
+                             builder.passes(cp_rank, shift))
 
 
-def ring_fingerprint(fingerprint: int, ring: RingSchedule) -> int:
-    """``fingerprint`` mixed with ``ring``'s CP ranks and rows per member: what every member
-    of the ring tags its first exchange with."""
+def ring_fingerprint(fingerprint: int, ring: RingSchedule, extra: tuple[int, ...] = ()) -> int:
+    """``fingerprint`` mixed with ``ring``'s CP ranks and rows per member (and ``extra``: a
+    chunk pass's sequence and chunk): what every member of the ring tags its first exchange
+    with."""
     h = hashlib.blake2b(int(fingerprint).to_bytes(8, "little", signed=True), digest_size=8)
-    h.update(np.asarray([ring.first, ring.size, *ring.member_rows], np.int64).tobytes())
+    h.update(np.asarray([ring.first, ring.size, *ring.member_rows, *extra],
+                        np.int64).tobytes())
     return int.from_bytes(h.digest(), "little", signed=True)
 
 
@@ -373,6 +446,57 @@ class _Builder:
         me = cp_rank - first
         return RingSchedule(first, size, starts[me], starts[me] + rows[me], starts,
                             tuple(rows), tuple(sequences))
+
+    def passes(self, cp_rank: int, shift: int) -> tuple[ChunkPassSchedule, ...]:
+        """This GPU's chunk passes, each with the exchange of its group: every member's rows
+        of the chunks up to it (from the members' own layouts)."""
+        out = []
+        mine = self.layout(cp_rank)
+        for p in mine.chunk_passes.tolist():
+            seq, index, count, first, size, start, length = p[:7]
+            span, spans, offset, tokens = p[8:12]
+            ends = start + length
+            members = [_member_passes(self.layout(r), seq) for r in range(first, first + size)]
+            for j, passes in enumerate(members):
+                if passes["index"].tolist() != list(range(count)):
+                    raise ValueError(f"sequence {seq}: CP rank {first + j} lists chunks "
+                                     f"{passes['index'].tolist()} of its {count}")
+            rows = [int(m["tokens"][:index + 1].sum()) for m in members]
+            base = np.concatenate([[0], np.cumsum(rows)]).astype(np.int64)
+            keys = np.full(ends, -1, np.int64)
+            for j, passes in enumerate(members):
+                lay = self.layout(first + j)
+                at = base[j]
+                for q in passes[:index + 1].tolist():
+                    for _s, _c, off, pos, n, _pad in lay.spans[q[8]:q[8] + q[9]].tolist():
+                        if n and pos + n > ends:
+                            raise ValueError(
+                                f"sequence {seq}: CP rank {first + j} holds positions "
+                                f"{pos}..{pos + n} in chunk {q[1]}, past the chunk's end "
+                                f"{ends}")
+                        if (keys[pos:pos + n] >= 0).any():
+                            raise ValueError(f"sequence {seq}: positions {pos}..{pos + n} are "
+                                             f"held twice in the group of chunk {index}")
+                        keys[pos:pos + n] = at + off - q[10] + np.arange(n)
+                    at += q[11]
+            if (keys < 0).any():
+                missing = int(np.flatnonzero(keys < 0)[0])
+                raise ValueError(f"sequence {seq}: position {missing} is held by no CP rank of "
+                                 f"the group of chunk {index} (CP ranks {first}.."
+                                 f"{first + size})")
+            chunks = tuple(QueryChunk(off - offset, n, pos, pad) for _s, _c, off, pos, n, pad
+                           in mine.spans[span:span + spans].tolist() if n + pad > 0)
+            ring = RingSchedule(first, size, 0, tokens, (0,) * size, tuple(rows),
+                                (RingSequence(seq, ends, keys, chunks),))
+            state = tuple(int(t) for t in _member_passes(mine, seq)["tokens"][:index + 1])
+            out.append(ChunkPassSchedule(seq, index, count, first, size, start, length,
+                                         offset + shift, tokens, ring, state,
+                                         index < count - self.plan.config.chunk_keep))
+        return tuple(out)
+
+
+def _member_passes(lay: Layout, seq: int) -> np.ndarray:
+    return lay.chunk_passes[lay.chunk_passes["seq"] == seq]
 
 
 def local_schedule(slots: tuple[tuple[int, int], ...], tokens: int,
