@@ -10,6 +10,12 @@ the weights are compared with an unpacked single-process run on the same global 
 
     pip install './python[hf]'
     python python/examples/hf_sft.py --dp 2 --cp 2 --policy balanced --lengths lengths.txt
+    python python/examples/hf_sft.py --dp 2 --cp 2 --policy chunkflow --chunk-size 64
+
+With chunking (``--policy chunkflow``, or ``--chunk-size`` with ``balanced``) sequences longer
+than ChunkSize may run chunk by chunk, each chunk attending to the K/V state of the ones before
+it and the first ``count - K`` recomputed in the backward pass (``--chunk-keep`` K); each step
+also prints how many it chunked.
 
 ``--lengths FILE`` holds one sequence length per line (token ids are synthetic); without it,
 48 random lengths are drawn. The last line reads
@@ -37,7 +43,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--dp", type=int, default=2)
     p.add_argument("--cp", type=int, default=2)
     p.add_argument("--policy", default="balanced",
-                   choices=["balanced", "skrull", "packed", "deepspeed", "roundrobin"])
+                   choices=["balanced", "skrull", "packed", "deepspeed", "roundrobin",
+                            "chunkflow"])
+    p.add_argument("--chunk-size", type=int, default=0,
+                   help="ChunkSize: chunking on (balanced may chunk, chunkflow chunks every "
+                        "longer sequence); default 0: off (chunkflow: its default size)")
+    p.add_argument("--chunk-keep", type=int, default=1,
+                   help="K: chunks that keep their activations; the others are recomputed")
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--global-batch", type=int, default=16, help="sequences per step")
     p.add_argument("--bucket", type=int, default=128, help="tokens per GPU and micro-batch")
@@ -89,12 +101,23 @@ def step_batches(n: int, batch: int, steps: int, seed: int) -> list[list[int]]:
     return out[:steps]
 
 
+def scheduler_kwargs(opts: argparse.Namespace) -> dict[str, Any]:
+    """The Scheduler's settings besides DP, CP and BucketSize: the policy, zigzag padding and,
+    with ``--chunk-size`` or ``chunkflow``, chunking."""
+    kwargs: dict[str, Any] = {"policy": opts.policy, "shard_padding": "zigzag"}
+    if opts.chunk_size or opts.policy == "chunkflow":
+        kwargs["chunk_keep"] = opts.chunk_keep
+    if opts.chunk_size:
+        kwargs["chunk_size"] = opts.chunk_size
+    return kwargs
+
+
 def plan_steps(opts: argparse.Namespace, lengths: list[int]) -> tuple[int, list[Any]]:
     """Every step's plan and the micro-batch count they need (gradient_accumulation_steps)."""
     import skrull  # not skrull.hf: this process never imports transformers
     batches = [[lengths[i] for i in idx]
                for idx in step_batches(len(lengths), opts.global_batch, opts.steps, opts.seed)]
-    kwargs = {"policy": opts.policy, "shard_padding": "zigzag"}
+    kwargs = scheduler_kwargs(opts)
     lockstep = skrull.Scheduler(opts.dp, opts.cp, opts.bucket, lockstep=True, **kwargs)
     grad_accum = max(lockstep.plan(b).num_micro_batches for b in batches)
     fixed = skrull.Scheduler(opts.dp, opts.cp, opts.bucket, micro_batches=grad_accum, **kwargs)
@@ -154,7 +177,9 @@ def rank_main(rank: int, world: int, port: int, opts: argparse.Namespace, length
         def on_train_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
             self.bar.close()
 
-    attention = "skrull" if opts.cp > 1 else "sdpa"
+    # CP buffers and chunk passes need skrull's attention (zigzag shards, the K/V state).
+    chunking = "chunk_keep" in scheduler_kwargs(opts)
+    attention = "skrull" if opts.cp > 1 or chunking else "sdpa"
     model = build_model(attention)
     args = TrainingArguments(
         output_dir=os.path.join(os.environ.get("TMPDIR", "/tmp"), "skrull-hf-sft"),
@@ -167,7 +192,7 @@ def rank_main(rank: int, world: int, port: int, opts: argparse.Namespace, length
         ddp_find_unused_parameters=False)
     data = samples(lengths)
     cfg = SkrullConfig(bucket_tokens=opts.bucket, cp=opts.cp, global_batch_size=opts.global_batch,
-                       exact=True, scheduler={"policy": opts.policy, "shard_padding": "zigzag"})
+                       exact=True, scheduler=scheduler_kwargs(opts))
     trainer = Trainer(model=model, args=args, train_dataset=data, skrull=cfg,
                       callbacks=[Progress()])
     trainer.train()
@@ -189,9 +214,13 @@ def main(argv: list[str] | None = None) -> None:
     t0 = time.perf_counter()
     grad_accum, plans = plan_steps(opts, lengths)
     summaries = [f"{p.summary.micro_batches} micro-batches ({grad_accum} per DP rank), "
-                 f"sharded {p.summary.sharded} of {p.summary.sequences}" for p in plans]
+                 f"sharded {p.summary.sharded} of {p.summary.sequences}"
+                 + (f", chunked {p.summary.chunked}" if p.summary.chunked else "")
+                 for p in plans]
+    chunks = (f", ChunkSize {plans[0].config.chunk_size} K {opts.chunk_keep}"
+              if plans[0].config.chunking else "")
     print(f"{len(lengths)} sequences ({sum(lengths)} tokens), DP {opts.dp} x CP {opts.cp}, "
-          f"policy {opts.policy}, BucketSize {opts.bucket}, {opts.global_batch} per step, "
+          f"policy {opts.policy}{chunks}, BucketSize {opts.bucket}, {opts.global_batch} per step, "
           f"gradient_accumulation_steps {grad_accum}, {opts.optim} lr {opts.lr}", flush=True)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

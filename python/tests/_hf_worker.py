@@ -190,7 +190,8 @@ def job_cp(spec: dict, out_dir: str) -> dict[str, Any]:
         for name, run in case["runs"].items():
             cfg = SkrullConfig(bucket_tokens=case["bucket"], cp=case["cp"],
                                global_batch_size=case["batch"],
-                               scheduler=scheduler_kwargs(run["policy"], case["cp"]),
+                               scheduler=scheduler_kwargs(run["policy"], case["cp"],
+                                                          run.get("chunking")),
                                exact=True)
             out[(layout, name)] = run_skrull_trainer(case["kind"], "skrull", data,
                                                      case["steps"], run["grad_accum"], cfg,
@@ -199,11 +200,18 @@ def job_cp(spec: dict, out_dir: str) -> dict[str, Any]:
     return out
 
 
-def scheduler_kwargs(policy: str, cp: int) -> dict[str, Any]:
+def scheduler_kwargs(policy: str, cp: int, chunking: dict | None = None) -> dict[str, Any]:
     """Scheduler arguments of the CP runs: zigzag padding; ``balanced`` at CP 4 and more plans
-    with ``subgroup_cost_model`` (a CP ring across nodes), so that sub-groups pay off."""
+    with ``subgroup_cost_model`` (a CP ring across nodes), so that sub-groups pay off. With
+    ``chunking`` (``chunk_size``, ``chunk_keep``, and for ``balanced`` the links'
+    ``bandwidth``, slow enough that it chunks): chunked placements."""
     kwargs: dict[str, Any] = {"policy": policy, "shard_padding": "zigzag"}
-    if policy == "balanced" and cp >= 4:
+    if chunking:
+        kwargs.update(chunk_size=chunking["chunk_size"], chunk_keep=chunking["chunk_keep"])
+        if "bandwidth" in chunking:
+            from _gradcheck_worker import chunk_cost_model
+            kwargs["cost_model"] = chunk_cost_model(chunking["bandwidth"])
+    elif policy == "balanced" and cp >= 4:
         from _gradcheck_worker import subgroup_cost_model
         kwargs["cost_model"] = subgroup_cost_model(cp)
     return kwargs

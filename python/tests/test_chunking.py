@@ -1,7 +1,7 @@
 """Chunking through the Python package: ``chunk_size``/``chunk_keep``/``chunk_state_permille``
 and ``policy="chunkflow"``, chunked placements in the plan (``chunked``, ``kind``, the group),
-pickling and JSON, the two chunking statuses, layouts with chunk passes, and the executors
-that refuse chunked plans."""
+pickling and JSON, the two chunking statuses, layouts with chunk passes, the executors that
+run them (skrull.torch, skrull.hf) and Megatron's groups, which refuse them."""
 
 from __future__ import annotations
 
@@ -237,30 +237,58 @@ def test_megatron_groups_refuse_chunked_sequences():
         plan.to_megatron_groups()
 
 
-def test_hf_gpu_buffer_refuses_a_chunked_layout():
+def test_hf_gpu_buffer_holds_the_chunk_passes_after_a_padding_row():
+    # Was refused (NotImplementedError) before the chunk executor.
     pytest.importorskip("torch")
     from skrull.hf import collate_gpu_buffer
     plan = chunkflow().plan(LENGTHS)
     lay = plan.layout(int(plan.dp_rank[1]), int(plan.micro_batch[1]), 0)
     samples = {i: {"input_ids": list(range(n))} for i, n in enumerate(LENGTHS)}
-    with pytest.raises(NotImplementedError, match="skrull.hf cannot run chunked"):
-        collate_gpu_buffer(lay, samples)
+    batch = collate_gpu_buffer(lay, samples, plan=plan)
+    gpu = batch["skrull_layout"]
+    # No local or sharded token here: one padding row, then the chunk passes.
+    assert lay.local_tokens + lay.sharded_tokens == 0
+    assert gpu.tokens == lay.tokens + 1 and gpu.schedule.tokens == 1
+    passes = gpu.schedule.passes
+    assert [p.index for p in passes] == list(range(-(-9000 // 2048)))
+    assert [p.offset for p in passes] == (lay.chunk_passes["offset"] + 1).tolist()
+    pos = batch["position_ids"][0]
+    for p in passes:
+        rows = pos[p.offset:p.offset + p.tokens]
+        assert ((rows >= p.start) & (rows < p.start + p.length)).all()
+    assert batch["input_ids"][0, 1:].tolist() == pos[1:].tolist()   # ids = positions here
 
 
-def test_skrull_torch_collate_refuses_a_chunked_plan():
+def test_skrull_torch_trains_a_chunked_plan_as_the_whole_sequence():
+    # Was refused (NotImplementedError) before the chunk executor: one GPU, K = 1, three
+    # chunks of 1024 and a last one of 952, beside a 100-token micro-batch.
     torch = pytest.importorskip("torch")
-    from skrull.torch import collate
-    plan = chunkflow(dp=1, cp=1, bucket_tokens=4096, lockstep=True).plan([100, 3000])
+    from skrull.torch import TinyTransformer, collate
+    plan = chunkflow(dp=1, cp=1, bucket_tokens=4096, lockstep=True,
+                     chunk_size=1024).plan([100, 3000])
     assert plan.summary.chunked == 1
-    samples = [torch.arange(n) for n in plan.lengths.tolist()]
-    with pytest.raises(NotImplementedError, match="chunked sequences"):
-        collate(plan, samples, dp_rank=0, cp_rank=0)
+    torch.manual_seed(0)
+    model = TinyTransformer(vocab=64, hidden=16, heads=2, ffn=32).double()
+    samples = [torch.randint(64, (n,)) for n in plan.lengths.tolist()]
+    total = sum(plan.lengths.tolist()) - 2
+    loss = sum(model.loss_packed(mb) for mb in collate(plan, samples, 0, 0,
+                                                      weight_dtype=torch.float64))
+    loss.backward()
+    got = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    want = sum(torch.nn.functional.cross_entropy(model.forward_sequence(s)[:-1], s[1:],
+                                                 reduction="sum") for s in samples) / total
+    want.backward()
+    assert torch.allclose(loss, want, rtol=1e-12, atol=0)
+    for g, p in zip(got, model.parameters()):
+        assert torch.allclose(g, p.grad, rtol=1e-10, atol=1e-14)
 
 
-def test_skrull_hf_refuses_a_chunked_plan():
+def test_skrull_hf_plans_chunked_batches_for_the_trainer():
+    # Was refused (NotImplementedError) before the chunk executor.
     pytest.importorskip("transformers")
     from skrull.hf import plan_for_steps, scheduler_for_steps
     scheduler = scheduler_for_steps(dp=1, cp=1, bucket_tokens=4096, micro_batches=2,
                                     policy="chunkflow", chunk_size=1024)
-    with pytest.raises(NotImplementedError, match="skrull.hf cannot run chunked"):
-        plan_for_steps(scheduler, [100, 3000], micro_batches=2)
+    plan = plan_for_steps(scheduler, [100, 3000], micro_batches=2)
+    assert plan.chunked.tolist() == [False, True]

@@ -33,3 +33,22 @@ def test_hf_sft_example_matches_unpacked_training(tmp_path):
     assert [s[0] for s in steps] == ["1", "2"], out.stdout
     final = re.search(r"max relative weight difference vs unpacked: (\S+)", out.stdout)
     assert final and float(final.group(1)) < 1e-10, out.stdout
+
+
+def test_hf_sft_example_trains_chunkflow_chunks_like_unpacked_training(tmp_path):
+    # --policy chunkflow --chunk-size: every sequence over 32 tokens runs as chunks over the
+    # CP group (the 120- and 128-token ones as 4 chunks, K = 1: 3 recomputed).
+    lengths = tmp_path / "lengths.txt"
+    lengths.write_text("\n".join(str(n) for n in [5, 120, 33, 64, 1, 90, 17, 128, 8, 47]))
+    out = subprocess.run(
+        [sys.executable, str(EXAMPLE), "--dp", "1", "--cp", "2", "--policy", "chunkflow",
+         "--chunk-size", "32", "--steps", "2", "--global-batch", "5", "--bucket", "64",
+         "--lengths", str(lengths)],
+        capture_output=True, text=True, timeout=300, env=dict(os.environ))
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "ChunkSize 32 K 1" in out.stdout, out.stdout
+    chunked = [int(n) for n in re.findall(r"step \d: loss [\d.]+, .*, chunked (\d+)",
+                                          out.stdout)]
+    assert len(chunked) == 2 and sum(chunked) > 0, out.stdout
+    final = re.search(r"max relative weight difference vs unpacked: (\S+)", out.stdout)
+    assert final and float(final.group(1)) < 1e-10, out.stdout

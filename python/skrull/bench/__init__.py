@@ -44,7 +44,7 @@ import sys
 import tempfile
 from typing import Any, Sequence
 
-from ._options import BenchError, check_fits, lengths_and_bucket, parse
+from ._options import BenchError, check_fits, chunking, lengths_and_bucket, parse
 from ._predict import evaluate, executor_time_s, gpu_pairs, measured_compute_s, overhead_s
 from ._report import chart, table, to_json
 
@@ -70,7 +70,8 @@ def _grad_accum(opts: Any, policy: str, lengths: list[int], bucket: int,
     is fixed for a run, so it is the largest a lockstep plan of any step needs)."""
     import skrull
     sched = skrull.Scheduler(opts.dp, opts.cp, bucket, policy=policy, shard_padding="zigzag",
-                             lockstep=True, model=_shape(opts), cost_model=cost_model)
+                             lockstep=True, model=_shape(opts), cost_model=cost_model,
+                             **chunking(opts, policy))
     steps = opts.warmup + opts.steps
     return max(sched.plan([lengths[i] for i in b]).num_micro_batches
                for b in _step_batches(len(lengths), opts.batch, steps, opts.seed))
@@ -113,7 +114,8 @@ def _run_policy(opts: Any, policy: str, lengths: list[int], bucket: int, grad_ac
             "batch": opts.batch, "warmup": opts.warmup, "steps": opts.steps,
             "lengths": lengths, "longest": max(lengths), "grad_accum": grad_accum,
             "model_config": opts.model_config, "dtype": opts.dtype, "device": opts.device,
-            "calibrate": opts.calibrate, "cost_model": cost_model_path, "seed": opts.seed}
+            "calibrate": opts.calibrate, "cost_model": cost_model_path, "seed": opts.seed,
+            "chunking": chunking(opts, policy)}
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]

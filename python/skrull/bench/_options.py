@@ -50,6 +50,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--bucket", type=int, default=0,
                    help="tokens per GPU and micro-batch (default: --max-len / cp, at least "
                         "the longest length / cp)")
+    p.add_argument("--chunk-size", type=int, default=0,
+                   help="ChunkSize: chunking on for every policy that chunks (balanced, "
+                        "chunkflow); default 0: off, chunkflow takes its default")
+    p.add_argument("--chunk-keep", type=int, default=1,
+                   help="K: chunks that keep their activations (default 1)")
     p.add_argument("--warmup", type=int, default=2, help="untimed steps first (default 2)")
     p.add_argument("--steps", type=int, default=3, help="timed steps (default 3)")
     p.add_argument("--model", default="tiny",
@@ -81,11 +86,8 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     opts = parser().parse_args(argv)
     import skrull
     opts.policies = [p.strip() for p in opts.policies.split(",") if p.strip()]
-    runnable = [p for p in skrull.POLICIES if p != "chunkflow"]
+    runnable = list(skrull.POLICIES)
     for p in opts.policies:
-        if p == "chunkflow":
-            raise BenchError("--policies: chunkflow plans chunked sequences, which the "
-                             "attention executor cannot run (docs/attention.md)")
         if p not in runnable:
             raise BenchError(f"--policies: unknown policy '{p}' (one of "
                              f"{', '.join(runnable)})")
@@ -94,6 +96,8 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     if opts.dataset is not None and opts.dataset not in DATASETS:
         raise BenchError(f"--dataset: unknown dataset '{opts.dataset}' (one of "
                          f"{', '.join(DATASETS)})")
+    if opts.chunk_size < 0 or opts.chunk_keep < 1:
+        raise BenchError("--chunk-size: 0 (off) or more; --chunk-keep: 1 or more")
     for name in ("dp", "cp", "batch", "steps", "max_len"):
         if getattr(opts, name) < 1:
             raise BenchError(f"--{name.replace('_', '-')}: {getattr(opts, name)} is below 1")
@@ -121,6 +125,14 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
         opts.dtype = "bfloat16" if opts.device == "cuda" else "float32"
     opts.model_config = model_config(opts.model)
     return opts
+
+
+def chunking(opts: argparse.Namespace, policy: str) -> dict[str, int]:
+    """The Scheduler's chunking arguments of ``policy`` in this run: ``--chunk-size`` and
+    ``--chunk-keep`` when a size is given, chunkflow's own default size otherwise."""
+    if opts.chunk_size:
+        return {"chunk_size": opts.chunk_size, "chunk_keep": opts.chunk_keep}
+    return {"chunk_keep": opts.chunk_keep} if policy == "chunkflow" else {}
 
 
 def model_config(name: str) -> dict[str, Any]:

@@ -111,7 +111,7 @@ def rank_main(rank: int, world: int, port: int, spec: dict[str, Any], out: str) 
     every = spec["warmup"] if "online" in spec["calibrate"] else NEVER
     scheduler = {"policy": spec["policy"], "shard_padding": "zigzag",
                  "model": {k: v for k, v in spec["model_config"].items()
-                           if k != "model_type"}}
+                           if k != "model_type"}, **spec.get("chunking", {})}
     if spec["cost_model"] is not None:
         scheduler["cost_model"] = skrull.CostModel.from_json(spec["cost_model"])
     cfg = SkrullConfig(bucket_tokens=spec["bucket"], cp=spec["cp"],

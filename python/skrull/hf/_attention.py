@@ -9,6 +9,9 @@ an adapter from transformers' ``[batch, heads, T, dim]`` tensors to
   ``collate_gpu_buffer``, no collective) runs: local sequences on this GPU alone, each sharded
   sequence over its CP ring, keys and values exchanged once per layer and ring, every query
   chunk at true positions ``[p0, p1)`` over its sequence's keys ``[0, p1)``.
+- A micro-batch with chunk passes (chunking on) runs pass by pass (``SkrullTrainer``), each
+  forward with a ``PassAttention`` over that pass's attention; a chunk pass's attention keeps
+  its K/V state per layer (``module.layer_idx``).
 
 No ``rows x sequence`` mask is built: time and memory per GPU are linear in its rows plus
 the keys its chunks read (``docs/attention.md``). The kernel is picked per device and dtype
@@ -36,7 +39,51 @@ def _thd(x: torch.Tensor) -> torch.Tensor:
     return x[0].transpose(0, 1)
 
 
-class SkrullAttention:
+class PassAttention:
+    """transformers' ``[1, heads, T, dim]`` tensors to one pass's attention of
+    ``skrull.torch.attention`` (``CpAttention`` of the local and sharded rows, or a chunk
+    pass's ``ChunkAttention``), passed as the ``skrull_attention`` model keyword.
+
+    Parameters
+    ----------
+    attention : callable
+        ``attention(q, k, v, scale, dropout[, layer=])`` over ``[T, heads, dim]`` tensors.
+    tokens : int
+        ``T``: the pass's rows (a chunk pass without rows here runs one padding row).
+    layered : bool, optional
+        Pass the layer's index (``module.layer_idx``) on: a chunk pass's attention keeps
+        K/V state per layer.
+
+    Example
+    -------
+    >>> import torch
+    >>> from skrull.hf import PassAttention
+    >>> from skrull.torch.attention import CpAttention, local_schedule
+    >>> attention = PassAttention(CpAttention(local_schedule(((0, 3),), 3)), 3)
+    >>> attention(*(torch.randn(1, 2, 3, 8),) * 3).shape
+    torch.Size([1, 2, 3, 8])
+    """
+
+    def __init__(self, attention: Any, tokens: int, *, layered: bool = False) -> None:
+        self.attention, self.tokens, self.layered = attention, tokens, layered
+
+    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                 scaling: float | None = None, dropout: float = 0.0,
+                 layer: int | None = None) -> torch.Tensor:
+        """``q``: ``[1, heads, T, dim]``, ``k``/``v``: ``[1, kv heads, T, dim]``; returns
+        ``[1, heads, T, dim]``. ``scaling``: the softmax scale (default ``1 / sqrt(dim)``);
+        ``dropout``: attention dropout (not on the CPU kernel); ``layer``: the layer's index.
+        Raises ``ValueError`` when ``T`` is not the pass's row count."""
+        if q.shape[0] != 1 or (q.shape[2] != self.tokens
+                               and not (self.tokens == 0 and q.shape[2] == 1)):
+            raise ValueError(f"{tuple(q.shape)} query for a layout of [1, heads, "
+                             f"{self.tokens}, dim]")
+        extra = {"layer": layer} if self.layered else {}
+        out = self.attention(_thd(q), _thd(k), _thd(v), scaling, dropout, **extra)
+        return out.transpose(0, 1)[None]
+
+
+class SkrullAttention(PassAttention):
     """Attention for one micro-batch on one GPU, built once (before the forward pass, without
     a collective) and called by every layer through the ``"skrull"`` attention function.
 
@@ -88,20 +135,10 @@ class SkrullAttention:
                                       (gpu.dp_rank, gpu.micro_batch, gpu.cp_rank))
         if schedule.rings and any(r.size > 1 for r in schedule.rings) and ring_groups is None:
             raise ValueError("this micro-batch has sharded sequences: pass ring_groups")
-        self.tokens = schedule.tokens
-        self.attention = CpAttention(schedule, ring_groups, backend=backend)
-
-    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                 scaling: float | None = None, dropout: float = 0.0) -> torch.Tensor:
-        """``q``: ``[1, heads, T, dim]``, ``k``/``v``: ``[1, kv heads, T, dim]``; returns
-        ``[1, heads, T, dim]``. ``scaling``: the softmax scale (default ``1 / sqrt(dim)``);
-        ``dropout``: attention dropout (not on the CPU kernel). Raises ``ValueError`` when
-        ``T`` is not the layout's row count."""
-        if q.shape[0] != 1 or q.shape[2] != self.tokens:
-            raise ValueError(f"{tuple(q.shape)} query for a layout of [1, heads, "
-                             f"{self.tokens}, dim]")
-        out = self.attention(_thd(q), _thd(k), _thd(v), scaling, dropout)
-        return out.transpose(0, 1)[None]
+        if schedule.passes:
+            raise ValueError("this micro-batch has chunk passes: run it with "
+                             "skrull.torch.attention.MicroBatchPasses (SkrullTrainer does)")
+        super().__init__(CpAttention(schedule, ring_groups, backend=backend), schedule.tokens)
 
 
 def _slots_from_cu(cu: torch.Tensor) -> tuple[tuple[int, int], ...]:
@@ -133,7 +170,8 @@ def skrull_attention_forward(module: torch.nn.Module, query: torch.Tensor, key: 
     scaling : float, optional
         Softmax scale; default ``1 / sqrt(dim)``.
     **kwargs
-        ``skrull_attention`` (a ``SkrullAttention``, which needs ``batch`` 1) or
+        ``skrull_attention`` (a ``PassAttention``, such as ``SkrullAttention``, which needs
+        ``batch`` 1; it gets the module's ``layer_idx``) or
         ``cu_seq_lens_q`` (``SkrullCollator``'s, which needs ``batch`` 1); others ignored.
 
     Returns
@@ -167,6 +205,7 @@ def skrull_attention_forward(module: torch.nn.Module, query: torch.Tensor, key: 
     if getattr(module, "sliding_window", None):
         raise NotImplementedError("skrull attention: sliding-window layers are not supported")
     plan = kwargs.get("skrull_attention")
+    layer = getattr(module, "layer_idx", None)
     if plan is None:
         if attention_mask is not None:
             raise ValueError("skrull attention runs padding-free batches: pass position_ids "
@@ -185,7 +224,7 @@ def skrull_attention_forward(module: torch.nn.Module, query: torch.Tensor, key: 
     else:
         if query.shape[0] != 1:
             raise ValueError("a skrull micro-batch is one packed [1, T] row")
-        out = plan(query, key, value, scaling, dropout)
+        out = plan(query, key, value, scaling, dropout, layer=layer)
     return out.transpose(1, 2).contiguous(), None
 
 

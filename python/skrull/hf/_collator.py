@@ -155,8 +155,9 @@ class GpuLayout:
         Which GPU and micro-batch.
     schedule : AttentionSchedule or None
         What the attention runs (``skrull.torch.attention.attention_schedule``, built from
-        the plan alone); None for a buffer made without its plan, which then cannot run
-        sharded sequences.
+        the plan alone: its local and sharded rows ``[0, schedule.tokens)``, then its chunk
+        passes); None for a buffer made without its plan, which then cannot run sharded or
+        chunked sequences.
 
     Example
     -------
@@ -190,7 +191,8 @@ def collate_gpu_buffer(layout: Any, samples: Mapping[int, Mapping[str, Any]],
     """One GPU's batch for a skrull ``Layout`` (any DP rank, micro-batch, CP rank).
 
     The buffer holds the local sequences whole, then each sharded sequence's two zigzag
-    chunks with its padding. A GPU with no token gets one padding token.
+    chunks with its padding, then (chunking on) the chunk passes of its chunked sequences. A
+    GPU with no local or sharded token gets one padding token in front.
 
     Parameters
     ----------
@@ -203,7 +205,7 @@ def collate_gpu_buffer(layout: Any, samples: Mapping[int, Mapping[str, Any]],
         Token id of padding rows (default 0).
     plan : Plan, optional
         The plan the layout comes from: the attention's schedule is built from it (needed
-        when the layout has sharded sequences; ``SkrullTrainer`` passes it).
+        when the layout has sharded or chunked sequences; ``SkrullTrainer`` passes it).
 
     Returns
     -------
@@ -219,8 +221,6 @@ def collate_gpu_buffer(layout: Any, samples: Mapping[int, Mapping[str, Any]],
     ValueError
         A sample whose ``labels`` differ in length from its ``input_ids``, or a sequence of
         the layout missing from ``samples``.
-    NotImplementedError
-        The layout has chunk passes (a chunked sequence): this buffer has no chunk executor.
 
     Example
     -------
@@ -234,24 +234,19 @@ def collate_gpu_buffer(layout: Any, samples: Mapping[int, Mapping[str, Any]],
     >>> batch["skrull_layout"].rings                  # CP ranks 0..2, buffer rows 0..4
     ((0, 2, 0, 4),)
     """
-    passes: Any = getattr(layout, "chunk_passes", ())
-    if len(passes):
-        raise NotImplementedError(
-            f"skrull.hf cannot run chunked sequences yet (chunking, ChunkFlow's placement): "
-            f"this GPU's layout runs sequence {int(passes[0]['seq'])} as {len(passes)} chunk "
-            "pass(es); plan without chunking (chunk_size=0 and a policy other than 'chunkflow')")
     spans = layout.spans
-    tokens = int(layout.tokens)
-    empty = tokens == 0
-    size = max(tokens, 1)
+    main = int(layout.local_tokens) + int(layout.sharded_tokens)
+    # A GPU without local or sharded tokens runs one padding row in front of its buffer (its
+    # chunk passes, if any, follow it): every forward has a row.
+    shift = 1 if main == 0 else 0
+    size = int(layout.tokens) + shift
     ids = torch.full((size,), pad_token_id, dtype=torch.long)
     labels = torch.full((size,), IGNORE_INDEX, dtype=torch.long)
-    shift = torch.full((size,), IGNORE_INDEX, dtype=torch.long)
+    shift_labels = torch.full((size,), IGNORE_INDEX, dtype=torch.long)
     span_seq = torch.full((size,), -1, dtype=torch.long)
     is_real = torch.zeros(size, dtype=torch.bool)
     positions = torch.zeros(size, dtype=torch.long)
-    if not empty:
-        positions = torch.from_numpy(np.asarray(layout.positions, np.int64))
+    positions[shift:] = torch.from_numpy(np.asarray(layout.positions, np.int64))
     cache: dict[int, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
     for seq, _chunk, offset, start, length, pad in spans.tolist():
         if seq not in cache:
@@ -263,29 +258,29 @@ def collate_gpu_buffer(layout: Any, samples: Mapping[int, Mapping[str, Any]],
             starts = torch.cat([full_labels.new_full((1,), IGNORE_INDEX), full_labels[1:]])
             cache[seq] = (full_ids, starts, shifted(full_labels))
         full_ids, starts, full_shift = cache[seq]
+        offset += shift
         ids[offset:offset + length] = full_ids[start:start + length]
         labels[offset:offset + length] = starts[start:start + length]
-        shift[offset:offset + length] = full_shift[start:start + length]
+        shift_labels[offset:offset + length] = full_shift[start:start + length]
         span_seq[offset:offset + length + pad] = seq
         is_real[offset:offset + length] = True
     local = int(layout.local_tokens)
-    if empty:
+    if shift:
         local_slots: tuple[tuple[int, int], ...] = ((0, 1),)
-        base = 1
     else:
         cu = np.asarray(layout.local_cu_seqlens_padded, np.int64)
         local_slots = tuple((int(a), int(b)) for a, b in zip(cu[:-1], cu[1:]) if b > a)
-        base = local
+    base = 1 if shift else local
     rings = tuple((r.first, r.size, base + r.start - local, base + r.stop - local)
                   for r in layout.ring_views())
     where = (int(layout.dp_rank), int(layout.micro_batch), int(layout.cp_rank))
     if plan is not None:
         schedule = attention_schedule(plan, *where, empty_row=True)
-    elif not rings:
+    elif not rings and not len(layout.chunk_passes):
         schedule = local_schedule(local_slots, size, where)
     else:
         schedule = None
     gpu = GpuLayout(local_slots, rings, span_seq, positions, is_real, *where, schedule)
     return {"input_ids": ids[None], "position_ids": positions[None], "labels": labels[None],
-            "shift_labels": shift[None], "skrull_layout": gpu}
+            "shift_labels": shift_labels[None], "skrull_layout": gpu}
 

@@ -9,7 +9,7 @@ import numpy as np
 from transformers.trainer_pt_utils import BatchRebalanceSampler
 
 from .._errors import BatchError
-from .._plan import Plan, refuse_chunked
+from .._plan import Plan
 from .._scheduler import Scheduler
 
 
@@ -111,8 +111,6 @@ def plan_for_steps(scheduler: Scheduler, lengths: Sequence[int] | np.ndarray,
         ``gradient_accumulation_steps`` that fits.
     BatchError
         Any other error of ``Scheduler.plan``.
-    NotImplementedError
-        The plan runs a sequence chunked (chunking on): ``skrull.hf`` cannot run chunks yet.
 
     Example
     -------
@@ -133,7 +131,6 @@ def plan_for_steps(scheduler: Scheduler, lengths: Sequence[int] | np.ndarray,
                 f"gradient_accumulation_steps to at least {exc.value}, raise bucket_tokens, or "
                 "lower the global batch size") from exc
         raise
-    refuse_chunked(plan, "skrull.hf")
     return plan
 
 

@@ -7,11 +7,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import torch
+from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, Dataset
 from transformers import Trainer
 
-from ._attention import ATTENTION_NAME, SkrullAttention
-from ._collator import SkrullCollator, collate_gpu_buffer, padding_batch
+from ..torch.attention import MicroBatchPasses
+from ._attention import ATTENTION_NAME, PassAttention, SkrullAttention
+from ._collator import IGNORE_INDEX, SkrullCollator, collate_gpu_buffer, padding_batch
 from ._loss import exact_causal_lm_loss
 from ._sampler import PlannedMicroBatch, SkrullBatchSampler
 
@@ -112,6 +114,32 @@ def _only(batch: list[Any]) -> Any:
     return batch[0]
 
 
+def chunking_on(cfg: SkrullConfig) -> bool:
+    """Whether ``cfg`` plans chunked placements: a ``chunk_size`` or the ``chunkflow``
+    policy (whose ChunkSize defaults)."""
+    return bool(cfg.scheduler.get("chunk_size")) or cfg.scheduler.get("policy") == "chunkflow"
+
+
+#: The ``[1, T]`` inputs a pass takes its rows of.
+_PER_TOKEN = ("input_ids", "position_ids", "labels", "shift_labels")
+
+
+def _rows(inputs: dict[str, Any], start: int, stop: int, pad_token_id: int) -> dict[str, Any]:
+    """``inputs`` cut to buffer rows ``[start, stop)`` (a new dict); no rows: one padding
+    row, as an empty micro-batch runs."""
+    out = {k: (v[:, start:stop] if k in _PER_TOKEN else v) for k, v in inputs.items()}
+    if stop == start:
+        out["input_ids"] = torch.full((1, 1), pad_token_id, dtype=torch.long)
+        out["position_ids"] = torch.zeros((1, 1), dtype=torch.long)
+        for key in ("labels", "shift_labels"):
+            if key in inputs:
+                out[key] = torch.full((1, 1), IGNORE_INDEX, dtype=torch.long)
+        for key in _PER_TOKEN:
+            if key in out and key in inputs:
+                out[key] = out[key].to(inputs[key].device)
+    return out
+
+
 class _EpochDataLoader(DataLoader):  # type: ignore[type-arg]
     """A DataLoader whose ``set_epoch`` reaches its batch sampler (the Trainer calls it)."""
 
@@ -152,9 +180,12 @@ class SkrullTrainerMixin:
 
     - ``_get_train_sampler`` returns a ``SkrullBatchSampler``: DP ranks and micro-batches come
       from the plan, exactly ``gradient_accumulation_steps`` per DP rank and step;
-    - with ``cp > 1``, ``get_train_dataloader`` gives every (DP, CP) rank its own buffers
-      (local sequences whole, sharded ones as zigzag chunks at their true positions) and
-      ``compute_loss`` hands the model each micro-batch's ``SkrullAttention``; DDP runs over
+    - with ``cp > 1`` or chunking on, ``get_train_dataloader`` gives every (DP, CP) rank its
+      own buffers (local sequences whole, sharded ones as zigzag chunks at their true
+      positions, chunked ones chunk by chunk) and ``compute_loss`` hands the model each
+      micro-batch's ``SkrullAttention``; a micro-batch with chunk passes runs one forward per
+      pass (ChunkFlow's schedule: the chunks in order over a per-layer K/V state, the first
+      ``count - K`` recomputed in the one backward); DDP runs over
       all DP x CP ranks and the Trainer's loss normalisation (label tokens of the global batch,
       ``average_tokens_across_devices``) keeps gradients equal to unpacked training;
     - guards: ``use_cache`` is forced off in every training forward (a KV cache silently
@@ -324,10 +355,11 @@ class SkrullTrainerMixin:
     def get_train_dataloader(self) -> DataLoader:  # type: ignore[type-arg]
         """The training ``DataLoader``, batched by a ``SkrullBatchSampler``.
 
-        With ``cp == 1`` it is the Trainer's own loader (it takes the sampler from
-        ``_get_train_sampler``). With ``cp > 1`` every (DP, CP) rank gets its own buffers
-        (``collate_gpu_buffer``, loading only the samples it holds), and this rank's CP ring
-        process groups are made on the first call (``cp_ring_groups``, a collective).
+        With ``cp == 1`` and chunking off it is the Trainer's own loader (it takes the
+        sampler from ``_get_train_sampler``). With ``cp > 1`` or chunking on every (DP, CP)
+        rank gets its own buffers (``collate_gpu_buffer``, loading only the samples it holds),
+        and with ``cp > 1`` this rank's CP ring process groups are made on the first call
+        (``cp_ring_groups``, a collective).
 
         Returns
         -------
@@ -337,7 +369,7 @@ class SkrullTrainerMixin:
         Raises
         ------
         ValueError
-            With ``cp > 1``, no ``train_dataset``.
+            With ``cp > 1`` or chunking on, no ``train_dataset``.
 
         Example
         -------
@@ -356,12 +388,12 @@ class SkrullTrainerMixin:
         >>> batch["input_ids"].shape[0], sorted(batch)[:3]         # one packed [1, T] row
         (1, ['cu_seq_lens_k', 'cu_seq_lens_q', 'input_ids'])
         """
-        if self.skrull.cp == 1:
+        if self.skrull.cp == 1 and not chunking_on(self.skrull):
             loader: DataLoader = super().get_train_dataloader()  # type: ignore[misc, type-arg]
             return loader
         if self.train_dataset is None:
             raise ValueError("Trainer: training requires a train_dataset.")
-        if self._ring_groups is None:
+        if self._ring_groups is None and self.skrull.cp > 1:
             from ..torch import cp_ring_groups
             self._ring_groups = cp_ring_groups(self.skrull_dp, self.skrull.cp)
         sampler = self._get_train_sampler()
@@ -376,7 +408,9 @@ class SkrullTrainerMixin:
                      *args: Any, **kwargs: Any) -> Any:
         """The Trainer's ``compute_loss`` with the cache off (``use_cache=False``) and, for a
         CP buffer, the micro-batch's ``SkrullAttention`` passed to the model as
-        ``skrull_attention`` (built from the batch's ``skrull_layout``).
+        ``skrull_attention`` (built from the batch's ``skrull_layout``). A buffer with chunk
+        passes runs pass by pass (one forward each) and returns their summed loss, one
+        autograd graph for the Trainer's one backward.
 
         Parameters
         ----------
@@ -413,9 +447,40 @@ class SkrullTrainerMixin:
         inputs = dict(inputs)
         inputs["use_cache"] = False
         gpu = inputs.pop("skrull_layout", None)
+        if gpu is not None and gpu.schedule is not None and gpu.schedule.passes:
+            return self._passes_loss(model, inputs, gpu, *args, **kwargs)
         if gpu is not None:
             inputs["skrull_attention"] = SkrullAttention(gpu, self._ring_groups)
         return super().compute_loss(model, inputs, *args, **kwargs)  # type: ignore[misc]
+
+    def _passes_loss(self, model: torch.nn.Module, inputs: dict[str, Any], gpu: Any,
+                     *args: Any, **kwargs: Any) -> Any:
+        """A micro-batch with chunk passes: the Trainer's ``compute_loss`` of each pass's rows
+        (the local and sharded rows, then every chunk pass), summed into one graph by
+        ``MicroBatchPasses.loss`` (the first ``count - K`` chunk passes recomputed in the
+        backward pass); the Trainer's one ``backward`` runs ChunkFlow's schedule."""
+        if kwargs.get("return_outputs") or (args and args[0]):
+            raise NotImplementedError("SkrullTrainer: a micro-batch with chunk passes has no "
+                                      "single model output (return_outputs=True)")
+        parent = super().compute_loss  # type: ignore[misc]
+        schedule = gpu.schedule
+        passes = MicroBatchPasses(schedule, self._ring_groups)
+        pad = self.skrull.pad_token_id
+        # DDP: the micro-batch's first forward goes through the DDP module (it prepares the
+        # gradient reduction and broadcasts buffers over the job, once per micro-batch on
+        # every rank); every other pass, and every recomputation in the backward pass, goes
+        # to the module inside it, so no rank runs a job-wide collective the others do not.
+        inner = model.module if isinstance(model, DistributedDataParallel) else model
+        forwards = [model]
+
+        def run(start: int, stop: int, attention: Any, layered: bool) -> torch.Tensor:
+            part = _rows(inputs, start, stop, pad)
+            part["skrull_attention"] = PassAttention(attention, stop - start, layered=layered)
+            loss: torch.Tensor = parent(forwards.pop() if forwards else inner, part, *args,
+                                        **kwargs)
+            return loss
+        return passes.loss(lambda att: run(0, schedule.tokens, att, False),
+                           lambda p, att: run(p.offset, p.offset + p.tokens, att, True))
 
 
 def check_training_setup(model: Any, args: Any, cfg: SkrullConfig) -> None:
@@ -435,8 +500,8 @@ def check_training_setup(model: Any, args: Any, cfg: SkrullConfig) -> None:
     Raises
     ------
     ValueError
-        ``cp > 1`` with an attention other than ``"skrull"`` or with
-        ``average_tokens_across_devices=False``; ``exact=True`` with bf16/fp16; a world size
+        ``cp > 1`` or chunking on with an attention other than ``"skrull"``; ``cp > 1``
+        with ``average_tokens_across_devices=False``; ``exact=True`` with bf16/fp16; a world size
         that is not a multiple of ``cp``; a negative ``calibrate_every``.
 
     Warns
@@ -461,6 +526,11 @@ def check_training_setup(model: Any, args: Any, cfg: SkrullConfig) -> None:
             f"cp = {cfg.cp} needs the model built with attn_implementation='{ATTENTION_NAME}' "
             f"(it uses {attention!r}): a CP buffer holds zigzag chunks whose position jumps "
             "transformers' own attention would read as sequence starts")
+    if chunking_on(cfg) and attention != ATTENTION_NAME:
+        raise ValueError(
+            f"chunking (chunk_size or the chunkflow policy) needs the model built with "
+            f"attn_implementation='{ATTENTION_NAME}' (it uses {attention!r}): a chunk attends "
+            "to the K/V state of the chunks before it, which only skrull's attention keeps")
     if cfg.cp > 1 and not args.average_tokens_across_devices:
         raise ValueError("cp > 1 needs average_tokens_across_devices=True: the loss is "
                          "normalised by the label tokens of all DP x CP ranks")

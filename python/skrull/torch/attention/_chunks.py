@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import torch
 
 from ._exchange import check_group, exchange_rows, padded_rows
@@ -115,6 +116,11 @@ class ChunkAttention:
         self._pairs: PairPlan | None = None
         self._order: dict[tuple[torch.device, int], torch.Tensor] = {}
         self._layer = 0
+        # One GPU, no padding: the stored rows of chunks 0 .. index are the prefix's keys in
+        # position order already; the kernel reads them part by part (no exchange, no copy).
+        ring = schedule.ring
+        self._in_order = ring.size == 1 and sum(ring.member_rows) == seq.length and bool(
+            (seq.keys == np.arange(seq.length)).all())
 
     def begin(self) -> None:
         """Restarts the layer count: the next call is layer 0."""
@@ -155,6 +161,10 @@ class ChunkAttention:
         elif len(stored) < p.index:
             raise RuntimeError(f"sequence {p.seq}: chunk {p.index} ran before chunk "
                                f"{len(stored)} at layer {layer} (passes run in order)")
+        name = self.owner.pick(q)
+        if self._in_order and name == "merge":
+            return self._attend(name, q, k, v, (tuple(stored[:p.index]) + (mine,), mine),
+                                scale, dropout)
         rows_so_far = torch.cat([*stored[:p.index], mine]) if p.index else mine
         fingerprint = None
         if self.owner.fingerprint is not None and layer == 0:
@@ -163,12 +173,21 @@ class ChunkAttention:
             fingerprint = ring_fingerprint(self.owner.fingerprint, p.ring, (p.seq, p.index))
         kv, block = exchange_rows(rows_so_far, p.ring, self.owner.group, fingerprint)
         ordered = kv.index_select(0, self._order_on(kv.device, block))
-        name = self.owner.pick(q)
+        return self._attend(name, q, k, v, (ordered, kv), scale, dropout)
+
+    def _attend(self, name: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                keys: tuple[Any, torch.Tensor], scale: float | None,
+                dropout: float) -> torch.Tensor:
+        """The pass's pairs over ``keys[0]`` (the prefix's keys and values in position order:
+        a tensor, or its parts), tied to ``keys[1]`` (the exchanged rows) when no query of
+        the chunk is here."""
+        ordered, kv = keys
         if name == "merge":
             if dropout > 0:
                 raise NotImplementedError(MERGE_DROPOUT)
             if self._pairs is None:
-                self._pairs = PairPlan(self._specs, q.shape[0], [ordered.shape[0]])
+                self._pairs = PairPlan(self._specs, q.shape[0],
+                                       [self.schedule.ring.sequences[0].length])
             out = self._pairs(scale, q, k, v, (ordered,))
         else:
             kvh = k.shape[1]

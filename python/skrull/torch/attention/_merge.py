@@ -95,81 +95,123 @@ def _kv(src: int, k: torch.Tensor, v: torch.Tensor, sources: tuple[torch.Tensor,
     return sources[src][:, :kvh], sources[src][:, kvh:]
 
 
+def _fold(x: torch.Tensor, kvh: int) -> torch.Tensor:
+    """``[1, heads, rows, ...]`` to ``[1, kvh, heads / kvh * rows, ...]``: each key/value head's
+    query heads stacked along the rows, for a block without a mask (the prefix), which then
+    reads its keys once instead of repeated per query head."""
+    return x.reshape(1, kvh, -1, *x.shape[3:])
+
+
+def _unfold(x: torch.Tensor, heads: int) -> torch.Tensor:
+    """The inverse of ``_fold``."""
+    return x.reshape(1, heads, -1, *x.shape[3:])
+
+
+def _sources(parts: tuple[torch.Tensor, ...], segments: tuple[int, ...]
+             ) -> list[torch.Tensor]:
+    """Each source: its ``segments[i]`` parts concatenated along the rows (a copy only when
+    there are several)."""
+    out, at = [], 0
+    for n in segments:
+        out.append(parts[at] if n == 1 else torch.cat(parts[at:at + n]))
+        at += n
+    return out
+
+
 class PackedPairs(torch.autograd.Function):
     """Every pair of one attention call in one autograd node: the output ``[tokens, heads,
     dim]`` of ``q`` (zeros on rows no pair covers), each pair computed as ``ChunkAttention``
     computes it (the same kernel calls and merge), written in place; the backward writes each
     pair's gradients into ``q``'s, ``k``'s, ``v``'s and the sources' gradients. One node per
     call instead of one per pair: no slice of ``q`` or of the keys enters the autograd graph,
-    so no full-size gradient is made per pair."""
+    so no full-size gradient is made per pair.
+
+    A source may come in parts (``segments[i]`` of the ``parts``, concatenated along the rows:
+    a chunk pass's K/V state, chunk by chunk): the node keeps the parts and concatenates them
+    while it runs, so no second copy of a long prefix outlives the call. Grouped-query heads
+    are repeated for the causal square only; the prefix block folds each key/value head's query
+    heads into its rows instead, so a long prefix is never repeated."""
 
     @staticmethod
-    def forward(ctx: Any, specs: tuple[PairSpec, ...], scale: float | None, q: torch.Tensor,
-                k: torch.Tensor, v: torch.Tensor, *sources: torch.Tensor) -> torch.Tensor:
-        n_rep = q.shape[1] // k.shape[1]
+    def forward(ctx: Any, specs: tuple[PairSpec, ...], scale: float | None,
+                segments: tuple[int, ...], q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                *parts: torch.Tensor) -> torch.Tensor:
+        heads, kvh = q.shape[1], k.shape[1]
+        n_rep = heads // kvh
+        sources = _sources(parts, segments)
         out = q.new_zeros(q.shape)
         lses = []
-        reps = {}
         for row, rows, src, k0, k1 in specs:
-            if src not in reps:
-                ks, vs = _kv(src, k, v, sources)
-                reps[src] = (_bhld(ks, n_rep), _bhld(vs, n_rep))
-            kb, vb = reps[src]
+            ks, vs = _kv(src, k, v, tuple(sources))
             prefix = k1 - k0 - rows
             qb = _bhld(q[row:row + rows], 1)
-            o, lse = _FORWARD(qb, kb[:, :, k0 + prefix:k1], vb[:, :, k0 + prefix:k1], 0.0, True,
-                              scale=scale)
+            o, lse = _FORWARD(qb, _bhld(ks[k0 + prefix:k1], n_rep),
+                              _bhld(vs[k0 + prefix:k1], n_rep), 0.0, True, scale=scale)
             if prefix > 0:
-                o1, l1 = _FORWARD(qb, kb[:, :, k0:k0 + prefix], vb[:, :, k0:k0 + prefix], 0.0,
-                                  False, scale=scale)
+                o1, l1 = _FORWARD(_fold(qb, kvh), _bhld(ks[k0:k0 + prefix], 1),
+                                  _bhld(vs[k0:k0 + prefix], 1), 0.0, False, scale=scale)
+                o1, l1 = _unfold(o1, heads), _unfold(l1, heads)
                 merged = torch.logaddexp(l1, lse)
                 o = (o1 * (l1 - merged).exp().unsqueeze(-1).to(o1.dtype)
                      + o * (lse - merged).exp().unsqueeze(-1).to(o.dtype))
                 lse = merged
             out[row:row + rows] = o.squeeze(0).transpose(0, 1)
             lses.append(lse)
-        ctx.save_for_backward(q, k, v, out, *sources)
-        ctx.specs, ctx.scale, ctx.n_rep, ctx.lses = specs, scale, n_rep, lses
+        ctx.save_for_backward(q, k, v, out, *parts)
+        ctx.specs, ctx.scale, ctx.segments, ctx.lses = specs, scale, segments, lses
         return out
 
     @staticmethod
     def backward(ctx: Any, grad_out: torch.Tensor) -> tuple[Any, ...]:
-        q, k, v, out, *sources = ctx.saved_tensors
-        n_rep, scale = ctx.n_rep, ctx.scale
+        q, k, v, out, *parts = ctx.saved_tensors
+        scale = ctx.scale
+        heads, kvh = q.shape[1], k.shape[1]
+        n_rep = heads // kvh
+        sources = tuple(_sources(tuple(parts), ctx.segments))
         dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
-        dsources = [torch.zeros_like(s) for s in sources]
-        reps = {}
+        dsources = tuple(torch.zeros_like(s) for s in sources)
         for (row, rows, src, k0, k1), lse in zip(ctx.specs, ctx.lses):
-            if src not in reps:
-                ks, vs = _kv(src, k, v, sources)
-                gk, gv = _kv(src, dk, dv, tuple(dsources))
-                reps[src] = (_bhld(ks, n_rep), _bhld(vs, n_rep), gk, gv)
-            kb, vb, gk, gv = reps[src]
+            ks, vs = _kv(src, k, v, sources)
+            gk, gv = _kv(src, dk, dv, dsources)
             prefix = k1 - k0 - rows
             qb = _bhld(q[row:row + rows], 1)
             ob = _bhld(out[row:row + rows], 1)
             go = _bhld(grad_out[row:row + rows], 1).contiguous()
-            dqb, dk2, dv2 = _BACKWARD(go, qb, kb[:, :, k0 + prefix:k1], vb[:, :, k0 + prefix:k1],
-                                      ob, lse, 0.0, True, scale=scale)
+            dqb, dk2, dv2 = _BACKWARD(go, qb, _bhld(ks[k0 + prefix:k1], n_rep),
+                                      _bhld(vs[k0 + prefix:k1], n_rep), ob, lse, 0.0, True,
+                                      scale=scale)
             gk[k0 + prefix:k1] += _unrepeat(dk2, n_rep)
             gv[k0 + prefix:k1] += _unrepeat(dv2, n_rep)
             if prefix > 0:
-                dq1, dk1, dv1 = _BACKWARD(go, qb, kb[:, :, k0:k0 + prefix],
-                                          vb[:, :, k0:k0 + prefix], ob, lse, 0.0, False,
-                                          scale=scale)
-                dqb = dqb + dq1
-                gk[k0:k0 + prefix] += _unrepeat(dk1, n_rep)
-                gv[k0:k0 + prefix] += _unrepeat(dv1, n_rep)
+                dq1, dk1, dv1 = _BACKWARD(_fold(go, kvh), _fold(qb, kvh),
+                                          _bhld(ks[k0:k0 + prefix], 1),
+                                          _bhld(vs[k0:k0 + prefix], 1), _fold(ob, kvh),
+                                          _fold(lse, kvh), 0.0, False, scale=scale)
+                dqb = dqb + _unfold(dq1, heads)
+                gk[k0:k0 + prefix] += _unrepeat(dk1, 1)
+                gv[k0:k0 + prefix] += _unrepeat(dv1, 1)
             dq[row:row + rows] = dqb.squeeze(0).transpose(0, 1)
-        return (None, None, dq, dk, dv, *dsources)
+        dparts: list[torch.Tensor] = []
+        for d, n, at in zip(dsources, ctx.segments, _starts(ctx.segments)):
+            dparts += list(d.split([p.shape[0] for p in parts[at:at + n]])) if n > 1 else [d]
+        return (None, None, None, dq, dk, dv, *dparts)
+
+
+def _starts(segments: tuple[int, ...]) -> list[int]:
+    out, at = [], 0
+    for n in segments:
+        out.append(at)
+        at += n
+    return out
 
 
 def packed_pairs(specs: tuple[PairSpec, ...], scale: float | None, q: torch.Tensor,
-                 k: torch.Tensor, v: torch.Tensor, sources: tuple[torch.Tensor, ...]
-                 ) -> torch.Tensor:
+                 k: torch.Tensor, v: torch.Tensor, sources: tuple[Any, ...]) -> torch.Tensor:
     """``PackedPairs.apply``: the output ``[tokens, heads, dim]`` of every pair of ``specs``
-    (zeros elsewhere)."""
-    out: torch.Tensor = PackedPairs.apply(specs, scale, q, k, v, *sources)
+    (zeros elsewhere); a source is a tensor or a tuple of parts (its rows in order)."""
+    segments = tuple(len(s) if isinstance(s, tuple) else 1 for s in sources)
+    parts = [p for s in sources for p in (s if isinstance(s, tuple) else (s,))]
+    out: torch.Tensor = PackedPairs.apply(specs, scale, segments, q, k, v, *parts)
     return out
 
 
@@ -179,6 +221,11 @@ def packed_pairs(specs: tuple[PairSpec, ...], scale: float | None, q: torch.Tens
 #: more than the calls it saves (BENCHMARKS.md, "Sharded sequences: the executor's fixed
 #: cost").
 BATCH_KEYS = 128
+
+
+def _whole(source: Any) -> torch.Tensor:
+    out: torch.Tensor = torch.cat(source) if isinstance(source, tuple) else source
+    return out
 
 
 class PairPlan:
@@ -243,8 +290,9 @@ class PairPlan:
         return self._on[device]
 
     def __call__(self, scale: float | None, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                 sources: tuple[torch.Tensor, ...]) -> torch.Tensor:
-        """The output ``[tokens, heads, dim]`` of every pair (zeros on rows of none)."""
+                 sources: tuple[Any, ...]) -> torch.Tensor:
+        """The output ``[tokens, heads, dim]`` of every pair (zeros on rows of none); a
+        source is a tensor or a tuple of parts (``packed_pairs``)."""
         out = packed_pairs(self.long, scale, q, k, v, sources) if self.long else None
         if not self.batches:
             return out if out is not None else q.new_zeros(q.shape)
@@ -252,7 +300,8 @@ class PairPlan:
         heads, kvh, dim = q.shape[1], k.shape[1], q.shape[2]
         n_rep = heads // kvh
         q_table = torch.cat([q, q.new_zeros((1, heads, dim))])
-        parts = [torch.cat([k, v], dim=1) if src < 0 else sources[src] for src in self.table]
+        parts = [torch.cat([k, v], dim=1) if src < 0 else _whole(sources[src])
+                 for src in self.table]
         kv_table = torch.cat([*parts, k.new_zeros((1, 2 * kvh, dim))])
         outs = []
         for j, (kmax, _, _) in enumerate(self.batches):
