@@ -31,7 +31,10 @@ The rule (docs/chunking.md) charges a chunked sequence, per GPU of a group of g,
 sets the rule's bytes (at the default ``state_permille`` 64 and at the value the model's shape
 gives, ``1000 x 4 x kv_hidden x layers x element bytes / a``) beside the measured peak, and
 the measured state per token: what the chunked peak holds beyond the whole run of its kept
-chunks, per token of S on this rank.
+chunks (``min(K C, S)`` tokens, over g on a group) and one weight-gradient-sized buffer (the
+passes' weight gradients are summed in the one graph before they reach ``.grad``), per token
+of S on this rank; and the peak over that whole run plus K, V, dK, dV of S
+(``peak / (kept whole + state)``, the weight term not counted).
 """
 
 from __future__ import annotations
@@ -64,6 +67,11 @@ MODELS: dict[str, dict[str, Any]] = {
 
 def _peak_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def weights_mb(name: str) -> float:
+    """The model's parameters in MB (float32): the size of one weight-gradient buffer."""
+    return sum(p.numel() for p in _model(name, 512).parameters()) * 4 / 2**20
 
 
 def _model(name: str, longest: int) -> torch.nn.Module:
@@ -180,13 +188,15 @@ def main(argv: list[str] | None = None) -> None:
     kv_hidden = shape["num_key_value_heads"] * shape["hidden_size"] // shape["num_attention_heads"]
     state_bytes = 4 * kv_hidden * shape["num_hidden_layers"] * 4   # K, V, dK, dV in float32
     base = dict(model=args.model, cp=args.cp, chunk=0, keep=1)
-    whole_sizes = sorted({*args.lengths, *args.chunks})
+    whole_sizes = sorted({*args.lengths, *(min(c * k, n) for c in args.chunks
+                                              for k in args.keeps for n in args.lengths)})
     rows = [measure(dict(base, kind="whole", length=n)) for n in whole_sizes]
     by_len = {r["length"]: r for r in rows}
     (s1, m1), (s2, m2) = [(n, by_len[n]["peak_mb"]) for n in whole_sizes[:2]]
     a = (m2 - m1) / (s2 - s1) * 2**20                    # bytes per token
     b = m1 * 2**20 - a * s1
     permille = 1000 * state_bytes / a
+    weights = weights_mb(args.model)
     for n in args.lengths:
         rows.append(measure(dict(base, kind="sharded", length=n)))
         for c in args.chunks:
@@ -205,16 +215,15 @@ def main(argv: list[str] | None = None) -> None:
         c, k = r["chunk"], r["keep"]
         r["rule_mb"] = (a * rule_tokens(r["length"], c, k, g, 64) + b) / 2**20
         r["rule_shape_mb"] = (a * rule_tokens(r["length"], c, k, g, permille) + b) / 2**20
-        kept = min(k, -(-r["length"] // c)) * c
-        ref = by_len.get(kept) or by_len.get(c)
+        ref = by_len.get(min(k * c, r["length"]))
         if ref is not None:
-            r["state_bytes_per_token"] = (r["peak_mb"] - ref["peak_mb"] / g) * 2**20 / (
-                r["length"] / g)
+            r["state_bytes_per_token"] = (r["peak_mb"] - ref["peak_mb"] / g
+                                          - weights) * 2**20 / (r["length"] / g)
             r["state_permille_measured"] = 1000 * r["state_bytes_per_token"] / a
-        if c in by_len:
-            target = by_len[c]["peak_mb"] + r["length"] * state_bytes / g / 2**20
+        if ref is not None:
+            target = ref["peak_mb"] / g + r["length"] * state_bytes / g / 2**20
             r["over_chunk_plus_state"] = r["peak_mb"] / target
-    summary = {"model": args.model, "a_bytes_per_token": a, "b_bytes": b,
+    summary = {"model": args.model, "a_bytes_per_token": a, "b_bytes": b, "weights_mb": weights,
                "state_bytes_per_token_shape": state_bytes, "state_permille_shape": permille}
     if args.format == "json":
         json.dump({"summary": summary, "rows": rows}, sys.stdout, indent=1)
@@ -223,9 +232,9 @@ def main(argv: list[str] | None = None) -> None:
     print(f"model {args.model} ({shape}), float32, one thread per process; Mem(S) = a S + b "
           f"from the whole runs: a = {a / 1024:.1f} KiB/token, b = {b / 2**20:.0f} MiB; "
           f"K, V, dK, dV = {state_bytes} B/token, state_permille of this shape "
-          f"{permille:.0f} (default 64)")
+          f"{permille:.0f} (default 64); weights {weights:.0f} MB")
     print("| S | run | ranks | peak / rank | rule (64) | rule (shape) | state B/token "
-          "(permille) | peak / (chunk whole + state) | us / token |")
+          "(permille) | peak / (kept whole + state) | us / token |")
     print("|---:|---|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         name = r["kind"] if r["kind"] != "chunked" else (

@@ -4,6 +4,7 @@
     python python/benchmarks/sharded_overhead.py [--counts 1 2 4 8 16] [--length 64]
         [--layers 4] [--hidden 64] [--reps 15] [--format table|json]
         [--versions NAME=PYTHONPATH:LIBRARY ... --rounds 5]
+    python python/benchmarks/sharded_overhead.py --collectives    # gloo's reduce-scatters
 
 Two CPU processes (gloo, one thread each) train ``TinyTransformer`` (float32) on micro-batches
 of ``m`` sequences of ``--length / 2 .. 3 --length / 2`` tokens (drawn, a fixed seed per ``m``), for
@@ -31,6 +32,11 @@ The script runs against whichever ``skrull`` is importable. With ``--versions`` 
 several versions instead, A/B interleaved: ``--rounds`` rounds, each starting this script once
 per version (``PYTHONPATH`` and ``SKRULL_LIBRARY`` of each), and reports per version the median
 and range over rounds of each fixed cost.
+
+``--collectives`` instead times, on two gloo processes, the ways to hand each rank its own
+block of a summed gradient (per message size, median of 30 calls between barriers):
+``all_reduce`` of the whole tensor (the old backward), ``reduce_scatter_tensor``, and
+``all_to_all_single`` followed by a local sum (what the backward runs on gloo).
 """
 
 from __future__ import annotations
@@ -129,6 +135,47 @@ def measure(args: argparse.Namespace) -> dict:
                        "hidden": args.hidden, "reps": args.reps}}
 
 
+def _collectives_rank(rank: int, rendezvous: str, out: str) -> None:
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=rendezvous, rank=rank, world_size=2)
+    got = {}
+    for rows in (128, 1024, 8192):
+        full = torch.randn(2 * rows, 8, 16)
+        mine = torch.empty(rows, 8, 16)
+        received = torch.empty_like(full)
+
+        def a2a() -> None:
+            dist.all_to_all_single(received, full)
+            received.view(2, rows, 8, 16).sum(0)
+        ways = {"all_reduce": lambda: dist.all_reduce(full.clone()),
+                "reduce_scatter": lambda: dist.reduce_scatter_tensor(mine, full),
+                "all_to_all + sum": a2a}
+        for name, call in ways.items():
+            for _ in range(3):
+                call()
+            times = []
+            for _ in range(30):
+                dist.barrier()
+                t0 = time.perf_counter()
+                call()
+                dist.barrier()
+                times.append(time.perf_counter() - t0)
+            got[f"{rows * 8 * 16 * 4 // 1024} KB/{name}"] = 1e3 * statistics.median(times)
+    if rank == 0:
+        with open(os.path.join(out, "collectives.json"), "w") as f:
+            json.dump(got, f)
+    dist.destroy_process_group()
+
+
+def collectives() -> dict[str, float]:
+    """Milliseconds per call of each way, keyed ``"<KB per rank>/<way>"``."""
+    with tempfile.TemporaryDirectory() as out:
+        mp.start_processes(_collectives_rank, args=("file://" + os.path.join(out, "rdv"), out),
+                           nprocs=2, start_method="spawn")
+        got: dict[str, float] = json.load(open(os.path.join(out, "collectives.json")))
+    return got
+
+
 COSTS = ("per_sharded_sequence_ms", "per_ring_ms", "per_micro_batch_ms")
 
 
@@ -169,7 +216,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--versions", nargs="+", default=None,
                         help="NAME=PYTHONPATH:LIBRARY of each version to time, interleaved")
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--collectives", action="store_true",
+                        help="time gloo's ways to reduce-scatter instead")
     args = parser.parse_args(argv)
+    if args.collectives:
+        got = collectives()
+        print("| message per rank | way | median per call |")
+        print("|---:|---|---:|")
+        for key, ms in got.items():
+            size, way = key.split("/")
+            print(f"| {size} | {way} | {ms:.2f} ms |")
+        return
     if args.versions:
         got = compare(args)
         if args.format == "json":

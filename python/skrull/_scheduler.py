@@ -89,7 +89,7 @@ class Scheduler:
         order on one GPU or an aligned group of CP ranks, ``Plan.cp_rank`` -2): ``chunkflow``
         chunks every such sequence over the whole group, ``balanced`` where its cost model
         says that pays. See ``docs/chunking.md``. The ``skrull.torch`` and ``skrull.hf``
-        executors do not run chunked sequences yet (they raise ``NotImplementedError``).
+        executors run them chunk by chunk (``skrull.torch.attention.MicroBatchPasses``).
     chunk_keep : int, optional
         K: how many chunks of a chunked sequence keep their activations (1 to 64, default 1);
         the others are recomputed in the backward pass.

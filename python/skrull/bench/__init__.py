@@ -45,7 +45,8 @@ import tempfile
 from typing import Any, Sequence
 
 from ._options import BenchError, check_fits, chunking, lengths_and_bucket, parse
-from ._predict import evaluate, executor_time_s, gpu_pairs, measured_compute_s, overhead_s
+from ._predict import (evaluate, executor_time_s, gpu_pairs, mark_group_chunks,
+                       measured_compute_s, overhead_s)
 from ._report import chart, table, to_json
 
 __all__ = ["BenchError", "main", "run"]
@@ -142,7 +143,8 @@ def _summarise(opts: Any, policy: str, got: dict[str, Any], cli: str) -> dict[st
     overheads = [overhead_s(walls[k - 1], records[k]["times"]) for k in range(1, w)]
     overhead = statistics.median(overheads) if overheads and "online" in opts.calibrate \
         else 0.0
-    reports = [evaluate(cli, r["plan"], got["cost_model"]) for r in timed]
+    reports = [mark_group_chunks(evaluate(cli, r["plan"], got["cost_model"]), r["plan"])
+               for r in timed]
     predicted = [executor_time_s(rep, opts.dp, opts.cp) + overhead for rep in reports]
     barrier = [rep["iteration_time_s"] + overhead for rep in reports]
     compute = [measured_compute_s(r["times"]) for r in timed]

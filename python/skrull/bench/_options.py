@@ -127,7 +127,7 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return opts
 
 
-def chunking(opts: argparse.Namespace, policy: str) -> dict[str, int]:
+def chunking(opts: argparse.Namespace, policy: str) -> dict[str, Any]:
     """The Scheduler's chunking arguments of ``policy`` in this run: ``--chunk-size`` and
     ``--chunk-keep`` when a size is given, chunkflow's own default size otherwise."""
     if opts.chunk_size:

@@ -41,7 +41,7 @@ def measured_compute_s(times: Any) -> float:
 def executor_time_s(report: dict[str, Any], dp: int, cp: int) -> float:
     """The evaluator's per-(micro-batch, CP rank) times composed the way the executor runs
     them: each CP rank runs its micro-batches one after another, a micro-batch that holds a
-    sharded sequence starts when the last rank of the ring is ready and ends for all of them
+    sharded sequence (or one chunked over a group: ``mark_group_chunks``) starts when the last rank of the ring is ready and ends for all of them
     with its slowest rank (its ring collectives hold them together), a micro-batch of local
     sequences only runs on each rank at its own pace (no collective inside it), and every
     rank meets the others at the step's gradient all-reduce.
@@ -54,11 +54,23 @@ def executor_time_s(report: dict[str, Any], dp: int, cp: int) -> float:
     for m in sorted(report["micro_batches"], key=lambda m: (m["dp"], m["index"])):
         t = np.asarray(m["rank_times_s"], dtype=np.float64)
         d = m["dp"]
-        if m["sharded"] > 0:
+        if m["sharded"] > 0 or m.get("group_chunked", 0) > 0:
             ready[d, :] = float(ready[d].max()) + float(t.max())
         else:
             ready[d] += t
     return float(ready.max())
+
+
+def mark_group_chunks(report: dict[str, Any], plan_json: str) -> dict[str, Any]:
+    """``report`` with ``group_chunked`` on each micro-batch: its chunked sequences run over
+    a group of more than one rank, whose exchanges hold the group together as a sharded
+    sequence's ring does (a chunk on one GPU waits for no one)."""
+    plan = json.loads(plan_json)
+    for m in report["micro_batches"]:
+        m["group_chunked"] = sum(1 for p in plan["placements"]
+                                 if p.get("kind") == "chunked" and p["cp_size"] > 1
+                                 and (p["dp"], p["micro_batch"]) == (m["dp"], m["index"]))
+    return report
 
 
 def overhead_s(step_s: Any, times: Any) -> float:
@@ -77,7 +89,7 @@ def gpu_pairs(report: dict[str, Any], times: Any) -> dict[str, list[tuple[float,
     for m in report["micro_batches"]:
         pred = [float(x) for x in m["rank_times_s"]]
         got = t[m["index"], m["dp"]]
-        if m["sharded"] > 0:
+        if m["sharded"] > 0 or m.get("group_chunked", 0) > 0:
             out["sharded"] += [(max(pred), float(x)) for x in got]
         else:
             out["local"] += [(p, float(x)) for p, x in zip(pred, got) if p > 0]

@@ -79,7 +79,7 @@ class PassAttention:
             raise ValueError(f"{tuple(q.shape)} query for a layout of [1, heads, "
                              f"{self.tokens}, dim]")
         extra = {"layer": layer} if self.layered else {}
-        out = self.attention(_thd(q), _thd(k), _thd(v), scaling, dropout, **extra)
+        out: torch.Tensor = self.attention(_thd(q), _thd(k), _thd(v), scaling, dropout, **extra)
         return out.transpose(0, 1)[None]
 
 

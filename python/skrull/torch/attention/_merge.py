@@ -193,7 +193,8 @@ class PackedPairs(torch.autograd.Function):
             dq[row:row + rows] = dqb.squeeze(0).transpose(0, 1)
         dparts: list[torch.Tensor] = []
         for d, n, at in zip(dsources, ctx.segments, _starts(ctx.segments)):
-            dparts += list(d.split([p.shape[0] for p in parts[at:at + n]])) if n > 1 else [d]
+            dparts += list(torch.split(d, [p.shape[0] for p in parts[at:at + n]])) \
+                if n > 1 else [d]
         return (None, None, None, dq, dk, dv, *dparts)
 
 

@@ -496,7 +496,8 @@ class _Builder:
 
 
 def _member_passes(lay: Layout, seq: int) -> np.ndarray:
-    return lay.chunk_passes[lay.chunk_passes["seq"] == seq]
+    out: np.ndarray = lay.chunk_passes[lay.chunk_passes["seq"] == seq]
+    return out
 
 
 def local_schedule(slots: tuple[tuple[int, int], ...], tokens: int,
