@@ -169,6 +169,8 @@ def _summarise(opts: Any, policy: str, got: dict[str, Any], cli: str) -> dict[st
             "predicted_steps_s": predicted, "compute_steps_s": compute,
             "gpu_predicted_over_measured": {"local": ratio("local"),
                                             "sharded": ratio("sharded")},
+            "chunked_per_step": statistics.mean(rep.get("chunked_sequences", 0)
+                                                for rep in reports),
             "refit": got["refit"]}
 
 
@@ -211,7 +213,8 @@ def run(opts: Any) -> dict[str, Any]:
               "batch": opts.batch, "warmup": opts.warmup, "steps": opts.steps,
               "calibrate": opts.calibrate, "lengths": opts.lengths or None,
               "dataset": None if opts.lengths else (opts.dataset or "lmsys"),
-              "max_len": opts.max_len, "sequences": len(lengths), "seed": opts.seed}
+              "max_len": opts.max_len, "sequences": len(lengths), "seed": opts.seed,
+              "chunk_size": opts.chunk_size, "chunk_keep": opts.chunk_keep}
     return {"config": config, "policies": rows,
             "ranked_alike": by_measured == by_predicted,
             "ranking_measured": by_measured, "ranking_predicted": by_predicted}
