@@ -292,3 +292,27 @@ def test_skrull_hf_plans_chunked_batches_for_the_trainer():
                                     policy="chunkflow", chunk_size=1024)
     plan = plan_for_steps(scheduler, [100, 3000], micro_batches=2)
     assert plan.chunked.tolist() == [False, True]
+
+
+def test_online_calibration_times_chunked_steps_without_observing_them(tmp_path):
+    # Regression: the refit refuses chunked placements (PLAN_INVALID), which made every step
+    # of a chunked plan fail in OnlineCalibration.step (SkrullTrainer with calibrate_every,
+    # and every chunkflow run of python -m skrull.bench).
+    pytest.importorskip("torch")
+    import torch.distributed as dist
+    from skrull.torch import OnlineCalibration
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/rendezvous", rank=0,
+                            world_size=1)
+    try:
+        scheduler = chunkflow(dp=1, cp=1, bucket_tokens=4096, lockstep=True, chunk_size=1024)
+        online = OnlineCalibration(scheduler, every=1)
+        for lengths in ([100, 3000], [100, 200]):
+            plan = scheduler.plan(lengths)
+            for _ in range(plan.num_micro_batches):
+                with online.time():
+                    pass
+            online.step(plan)
+        assert online.steps == 2 and online.unobserved_chunked == 1
+        assert online.last_times.shape == (1, 1, 1)
+    finally:
+        dist.destroy_process_group()

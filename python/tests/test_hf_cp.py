@@ -129,7 +129,7 @@ def test_chunked_runs_in_the_cp_trainer_equal_unpacked_training(trained):
 
 def test_chunked_trainer_at_dp2_without_cp_equals_unpacked_training(tmp_path):
     # CP 1: SkrullTrainer takes the per-GPU buffers (not its collator) to run chunk passes.
-    case = dict(LAYOUTS["dp2xcp2"], cp=1, bucket=96)
+    case = dict(LAYOUTS["dp2xcp2"], cp=1, bucket=128)
     lengths = _lengths(case)
     chunking = dict(chunk_size=32, chunk_keep=1)
     sched = skrull.Scheduler(2, 1, case["bucket"], lockstep=True,

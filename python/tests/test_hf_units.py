@@ -140,22 +140,25 @@ def test_a_slot_stays_empty_only_when_a_rank_has_fewer_sequences_than_slots():
 # ---- attention ----------------------------------------------------------------------------
 
 def test_skrull_attention_runs_sequence_by_sequence_never_t_by_t(monkeypatch):
-    from skrull.torch.attention import _kernels
+    from skrull.torch.attention import _merge
     lengths = [7, 30, 1, 12]
     samples = worker.dataset(lengths, seed=4)
     model = worker.tiny_model("qwen2", "skrull")
-    areas = []
-    real = _kernels.BACKENDS["merge"]
+    calls = []
+    real = _merge._FORWARD
 
-    def spy(pairs, scale, dropout):
-        areas.extend(q.shape[0] * k.shape[0] for q, k, _ in pairs)
-        return real(pairs, scale, dropout)
-    monkeypatch.setitem(_kernels.BACKENDS, "merge", spy)
+    def spy(q, k, v, *args, **kwargs):   # the CPU flash kernel: [slots, heads, rows, dim]
+        calls.append((q.shape[0], q.shape[2], k.shape[2]))
+        return real(q, k, v, *args, **kwargs)
+    monkeypatch.setattr(_merge, "_FORWARD", spy)
     batch = sh.SkrullCollator()(samples)
     labels = sum(n - 1 for n in lengths)
     with torch.no_grad():
         packed = float(model(**batch, num_items_in_batch=labels).loss)
-    assert max(areas) == max(lengths) ** 2 and len(areas) == 2 * len(lengths)  # 2 layers
+    # One slot per sequence and layer (short sequences run batched by power-of-two size
+    # class: 16 for 7, 1 and 12, 32 for 30); a slot is its class's square, never T x T.
+    assert sum(slots for slots, _, _ in calls) == 2 * len(lengths)  # 2 layers
+    assert max(rows * keys for _, rows, keys in calls) == 32 ** 2 < sum(lengths) ** 2
     assert abs(packed - _unpacked_loss(model, samples)) < 1e-13
 
 

@@ -41,10 +41,11 @@ def measured_compute_s(times: Any) -> float:
 def executor_time_s(report: dict[str, Any], dp: int, cp: int) -> float:
     """The evaluator's per-(micro-batch, CP rank) times composed the way the executor runs
     them: each CP rank runs its micro-batches one after another, a micro-batch that holds a
-    sharded sequence (or one chunked over a group: ``mark_group_chunks``) starts when the last rank of the ring is ready and ends for all of them
-    with its slowest rank (its ring collectives hold them together), a micro-batch of local
-    sequences only runs on each rank at its own pace (no collective inside it), and every
-    rank meets the others at the step's gradient all-reduce.
+    sharded sequence (or one chunked over a group: ``mark_group_chunks``) starts when the
+    last rank of the ring is ready and ends for all of them with its slowest rank (its ring
+    collectives hold them together), a micro-batch of local sequences only runs on each rank
+    at its own pace (no collective inside it), and every rank meets the others at the step's
+    gradient all-reduce.
 
     The evaluator's own ``iteration_time_s`` puts a barrier after every micro-batch (a
     micro-batch takes its slowest CP rank), which is right for a trainer that synchronises

@@ -179,8 +179,8 @@ def all_gather_varlen(x: torch.Tensor, sizes: list[int], group: Any) -> torch.Te
     differentiable: the gradient of a rank's rows is the sum over all ranks of the gradient
     of the concatenation at those rows, which the backward hands each rank alone (a
     reduce-scatter, not an all-reduce of the whole concatenation; ``GatherBlocks``).
-    (``torch.distributed.nn.functional.all_gather`` is no substitute here: with torch 2.15 on gloo its backward fails on a CP subgroup, "Global rank
-    0 is not part of group".)
+    (``torch.distributed.nn.functional.all_gather`` is no substitute here: with torch 2.15
+    on gloo its backward fails on a CP subgroup, "Global rank 0 is not part of group".)
 
     Parameters
     ----------

@@ -168,7 +168,29 @@ class PackedAttention:
 
     def outputs(self, fn: PartLoss) -> torch.Tensor:
         """``fn(part, attention)`` of every pass, concatenated in buffer order, every pass
-        keeping its activations: e.g. the whole buffer's logits. Train with ``loss``."""
+        keeping its activations: e.g. the whole buffer's logits. Train with ``loss``.
+
+        Parameters
+        ----------
+        fn : callable
+            ``(part, attention) -> tensor`` over the pass's rows (as ``loss``).
+
+        Returns
+        -------
+        torch.Tensor
+            The passes' outputs concatenated along the rows.
+
+        Example
+        -------
+        >>> import torch, skrull
+        >>> from skrull.torch import PackedAttention, TinyTransformer, collate
+        >>> plan = skrull.Scheduler(dp=1, cp=1, bucket_tokens=16, policy="chunkflow",
+        ...                         chunk_size=4, lockstep=True).plan([10])
+        >>> mb = collate(plan, [torch.arange(10)], 0, 0)[0]
+        >>> model = TinyTransformer()
+        >>> PackedAttention(mb).outputs(model.forward_part).shape      # 3 chunk passes
+        torch.Size([10, 64])
+        """
         main = self.passes.main
         parts = self.passes.outputs(
             None if main is None else (lambda att: fn(self._main_part(), self)),

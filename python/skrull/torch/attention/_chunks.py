@@ -90,10 +90,31 @@ class ChunkedSequence:
         self._attention = [ChunkAttention(self, p) for p in self.passes]
 
     def attention(self, index: int) -> ChunkAttention:
-        """The attention of pass ``index`` (chunk ``index``)."""
+        """The attention of pass ``index`` (chunk ``index``).
+
+        Parameters
+        ----------
+        index : int
+            The chunk, ``0 .. count``.
+
+        Returns
+        -------
+        ChunkAttention
+            Called by every layer of that pass.
+
+        Example
+        -------
+        >>> import skrull
+        >>> from skrull.torch.attention import ChunkedSequence, attention_schedule
+        >>> plan = skrull.Scheduler(dp=1, cp=1, bucket_tokens=16, policy="chunkflow",
+        ...                         chunk_size=4).plan([6])
+        >>> chunked = ChunkedSequence(attention_schedule(plan, 0, 0, 0).passes, None, 0, None)
+        >>> chunked.attention(1).schedule.start                  # chunk 1: positions 4, 5
+        4
+        """
         return self._attention[index]
 
-    def pick(self, q: torch.Tensor) -> str:
+    def _pick(self, q: torch.Tensor) -> str:
         """The backend: the ``backend`` argument, else picked once (first call)."""
         if self.backend is None:
             self.backend = pick_backend(q.device, q.dtype)
@@ -105,7 +126,29 @@ class ChunkAttention:
     ``layer=``): ``q`` ``[rows, heads, dim]``, ``k``, ``v`` ``[rows, kv heads, dim]`` over the
     pass's rows (``ChunkPassSchedule.tokens``; one padding row when it holds none), output
     shaped like ``q``. Made by ``ChunkedSequence.attention``; ``begin()`` restarts the layer
-    count (each forward of the pass, the recomputation included, calls it first)."""
+    count (each forward of the pass, the recomputation included, calls it first).
+
+    Parameters
+    ----------
+    owner : ChunkedSequence
+        The sequence whose K/V state it reads and extends.
+    schedule : ChunkPassSchedule
+        Its pass.
+
+    Example
+    -------
+    >>> import torch, skrull
+    >>> from skrull.torch.attention import ChunkedSequence, attention_schedule
+    >>> plan = skrull.Scheduler(dp=1, cp=1, bucket_tokens=16, policy="chunkflow",
+    ...                         chunk_size=4).plan([6])
+    >>> chunked = ChunkedSequence(attention_schedule(plan, 0, 0, 0).passes, None, 0, None)
+    >>> x = torch.randn(6, 2, 8)
+    >>> _ = chunked.attention(0)(x[:4], x[:4], x[:4])     # layer 0 of chunk 0
+    >>> chunked.attention(1)(x[4:], x[4:], x[4:]).shape   # chunk 1 over the state
+    torch.Size([2, 2, 8])
+    >>> len(chunked.state), [t.shape[0] for t in chunked.state[0]]   # one layer, 2 chunks
+    (1, [4, 2])
+    """
 
     def __init__(self, owner: ChunkedSequence, schedule: ChunkPassSchedule) -> None:
         self.owner, self.schedule = owner, schedule
@@ -123,7 +166,21 @@ class ChunkAttention:
             (seq.keys == np.arange(seq.length)).all())
 
     def begin(self) -> None:
-        """Restarts the layer count: the next call is layer 0."""
+        """Restarts the layer count: the next call is layer 0.
+
+        Example
+        -------
+        >>> import torch, skrull
+        >>> from skrull.torch.attention import ChunkedSequence, attention_schedule
+        >>> plan = skrull.Scheduler(dp=1, cp=1, bucket_tokens=16, policy="chunkflow",
+        ...                         chunk_size=4).plan([6])
+        >>> chunked = ChunkedSequence(attention_schedule(plan, 0, 0, 0).passes, None, 0, None)
+        >>> attention, x = chunked.attention(0), torch.randn(4, 2, 8)
+        >>> _ = attention(x, x, x); _ = attention(x, x, x)          # layers 0 and 1
+        >>> attention.begin(); _ = attention(x, x, x)               # layer 0 again
+        >>> len(chunked.state)
+        2
+        """
         self._layer = 0
 
     def _order_on(self, device: torch.device, block: int) -> torch.Tensor:
@@ -161,7 +218,7 @@ class ChunkAttention:
         elif len(stored) < p.index:
             raise RuntimeError(f"sequence {p.seq}: chunk {p.index} ran before chunk "
                                f"{len(stored)} at layer {layer} (passes run in order)")
-        name = self.owner.pick(q)
+        name = self.owner._pick(q)
         if self._in_order and name == "merge":
             return self._attend(name, q, k, v, (tuple(stored[:p.index]) + (mine,), mine),
                                 scale, dropout)

@@ -88,7 +88,39 @@ class MicroBatchPasses:
         """``main(main attention)`` (when the local and sharded groups run) and ``each(chunk
         pass, attention)`` of every chunk pass, in order, every pass keeping its activations
         (no recomputation): a whole buffer's outputs, e.g. its logits, for checks. Train with
-        ``loss``, whose memory is bounded."""
+        ``loss``, whose memory is bounded.
+
+        Parameters
+        ----------
+        main : callable or None
+            ``main(attention)``: the local and sharded rows' output (None when this GPU
+            runs only chunk passes).
+        each : callable
+            ``each(chunk_pass, attention)``: one chunk pass's output.
+
+        Returns
+        -------
+        list of torch.Tensor
+            The outputs, pass by pass (buffer order).
+
+        Raises
+        ------
+        ValueError
+            ``main`` is None although the local and sharded groups run.
+
+        Example
+        -------
+        >>> import torch, skrull
+        >>> from skrull.torch.attention import MicroBatchPasses, attention_schedule
+        >>> plan = skrull.Scheduler(dp=1, cp=1, bucket_tokens=16, policy="chunkflow",
+        ...                         chunk_size=4).plan([10])
+        >>> passes = MicroBatchPasses(attention_schedule(plan, 0, 0, 0))
+        >>> x = torch.randn(10, 2, 8)
+        >>> outs = passes.outputs(None, lambda p, att: att(*(x[p.offset:p.offset + p.tokens],)
+        ...                                                 * 3))
+        >>> [o.shape[0] for o in outs]
+        [4, 4, 2]
+        """
         out = []
         if self.main is not None:
             if main is None:
@@ -106,7 +138,39 @@ class MicroBatchPasses:
         run) plus ``pass_loss(chunk_pass, attention)`` of every chunk pass, the recomputed
         ones under activation checkpointing. ``pass_loss`` runs again for each recomputed
         pass in the backward pass: it must compute the same thing (no side effects beyond
-        the attention's)."""
+        the attention's).
+
+        Parameters
+        ----------
+        main_loss : callable or None
+            ``main_loss(attention)``: the local and sharded rows' loss (None when this GPU
+            runs only chunk passes).
+        pass_loss : callable
+            ``pass_loss(chunk_pass, attention)``: one chunk pass's loss.
+
+        Returns
+        -------
+        torch.Tensor
+            The scalar loss, one autograd graph: call ``backward()`` on it once.
+
+        Raises
+        ------
+        ValueError
+            ``main_loss`` is None although the local and sharded groups run.
+
+        Example
+        -------
+        >>> import torch, skrull
+        >>> from skrull.torch.attention import MicroBatchPasses, attention_schedule
+        >>> plan = skrull.Scheduler(dp=1, cp=1, bucket_tokens=16, policy="chunkflow",
+        ...                         chunk_size=4).plan([10])
+        >>> passes = MicroBatchPasses(attention_schedule(plan, 0, 0, 0))
+        >>> x = torch.randn(10, 2, 8, requires_grad=True)
+        >>> loss = passes.loss(None, lambda p, att: att(*(x[p.offset:p.offset + p.tokens],)
+        ...                                             * 3).sum())
+        >>> loss.backward(); x.grad.shape
+        torch.Size([10, 2, 8])
+        """
         total: torch.Tensor | None = None
         if self.main is not None:
             if main_loss is None:
