@@ -316,3 +316,28 @@ def test_online_calibration_times_chunked_steps_without_observing_them(tmp_path)
         assert online.last_times.shape == (1, 1, 1)
     finally:
         dist.destroy_process_group()
+
+
+def test_whole_group_attention_refuses_a_sub_group_chunk_naming_the_sequence():
+    # Without ring_groups only the whole CP group's process group exists: a sequence chunked
+    # on a sub-group cannot exchange its chunks, and every rank of the DP rank must refuse it
+    # (the check reads the plan, not the GPU's layout). The planner does not chunk on
+    # sub-groups in these sizes, so the plan's group of sequence 1 is narrowed here.
+    torch = pytest.importorskip("torch")
+    from types import SimpleNamespace
+    from skrull.torch import collate
+    from skrull.torch._packed import _refuse_subgroup_chunks
+    plan = chunkflow(dp=1, cp=4, lockstep=True).plan(LENGTHS)
+    seq = int(np.flatnonzero(plan.chunked)[0])
+    mb = next(m for m in collate(plan, [torch.arange(n) for n in LENGTHS], 0, 0)
+              if seq in m.seq_ids.tolist())
+    _refuse_subgroup_chunks(mb)      # the whole group: runs
+    narrowed = SimpleNamespace(config=plan.config, dp_rank=plan.dp_rank,
+                               micro_batch=plan.micro_batch, chunked=plan.chunked,
+                               cp_first=plan.cp_first, cp_size=np.where(
+                                   np.arange(len(LENGTHS)) == seq, 2, plan.cp_size))
+    for cp_rank in range(4):         # every rank of the DP rank refuses it
+        other = collate(plan, [torch.arange(n) for n in LENGTHS], 0, cp_rank)[mb.layout.micro_batch]
+        other.plan = narrowed
+        with pytest.raises(ValueError, match=f"sequence {seq} runs chunked on CP ranks 0..2"):
+            _refuse_subgroup_chunks(other)
