@@ -107,12 +107,6 @@ typedef struct skrull_setup skrull_setup;
 #define SKRULL_PRESET_QWEN2_5_7B 1
 
 /**
- * The largest `struct_size` accepted for an extensible struct (bytes past the fields this
- * library knows must be zero).
- */
-#define SKRULL_MAX_STRUCT_SIZE 4096
-
-/**
  * `sizeof(skrull_config)` of ABI version 1, the smallest accepted `struct_size`.
  */
 #define SKRULL_CONFIG_SIZE_V1 60
@@ -241,6 +235,12 @@ typedef struct skrull_setup skrull_setup;
  * `sizeof(skrull_refit_report)` of version 1.
  */
 #define SKRULL_REFIT_REPORT_SIZE_V1 112
+
+/**
+ * The largest `struct_size` accepted for an extensible struct (bytes past the fields this
+ * library knows must be zero).
+ */
+#define SKRULL_MAX_STRUCT_SIZE 4096
 
 /**
  * The C ABI version this header describes.
@@ -386,6 +386,14 @@ enum skrull_status
      * length, `limit` the BucketSize it would need.
      */
     SKRULL_STATUS_CHUNK_OVER_BUDGET = 25,
+    /**
+     * No ChunkSize fits (`skrull_chunk_size_default()`): even one-token chunks of the longest
+     * sequence hold more than `bucket_tokens` on a GPU of the group that runs them, because
+     * the K/V state of the whole sequence is charged. Details: `value` the longest sequence,
+     * `limit` the tokens it would hold per GPU with one-token chunks (the least any chunk
+     * size gives).
+     */
+    SKRULL_STATUS_NO_CHUNK_SIZE = 26,
     /**
      * The plan buffers given to a layout function do not hold a valid plan that
      * `skrull_schedule()` made from this configuration and these lengths (wrong counts, a
@@ -1538,6 +1546,33 @@ extern "C" {
 uint32_t skrull_abi_version(void);
 
 /**
+ * Writes to `*chunk_size` the default ChunkSize of `config` for sequences of up to `longest`
+ * tokens (0: the longest the layout accepts sharded, `cp x bucket_tokens` less padding): the
+ * largest power of two below `longest` (at most 2^30) whose chunked peak fits
+ * `bucket_tokens` on the GPUs the policy chunks on (the whole CP group for
+ * `SKRULL_POLICY_CHUNKFLOW`, one GPU otherwise), with the configuration's `chunk_keep` and
+ * `chunk_state_permille`; 1 when `longest` is at most 1. `config->chunk_size` is ignored
+ * (it may be 0, as `chunkflow` callers have it before they ask); every other field is
+ * checked as `skrull_config_check()` checks it.
+ *
+ * Returns `SKRULL_STATUS_OK`, a configuration status (`NULL_ARG`, `BAD_STRUCT_SIZE`,
+ * `INVALID_DP`, ...), `SKRULL_STATUS_NULL_ARG` for a NULL `chunk_size`, `INVALID_ARG` for a
+ * misaligned one or one that overlaps the configuration, or `SKRULL_STATUS_NO_CHUNK_SIZE`
+ * when not even one-token chunks fit (details: `value` the longest sequence, `limit` the
+ * tokens per GPU it would hold). Writes `*chunk_size` only on success, and the details to
+ * `error` (unless NULL, misaligned or overlapping another argument) only on failure.
+ *
+ * # Safety
+ * `config`, unless NULL, points to a `skrull_config` whose `struct_size` bytes are readable
+ * (and its `cost_model`, unless NULL, to a readable `skrull_cost_model`); `chunk_size`,
+ * unless NULL, is writable; `error`, unless NULL, points to a writable `skrull_error_info`.
+ */
+skrull_status skrull_chunk_size_default(const struct skrull_config *config,
+                                        uint32_t longest,
+                                        uint32_t *chunk_size,
+                                        struct skrull_error_info *error);
+
+/**
  * Validates `config` alone: `SKRULL_STATUS_OK`, or the first problem `skrull_schedule()`
  * would report for it (pointer, struct size, reserved fields, option integers, the cost
  * model, then the ranges), with its details in `error` (unless NULL, misaligned or
@@ -1683,6 +1718,34 @@ skrull_status skrull_dacp_place(const struct skrull_config *config,
                                 int32_t *cp_ranks,
                                 size_t cp_ranks_len,
                                 struct skrull_dacp_summary *summary);
+
+/**
+ * Writes the sentence a binding shows for a call that returned `status`: what was given,
+ * what is accepted and what to do (for example `sequence 3 has 70000 tokens, too many for
+ * bucket_tokens=4096: ...`), without the status name. The details are read from `info` when
+ * it is not NULL and `info->status == status` (what a failed call wrote), and the
+ * configuration's `bucket_tokens`, `flops`, `policy` and `cp` from `config` when it is not
+ * NULL; a detail that is unknown prints as `None`. For `SKRULL_STATUS_LENGTH_OUT_OF_RANGE`, a
+ * binding that checks lengths as signed integers may store the caller's negative length in
+ * `info->value` (as the `int64_t` bit pattern) to have it named.
+ *
+ * Like `snprintf`: writes at most `capacity - 1` bytes and a NUL into `buffer` (nothing when
+ * `buffer` is NULL or `capacity` is 0) and returns the sentence's full length in bytes
+ * without the NUL, so a return value at or above `capacity` means it was cut. Statuses with
+ * no sentence of their own (`SKRULL_STATUS_OK`, an unknown number) give
+ * `skrull_status_str()`'s text. The sentence is ASCII.
+ *
+ * # Safety
+ * `info`, unless NULL, points to a readable `skrull_error_info`; `config`, unless NULL, to a
+ * `skrull_config` whose `struct_size` bytes are readable (one this library would refuse is
+ * read as far as it can be, or ignored); `buffer`, unless NULL, to `capacity` writable bytes
+ * that overlap neither.
+ */
+size_t skrull_error_describe(uint32_t status,
+                             const struct skrull_error_info *info,
+                             const struct skrull_config *config,
+                             char *buffer,
+                             size_t capacity);
 
 /**
  * Fills `out` with one GPU's layout (`gpu`: DP rank, micro-batch, CP rank) of the plan that
@@ -2078,6 +2141,16 @@ skrull_status skrull_setup_init(const struct skrull_config *config,
  * None: no arguments. Safe to call from any thread.
  */
 size_t skrull_setup_size(void);
+
+/**
+ * Returns the status's name as the header spells it without `SKRULL_STATUS_`
+ * (`"SEQUENCE_TOO_LONG"` for `SKRULL_STATUS_SEQUENCE_TOO_LONG`), static and NUL-terminated;
+ * NULL for a number this library has no status for.
+ *
+ * # Safety
+ * None: any value is accepted. Safe to call from any thread.
+ */
+const char *skrull_status_name(uint32_t status);
 
 /**
  * Returns a static, NUL-terminated English message for a status number.

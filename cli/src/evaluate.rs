@@ -9,7 +9,8 @@ use skrull_core::plan::{CHUNKED, SHARDED};
 use skrull_core::{Config, CpGroup, ModelShape, Placement};
 use skrull_kit::OwnedEval;
 
-use crate::args::{Flags, config_over, cost_label, model_name, read_lengths};
+use crate::args::{Flags, model_name, read_lengths};
+use crate::config_flags::{config_over, cost_label};
 
 /// A plan read from `skrull plan --format json`.
 #[derive(Debug, Clone, PartialEq)]

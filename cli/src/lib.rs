@@ -4,8 +4,11 @@
 
 pub mod args;
 pub mod calibrate;
+pub mod cell;
 pub mod chunking;
+pub mod config_flags;
 pub mod config_keys;
+pub mod cost_json;
 pub mod evaluate;
 pub mod fits;
 pub mod json;
@@ -16,5 +19,6 @@ pub mod plan_cmd;
 pub mod profile_cmd;
 pub mod rebuild;
 pub mod samples;
+pub mod setups;
 pub mod simulate;
 pub mod svg;

@@ -16,7 +16,7 @@ use skrull_kit::sample::{Dataset, Rng};
 use skrull_kit::{OwnedBuffers, OwnedEval};
 
 use crate::args::Flags;
-use crate::simulate::{PAPER_CELLS, SETUPS, Setup, sharded_limit};
+use crate::setups::{PAPER_CELLS, SETUPS, Setup, sharded_limit};
 use crate::svg::{Panel, escape, gantt};
 
 /// A built-in truth model: the preset changed the way the issue names.

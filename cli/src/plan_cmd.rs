@@ -3,7 +3,8 @@
 use skrull_kit::OwnedBuffers;
 use skrull_kit::batch::default_lengths;
 
-use crate::args::{Flags, config_from, read_lengths};
+use crate::args::{Flags, read_lengths};
+use crate::config_flags::config_from;
 use crate::json::{plan_json, plan_table};
 use crate::layout_out::{compute, layout_json, layout_table, parse_gpu};
 
@@ -64,7 +65,7 @@ cost model the default policy (balanced) plans with: a calibrated model changes 
 /// # Errors
 /// A message that names the offending value.
 pub fn run(flags: &Flags) -> Result<String, String> {
-    let cfg = config_from(flags, crate::args::DEFAULT_POLICY)?;
+    let cfg = config_from(flags, crate::config_flags::DEFAULT_POLICY)?;
     let lengths = match flags.get("--lengths") {
         Some(path) => read_lengths(path)?,
         None => default_lengths(cfg.cp, cfg.bucket),

@@ -8,8 +8,9 @@ use skrull_core::config::cost::{ATTN_POINTS, AttentionTable, Overlap};
 use skrull_core::{CostModel, ModelShape};
 
 use crate::boundary::guard;
-use crate::config::{read_sized, skrull_model_shape};
 use crate::error::Failure;
+use crate::shape::skrull_model_shape;
+use crate::sized::read_sized;
 use crate::status::skrull_status;
 
 /// GPU preset: H100 SXM5 (the default, 0).

@@ -10,7 +10,8 @@
 //!
 //! This crate is a thin translation layer over `skrull-core` (no scheduling logic):
 //!
-//! - [`status`]: `skrull_status`, stable numbers, `skrull_status_str()`;
+//! - [`status`]: `skrull_status` and its stable numbers; [`describe`]: `skrull_status_str()`,
+//!   `skrull_status_name()` and `skrull_error_describe()`, the words for a status;
 //! - [`config`]: `skrull_config` (extensible, `struct_size` first), option constants, presets;
 //! - [`workspace`]: buffer sizing (`skrull_workspace_size()`, `skrull_plan_sizes()`);
 //! - [`plan`]: the frozen output records and `skrull_plan_buffers`;
@@ -43,9 +44,11 @@
 #![allow(non_camel_case_types)]
 
 pub mod boundary;
+pub mod chunk_size;
 pub mod config;
 pub mod cost;
 pub mod dacp;
+pub mod describe;
 pub mod error;
 pub mod layout;
 pub mod layout_many;
@@ -53,11 +56,15 @@ pub mod plan;
 pub mod refit;
 pub mod schedule;
 pub mod setup;
+pub mod shape;
+pub mod sized;
+pub mod spans;
 pub mod status;
 pub mod version;
 pub mod workspace;
 
 pub use boundary::skrull_panic_selftest;
+pub use chunk_size::skrull_chunk_size_default;
 pub use config::{
     SKRULL_CONFIG_SIZE_V1, SKRULL_FLOPS_MEGATRON, SKRULL_FLOPS_PAPER, SKRULL_MAX_PAD_MULTIPLE,
     SKRULL_MAX_STRUCT_SIZE, SKRULL_POLICY_BALANCED, SKRULL_POLICY_CHUNKFLOW,
@@ -73,6 +80,7 @@ pub use cost::{
     skrull_cost_model_preset,
 };
 pub use dacp::{skrull_dacp_place, skrull_dacp_summary};
+pub use describe::{skrull_error_describe, skrull_status_name, skrull_status_str};
 pub use error::skrull_error_info;
 pub use layout::{
     SKRULL_MAX_RINGS, SKRULL_NO_MICRO_BATCH, skrull_gpu, skrull_layout, skrull_layout_buffers,
@@ -97,6 +105,6 @@ pub use setup::{
     skrull_config_check, skrull_schedule_prepared, skrull_setup, skrull_setup_init,
     skrull_setup_size,
 };
-pub use status::{skrull_status, skrull_status_str};
+pub use status::skrull_status;
 pub use version::{SKRULL_ABI_VERSION, skrull_abi_version, skrull_version};
 pub use workspace::{skrull_plan_sizes, skrull_workspace_size};

@@ -14,11 +14,13 @@ use skrull_core::model::refit::{
 use skrull_core::plan::SHARDED;
 
 use crate::boundary::{Span, any_overlap, declared, guard, lengths};
-use crate::config::{read_config, read_sized, skrull_config};
+use crate::config::{read_config, skrull_config};
 use crate::cost::{SKRULL_COST_MODEL_SIZE_V1, skrull_cost_model};
-use crate::error::{Failure, config_spans, finish, info_span, skrull_error_info, struct_span};
+use crate::error::{Failure, finish, skrull_error_info};
 use crate::layout::staged_placement;
 use crate::plan::{skrull_cp_group, skrull_placement};
+use crate::sized::read_sized;
+use crate::spans::{config_spans, details_target, struct_span};
 use crate::status::skrull_status;
 
 /// Coefficients the refit fits (`skrull_refit_report.coefficients`).
@@ -208,14 +210,6 @@ fn state_bytes(p: &RefitParams) -> Option<usize> {
         .filter(|&b| b <= isize::MAX as usize)
 }
 
-/// The details pointer when it may be written: aligned and overlapping none of `others`.
-fn target(error: *mut skrull_error_info, others: &[Span]) -> *mut skrull_error_info {
-    match info_span(error) {
-        Ok(Some(span)) if !others.iter().any(|s| s.overlaps(span)) => error,
-        _ => core::ptr::null_mut(),
-    }
-}
-
 /// Writes the defaults into `*out` (`struct_size` = `min(out_size, sizeof)`).
 ///
 /// Returns `SKRULL_STATUS_NULL_ARG` for NULL, `SKRULL_STATUS_INVALID_ARG` when misaligned,
@@ -316,7 +310,7 @@ pub unsafe extern "C" fn skrull_refit_init(
         // SAFETY: forwarded caller contract.
         let r = unsafe { init(params, config, state, state_size, &others) };
         // SAFETY: `error` is NULL or checked by `target`; caller contract.
-        unsafe { finish(r, target(error, &others)) }
+        unsafe { finish(r, details_target(error, &others)) }
     })
 }
 
@@ -470,7 +464,7 @@ pub unsafe extern "C" fn skrull_refit_observe(
             )
         };
         // SAFETY: `error` is NULL or checked by `target`; caller contract.
-        unsafe { finish(r, target(error, &others)) }
+        unsafe { finish(r, details_target(error, &others)) }
     })
 }
 
@@ -610,7 +604,7 @@ pub unsafe extern "C" fn skrull_refit_solve(
             )
         };
         // SAFETY: `error` is NULL or checked by `target`; caller contract.
-        unsafe { finish(r, target(error, &others)) }
+        unsafe { finish(r, details_target(error, &others)) }
     })
 }
 

@@ -1,14 +1,12 @@
 //! `skrull_status`: the one result type of the C API, its stable numbers and messages, and the
 //! one mapping from the core's [`Error`].
 
-use core::ffi::{CStr, c_char};
+use core::ffi::CStr;
 
 use skrull_core::Error;
 use skrull_core::error::Buffer;
 use skrull_core::plan::CheckError;
 use skrull_core::plan::layout::LayoutError;
-
-use crate::boundary::guard;
 
 /// The result of every fallible skrull function.
 ///
@@ -93,6 +91,12 @@ pub enum skrull_status {
     /// `chunk_size` or `chunk_keep` fits it. Details: `index` the sequence, `value` its
     /// length, `limit` the BucketSize it would need.
     ChunkOverBudget = 25,
+    /// No ChunkSize fits (`skrull_chunk_size_default()`): even one-token chunks of the longest
+    /// sequence hold more than `bucket_tokens` on a GPU of the group that runs them, because
+    /// the K/V state of the whole sequence is charged. Details: `value` the longest sequence,
+    /// `limit` the tokens it would hold per GPU with one-token chunks (the least any chunk
+    /// size gives).
+    NoChunkSize = 26,
     /// The plan buffers given to a layout function do not hold a valid plan that
     /// `skrull_schedule()` made from this configuration and these lengths (wrong counts, a
     /// capacity below what `summary` says, corrupted entries including a nonzero
@@ -129,7 +133,7 @@ pub enum skrull_status {
 }
 
 /// Every status, in numeric order (private: an array constant would leak into the header).
-const ALL: [skrull_status; 32] = [
+const ALL: [skrull_status; 33] = [
     skrull_status::Ok,
     skrull_status::NullArg,
     skrull_status::BadStructSize,
@@ -153,6 +157,7 @@ const ALL: [skrull_status; 32] = [
     skrull_status::MicroBatchCount,
     skrull_status::InvalidChunking,
     skrull_status::ChunkOverBudget,
+    skrull_status::NoChunkSize,
     skrull_status::PlanInvalid,
     skrull_status::NoSuchGpu,
     skrull_status::LayoutOverflow,
@@ -173,6 +178,45 @@ impl skrull_status {
     /// The status with number `code`, if there is one.
     pub fn from_u32(code: u32) -> Option<skrull_status> {
         ALL.iter().copied().find(|s| *s as u32 == code)
+    }
+
+    /// The status's name as the header spells it after `SKRULL_STATUS_` (`SEQUENCE_TOO_LONG`).
+    pub fn name(self) -> &'static CStr {
+        match self {
+            skrull_status::Ok => c"OK",
+            skrull_status::NullArg => c"NULL_ARG",
+            skrull_status::BadStructSize => c"BAD_STRUCT_SIZE",
+            skrull_status::InvalidEnum => c"INVALID_ENUM",
+            skrull_status::InvalidArg => c"INVALID_ARG",
+            skrull_status::WorkspaceTooSmall => c"WORKSPACE_TOO_SMALL",
+            skrull_status::OutputTooSmall => c"OUTPUT_TOO_SMALL",
+            skrull_status::InvalidDp => c"INVALID_DP",
+            skrull_status::InvalidCp => c"INVALID_CP",
+            skrull_status::InvalidBucket => c"INVALID_BUCKET",
+            skrull_status::InvalidModel => c"INVALID_MODEL",
+            skrull_status::TooManySequences => c"TOO_MANY_SEQUENCES",
+            skrull_status::EmptySequence => c"EMPTY_SEQUENCE",
+            skrull_status::LengthOutOfRange => c"LENGTH_OUT_OF_RANGE",
+            skrull_status::SequenceTooLong => c"SEQUENCE_TOO_LONG",
+            skrull_status::MicroBatchLimit => c"MICRO_BATCH_LIMIT",
+            skrull_status::DacpFailed => c"DACP_FAILED",
+            skrull_status::InvalidPadMultiple => c"INVALID_PAD_MULTIPLE",
+            skrull_status::InvalidCostModel => c"INVALID_COST_MODEL",
+            skrull_status::UnsupportedOption => c"UNSUPPORTED_OPTION",
+            skrull_status::MicroBatchCount => c"MICRO_BATCH_COUNT",
+            skrull_status::InvalidChunking => c"INVALID_CHUNKING",
+            skrull_status::ChunkOverBudget => c"CHUNK_OVER_BUDGET",
+            skrull_status::NoChunkSize => c"NO_CHUNK_SIZE",
+            skrull_status::PlanInvalid => c"PLAN_INVALID",
+            skrull_status::NoSuchGpu => c"NO_SUCH_GPU",
+            skrull_status::LayoutOverflow => c"LAYOUT_OVERFLOW",
+            skrull_status::InvalidRefitParams => c"INVALID_REFIT_PARAMS",
+            skrull_status::RefitStateInvalid => c"REFIT_STATE_INVALID",
+            skrull_status::MeasurementMismatch => c"MEASUREMENT_MISMATCH",
+            skrull_status::RefitStepTooLarge => c"REFIT_STEP_TOO_LARGE",
+            skrull_status::Internal => c"INTERNAL",
+            skrull_status::Panic => c"PANIC",
+        }
     }
 
     /// The static, NUL-terminated message for this status.
@@ -222,6 +266,9 @@ impl skrull_status {
             }
             skrull_status::ChunkOverBudget => {
                 c"a chunked sequence holds more than bucket_tokens on a GPU (use a smaller chunk_size or chunk_keep)"
+            }
+            skrull_status::NoChunkSize => {
+                c"no chunk size fits: the K/V state of the longest sequence is over bucket_tokens on each GPU of its group (give a chunk_size)"
             }
             skrull_status::PlanInvalid => {
                 c"the plan buffers do not hold a valid plan of this configuration and batch (wrong counts or corrupted entries)"
@@ -274,6 +321,7 @@ impl From<Error> for skrull_status {
             Error::MicroBatchCount { .. } => skrull_status::MicroBatchCount,
             Error::InvalidChunking { .. } => skrull_status::InvalidChunking,
             Error::ChunkOverBudget { .. } => skrull_status::ChunkOverBudget,
+            Error::NoChunkSize { .. } => skrull_status::NoChunkSize,
             // `Error` is non-exhaustive: a variant added to the core without a status here
             // still maps to a defined code.
             _ => skrull_status::Internal,
@@ -301,29 +349,13 @@ impl From<LayoutError> for skrull_status {
     }
 }
 
-/// Returns a static, NUL-terminated English message for a status number.
-///
-/// Unknown numbers (for example from a newer library) give `"unknown status"`. The string is
-/// never NULL, lives as long as the program, and must not be freed.
-///
-/// # Safety
-/// None: any value is accepted. Safe to call from any thread.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn skrull_status_str(status: u32) -> *const c_char {
-    guard(|| {
-        skrull_status::from_u32(status)
-            .map_or(c"unknown status", skrull_status::message)
-            .as_ptr()
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn numbers_are_stable() {
-        let expect: [(skrull_status, u32); 32] = [
+        let expect: [(skrull_status, u32); 33] = [
             (skrull_status::Ok, 0),
             (skrull_status::NullArg, 1),
             (skrull_status::BadStructSize, 2),
@@ -347,6 +379,7 @@ mod tests {
             (skrull_status::MicroBatchCount, 23),
             (skrull_status::InvalidChunking, 24),
             (skrull_status::ChunkOverBudget, 25),
+            (skrull_status::NoChunkSize, 26),
             (skrull_status::PlanInvalid, 30),
             (skrull_status::NoSuchGpu, 31),
             (skrull_status::LayoutOverflow, 32),
@@ -513,11 +546,18 @@ mod tests {
                 assert_ne!(a.message(), b.message());
             }
         }
-        // SAFETY: the function returns a pointer to a static NUL-terminated string.
-        let unknown = unsafe { CStr::from_ptr(skrull_status_str(77)) };
-        assert_eq!(unknown, c"unknown status");
-        // SAFETY: as above.
-        let ok = unsafe { CStr::from_ptr(skrull_status_str(0)) };
-        assert_eq!(ok, c"ok");
+    }
+
+    #[test]
+    fn every_status_has_a_distinct_name_in_the_header_spelling() {
+        let all = skrull_status::all();
+        for (i, a) in all.iter().enumerate() {
+            let name = a.name().to_str().unwrap();
+            assert!(name.bytes().all(|b| b.is_ascii_uppercase() || b == b'_'));
+            for b in &all[i + 1..] {
+                assert_ne!(a.name(), b.name());
+            }
+        }
+        assert_eq!(skrull_status::NoChunkSize.name(), c"NO_CHUNK_SIZE");
     }
 }

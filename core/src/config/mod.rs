@@ -6,6 +6,7 @@ pub mod budget;
 pub mod chunking;
 pub mod cost;
 pub mod cp_group;
+pub mod default_chunk;
 pub mod limits;
 pub mod options;
 pub mod shape;

@@ -49,7 +49,7 @@ pub fn schedule<'b>(
     out: PlanBuffers<'b>,
 ) -> Result<Plan<'b>, Error> {
     let cfg = setup.config();
-    let total = setup.budget().check_lengths(lengths)?;
+    let total = cfg.check_lengths(&setup.budget(), lengths)?;
     let n = lengths.len();
     PlanSizes::for_batch(n, cfg).check(&out)?;
     let ws = &mut ws.carve(n, cfg.dp as usize, cfg.policy.uses_cost_rows())?;
