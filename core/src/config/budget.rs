@@ -53,6 +53,31 @@ const fn gcd(mut a: u64, mut b: u64) -> u64 {
     a
 }
 
+/// The budget a configuration gives (here, not beside `Config`, so that `config` stands below
+/// `budget` and the two never import each other).
+impl Config {
+    /// The token budget of this configuration: what each placement costs a GPU.
+    #[inline]
+    pub fn budget(&self) -> Budget {
+        Budget::new(self)
+    }
+
+    /// Tokens each GPU holds of a sequence of `len` tokens sharded over the CP group
+    /// ([`Budget::share`](Budget::share); builds the budget on every call, so
+    /// hot loops should hold a [`Config::budget`] instead).
+    #[inline]
+    pub fn shard_tokens(&self, len: u32) -> u32 {
+        self.budget().share(len)
+    }
+
+    /// Tokens a local sequence of `len` tokens costs its rank
+    /// ([`Budget::local`](Budget::local)).
+    #[inline]
+    pub fn local_tokens(&self, len: u32) -> u32 {
+        self.budget().local(len)
+    }
+}
+
 impl Budget {
     /// The budget of `cfg` (its values need not be validated: zeros are treated as 1).
     pub fn new(cfg: &Config) -> Budget {

@@ -161,27 +161,6 @@ impl Config {
         self
     }
 
-    /// The token budget of this configuration: what each placement costs a GPU.
-    #[inline]
-    pub fn budget(&self) -> crate::config::budget::Budget {
-        crate::config::budget::Budget::new(self)
-    }
-
-    /// Tokens each GPU holds of a sequence of `len` tokens sharded over the CP group
-    /// ([`Budget::share`](crate::config::budget::Budget::share); builds the budget on every call, so
-    /// hot loops should hold a [`Config::budget`] instead).
-    #[inline]
-    pub fn shard_tokens(&self, len: u32) -> u32 {
-        self.budget().share(len)
-    }
-
-    /// Tokens a local sequence of `len` tokens costs its rank
-    /// ([`Budget::local`](crate::config::budget::Budget::local)).
-    #[inline]
-    pub fn local_tokens(&self, len: u32) -> u32 {
-        self.budget().local(len)
-    }
-
     /// Checks the chunking settings, and that `chunkflow` has them on.
     fn validate_chunking(&self) -> Result<(), Error> {
         use crate::config::chunking::{MAX_CHUNK_KEEP, STATE_SCALE};
