@@ -148,6 +148,16 @@ typedef struct skrull_setup skrull_setup;
 #define SKRULL_COST_MODEL_SIZE_V1 264
 
 /**
+ * `skrull_error_details()` bit: the status's details carry `value`.
+ */
+#define SKRULL_DETAIL_VALUE 1
+
+/**
+ * `skrull_error_details()` bit: the status's details carry `limit`.
+ */
+#define SKRULL_DETAIL_LIMIT 2
+
+/**
  * `skrull_layout.micro_batch_global` of an empty lockstep micro-batch.
  */
 #define SKRULL_NO_MICRO_BATCH UINT32_MAX
@@ -1746,6 +1756,29 @@ size_t skrull_error_describe(uint32_t status,
                              const struct skrull_config *config,
                              char *buffer,
                              size_t capacity);
+
+/**
+ * Which of `skrull_error_info`'s `value` and `limit` a failed call that returned `status`
+ * fills (`SKRULL_DETAIL_VALUE | SKRULL_DETAIL_LIMIT`, 0 for neither or an unknown number),
+ * as `docs/c_api.md` ("Error details") lists them; `index` is -1 and `field` 0 where they
+ * name nothing.
+ *
+ * # Safety
+ * None: any value is accepted.
+ */
+uint32_t skrull_error_details(uint32_t status);
+
+/**
+ * The name of `skrull_error_info.field` for a status (`"ffn"` for `SKRULL_STATUS_INVALID_MODEL`
+ * with field 3, `"gemm_efficiency"` for `SKRULL_STATUS_INVALID_COST_MODEL` with field 3), or
+ * with `field` 0 the setting a status is about when its details name none (`"dp"` for
+ * `SKRULL_STATUS_INVALID_DP`, `"bucket_tokens"`, `"pad_multiple"`, `"flops"` for
+ * `SKRULL_STATUS_UNSUPPORTED_OPTION`). Static and NUL-terminated; NULL when there is none.
+ *
+ * # Safety
+ * None: any values are accepted.
+ */
+const char *skrull_error_field_name(uint32_t status, uint32_t field);
 
 /**
  * Fills `out` with one GPU's layout (`gpu`: DP rank, micro-batch, CP rank) of the plan that

@@ -75,3 +75,64 @@ unsafe fn body(
     unsafe { chunk_size.write(size) };
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{SKRULL_POLICY_CHUNKFLOW, skrull_config};
+
+    fn chunkflow(dp: u32, cp: u32, bucket: u32) -> skrull_config {
+        let mut c = skrull_config::preset(1).unwrap();
+        (c.dp, c.cp, c.bucket_tokens) = (dp, cp, bucket);
+        c.policy = SKRULL_POLICY_CHUNKFLOW;
+        c.chunk_size = 0;
+        c
+    }
+
+    /// Regression: a C caller asks the same default the CLI and Python use; at DP 2 x CP 16
+    /// (7B, 13,312 tokens) it exists (the chunk runs over the whole group) and plans.
+    #[test]
+    fn the_default_of_a_chunkflow_config_at_cp_16() {
+        let c = chunkflow(2, 16, 13_312);
+        let mut size = 0u32;
+        let mut info = skrull_error_info::of_status(skrull_status::Ok);
+        // SAFETY: live, aligned structs.
+        let s = unsafe { skrull_chunk_size_default(&c, 0, &mut size, &mut info) };
+        assert_eq!((s, size), (skrull_status::Ok, 8192));
+        let mut with = c;
+        with.chunk_size = size;
+        // SAFETY: as above.
+        let s = unsafe { crate::setup::skrull_config_check(&with, &mut info) };
+        assert_eq!(s, skrull_status::Ok);
+    }
+
+    #[test]
+    fn no_chunk_size_reports_the_numbers_and_bad_arguments_are_statuses() {
+        let mut c = chunkflow(1, 1, 1000);
+        c.chunk_state_permille = 1000;
+        let mut size = 7u32;
+        let mut info = skrull_error_info::of_status(skrull_status::Ok);
+        // SAFETY: live, aligned structs.
+        let s = unsafe { skrull_chunk_size_default(&c, 0, &mut size, &mut info) };
+        assert_eq!(s, skrull_status::NoChunkSize);
+        assert_eq!(size, 7, "nothing written on failure");
+        assert_eq!((info.status, info.value), (26, 1000));
+        assert!(info.limit > 1000);
+        // SAFETY: NULL arguments are refused before anything is read through them.
+        let s = unsafe {
+            skrull_chunk_size_default(core::ptr::null(), 0, &mut size, core::ptr::null_mut())
+        };
+        assert_eq!(s, skrull_status::NullArg);
+        let ok = chunkflow(1, 8, 26_624);
+        // SAFETY: as above.
+        let s = unsafe {
+            skrull_chunk_size_default(&ok, 0, core::ptr::null_mut(), core::ptr::null_mut())
+        };
+        assert_eq!(s, skrull_status::NullArg);
+        // A bad DP is the configuration's error, as skrull_config_check reports it.
+        let bad = chunkflow(0, 8, 26_624);
+        // SAFETY: as above.
+        let s = unsafe { skrull_chunk_size_default(&bad, 0, &mut size, &mut info) };
+        assert_eq!(s, skrull_status::InvalidDp);
+    }
+}

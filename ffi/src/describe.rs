@@ -45,6 +45,99 @@ pub unsafe extern "C" fn skrull_status_name(status: u32) -> *const c_char {
     guard(|| skrull_status::from_u32(status).map_or(core::ptr::null(), |s| s.name().as_ptr()))
 }
 
+/// `skrull_error_details()` bit: the status's details carry `value`.
+pub const SKRULL_DETAIL_VALUE: u32 = 1;
+/// `skrull_error_details()` bit: the status's details carry `limit`.
+pub const SKRULL_DETAIL_LIMIT: u32 = 2;
+
+/// Which of `skrull_error_info`'s `value` and `limit` a failed call that returned `status`
+/// fills (`SKRULL_DETAIL_VALUE | SKRULL_DETAIL_LIMIT`, 0 for neither or an unknown number),
+/// as `docs/c_api.md` ("Error details") lists them; `index` is -1 and `field` 0 where they
+/// name nothing.
+///
+/// # Safety
+/// None: any value is accepted.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn skrull_error_details(status: u32) -> u32 {
+    guard(|| {
+        let (value, limit) = value_limit(status);
+        u32::from(value) * SKRULL_DETAIL_VALUE + u32::from(limit) * SKRULL_DETAIL_LIMIT
+    })
+}
+
+/// The name of `skrull_error_info.field` for a status (`"ffn"` for `SKRULL_STATUS_INVALID_MODEL`
+/// with field 3, `"gemm_efficiency"` for `SKRULL_STATUS_INVALID_COST_MODEL` with field 3), or
+/// with `field` 0 the setting a status is about when its details name none (`"dp"` for
+/// `SKRULL_STATUS_INVALID_DP`, `"bucket_tokens"`, `"pad_multiple"`, `"flops"` for
+/// `SKRULL_STATUS_UNSUPPORTED_OPTION`). Static and NUL-terminated; NULL when there is none.
+///
+/// # Safety
+/// None: any values are accepted.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn skrull_error_field_name(status: u32, field: u32) -> *const c_char {
+    guard(|| {
+        let name = if field == 0 {
+            default_field(status)
+        } else {
+            field_name(status, field)
+        };
+        name.map_or(core::ptr::null(), |n| {
+            FIELD_NAMES
+                .iter()
+                .find(|c| c.to_bytes() == n.as_bytes())
+                .map_or(core::ptr::null(), |c| c.as_ptr())
+        })
+    })
+}
+
+/// Every field name [`skrull_error_field_name`] returns, NUL-terminated.
+const FIELD_NAMES: &[&CStr] = &[
+    c"dp",
+    c"cp",
+    c"bucket_tokens",
+    c"pad_multiple",
+    c"flops",
+    c"hidden",
+    c"kv_hidden",
+    c"ffn",
+    c"layers",
+    c"vocab",
+    c"dp_rank",
+    c"micro_batch",
+    c"cp_rank",
+    c"window_steps",
+    c"max_rows_per_step",
+    c"flags",
+    c"forgetting",
+    c"ridge",
+    c"outlier",
+    c"chunk_size",
+    c"chunk_keep",
+    c"chunk_state_permille",
+    c"attention_tile",
+    c"peak_flops",
+    c"gemm_efficiency",
+    c"hbm_bandwidth",
+    c"weight_bytes",
+    c"weight_passes",
+    c"attention_seqlen",
+    c"attention_fwd_flops",
+    c"attention_bwd_flops",
+    c"attention_bwd_ratio",
+    c"kv_element_bytes",
+    c"comm_passes",
+    c"ring_step_latency_s",
+    c"inter_node_ring_step_latency_s",
+    c"intra_node_bandwidth",
+    c"inter_node_bandwidth",
+    c"gpus_per_node",
+    c"overlap",
+    c"kernels_per_layer",
+    c"kernel_launch_s",
+    c"micro_batch_extra_s",
+    c"iteration_fixed_s",
+];
+
 /// Writes the sentence a binding shows for a call that returned `status`: what was given,
 /// what is accepted and what to do (for example `sequence 3 has 70000 tokens, too many for
 /// bucket_tokens=4096: ...`), without the status name. The details are read from `info` when
@@ -629,6 +722,30 @@ mod tests {
         assert_eq!(small[10], 0);
         // An unknown status gives the library's text.
         assert_eq!(describe_into(77, None, None, &mut full), "unknown status");
+    }
+
+    /// Every name the field lookup can produce has a C string, so none comes back NULL.
+    #[test]
+    fn every_field_name_has_a_c_string() {
+        for s in skrull_status::all() {
+            for field in 0..=CostField::ALL.len() as u32 + 1 {
+                let name = if field == 0 {
+                    default_field(*s as u32)
+                } else {
+                    field_name(*s as u32, field)
+                };
+                // SAFETY: any values are accepted.
+                let c = unsafe { skrull_error_field_name(*s as u32, field) };
+                match name {
+                    // SAFETY: non-null pointers are static NUL-terminated strings.
+                    Some(n) => assert_eq!(unsafe { CStr::from_ptr(c) }.to_str(), Ok(n)),
+                    None => assert!(c.is_null()),
+                }
+            }
+        }
+        // SAFETY: as above.
+        let details = unsafe { skrull_error_details(skrull_status::InvalidModel as u32) };
+        assert_eq!(details, SKRULL_DETAIL_VALUE);
     }
 
     #[test]

@@ -125,6 +125,7 @@ impl skrull_error_info {
                 ..base
             },
             Error::ChunkOverBudget { index, len, peak } => with(index as i64, len.into(), peak),
+            Error::NoChunkSize { longest, peak, .. } => with(-1, longest.into(), peak),
             _ => with(-1, 0, MAX_SEQS as u64),
         }
     }

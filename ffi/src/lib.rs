@@ -80,7 +80,10 @@ pub use cost::{
     skrull_cost_model_preset,
 };
 pub use dacp::{skrull_dacp_place, skrull_dacp_summary};
-pub use describe::{skrull_error_describe, skrull_status_name, skrull_status_str};
+pub use describe::{
+    SKRULL_DETAIL_LIMIT, SKRULL_DETAIL_VALUE, skrull_error_describe, skrull_error_details,
+    skrull_error_field_name, skrull_status_name, skrull_status_str,
+};
 pub use error::skrull_error_info;
 pub use layout::{
     SKRULL_MAX_RINGS, SKRULL_NO_MICRO_BATCH, skrull_gpu, skrull_layout, skrull_layout_buffers,

@@ -42,13 +42,14 @@ import os as _os
 import pathlib as _pathlib
 
 from . import _ffi
-from ._config import (FLOPS, POLICIES, PRESETS, SHARD_PADDINGS, VICTIMS, Config, ModelShape)
+from ._config import FLOPS, POLICIES, SHARD_PADDINGS, VICTIMS, Config
 from ._cost import GPUS, OVERLAPS, CostModel
 from ._errors import (ArgumentError, BatchError, ConfigError, Error, InternalError, LayoutError,
                       MeasurementError, Status)
 from ._layout import CHUNK_PASS_DTYPE, RING_DTYPE, SPAN_DTYPE, Layout, Ring
 from ._plan import CP_GROUP_DTYPE, MICRO_BATCH_DTYPE, PLACEMENT_DTYPE, Plan, Summary
 from ._refit import COEFFICIENTS, Refit, RefitSettings
+from ._shape import PRESETS, ModelShape
 from ._scheduler import MAX_SEQUENCES, Scheduler
 
 __version__ = "0.1.0"

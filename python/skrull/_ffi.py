@@ -39,6 +39,8 @@ OVERLAP_LOCAL_ATTENTION, OVERLAP_ALL_ATTENTION = 0, 1
 ATTENTION_POINTS = 6
 #: ``sizeof(skrull_cost_model)`` of version 1 (``SKRULL_COST_MODEL_SIZE_V1``).
 COST_MODEL_SIZE_V1 = 264
+#: ``skrull_error_details`` bits (``SKRULL_DETAIL_VALUE``, ``SKRULL_DETAIL_LIMIT``).
+DETAIL_VALUE, DETAIL_LIMIT = 1, 2
 #: ``skrull_layout.micro_batch_global`` of an empty lockstep micro-batch
 #: (``SKRULL_NO_MICRO_BATCH``).
 NO_MICRO_BATCH = 2**32 - 1
@@ -283,6 +285,13 @@ _PROTOTYPES = {
                                     _u32, c_void_p, _usize, _P(skrull_error_info)]),
     "skrull_refit_solve": (_u32, [c_void_p, _usize, _P(skrull_cost_model), _usize,
                                   _P(skrull_refit_report), _usize, _P(skrull_error_info)]),
+    "skrull_status_name": (c_char_p, [_u32]),
+    "skrull_error_describe": (_usize, [_u32, _P(skrull_error_info), _P(skrull_config),
+                                       c_char_p, _usize]),
+    "skrull_error_details": (_u32, [_u32]),
+    "skrull_error_field_name": (c_char_p, [_u32, _u32]),
+    "skrull_chunk_size_default": (_u32, [_P(skrull_config), _u32, _P(_u32),
+                                         _P(skrull_error_info)]),
 }
 
 _LIB_NAMES = ("_libskrull", "libskrull")

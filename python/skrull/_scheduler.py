@@ -143,7 +143,7 @@ class Scheduler:
             max_micro_batches, pad_multiple, pad_local, lockstep, cost_model, subgroups,
             fill_empty, micro_batches, chunk_size, chunk_keep, chunk_state_permille)
         # The configuration prepared once; rebuilt whenever config or its cost model changes.
-        self._prepared = Prepared(self._c_config, self.config)
+        self._prepared = Prepared(self._c_config)
         self._lock = threading.Lock()
         self._capacity = -1
         self._layout_capacity = -1
@@ -258,7 +258,7 @@ class Scheduler:
                 self._prepared.handle, _ffi.address(arr), n, self._ws_addr, self._ws_len,
                 ctypes.byref(self._out))
             if status != Status.OK:
-                raise _batch_error(status, self._error, original, self.config)
+                raise _batch_error(status, self._error, original, self._c_config)
             k = self._summary.micro_batches
             return Plan(self, arr, self._placement_words[:4 * n].copy().view(PLACEMENT_DTYPE),
                         self._table_words[:4 * k].copy().view(MICRO_BATCH_DTYPE),
@@ -271,7 +271,6 @@ class Scheduler:
         """What a plan of ``config`` pickles its scheduler as: a Scheduler of that
         configuration only (one object per configuration, so plans pickled together share
         it)."""
-        from ._plan import _SchedulerOf
         proxy = getattr(self, "_proxy", None)
         if proxy is None or proxy.config is not config:
             proxy = self._proxy = _SchedulerOf(config, self._capacity)
@@ -383,7 +382,7 @@ class Scheduler:
         config = dataclasses.replace(self.config, cost_model=frozen)
         c_config = _ffi.skrull_config.from_buffer_copy(self._c_config)
         c_config.cost_model = ctypes.addressof(frozen._c)
-        prepared = Prepared(c_config, config)
+        prepared = Prepared(c_config)
         self.config, self._c_config, self._prepared = config, c_config, prepared
 
     def _layout_workspace(self, n: int) -> tuple[int, int]:
@@ -413,6 +412,16 @@ class Scheduler:
 
 def _rebuild_scheduler(dp: int, cp: int, bucket_tokens: int, kwargs: dict[str, Any]) -> Scheduler:
     return Scheduler(dp, cp, bucket_tokens, **kwargs)
+
+
+class _SchedulerOf:
+    """Pickles as a Scheduler of one configuration, nothing else (a plan's scheduler)."""
+
+    def __init__(self, config: _config.Config, capacity: int) -> None:
+        self.config, self.capacity = config, capacity
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return config_reduce(self.config, self.capacity)
 
 
 def config_reduce(c: _config.Config, capacity: int,
@@ -520,7 +529,7 @@ def _hint(value: Any) -> str:
 
 
 def _batch_error(status: int, info: _ffi.skrull_error_info, lengths: np.ndarray,
-                 config: _config.Config) -> Error:
+                 c_config: _ffi.skrull_config) -> Error:
     """The exception for a failed ``skrull_schedule``, from the library's ``skrull_error_info``.
     A length that does not fit ``uint32_t`` went to C as ``2^32 - 1``; its ``value`` is the
     caller's own number."""
@@ -528,4 +537,4 @@ def _batch_error(status: int, info: _ffi.skrull_error_info, lengths: np.ndarray,
     if (status == Status.LENGTH_OUT_OF_RANGE and info.status == status
             and 0 <= info.index < len(lengths)):
         override["value"] = int(lengths[info.index])
-    return from_info(info, status, config=config, **override)
+    return from_info(info, status, c_config=c_config, **override)

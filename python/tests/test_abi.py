@@ -40,7 +40,8 @@ _DEFINES = {**{f"SKRULL_POLICY_{k.upper()}": v for k, v in POLICIES.items()},
             "SKRULL_REFIT_MAX_WINDOW": _ffi.REFIT_MAX_WINDOW,
             "SKRULL_REFIT_KEEP_OVERLAP": _ffi.REFIT_KEEP_OVERLAP,
             "SKRULL_REFIT_PARAMS_SIZE_V1": _ffi.REFIT_PARAMS_SIZE_V1,
-            "SKRULL_REFIT_REPORT_SIZE_V1": _ffi.REFIT_REPORT_SIZE_V1}
+            "SKRULL_REFIT_REPORT_SIZE_V1": _ffi.REFIT_REPORT_SIZE_V1,
+            "SKRULL_DETAIL_VALUE": _ffi.DETAIL_VALUE, "SKRULL_DETAIL_LIMIT": _ffi.DETAIL_LIMIT}
 
 
 def _c_program() -> str:
@@ -238,3 +239,14 @@ def test_the_schedulers_config_carries_the_fields_added_after_version_1():
     plan = s.plan([40])  # sharded over CP 2 with M = 16: padded to 48, 24 per GPU (not 20)
     assert plan.cp_rank.tolist() == [-1] and plan.tokens_per_gpu.tolist() == [24]
     assert plan.micro_batches_per_dp.tolist() == [1, 1]  # lockstep: not [1, 0]
+
+
+def test_status_names_are_the_librarys():
+    """Regression: the status names were written three times (the core, this binding, the
+    torch op); the library now names them (``skrull_status_name``) and the binding's enum must
+    spell every one of them, and no other."""
+    for status in skrull.Status:
+        assert _ffi.lib.skrull_status_name(int(status)).decode() == status.name
+    assert _ffi.lib.skrull_status_name(77) is None
+    known = {n for n in range(256) if _ffi.lib.skrull_status_name(n) is not None}
+    assert known == {int(s) for s in skrull.Status}

@@ -167,7 +167,7 @@ def test_cost_model_field_numbers_follow_the_header():
     """Regression: the library once numbered the fields after `overlap` one low and reported a
     bad attention_bwd_flops with attention_fwd_flops's number. Each field, broken alone, must
     come back as its own position after `struct_size`, and `field_name` must name it."""
-    from skrull._config import config_error_info
+    from skrull._args import config_error_info
     for number, name in enumerate(_cost.FIELDS, start=1):
         if name == "overlap":  # an enum: an unknown value is INVALID_ENUM, without a field
             continue
@@ -185,7 +185,7 @@ def test_cost_model_field_numbers_follow_the_header():
         status, info = config_error_info(cfg)
         assert status == info.status == skrull.Status.INVALID_COST_MODEL, name
         assert info.field == number, name
-        assert _cost.cost_field_name(info.field) == name
+        assert skrull._errors.field_name(info.status, info.field) == name
 
 
 def test_setting_fields_checks_types_and_never_wraps():
