@@ -352,7 +352,10 @@ enum skrull_status
      */
     SKRULL_STATUS_SEQUENCE_TOO_LONG = 17,
     /**
-     * A DP rank needs more micro-batches than `max_micro_batches` allows.
+     * A DP rank needs more micro-batches than `max_micro_batches` allows (details: `index` the
+     * first such DP rank, `value` its count, `limit` the limit), or the configuration's fixed
+     * `micro_batches` is above a nonzero `max_micro_batches` (details: `index` -1, `value`
+     * `micro_batches`, `limit` `max_micro_batches`).
      */
     SKRULL_STATUS_MICRO_BATCH_LIMIT = 18,
     /**
@@ -498,8 +501,9 @@ typedef struct skrull_model_shape {
 /**
  * Every coefficient of the time model (`docs/cost_model.md`), `struct_size` first: fill it
  * with `skrull_cost_model_preset()`, change fields, and point `skrull_config.cost_model` at
- * it. Version 1 is 264 bytes. Values are checked when a call reads them
- * (`SKRULL_STATUS_INVALID_COST_MODEL`, with the field's position in the error details).
+ * it. Version 1 is 264 bytes. Every call that reads a configuration checks the cost model it
+ * points at, whatever the policy (`SKRULL_STATUS_INVALID_COST_MODEL`, with the field's
+ * position in the error details), though only `balanced` plans with it.
  */
 typedef struct skrull_cost_model {
     /**
@@ -1600,7 +1604,8 @@ skrull_status skrull_config_check(const struct skrull_config *config,
  * The version-1 initialiser: `skrull_config_init(out, 60)`. It writes the first 60 bytes
  * only (what a program built against the first header has) and sets `struct_size = 60`, so
  * the library ignores every field added since (`pad_multiple`, `pad_local`, `lockstep`,
- * `cost_model`, `subgroups`): new code calls `skrull_config_init(&cfg, sizeof cfg)` instead.
+ * `cost_model`, `subgroups`, `fill_empty`, `micro_batches`, `chunk_size`, `chunk_keep`,
+ * `chunk_state_permille`): new code calls `skrull_config_init(&cfg, sizeof cfg)` instead.
  *
  * `out` needs 4-byte alignment only (a version-1 struct of `uint32_t` fields, which a program
  * may place at any 4-byte boundary).

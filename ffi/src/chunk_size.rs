@@ -3,7 +3,7 @@
 //! through here or directly).
 
 use crate::boundary::{Span, guard};
-use crate::config::{read_config_unchecked, skrull_config};
+use crate::config::{config_failure, read_config_unchecked, skrull_config};
 use crate::error::{Failure, finish, skrull_error_info};
 use crate::spans::{config_spans, details_target};
 use crate::status::skrull_status;
@@ -60,7 +60,7 @@ unsafe fn body(
     // Every other field is checked as the plan will check it; the chunk size is what is asked.
     let mut probe = cfg;
     probe.chunking.size = 1;
-    probe.validate()?;
+    probe.validate().map_err(config_failure)?;
     if chunk_size.is_null() {
         return Err(skrull_status::NullArg.into());
     }

@@ -3,7 +3,9 @@
 
 use core::mem::size_of;
 
-use skrull_core::{Chunking, Config, FlopsFormula, ModelShape, Policy, ShardPadding, Victim};
+use skrull_core::{
+    Chunking, Config, Error, FlopsFormula, ModelShape, Policy, ShardPadding, Victim,
+};
 
 use crate::boundary::guard;
 use crate::cost::{read_cost_model, skrull_cost_model};
@@ -347,8 +349,19 @@ impl skrull_config {
 pub(crate) unsafe fn read_config(ptr: *const skrull_config) -> Result<Config, Failure> {
     // SAFETY: forwarded caller contract.
     let cfg = unsafe { read_config_unchecked(ptr) }?;
-    cfg.validate()?;
+    cfg.validate().map_err(config_failure)?;
     Ok(cfg)
+}
+
+/// The failure of a configuration that `Config::validate` refused. A `MICRO_BATCH_LIMIT` found
+/// in the configuration alone (a fixed `micro_batches` above `max_micro_batches`) names no DP
+/// rank: its `index` is -1, unlike a batch's, which names the first DP rank over the limit.
+pub(crate) fn config_failure(e: Error) -> Failure {
+    let mut f = Failure::from(e);
+    if let Error::MicroBatchLimit { .. } = e {
+        f.info.index = -1;
+    }
+    f
 }
 
 /// [`read_config`] without the range checks of `Config::validate` (the struct, its option
@@ -440,7 +453,8 @@ pub unsafe extern "C" fn skrull_config_recommended_init(
 /// The version-1 initialiser: `skrull_config_init(out, 60)`. It writes the first 60 bytes
 /// only (what a program built against the first header has) and sets `struct_size = 60`, so
 /// the library ignores every field added since (`pad_multiple`, `pad_local`, `lockstep`,
-/// `cost_model`, `subgroups`): new code calls `skrull_config_init(&cfg, sizeof cfg)` instead.
+/// `cost_model`, `subgroups`, `fill_empty`, `micro_batches`, `chunk_size`, `chunk_keep`,
+/// `chunk_state_permille`): new code calls `skrull_config_init(&cfg, sizeof cfg)` instead.
 ///
 /// `out` needs 4-byte alignment only (a version-1 struct of `uint32_t` fields, which a program
 /// may place at any 4-byte boundary).

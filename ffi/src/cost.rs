@@ -31,8 +31,9 @@ const _: () = assert!(SKRULL_ATTENTION_POINTS == ATTN_POINTS);
 
 /// Every coefficient of the time model (`docs/cost_model.md`), `struct_size` first: fill it
 /// with `skrull_cost_model_preset()`, change fields, and point `skrull_config.cost_model` at
-/// it. Version 1 is 264 bytes. Values are checked when a call reads them
-/// (`SKRULL_STATUS_INVALID_COST_MODEL`, with the field's position in the error details).
+/// it. Version 1 is 264 bytes. Every call that reads a configuration checks the cost model it
+/// points at, whatever the policy (`SKRULL_STATUS_INVALID_COST_MODEL`, with the field's
+/// position in the error details), though only `balanced` plans with it.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct skrull_cost_model {

@@ -62,7 +62,10 @@ pub enum skrull_status {
     /// for its padded length `P` (`P = len` without padding; see `docs/layout.md`), exceeds
     /// `bucket_tokens`.
     SequenceTooLong = 17,
-    /// A DP rank needs more micro-batches than `max_micro_batches` allows.
+    /// A DP rank needs more micro-batches than `max_micro_batches` allows (details: `index` the
+    /// first such DP rank, `value` its count, `limit` the limit), or the configuration's fixed
+    /// `micro_batches` is above a nonzero `max_micro_batches` (details: `index` -1, `value`
+    /// `micro_batches`, `limit` `max_micro_batches`).
     MicroBatchLimit = 18,
     /// DACP could not place one micro-batch within the budget (`skrull_dacp_place` only).
     DacpFailed = 19,
