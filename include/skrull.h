@@ -97,6 +97,22 @@ typedef struct skrull_setup skrull_setup;
 #define SKRULL_SHARD_PADDING_ZIGZAG 1
 
 /**
+ * Synchronisation: every micro-batch waits for its slowest CP rank (the default, 0).
+ */
+#define SKRULL_SYNC_CP_GROUP 0
+
+/**
+ * Synchronisation: every micro-batch waits for every GPU of the job (ZeRO-2/3).
+ */
+#define SKRULL_SYNC_EVERY_GPU 1
+
+/**
+ * Synchronisation: CP ranks meet only in micro-batches holding a sequence that spans several
+ * of them, everyone at the step (DDP with gradient accumulation under `no_sync`).
+ */
+#define SKRULL_SYNC_SHARDED 2
+
+/**
  * Preset: Qwen2.5-0.5B with the paper's layout (DP 4, CP 8, BucketSize 26K = 26624).
  */
 #define SKRULL_PRESET_QWEN2_5_0_5B 0
@@ -747,6 +763,24 @@ typedef struct skrull_config {
      * as does a caller whose `struct_size` ends before this field. Added after version 1.
      */
     uint32_t chunk_state_permille;
+    /**
+     * `SKRULL_SYNC_*`: how the trainer that runs the plan makes its GPUs wait for each other,
+     * which `balanced` plans for and the evaluator composes: `SKRULL_SYNC_CP_GROUP` (0, what
+     * the initialisers write, and the value for a caller whose `struct_size` ends before this
+     * field: every micro-batch waits for its slowest CP rank, the paper's composition),
+     * `SKRULL_SYNC_EVERY_GPU` (every micro-batch waits for every GPU of the job, as under
+     * ZeRO-2/3; every DP rank then reports the same micro-batch count, as with `lockstep`) or
+     * `SKRULL_SYNC_SHARDED` (CP ranks meet only in micro-batches that hold a sequence spanning
+     * several of them, everyone at the step: DDP under `no_sync`). Other values:
+     * `SKRULL_STATUS_INVALID_ENUM`. With `balanced`, the plan is arranged for it (see
+     * `docs/cost_model.md`, "Synchronisation"); the other policies' plans do not change.
+     * Added after version 1.
+     */
+    uint32_t sync;
+    /**
+     * Must be zero (`SKRULL_STATUS_INVALID_ARG` otherwise): room for the next field.
+     */
+    uint32_t _reserved;
 } skrull_config;
 
 /**
@@ -1605,7 +1639,8 @@ skrull_status skrull_config_check(const struct skrull_config *config,
  * only (what a program built against the first header has) and sets `struct_size = 60`, so
  * the library ignores every field added since (`pad_multiple`, `pad_local`, `lockstep`,
  * `cost_model`, `subgroups`, `fill_empty`, `micro_batches`, `chunk_size`, `chunk_keep`,
- * `chunk_state_permille`): new code calls `skrull_config_init(&cfg, sizeof cfg)` instead.
+ * `chunk_state_permille`, `sync`): new code calls `skrull_config_init(&cfg, sizeof cfg)`
+ * instead.
  *
  * `out` needs 4-byte alignment only (a version-1 struct of `uint32_t` fields, which a program
  * may place at any 4-byte boundary).

@@ -1243,9 +1243,14 @@ fn c_cases() -> Vec<(&'static str, CSpec, skrull_status)> {
         ("swiglu u32::MAX", |s| s.cfg.model.swiglu = u32::MAX),
         ("subgroups 2", |s| s.cfg.subgroups = 2),
         ("subgroups u32::MAX", |s| s.cfg.subgroups = u32::MAX),
+        ("sync 3", |s| s.cfg.sync = 3),
+        ("sync u32::MAX", |s| s.cfg.sync = u32::MAX),
     ] {
         add(name, S::InvalidEnum, &f);
     }
+    add("config _reserved nonzero", S::InvalidArg, &|s| {
+        s.cfg._reserved = 1
+    });
     add(
         "config chunk_keep 0 with chunking on",
         S::InvalidChunking,
@@ -1661,6 +1666,8 @@ fn c_config_initialisers_matrix() {
         chunk_size: FILL,
         chunk_keep: FILL,
         chunk_state_permille: FILL,
+        sync: FILL,
+        _reserved: FILL,
     };
     // (name, preset or None for skrull_config_default, NULL out, status)
     let cases: [(&str, Option<u32>, bool, skrull_status); 8] = [
@@ -1728,12 +1735,14 @@ fn c_config_initialisers_matrix() {
                         c.to_core().is_ok_and(|cfg| cfg.validate().is_ok()),
                         "{name}"
                     );
-                    // Sub-groups and chunking are opt-in.
-                    assert_eq!((c.subgroups, c.chunk_size), (0, 0), "{name}");
+                    // Sub-groups, chunking and another synchronisation are opt-in.
+                    assert_eq!((c.subgroups, c.chunk_size, c.sync), (0, 0, 0), "{name}");
+                    assert_eq!(c._reserved, 0, "{name}");
                 } else {
                     // The fields past version 1 keep the caller's bytes.
                     assert_eq!((c.pad_multiple, c.lockstep), (FILL, FILL), "{name}");
                     assert_eq!((c.subgroups, c.chunk_size), (FILL, FILL), "{name}");
+                    assert_eq!((c.sync, c._reserved), (FILL, FILL), "{name}");
                 }
                 out.guards_intact(&format!("{name}: config"));
             } else {

@@ -75,6 +75,10 @@ pub struct Options {
     /// every cell (`--chunking compare`,
     /// [`compare_chunking`](crate::chunking::compare_chunking)).
     pub compare_chunking: bool,
+    /// Whether to also compare `balanced` planned for the default composition and for each
+    /// other synchronisation, evaluated the way that trainer runs (`--sync compare`,
+    /// [`compare_sync`](crate::sync_compare::compare_sync)).
+    pub compare_sync: bool,
 }
 
 impl Default for Options {
@@ -88,6 +92,7 @@ impl Default for Options {
             draw_sorted: false,
             compare_subgroups: false,
             compare_chunking: false,
+            compare_sync: false,
         }
     }
 }

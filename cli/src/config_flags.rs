@@ -3,7 +3,8 @@
 
 use skrull_core::config::cost::Overlap;
 use skrull_core::{
-    Chunking, Config, CostModel, Error, FlopsFormula, ModelShape, Policy, ShardPadding, Victim,
+    Chunking, Config, CostModel, Error, FlopsFormula, ModelShape, Policy, ShardPadding,
+    Synchronisation, Victim,
 };
 
 use crate::args::{Flags, one_of, parse_model, parse_tokens};
@@ -27,7 +28,7 @@ pub fn config_from(flags: &Flags, default_policy: Policy) -> Result<Config, Stri
 /// The one place the CLI turns flags into a [`Config`]: `base` with every flag given applied
 /// on top (`--dp --cp --bucket --model --policy --victim --flops --shard-padding
 /// --max-micro-batches --pad-multiple --pad-local --lockstep --fill-empty --micro-batches
-/// --subgroups --chunk-size --chunk-keep --chunk-state-permille`, and the cost model: `--gpu
+/// --subgroups --chunk-size --chunk-keep --chunk-state-permille --sync`, and the cost model: `--gpu
 /// --cost-model --gpus-per-node --overlap`, see [`cost_over`]), then validated. `skrull plan`
 /// starts from the paper's defaults, `skrull evaluate` from the plan file's configuration,
 /// `skrull simulate` from each setup's. `chunkflow` with chunking off (and no `--chunk-size`)
@@ -120,14 +121,20 @@ pub fn subgroups_flag(flags: &Flags, compare: bool) -> Result<Option<Subgroups>,
 /// # Errors
 /// A message naming the bad flag and value.
 pub fn options_over(flags: &Flags, base: Config) -> Result<Config, String> {
-    options_with(flags, base, false)
+    options_with(flags, base, false, false)
 }
 
-/// [`options_over`], with `--subgroups compare` accepted (as sub-groups on) when `compare`.
+/// [`options_over`], with `--subgroups compare` accepted (as sub-groups on) when `compare`,
+/// and `--sync compare` (as the default) when `sync_compare`.
 ///
 /// # Errors
 /// A message naming the bad flag and value.
-pub fn options_with(flags: &Flags, base: Config, compare: bool) -> Result<Config, String> {
+pub fn options_with(
+    flags: &Flags,
+    base: Config,
+    compare: bool,
+    sync_compare: bool,
+) -> Result<Config, String> {
     let mut cfg = base;
     if let Some(s) = subgroups_flag(flags, compare)? {
         cfg.subgroups = s.enabled();
@@ -163,6 +170,17 @@ pub fn options_with(flags: &Flags, base: Config, compare: bool) -> Result<Config
     cfg.fill_empty |= flags.has("--fill-empty");
     cfg.micro_batches = flags.tokens("--micro-batches", cfg.micro_batches)?;
     cfg.chunking = chunking_over(flags, cfg.chunking)?;
+    if let Some(v) = flags
+        .get("--sync")
+        .filter(|&v| !(sync_compare && v == "compare"))
+    {
+        cfg.sync = Synchronisation::from_name(v).ok_or_else(|| {
+            format!(
+                "--sync: '{v}' is not {}",
+                one_of(Synchronisation::ALL.map(Synchronisation::name))
+            )
+        })?;
+    }
     Ok(cfg)
 }
 
@@ -270,7 +288,7 @@ mod tests {
         let err = config_over(&flags("compare"), base).unwrap_err();
         assert!(err.contains("skrull simulate only"), "{err}");
         assert!(
-            options_with(&flags("compare"), off, true)
+            options_with(&flags("compare"), off, true, false)
                 .unwrap()
                 .subgroups
         );

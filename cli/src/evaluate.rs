@@ -268,6 +268,7 @@ skrull evaluate --plan PLAN.json [--lengths FILE|-] [--dp D] [--cp N] [--bucket 
                 [--cost-model FILE] [--gpus-per-node 8]
                 [--overlap local-attention|all-attention] [--subgroups on|off]
                 [--chunk-size C] [--chunk-keep K] [--chunk-state-permille P]
+                [--sync cp-group|every-gpu|sharded]
                 [--format table|json]
 
 Estimates the iteration time of a plan in the `skrull plan --format json` form (whoever

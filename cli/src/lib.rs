@@ -22,3 +22,4 @@ pub mod samples;
 pub mod setups;
 pub mod simulate;
 pub mod svg;
+pub mod sync_compare;

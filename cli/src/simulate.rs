@@ -506,6 +506,7 @@ skrull simulate [--setup 0.5b|7b|7b-cp16|0.5b-cp16|7b-cp16-bs64|case-study] [--d
                 [--pad-multiple M] [--pad-local] [--lockstep] [--fill-empty] [--micro-batches G]
                 [--subgroups on|off|compare] [--chunking compare]
                 [--chunk-size C] [--chunk-keep K] [--chunk-state-permille P]
+                [--sync cp-group|every-gpu|sharded]
 skrull simulate --online [--truth-model FILE] [--steps 20] ... (see below)
 
 Runs every policy on the same sampled global batches, evaluates each plan on the cost model
@@ -560,14 +561,14 @@ fn dataset_by_name(name: &str) -> Result<Dataset, String> {
 
 /// The configuration flags other than `--policy` (which here takes a list): layout
 /// overrides (checked later, per cell) and every option flag ([`options_over`]).
-fn template_from(flags: &Flags) -> Result<Config, String> {
+fn template_from(flags: &Flags, compare: bool) -> Result<Config, String> {
     let base = Config::new(
         flags.tokens("--dp", 1)?,
         flags.tokens("--cp", 1)?,
         flags.tokens("--bucket", 1)?,
         parse_model(flags.get("--model").unwrap_or("qwen2.5-0.5b"))?,
     );
-    options_with(flags, base, true)
+    options_with(flags, base, true, compare)
 }
 
 /// Runs `skrull simulate`; returns the text to print.
@@ -599,7 +600,9 @@ pub fn run(flags: &Flags) -> Result<String, String> {
             .collect::<Result<_, _>>()?;
         opts.draw_sorted = opts.policies.contains(&SimPolicy::Sorted);
     }
-    let template = template_from(flags)?;
+    // `--sync compare` plans for each synchronisation itself: the template keeps the default.
+    opts.compare_sync = flags.get("--sync") == Some("compare");
+    let template = template_from(flags, opts.compare_sync)?;
     opts.template = template;
     opts.compare_subgroups = subgroups_flag(flags, true)? == Some(Subgroups::Compare);
     opts.compare_chunking = match flags.get("--chunking") {
@@ -686,6 +689,7 @@ pub fn run(flags: &Flags) -> Result<String, String> {
     let mut results = Vec::new();
     let mut compared = Vec::new();
     let mut chunk_rows = Vec::new();
+    let mut sync_rows = Vec::new();
     for (i, ((setup, dataset), cost)) in cells.iter().zip(&costs).enumerate() {
         let draw = svg.is_some() && i == 0;
         results.push(run_cell(setup, *dataset, cost, &opts, draw)?);
@@ -695,6 +699,11 @@ pub fn run(flags: &Flags) -> Result<String, String> {
         if opts.compare_chunking {
             let row = crate::chunking::compare_chunking(setup, *dataset, cost, &opts)?;
             chunk_rows.push(row);
+        }
+        if opts.compare_sync {
+            sync_rows.push(crate::sync_compare::compare_sync(
+                setup, *dataset, cost, &opts,
+            )?);
         }
     }
 
@@ -750,6 +759,14 @@ pub fn run(flags: &Flags) -> Result<String, String> {
              lower bound (without sub-groups the bound counts whole-group shards only):\n\n",
         );
         out.push_str(&subgroup_table(&compared, opts.iterations));
+        out.push('\n');
+    }
+    if !sync_rows.is_empty() {
+        out.push_str(crate::sync_compare::INTRO);
+        out.push_str(&crate::sync_compare::sync_table(
+            &sync_rows,
+            opts.iterations,
+        ));
         out.push('\n');
     }
     if !chunk_rows.is_empty() {

@@ -82,7 +82,9 @@ pub mod setup;
 
 pub use config::budget::Budget;
 pub use config::cost::CostModel;
-pub use config::{Chunking, Config, FlopsFormula, ModelShape, Policy, ShardPadding, Victim};
+pub use config::{
+    Chunking, Config, FlopsFormula, ModelShape, Policy, ShardPadding, Synchronisation, Victim,
+};
 pub use error::Error;
 #[cfg(any(test, feature = "alloc"))]
 pub use owned::OwnedBuffers;

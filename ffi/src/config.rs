@@ -4,7 +4,8 @@
 use core::mem::size_of;
 
 use skrull_core::{
-    Chunking, Config, Error, FlopsFormula, ModelShape, Policy, ShardPadding, Victim,
+    Chunking, Config, Error, FlopsFormula, ModelShape, Policy, ShardPadding, Synchronisation,
+    Victim,
 };
 
 use crate::boundary::guard;
@@ -48,6 +49,14 @@ pub const SKRULL_SHARD_PADDING_NONE: u32 = 0;
 /// Shard padding: zigzag chunks padded to a multiple of `2 cp` (TransformerEngine THD); each
 /// GPU holds `2 * ceil(len / (2 cp))` tokens.
 pub const SKRULL_SHARD_PADDING_ZIGZAG: u32 = 1;
+
+/// Synchronisation: every micro-batch waits for its slowest CP rank (the default, 0).
+pub const SKRULL_SYNC_CP_GROUP: u32 = 0;
+/// Synchronisation: every micro-batch waits for every GPU of the job (ZeRO-2/3).
+pub const SKRULL_SYNC_EVERY_GPU: u32 = 1;
+/// Synchronisation: CP ranks meet only in micro-batches holding a sequence that spans several
+/// of them, everyone at the step (DDP with gradient accumulation under `no_sync`).
+pub const SKRULL_SYNC_SHARDED: u32 = 2;
 
 /// Preset: Qwen2.5-0.5B with the paper's layout (DP 4, CP 8, BucketSize 26K = 26624).
 pub const SKRULL_PRESET_QWEN2_5_0_5B: u32 = 0;
@@ -160,6 +169,20 @@ pub struct skrull_config {
     /// The initialisers write 64 (1/16 of a token, an upper estimate for the Qwen2.5 models),
     /// as does a caller whose `struct_size` ends before this field. Added after version 1.
     pub chunk_state_permille: u32,
+    /// `SKRULL_SYNC_*`: how the trainer that runs the plan makes its GPUs wait for each other,
+    /// which `balanced` plans for and the evaluator composes: `SKRULL_SYNC_CP_GROUP` (0, what
+    /// the initialisers write, and the value for a caller whose `struct_size` ends before this
+    /// field: every micro-batch waits for its slowest CP rank, the paper's composition),
+    /// `SKRULL_SYNC_EVERY_GPU` (every micro-batch waits for every GPU of the job, as under
+    /// ZeRO-2/3; every DP rank then reports the same micro-batch count, as with `lockstep`) or
+    /// `SKRULL_SYNC_SHARDED` (CP ranks meet only in micro-batches that hold a sequence spanning
+    /// several of them, everyone at the step: DDP under `no_sync`). Other values:
+    /// `SKRULL_STATUS_INVALID_ENUM`. With `balanced`, the plan is arranged for it (see
+    /// `docs/cost_model.md`, "Synchronisation"); the other policies' plans do not change.
+    /// Added after version 1.
+    pub sync: u32,
+    /// Must be zero (`SKRULL_STATUS_INVALID_ARG` otherwise): room for the next field.
+    pub _reserved: u32,
 }
 
 // SAFETY: the only pointer, `cost_model`, is read (never written) during a call, and the
@@ -174,7 +197,7 @@ pub const SKRULL_CONFIG_SIZE_V1: u32 = 60;
 
 /// The `struct_size` values below the current size that end on a field boundary: version 1
 /// and each appended field. Any other smaller size would cut a field in two.
-pub(crate) const CONFIG_SIZES: [usize; 11] = [
+pub(crate) const CONFIG_SIZES: [usize; 13] = [
     SKRULL_CONFIG_SIZE_V1 as usize,
     core::mem::offset_of!(skrull_config, pad_local),
     core::mem::offset_of!(skrull_config, lockstep),
@@ -185,6 +208,8 @@ pub(crate) const CONFIG_SIZES: [usize; 11] = [
     core::mem::offset_of!(skrull_config, chunk_size),
     core::mem::offset_of!(skrull_config, chunk_keep),
     core::mem::offset_of!(skrull_config, chunk_state_permille),
+    core::mem::offset_of!(skrull_config, sync),
+    core::mem::offset_of!(skrull_config, _reserved),
     size_of::<skrull_config>(),
 ];
 
@@ -198,7 +223,7 @@ pub(crate) const CONFIG_NARROW_SIZE: usize = core::mem::offset_of!(skrull_config
 pub const SKRULL_MAX_PAD_MULTIPLE: u32 = 65_536;
 
 const _: () = assert!(
-    size_of::<skrull_config>() == SKRULL_CONFIG_SIZE_V1 as usize + 36 + size_of::<usize>(),
+    size_of::<skrull_config>() == SKRULL_CONFIG_SIZE_V1 as usize + 44 + size_of::<usize>(),
     "skrull_config must have no implicit padding"
 );
 
@@ -244,6 +269,11 @@ impl skrull_config {
             chunk_size: cfg.chunking.size,
             chunk_keep: cfg.chunking.keep,
             chunk_state_permille: cfg.chunking.state_permille,
+            sync: Synchronisation::ALL
+                .iter()
+                .position(|&s| s == cfg.sync)
+                .map_or(SKRULL_SYNC_CP_GROUP, |i| i as u32),
+            _reserved: 0,
         }
     }
 
@@ -334,6 +364,15 @@ impl skrull_config {
             keep: self.chunk_keep,
             state_permille: self.chunk_state_permille,
         };
+        cfg.sync = match self.sync {
+            SKRULL_SYNC_CP_GROUP => Synchronisation::CpGroup,
+            SKRULL_SYNC_EVERY_GPU => Synchronisation::EveryGpu,
+            SKRULL_SYNC_SHARDED => Synchronisation::Sharded,
+            _ => return Err(bad),
+        };
+        if self._reserved != 0 {
+            return Err(skrull_status::InvalidArg);
+        }
         Ok(cfg)
     }
 }
@@ -454,7 +493,8 @@ pub unsafe extern "C" fn skrull_config_recommended_init(
 /// only (what a program built against the first header has) and sets `struct_size = 60`, so
 /// the library ignores every field added since (`pad_multiple`, `pad_local`, `lockstep`,
 /// `cost_model`, `subgroups`, `fill_empty`, `micro_batches`, `chunk_size`, `chunk_keep`,
-/// `chunk_state_permille`): new code calls `skrull_config_init(&cfg, sizeof cfg)` instead.
+/// `chunk_state_permille`, `sync`): new code calls `skrull_config_init(&cfg, sizeof cfg)`
+/// instead.
 ///
 /// `out` needs 4-byte alignment only (a version-1 struct of `uint32_t` fields, which a program
 /// may place at any 4-byte boundary).

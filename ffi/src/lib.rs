@@ -70,9 +70,9 @@ pub use config::{
     SKRULL_MAX_STRUCT_SIZE, SKRULL_POLICY_BALANCED, SKRULL_POLICY_CHUNKFLOW,
     SKRULL_POLICY_DEEPSPEED, SKRULL_POLICY_PACKED, SKRULL_POLICY_ROUNDROBIN, SKRULL_POLICY_SKRULL,
     SKRULL_PRESET_QWEN2_5_0_5B, SKRULL_PRESET_QWEN2_5_7B, SKRULL_SHARD_PADDING_NONE,
-    SKRULL_SHARD_PADDING_ZIGZAG, SKRULL_VICTIM_LONGEST, SKRULL_VICTIM_SHORTEST, skrull_config,
-    skrull_config_default, skrull_config_init, skrull_config_preset, skrull_config_preset_init,
-    skrull_model_shape,
+    SKRULL_SHARD_PADDING_ZIGZAG, SKRULL_SYNC_CP_GROUP, SKRULL_SYNC_EVERY_GPU, SKRULL_SYNC_SHARDED,
+    SKRULL_VICTIM_LONGEST, SKRULL_VICTIM_SHORTEST, skrull_config, skrull_config_default,
+    skrull_config_init, skrull_config_preset, skrull_config_preset_init, skrull_model_shape,
 };
 pub use cost::{
     SKRULL_ATTENTION_POINTS, SKRULL_COST_MODEL_SIZE_V1, SKRULL_GPU_H100, SKRULL_GPU_H200,

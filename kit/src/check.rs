@@ -164,7 +164,7 @@ pub fn independent_check(cfg: &Config, lengths: &[u32], plan: &Plan<'_>) -> Resu
         let declared = plan.micro_batches_per_dp()[d as usize];
         let expected = if cfg.micro_batches != 0 {
             cfg.micro_batches
-        } else if cfg.lockstep {
+        } else if cfg.lockstep_counts() {
             most
         } else {
             used

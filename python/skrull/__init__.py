@@ -42,7 +42,7 @@ import os as _os
 import pathlib as _pathlib
 
 from . import _ffi
-from ._config import FLOPS, POLICIES, SHARD_PADDINGS, VICTIMS, Config
+from ._config import FLOPS, POLICIES, SHARD_PADDINGS, SYNCS, VICTIMS, Config
 from ._cost import GPUS, OVERLAPS, CostModel
 from ._errors import (ArgumentError, BatchError, ConfigError, Error, InternalError, LayoutError,
                       MeasurementError, Status)
@@ -189,7 +189,8 @@ __all__ = [
     "ABI_VERSION", "MAX_PAD_MULTIPLE", "MAX_RINGS", "MAX_SEQUENCES", "NO_MICRO_BATCH", "SHARDED",
     "CHUNKED", "CHUNK_PASS_DTYPE", "WHOLE_CHUNK",
     "FLOPS", "CP_GROUP_DTYPE", "RING_DTYPE",
-    "GPUS", "OVERLAPS", "POLICIES", "PRESETS", "SHARD_PADDINGS", "VICTIMS", "MICRO_BATCH_DTYPE",
+    "GPUS", "OVERLAPS", "POLICIES", "PRESETS", "SHARD_PADDINGS", "SYNCS", "VICTIMS",
+    "MICRO_BATCH_DTYPE",
     "PLACEMENT_DTYPE", "SPAN_DTYPE", "ArgumentError", "BatchError", "Config", "ConfigError",
     "CostModel", "Error", "InternalError", "Layout", "LayoutError", "ModelShape", "Plan", "Ring",
     "Scheduler", "Status", "Summary", "library_path", "library_version", "COEFFICIENTS",

@@ -23,6 +23,8 @@ VICTIMS = {"shortest": 0, "longest": 1}
 FLOPS = {"paper": 0, "megatron": 1}
 #: ``SKRULL_SHARD_PADDING_*`` by name.
 SHARD_PADDINGS = {"none": 0, "zigzag": 1}
+#: ``SKRULL_SYNC_*`` by name: how the trainer makes GPUs wait for each other.
+SYNCS = {"cp-group": 0, "every-gpu": 1, "sharded": 2}
 
 #: Integer settings: (smallest, largest, status out of range, what it is).
 LIMITS: dict[str, tuple[int, int, Status, str]] = {
@@ -78,6 +80,7 @@ class Config:
     chunk_size: int = 0
     chunk_keep: int = 1
     chunk_state_permille: int = 64
+    sync: str = "cp-group"
 
     @property
     def chunking(self) -> bool:
@@ -100,7 +103,8 @@ def build(dp: Optional[int], cp: Optional[int], bucket_tokens: Optional[int], mo
           pad_multiple: Any = 1, pad_local: Any = False, lockstep: Any = False,
           cost_model: Any = None, subgroups: Any = None, fill_empty: Any = False,
           micro_batches: Any = 0, chunk_size: Any = None, chunk_keep: Any = 1,
-          chunk_state_permille: Any = 64) -> tuple[Config, _ffi.skrull_config]:
+          chunk_state_permille: Any = 64, sync: Any = "cp-group"
+          ) -> tuple[Config, _ffi.skrull_config]:
     """Builds the C struct (``struct_size`` = our ``sizeof``) and its Python description, and
     has the library validate it.
 
@@ -144,6 +148,7 @@ def build(dp: Optional[int], cp: Optional[int], bucket_tokens: Optional[int], mo
     c.micro_batches = setting("micro_batches", micro_batches)
     c.chunk_keep = setting("chunk_keep", chunk_keep)
     c.chunk_state_permille = setting("chunk_state_permille", chunk_state_permille)
+    c.sync, sync = option("sync", sync, SYNCS)
     if chunk_size is None:  # off, except chunkflow's default, as the CLI's
         c.chunk_size = default_chunk_size(c) if policy == "chunkflow" else 0
     else:
@@ -173,7 +178,7 @@ def build(dp: Optional[int], cp: Optional[int], bucket_tokens: Optional[int], mo
     cfg = Config(c.dp, c.cp, c.bucket_tokens, policy, victim, flops, shard_padding,
                  c.max_micro_batches, shape, c.pad_multiple, bool(c.pad_local),
                  bool(c.lockstep), cost, bool(c.subgroups), bool(c.fill_empty),
-                 c.micro_batches, c.chunk_size, c.chunk_keep, c.chunk_state_permille)
+                 c.micro_batches, c.chunk_size, c.chunk_keep, c.chunk_state_permille, sync)
     check_config(c)
     return cfg, c
 

@@ -97,7 +97,7 @@ class skrull_config(ctypes.Structure):
                 ("pad_multiple", _u32), ("pad_local", _u32), ("lockstep", _u32),
                 ("cost_model", _ptr), ("subgroups", _u32), ("fill_empty", _u32),
                 ("micro_batches", _u32), ("chunk_size", _u32), ("chunk_keep", _u32),
-                ("chunk_state_permille", _u32)]
+                ("chunk_state_permille", _u32), ("sync", _u32), ("_reserved", _u32)]
 
 
 class skrull_dacp_summary(ctypes.Structure):

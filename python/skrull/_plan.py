@@ -586,7 +586,7 @@ class Plan:
             ``config`` (dp, cp, bucket_tokens, policy, victim, model, flops,
             max_micro_batches, shard_padding, pad_multiple, pad_local, lockstep, subgroups,
             fill_empty, micro_batches, and chunk_size, chunk_keep, chunk_state_permille
-            unless chunking is at its defaults), ``summary`` (with ``chunked`` when chunking
+            unless chunking is at its defaults, sync unless it is ``"cp-group"``), ``summary`` (with ``chunked`` when chunking
             is on), ``placements`` (per sequence: seq, len, dp, micro_batch, cp (-1 sharded,
             -2 chunked), cp_first, cp_size; a chunked one also ``kind`` "chunked" and
             ``chunks``), ``micro_batches_per_dp``
@@ -612,6 +612,8 @@ class Plan:
         if (c.chunk_size, c.chunk_keep, c.chunk_state_permille) != (0, 1, 64):
             config.update(chunk_size=c.chunk_size, chunk_keep=c.chunk_keep,
                           chunk_state_permille=c.chunk_state_permille)
+        if c.sync != "cp-group":  # as the CLI: only away from the default
+            config["sync"] = c.sync
         summary = {"sequences": len(self), "total_tokens": s.total_tokens,
                    "micro_batches": s.micro_batches, "sharded": s.sharded}
         if c.chunking:

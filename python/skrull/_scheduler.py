@@ -96,6 +96,14 @@ class Scheduler:
     chunk_state_permille : int, optional
         BucketSize tokens of K/V state per token of a chunked sequence, in thousandths (0 to
         1000, default 64).
+    sync : str or int, optional
+        How the trainer that runs the plans makes its GPUs wait for each other:
+        ``"cp-group"`` (the default: every micro-batch waits for its slowest CP rank),
+        ``"every-gpu"`` (every micro-batch waits for every GPU, as under ZeRO-2/3; every DP
+        rank then runs the same micro-batch count) or ``"sharded"`` (CP ranks meet only in
+        micro-batches holding a sequence spanning several of them, everyone at the step: DDP
+        under ``no_sync``, what ``SkrullTrainer`` runs). ``balanced`` arranges its plans for
+        it; see ``docs/cost_model.md``, "Synchronisation".
     max_sequences : int, optional
         The batch size the buffers are first sized for (default 256); they grow as needed.
     refit : RefitSettings or dict, optional
@@ -131,7 +139,7 @@ class Scheduler:
                  lockstep: bool = False, cost_model: Union[CostModel, str, None] = None,
                  subgroups: bool = _config.RECOMMENDED_SUBGROUPS, fill_empty: bool = False,
                  micro_batches: int = 0, chunk_size: Optional[int] = None, chunk_keep: int = 1,
-                 chunk_state_permille: int = 64,
+                 chunk_state_permille: int = 64, sync: Union[str, int] = "cp-group",
                  max_sequences: int = 256,
                  refit: Union[RefitSettings, Mapping[str, Any], None] = None) -> None:
         first = _config.setting("max_sequences", max_sequences)
@@ -141,7 +149,7 @@ class Scheduler:
         self.config, self._c_config = _config.build(
             dp, cp, bucket_tokens, model, policy, victim, flops, shard_padding,
             max_micro_batches, pad_multiple, pad_local, lockstep, cost_model, subgroups,
-            fill_empty, micro_batches, chunk_size, chunk_keep, chunk_state_permille)
+            fill_empty, micro_batches, chunk_size, chunk_keep, chunk_state_permille, sync)
         # The configuration prepared once; rebuilt whenever config or its cost model changes.
         self._prepared = Prepared(self._c_config)
         self._lock = threading.Lock()
@@ -176,6 +184,8 @@ class Scheduler:
             extra += f", chunk_keep={c.chunk_keep}"
             if c.chunk_state_permille != 64:
                 extra += f", chunk_state_permille={c.chunk_state_permille}"
+        if c.sync != "cp-group":
+            extra += f", sync={c.sync!r}"
         return (f"Scheduler(dp={c.dp}, cp={c.cp}, bucket_tokens={c.bucket_tokens}, "
                 f"policy={c.policy!r}, shard_padding={c.shard_padding!r}{extra}, "
                 f"model={c.model})")
@@ -433,6 +443,7 @@ def config_reduce(c: _config.Config, capacity: int,
                   cost_model=c.cost_model, subgroups=c.subgroups, fill_empty=c.fill_empty,
                   micro_batches=c.micro_batches, chunk_size=c.chunk_size,
                   chunk_keep=c.chunk_keep, chunk_state_permille=c.chunk_state_permille,
+                  sync=c.sync,
                   max_sequences=max(capacity, 1))
     if refit is not None and refit != RefitSettings():
         kwargs["refit"] = refit

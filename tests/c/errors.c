@@ -316,8 +316,45 @@ static void refit_errors(void) {
     store_free(&s);
 }
 
+/* chunkflow's default chunk size (skrull_chunk_size_default): found at DP 2 x CP 16, none
+ * when the K/V state alone is over the budget, with the numbers in the details; and the
+ * library's sentence, name and details for a status. */
+static void chunk_size_and_words(void) {
+    skrull_config c;
+    CHECK_STATUS(skrull_config_preset_init(SKRULL_PRESET_QWEN2_5_7B, &c, sizeof c),
+                 SKRULL_STATUS_OK);
+    c.dp = 2;
+    c.cp = 16;
+    c.policy = SKRULL_POLICY_CHUNKFLOW;
+    uint32_t size = 0;
+    skrull_error_info info;
+    CHECK_STATUS(skrull_chunk_size_default(&c, 0, &size, &info), SKRULL_STATUS_OK);
+    CHECK(size == 8192);
+    c.chunk_size = size;
+    CHECK_STATUS(skrull_config_check(&c, &info), SKRULL_STATUS_OK);
+    c.cp = 1;
+    c.bucket_tokens = 1000;
+    c.chunk_state_permille = 1000;
+    size = 7;
+    skrull_status st = skrull_chunk_size_default(&c, 0, &size, &info);
+    note(st);
+    CHECK_STATUS(st, SKRULL_STATUS_NO_CHUNK_SIZE);
+    CHECK(size == 7 && info.status == st && info.value == 1000 && info.limit > 1000);
+    CHECK((skrull_error_details(st) & (SKRULL_DETAIL_VALUE | SKRULL_DETAIL_LIMIT)) ==
+          (SKRULL_DETAIL_VALUE | SKRULL_DETAIL_LIMIT));
+    CHECK(strcmp(skrull_status_name(st), "NO_CHUNK_SIZE") == 0);
+    CHECK(skrull_status_name(77) == NULL);
+    char text[16];
+    size_t whole = skrull_error_describe(st, &info, &c, NULL, 0);
+    CHECK(whole > sizeof text);
+    CHECK(skrull_error_describe(st, &info, &c, text, sizeof text) == whole);
+    CHECK(strlen(text) == sizeof text - 1);
+    CHECK(strcmp(skrull_error_field_name(SKRULL_STATUS_INVALID_DP, 0), "dp") == 0);
+}
+
 int main(void) {
     note(SKRULL_STATUS_OK);
+    chunk_size_and_words();
     schedule_errors();
     dacp_errors();
     layout_errors();

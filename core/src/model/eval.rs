@@ -41,7 +41,8 @@ use crate::config::Config;
 use crate::config::cost::InvalidCost;
 use crate::config::cp_group::CpGroup;
 pub use crate::config::cp_group::GROUP_LEVELS;
-use crate::config::limits::{MAX_SEQ_LEN, MAX_SEQS};
+use crate::config::limits::{MAX_CP, MAX_SEQ_LEN, MAX_SEQS};
+use crate::config::options::Synchronisation;
 use crate::error::Error;
 use crate::model::time::{RankLoad, Ring, TimeModel};
 use crate::plan::{CHUNKED, Placement, Plan, SHARDED};
@@ -81,6 +82,9 @@ pub struct MicroBatchTime {
     pub peak_tokens: u64,
     /// Whether some GPU holds more than BucketSize tokens.
     pub over_budget: bool,
+    /// Whether a sequence in it spans several CP ranks (sharded, or chunked on a group): its
+    /// ranks then meet in it whatever the synchronisation.
+    pub collective: bool,
 }
 
 impl MicroBatchTime {
@@ -573,6 +577,7 @@ fn accumulate_loads(
         let mb = &mut mbs[g];
         mb.sequences += 1;
         report.total_tokens += u64::from(len);
+        mb.collective |= p.cp_rank == SHARDED || (p.is_chunked() && p.group(cfg.cp).size > 1);
         if p.is_chunked() {
             add_chunked(tm, cfg, p, len, g, mb, ranks);
             report.chunked_sequences += 1;
@@ -634,9 +639,19 @@ fn add_chunked(
     }
 }
 
-/// Pass 3: every DP rank's time (its micro-batches in index order), the slowest one, and
-/// the communication sums. With lockstep a DP rank also runs empty micro-batches up to
-/// the longest rank's count (or the fixed count), each costing the fixed launch cost.
+/// Pass 3: every DP rank's time (its micro-batches in index order, composed as
+/// [`Config::sync`] says), the slowest one, and the communication sums. With uniform counts a
+/// DP rank also runs empty micro-batches up to the longest rank's count (or the fixed count),
+/// each costing the fixed launch cost.
+///
+/// - `CpGroup`: a micro-batch takes its slowest CP rank; a DP rank's time is the sum.
+/// - `Sharded`: each CP rank keeps its own clock through micro-batches of whole sequences;
+///   a collective micro-batch starts when the last of its DP rank's CP ranks is ready and
+///   ends for all of them with its slowest; a DP rank's time is its last rank's clock.
+/// - `EveryGpu`: micro-batch `m` starts on every GPU when the slowest GPU of the job has
+///   finished micro-batch `m - 1`: the iteration is the sum over `m` of the slowest DP
+///   rank's micro-batch `m` (an index a rank does not use costs the fixed launch cost), and
+///   every DP rank finishes then.
 fn time_dp_ranks(
     tm: &TimeModel,
     cfg: &Config,
@@ -656,8 +671,11 @@ fn time_dp_ranks(
         .unwrap_or(0)
         .max(cfg.micro_batches);
     let mut slowest = (0.0f64, 0usize);
+    let mut clocks = [0.0f64; MAX_CP as usize];
     for d in 0..dp {
         let mut clock = 0.0f64;
+        let clocks = &mut clocks[..cp];
+        clocks.fill(0.0);
         let mut critical_exposed = 0.0f64;
         let mut used = 0u32;
         for g in offsets[d] as usize..offsets[d + 1] as usize {
@@ -667,15 +685,23 @@ fn time_dp_ranks(
                 continue;
             }
             used += 1;
-            time_micro_batch(
-                tm,
-                cfg,
-                d as u32,
-                mb,
-                &mut ranks[g * cp..(g + 1) * cp],
-                report,
-            );
-            clock += mb.time;
+            let slots = &mut ranks[g * cp..(g + 1) * cp];
+            time_micro_batch(tm, cfg, d as u32, mb, slots, report);
+            if cfg.sync == Synchronisation::Sharded {
+                if mb.collective {
+                    let ready = clocks.iter().copied().fold(0.0, f64::max);
+                    mb.start = ready;
+                    clocks.fill(ready + mb.time);
+                } else {
+                    mb.start = clocks.iter().copied().fold(f64::INFINITY, f64::min);
+                    for (c, slot) in clocks.iter_mut().zip(slots.iter()) {
+                        *c += slot.time;
+                    }
+                }
+                clock = clocks.iter().copied().fold(0.0, f64::max);
+            } else {
+                clock += mb.time;
+            }
             critical_exposed += mb.exposed_comm;
             report.comm += mb.comm;
             report.exposed_comm += mb.exposed_comm;
@@ -694,7 +720,37 @@ fn time_dp_ranks(
         }
     }
     report.slowest_dp_rank = slowest.1 as u32;
-    report.iteration_time = slowest.0 + tm.cost.iteration_fixed_s;
+    let mut iteration = slowest.0;
+    if cfg.sync == Synchronisation::EveryGpu {
+        iteration = every_gpu(tm, offsets, mbs, longest);
+        dp_times.fill(iteration);
+    }
+    report.iteration_time = iteration + tm.cost.iteration_fixed_s;
+}
+
+/// The `EveryGpu` composition: the sum over micro-batch indices of the slowest DP rank's
+/// micro-batch at that index (the fixed launch cost where a rank has none, or an empty one);
+/// each micro-batch's `start` becomes the time its index starts on every GPU.
+fn every_gpu(tm: &TimeModel, offsets: &[u32], mbs: &mut [MicroBatchTime], longest: u32) -> f64 {
+    let dp = offsets.len() - 1;
+    let mut start = 0.0f64;
+    for m in 0..longest {
+        let mut step = 0.0f64;
+        for d in 0..dp {
+            let g = offsets[d] + m;
+            let t = if g < offsets[d + 1] && mbs[g as usize].sequences > 0 {
+                mbs[g as usize].time
+            } else {
+                tm.fixed()
+            };
+            step = step.max(t);
+            if g < offsets[d + 1] {
+                mbs[g as usize].start = start;
+            }
+        }
+        start += step;
+    }
+    start
 }
 
 /// One non-empty micro-batch on DP rank `d`: its communication, every CP rank's time
@@ -1047,6 +1103,79 @@ mod tests {
         let mb = ev.micro_batches[0];
         assert_eq!(mb.comm, comm);
         assert!(mb.hidden_fraction() >= 0.0 && mb.hidden_fraction() <= 1.0);
+    }
+
+    /// Each synchronisation's composition against a schedule composed by hand from the
+    /// per-(micro-batch, CP rank) times. DP 2 x CP 2: DP rank 0 runs two micro-batches of
+    /// whole sequences whose heavy ranks alternate, then one with a sharded sequence; DP rank
+    /// 1 runs one micro-batch of whole sequences.
+    #[test]
+    fn each_synchronisation_composes_the_hand_computed_schedule() {
+        let lengths = [6000u32, 500, 400, 5000, 8000, 3000, 200];
+        let p = |dp_rank, micro_batch, cp_rank| Placement {
+            dp_rank,
+            micro_batch,
+            cp_rank,
+            ..Placement::default()
+        };
+        let placements = [
+            p(0, 0, 0),
+            p(0, 0, 1),
+            p(0, 1, 0),
+            p(0, 1, 1),
+            p(0, 2, SHARDED),
+            p(1, 0, 0),
+            p(1, 0, 1),
+        ];
+        let eval = |sync| {
+            let mut cfg = Config::new(2, 2, 8192, ModelShape::QWEN2_5_0_5B);
+            cfg.sync = sync;
+            let mut b = Bufs::new(lengths.len(), &cfg);
+            let ev = evaluate_placements(&setup_of(&cfg), &lengths, &placements, b.out()).unwrap();
+            let t: Vec<[f64; 2]> = (0..ev.micro_batches.len())
+                .map(|g| [ev.ranks_of(g)[0].time, ev.ranks_of(g)[1].time])
+                .collect();
+            (ev.report.iteration_time, ev.dp_times.to_vec(), t)
+        };
+        let fixed = TimeModel::new(
+            &CostModel::h100(&ModelShape::QWEN2_5_0_5B),
+            &Config::new(2, 2, 8192, ModelShape::QWEN2_5_0_5B),
+        )
+        .cost
+        .iteration_fixed_s;
+        let max = |x: [f64; 2]| x[0].max(x[1]);
+        // Slots: DP 0's micro-batches 0, 1, 2, then DP 1's micro-batch 0.
+        let (it, dp_times, t) = eval(Synchronisation::CpGroup);
+        let dp0 = max(t[0]) + max(t[1]) + max(t[2]);
+        let dp1 = max(t[3]);
+        assert_eq!(dp_times, [dp0, dp1]);
+        assert_eq!(it, dp0.max(dp1) + fixed);
+        // Sharded: each rank's own clock through micro-batches 0 and 1, then the sharded one
+        // starts when both are ready and ends with its slower rank.
+        let (it_s, dp_times_s, t_s) = eval(Synchronisation::Sharded);
+        assert_eq!(
+            t_s, t,
+            "the per-rank times do not depend on the composition"
+        );
+        let ready = (t[0][0] + t[1][0]).max(t[0][1] + t[1][1]);
+        let dp0_s = ready + max(t[2]);
+        assert_eq!(dp_times_s, [dp0_s, dp1]);
+        assert_eq!(it_s, dp0_s.max(dp1) + fixed);
+        // The heavy ranks alternate, so not waiting inside micro-batches 0 and 1 saves time.
+        assert!(it_s < it);
+        // EveryGpu: index by index, the slowest GPU of the job; DP 1 has no micro-batch 1 or
+        // 2 (lockstep counts: each costs the fixed launch cost).
+        let (it_e, dp_times_e, t_e) = eval(Synchronisation::EveryGpu);
+        assert_eq!(t_e, t);
+        let tm = TimeModel::new(
+            &CostModel::h100(&ModelShape::QWEN2_5_0_5B),
+            &Config::new(2, 2, 8192, ModelShape::QWEN2_5_0_5B),
+        );
+        let every =
+            max(t[0]).max(max(t[3])) + max(t[1]).max(tm.fixed()) + max(t[2]).max(tm.fixed());
+        assert_eq!(dp_times_e, [every, every]);
+        assert_eq!(it_e, every + fixed);
+        assert!(it_e >= it);
     }
 
     #[test]

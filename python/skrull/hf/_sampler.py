@@ -205,8 +205,22 @@ class SkrullBatchSampler(BatchRebalanceSampler):
             dp_size = world // cp
         if rank is None:
             rank = global_rank // cp
-        super().__init__(list(lengths), effective_batch_size, dp_size, grad_accum,
-                         shuffle=shuffle, seed=seed, rank=rank, drop_last=drop_last)
+        for name, value in (("effective_batch_size", effective_batch_size),
+                            ("grad_accum", grad_accum), ("dp_size", dp_size)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a whole number of at least 1, got {value!r}")
+        if not 0 <= rank < dp_size:
+            raise ValueError(f"rank must be from 0 to dp_size - 1 = {dp_size - 1}, got {rank}")
+        # transformers' sampler asserts effective_batch_size >= dp_size * grad_accum (each of
+        # its groups needs a sample). A skrull plan gives a DP rank with fewer samples than
+        # grad_accum empty micro-batches instead (SkrullCollator runs them), so every size is
+        # valid here: the base class is built with sizes it accepts and given the real ones.
+        super().__init__(list(lengths), effective_batch_size, 1, 1,
+                         shuffle=shuffle, seed=seed, rank=0, drop_last=drop_last)
+        self.dp_size, self.grad_accum, self.rank = dp_size, grad_accum, rank
+        # DDP with gradient accumulation under no_sync (SkrullTrainer): CP ranks meet only in
+        # micro-batches holding a sharded sequence; balanced plans for that.
+        scheduler_kwargs.setdefault("sync", "sharded")
         self.cp = cp
         self.bucket_tokens = bucket_tokens
         self.scheduler = scheduler_for_steps(dp_size, cp, bucket_tokens, grad_accum,
