@@ -65,6 +65,16 @@ def parser() -> argparse.ArgumentParser:
                         "for this model and device first; online: refit from the warm-up "
                         "steps' micro-batch times and wall times (from the preset); profile+online: "
                         "both, the refit starting from the profile")
+    p.add_argument("--cost-model",
+                   help="plan and predict with this cost model (a file --save-cost-model wrote, "
+                        "or skrull calibrate's); only with --calibrate none")
+    p.add_argument("--save-cost-model",
+                   help="write the cost model the run planned and predicted with (after "
+                        "calibration) here, for --cost-model")
+    p.add_argument("--max-spread", type=float, default=0.15,
+                   help="a policy whose timed steps spread more than this share of their "
+                        "median ((max - min) / median) is run again, once (default 0.15); "
+                        "still above it, it is marked noisy")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--format", choices=["table", "json"], default="table")
     p.add_argument("--out", help="also write the JSON here")
@@ -100,6 +110,13 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     if opts.warmup < 1:
         raise BenchError("--warmup: at least 1 (the first step's time includes start-up, and "
                          "each timed step is measured from the end of the one before)")
+    if opts.cost_model is not None and opts.calibrate != "none":
+        raise BenchError("--cost-model: only with --calibrate none (a calibration would "
+                         "replace the model given)")
+    if opts.cost_model is not None and not os.path.isfile(opts.cost_model):
+        raise BenchError(f"--cost-model: no such file {opts.cost_model!r}")
+    if not opts.max_spread > 0:
+        raise BenchError(f"--max-spread: {opts.max_spread} is not above 0")
     if "online" in opts.calibrate and opts.warmup < 2:
         raise BenchError("--calibrate online: needs --warmup 2 or more (the refit runs on the "
                          "warm-up steps' times)")

@@ -16,19 +16,24 @@ def table(result: dict[str, Any]) -> str:
              f"{c['model']}, BucketSize {c['bucket']}, {c['batch']} sequences per step, "
              f"{c['warmup']} warm-up + {c['steps']} timed steps, calibrate {c['calibrate']}",
              "",
-             "| policy | measured s/step | predicted s/step | predicted / measured | "
+             "| policy | measured s/step (spread) | predicted s/step | predicted / measured | "
              "micro-batches measured s | predicted | GPU pred/meas local, sharded | tokens/s | vs deepspeed | "
              "peak memory / rank | micro-batches / rank |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for p in result["policies"]:
         speed = p["speedup_vs_deepspeed"]
         lines.append(
-            f"| {p['policy']} | {p['measured_step_s']:.4f} | {p['predicted_step_s']:.4f} | "
+            f"| {p['policy']} | {p['measured_step_s']:.4f} ({p['measured_spread']:.0%}"
+            f"{', noisy' if p['noisy'] else ''}) | {p['predicted_step_s']:.4f} | "
             f"{p['predicted_over_measured']:.3f} | {p['measured_compute_s']:.4f} | "
             f"{p['predicted_compute_s']:.4f} | {_pair(p['gpu_predicted_over_measured'])} | "
             f"{p['tokens_per_s']:,.0f} | "
             f"{'-' if speed is None else f'{speed:.2f}x'} | "
             f"{p['peak_memory_bytes'] / 2**20:,.0f} MiB | {p['micro_batches']} |")
+    cal = result.get("calibration")
+    if cal is not None:
+        lines += ["", f"calibrated once before the policies: {cal.get('refit') or '-'}; "
+                      f"time outside the micro-batches {cal['iteration_fixed_s']:.4f} s/step"]
     return "\n".join(lines) + "\n"
 
 
