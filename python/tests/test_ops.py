@@ -92,6 +92,19 @@ def test_the_op_returns_the_bindings_arrays(policy, options):
             _assert_same(ops.schedule(torch.from_numpy(lengths), s), plan)
 
 
+def test_chunkflow_default_plans_at_dp2_cp16_through_the_op():
+    """Regression: chunkflow refused its own default ChunkSize at DP 2 x CP 16 (it was sized
+    for one GPU); the op plans with the Scheduler's configuration, default included, and a
+    sequence too long to fit sharded runs chunked."""
+    for model, bucket in (("qwen2.5-7b", 13312), ("qwen2.5-0.5b", 26624)):
+        s = skrull.Scheduler(dp=2, cp=16, bucket_tokens=bucket, model=model,
+                             policy="chunkflow")
+        lengths = np.array([100, 60_000, 5_000, 230_000, 700])
+        plan = s.plan(lengths)
+        assert plan.kind[3] == "chunked"
+        _assert_same(ops.schedule(torch.from_numpy(lengths), s), plan)
+
+
 def test_the_op_reads_every_integer_dtype_and_a_list():
     s = skrull.Scheduler(dp=2, cp=2, bucket_tokens=256)
     lengths = [30, 20, 100, 10, 200, 3]
