@@ -21,9 +21,10 @@ _Static_assert(offsetof(skrull_summary, sequences) == 8, "");
 _Static_assert(offsetof(skrull_summary, _reserved) == 28, "");
 _Static_assert(sizeof(skrull_model_shape) == 24, "skrull_model_shape is 24 bytes");
 _Static_assert(SKRULL_CONFIG_SIZE_V1 == 60, "skrull_config v1 is 60 bytes");
-_Static_assert(sizeof(skrull_config) == 96 + sizeof(void *),
+_Static_assert(sizeof(skrull_config) == 104 + sizeof(void *),
                "skrull_config grew by pad_multiple, pad_local, lockstep, cost_model, subgroups, "
-               "fill_empty, micro_batches, chunk_size, chunk_keep, chunk_state_permille");
+               "fill_empty, micro_batches, chunk_size, chunk_keep, chunk_state_permille, sync "
+               "and _reserved");
 _Static_assert(offsetof(skrull_config, pad_multiple) == SKRULL_CONFIG_SIZE_V1, "appended");
 _Static_assert(offsetof(skrull_config, cost_model) == 72, "appended");
 _Static_assert(offsetof(skrull_config, subgroups) == 72 + sizeof(void *), "appended");
@@ -34,6 +35,8 @@ _Static_assert(offsetof(skrull_config, chunk_size) == 84 + sizeof(void *),
                "the previous explicit padding word");
 _Static_assert(offsetof(skrull_config, chunk_keep) == 88 + sizeof(void *), "appended");
 _Static_assert(offsetof(skrull_config, chunk_state_permille) == 92 + sizeof(void *), "appended");
+_Static_assert(offsetof(skrull_config, sync) == 96 + sizeof(void *), "appended");
+_Static_assert(offsetof(skrull_config, _reserved) == 100 + sizeof(void *), "appended");
 _Static_assert(SKRULL_CHUNKED == -2 && SKRULL_SHARDED == -1, "placement markers");
 _Static_assert(SKRULL_POLICY_CHUNKFLOW == 5, "policy numbers are stable");
 _Static_assert(sizeof(skrull_cost_model) == SKRULL_COST_MODEL_SIZE_V1, "cost model v1");
@@ -134,6 +137,7 @@ static void presets(void) {
     CHECK(c.subgroups == 0); /* sub-groups are opt-in */
     /* Chunking is off by default, with K = 1 and 64/1000 of a token of state. */
     CHECK(c.chunk_size == 0 && c.chunk_keep == 1 && c.chunk_state_permille == 64);
+    CHECK(c.sync == SKRULL_SYNC_CP_GROUP && c._reserved == 0);
 
     skrull_config p;
     CHECK_STATUS(skrull_config_preset_init(SKRULL_PRESET_QWEN2_5_0_5B, &p, sizeof p),
