@@ -117,7 +117,7 @@ fn check(e: &Epoch, steps: &[Taken]) -> Result<u64, String> {
         for (i, &l) in b.iter().enumerate() {
             origin.push(t as u64);
             length.push(l);
-            outlier.push(is_outlier(c[i].alone, work, dp, costs.fixed()));
+            outlier.push(is_outlier(c[i].alone, work, dp, costs.floor()));
         }
     }
     if steps.len() != e.batches.len() {

@@ -10,13 +10,15 @@
 //!   and sharded GPU time over the `N` GPUs of the group, plus its share by tokens of the
 //!   fixed cost of a full micro-batch (`balanced`'s LPT weight over `N`).
 //!
+//! Every DP rank that runs anything pays at least one micro-batch's **floor**: its fixed cost
+//! and the weights streamed for its GEMMs (the roofline's memory-bound time, `gemm(1)`).
 //! A step's estimate ([`Load::estimate`]) is the largest of: its longest sequence alone;
-//! `ceil(sum of work / DP) + fixed` (a perfect split of the work over the DP ranks, each
-//! paying one micro-batch's fixed cost); and, with `DP < TOP`, the `DP`-th and `DP + 1`-th
-//! longest alone added up (two of the `DP + 1` longest share a DP rank). A sequence
-//! is an **outlier** of its batch when `alone > ceil(batch work / DP) + fixed`: alone it
-//! outlasts the batch's fair share per DP rank, so it sets the iteration time and the other
-//! ranks wait. Only outliers may be deferred. See `docs/outlier_delay.md`.
+//! `ceil(sum of work / DP) + floor` (a perfect split of the work over the DP ranks); and, with
+//! `DP < TOP`, the `DP`-th and `DP + 1`-th longest alone added up less one floor (two of the
+//! `DP + 1` longest share a DP rank, and may share a micro-batch). A sequence is an
+//! **outlier** of its batch when `alone > ceil(batch work / DP) + floor`: alone it outlasts
+//! the batch's fair share per DP rank, so it sets the iteration time and the other ranks
+//! wait. Only outliers may be deferred. See `docs/outlier_delay.md`.
 //!
 //! [`Setup::int_model`]: crate::Setup::int_model
 
@@ -57,9 +59,10 @@ impl Costs {
         }
     }
 
-    /// The fixed cost of one micro-batch, ps.
-    pub fn fixed(&self) -> u64 {
-        self.im.fixed()
+    /// One micro-batch's floor, ps: its fixed cost and the GEMM time of one token (the
+    /// weight streaming of the memory-bound roofline).
+    pub fn floor(&self) -> u64 {
+        self.im.fixed().saturating_add(self.im.gemm(1))
     }
 
     /// The costs of a sequence of `len` tokens.
@@ -89,16 +92,16 @@ impl Costs {
     }
 }
 
-/// A DP rank's fair share of `work` over `dp` ranks, plus one micro-batch's `fixed` cost, ps.
+/// A DP rank's fair share of `work` over `dp` ranks, plus one micro-batch's `floor`, ps.
 #[inline]
-pub fn share(work: u64, dp: u32, fixed: u64) -> u64 {
-    work.div_ceil(u64::from(dp.max(1))).saturating_add(fixed)
+pub fn share(work: u64, dp: u32, floor: u64) -> u64 {
+    work.div_ceil(u64::from(dp.max(1))).saturating_add(floor)
 }
 
 /// Whether a sequence that takes `alone` is an outlier of a batch of total `work`.
 #[inline]
-pub fn is_outlier(alone: u64, work: u64, dp: u32, fixed: u64) -> bool {
-    alone > share(work, dp, fixed)
+pub fn is_outlier(alone: u64, work: u64, dp: u32, floor: u64) -> bool {
+    alone > share(work, dp, floor)
 }
 
 /// The longest `alone` times a [`Load`] keeps: enough for the pair term up to DP 8.
@@ -128,15 +131,16 @@ impl Load {
         }
     }
 
-    /// The estimated iteration time over `dp` DP ranks with micro-batch `fixed` cost (see
-    /// the [module docs](self)).
-    pub fn estimate(&self, dp: u32, fixed: u64) -> u64 {
+    /// The estimated iteration time over `dp` DP ranks with a micro-batch `floor` (see the
+    /// [module docs](self)).
+    pub fn estimate(&self, dp: u32, floor: u64) -> u64 {
         let d = dp.max(1) as usize;
+        // Two sequences on one DP rank can share a micro-batch: one floor between them.
         let pair = match (self.top.get(d - 1), self.top.get(d)) {
-            (Some(a), Some(b)) => a.saturating_add(*b),
+            (Some(a), Some(b)) => a.saturating_add(*b).saturating_sub(floor),
             _ => 0,
         };
-        self.top[0].max(share(self.work, dp, fixed)).max(pair)
+        self.top[0].max(share(self.work, dp, floor)).max(pair)
     }
 
     /// The load stored in `w` (at least [`LOAD_WORDS`] words; missing words read as 0).
@@ -171,14 +175,14 @@ mod tests {
         for len in [1u32, 100, 1000, 8000, 13 * 1024, 50_000, 100_000] {
             let c = costs.of(len);
             assert!(c.alone >= last.alone && c.work >= last.work, "{len}");
-            // Alone it pays its full fixed cost and at least its share of the GPU time.
-            assert!(c.alone >= c.work, "{len}: {c:?}");
+            // Alone it pays a full floor and at least its share of the GPU time.
+            assert!(c.alone >= c.work && c.alone >= costs.floor(), "{len}: {c:?}");
             last = c;
         }
     }
 
     #[test]
-    fn the_rule_compares_alone_with_the_fair_share_plus_one_fixed_cost() {
+    fn the_rule_compares_alone_with_the_fair_share_plus_one_floor() {
         assert_eq!(share(10, 4, 5), 3 + 5);
         assert_eq!(share(0, 0, 7), 7);
         assert!(is_outlier(9, 10, 4, 5) && !is_outlier(8, 10, 4, 5));
@@ -193,12 +197,14 @@ mod tests {
         assert_eq!(l.estimate(2, 5), 20);
         l.add(seq(3, 30));
         assert_eq!(l.estimate(2, 5), 20 + 5); // ceil(40 / 2) + 5
+        assert_eq!(l.estimate(1, 5), 45); // ceil(40 / 1) + 5 over the pair 20 + 3 - 5
         l.add(seq(18, 10));
         // Three long ones on two ranks: the second and third add up.
         assert_eq!(l.top[..4], [20, 18, 3, 0]);
         assert_eq!(l.estimate(2, 0), 25); // the share (25) over the pair (18 + 3)
         l.add(seq(17, 0));
         assert_eq!(l.estimate(2, 0), 18 + 17);
+        assert_eq!(l.estimate(2, 4), 18 + 17 - 4);
         assert_eq!(l.estimate(3, 0), 17 + 3);
         // Past TOP - 1 DP ranks no pair term.
         assert_eq!(l.estimate(9, 0), 20);

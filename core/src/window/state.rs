@@ -14,8 +14,8 @@ pub struct WindowState {
     setup: Setup,
     params: WindowParams,
     lay: Layout,
-    /// The fixed cost of one micro-batch, ps.
-    fixed: u64,
+    /// One micro-batch's floor, ps ([`Costs::floor`]).
+    floor: u64,
     /// Slot of the current step's batch.
     head: usize,
     /// Batches pushed and not stepped (the current one first).
@@ -39,7 +39,7 @@ impl WindowState {
             setup: *setup,
             params,
             lay: Layout::of(&params),
-            fixed: Costs::new(setup).fixed(),
+            floor: Costs::new(setup).floor(),
             head: 0,
             loaded: 0,
             step: params.first_step,
@@ -91,6 +91,16 @@ impl WindowState {
             length: length as u32,
             origin,
         })
+    }
+
+    /// Whether the counters fit the parameters (for a state kept in caller memory, which the
+    /// caller may have overwritten).
+    pub fn is_consistent(&self) -> bool {
+        self.params.validate().is_ok()
+            && self.lay == Layout::of(&self.params)
+            && self.head < self.lay.s
+            && self.loaded <= self.lay.s
+            && self.queue_len <= self.lay.q
     }
 
     /// Checks that `words` is large enough.
@@ -163,7 +173,7 @@ impl WindowState {
                 alone: r.alone[at + i],
                 work: r.work[at + i],
             };
-            if is_outlier(c.alone, all.work, dp, self.fixed) {
+            if is_outlier(c.alone, all.work, dp, self.floor) {
                 r.lens[at + i] |= OUTLIER_BIT;
             } else {
                 base.add(c);
@@ -191,12 +201,27 @@ impl WindowState {
     /// [`WindowError::Deferred`] naming the first sample refused (nothing is queued then),
     /// [`WindowError::Batch`] for a bad length, [`WindowError::Storage`].
     pub fn requeue(&mut self, words: &mut [u64], deferred: &[Deferred]) -> Result<(), WindowError> {
+        self.requeue_with(words, deferred.len(), |i| deferred[i])
+    }
+
+    /// [`WindowState::requeue`] of `n` samples read by `at(0..n)` (the C ABI's entries,
+    /// without copying them).
+    ///
+    /// # Errors
+    /// As [`WindowState::requeue`].
+    pub fn requeue_with(
+        &mut self,
+        words: &mut [u64],
+        n: usize,
+        at: impl Fn(usize) -> Deferred,
+    ) -> Result<(), WindowError> {
         let mut last = match self.queue_len.checked_sub(1) {
             Some(i) => self.queued(words, i).map(|d| d.position),
             None => None,
         };
         let w = u64::from(self.params.max_delay);
-        for (index, d) in deferred.iter().enumerate() {
+        for index in 0..n {
+            let d = at(index);
             let room = self.queue_len + index < self.lay.q;
             let ordered = last.is_none_or(|p| d.position > p) && d.position < self.next_position;
             let due = d.origin < self.step && d.origin.saturating_add(w) >= self.step;
@@ -211,7 +236,8 @@ impl WindowState {
         }
         let r = self.rows(words)?;
         let costs = Costs::new(&self.setup);
-        for d in deferred {
+        for index in 0..n {
+            let d = at(index);
             let j = self.queue_len;
             let c = costs.of(d.length);
             r.q_pos[j] = d.position;
@@ -305,7 +331,8 @@ fn decide(st: &WindowState, r: Rows<'_>) -> Counts {
     }
     let mut now = load(0, BASE);
     let at = slot(0) * b;
-    let count = r.meta[slot(0) * META + COUNT] as usize;
+    // (At most `b` unless the slab was overwritten: then clamped, never out of bounds.)
+    let count = (r.meta[slot(0) * META + COUNT] as usize).min(b);
     let first = r.meta[slot(0) * META + FIRST];
     // Candidates: (cost, position, last slot it may go to).
     let info = |c: u32| -> (SeqCost, u64, u64) {
@@ -347,7 +374,7 @@ fn decide(st: &WindowState, r: Rows<'_>) -> Counts {
     let raise = |l: &Load, cost: SeqCost| {
         let mut with = *l;
         with.add(cost);
-        with.estimate(dp, st.fixed) - l.estimate(dp, st.fixed)
+        with.estimate(dp, st.floor) - l.estimate(dp, st.floor)
     };
     let mut later = 0usize;
     for &c in r.cand[..open].iter() {
@@ -389,7 +416,7 @@ fn decide(st: &WindowState, r: Rows<'_>) -> Counts {
         if r.dec[j] == 0 {
             r.out_pos[n] = r.q_pos[j];
             r.out_len[n] = r.q_len[j] as u32;
-            delay_sum += t - r.q_origin[j];
+            delay_sum += t.saturating_sub(r.q_origin[j]);
             n += 1;
             released += 1;
         } else {

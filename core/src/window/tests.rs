@@ -181,3 +181,19 @@ fn requeue_refuses_inconsistent_samples() {
         Err(WindowError::Deferred { index: 0 })
     );
 }
+
+/// Regression: with `alone` including the weight-streaming floor of a micro-batch (the
+/// memory-bound roofline) and the share only the fixed cost, every short sequence was an
+/// outlier and a batch of them was deferred whole (the step came back empty).
+#[test]
+fn a_batch_of_short_equal_sequences_runs_in_its_own_step() {
+    let s = Setup::new(&Config::recommended(2, 2, 4096, ModelShape::QWEN2_5_0_5B)).unwrap();
+    let params = WindowParams::new(3, 16);
+    let mut slab = vec![0u64; params.words()];
+    let mut w = Window::new(&s, params, &mut slab).unwrap();
+    for _ in 0..4 {
+        w.push(&[10; 16]).unwrap();
+    }
+    let a = w.step().unwrap();
+    assert_eq!((a.positions.len(), a.deferred), (16, 0));
+}
