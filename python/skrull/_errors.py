@@ -56,6 +56,12 @@ class Status(enum.IntEnum):
     REFIT_STATE_INVALID = 41
     MEASUREMENT_MISMATCH = 42
     REFIT_STEP_TOO_LARGE = 43
+    INVALID_WINDOW_PARAMS = 50
+    WINDOW_STATE_INVALID = 51
+    WINDOW_FULL = 52
+    WINDOW_EMPTY = 53
+    WINDOW_BATCH_TOO_LARGE = 54
+    INVALID_DEFERRED = 55
     INTERNAL = 254
     PANIC = 255
 
@@ -157,7 +163,11 @@ class InternalError(Error, RuntimeError):
 
 _CONFIG = {Status.INVALID_ENUM, Status.INVALID_DP, Status.INVALID_CP, Status.INVALID_BUCKET,
            Status.INVALID_MODEL, Status.INVALID_PAD_MULTIPLE, Status.INVALID_COST_MODEL,
-           Status.UNSUPPORTED_OPTION, Status.INVALID_REFIT_PARAMS, Status.INVALID_CHUNKING}
+           Status.UNSUPPORTED_OPTION, Status.INVALID_REFIT_PARAMS, Status.INVALID_CHUNKING,
+           Status.INVALID_WINDOW_PARAMS}
+#: The window's refusals of a batch or a call order (``skrull.Window``): ``BatchError``.
+_WINDOW_BATCH = {Status.WINDOW_FULL, Status.WINDOW_EMPTY, Status.WINDOW_BATCH_TOO_LARGE,
+                 Status.INVALID_DEFERRED}
 _MEASUREMENT = {Status.MEASUREMENT_MISMATCH, Status.REFIT_STEP_TOO_LARGE}
 
 
@@ -181,7 +191,8 @@ def error_class(code: int) -> type[Error]:
         return MeasurementError
     if code == Status.INVALID_ARG:
         return ArgumentError
-    if 14 <= code <= 19 or code in (Status.MICRO_BATCH_COUNT, Status.CHUNK_OVER_BUDGET):
+    if 14 <= code <= 19 or code in (Status.MICRO_BATCH_COUNT, Status.CHUNK_OVER_BUDGET) \
+            or code in _WINDOW_BATCH:
         return BatchError
     if 30 <= code <= 39:
         return LayoutError
@@ -237,7 +248,8 @@ _VALUE_LIMIT = {
     Status.MICRO_BATCH_LIMIT: "vl", Status.MICRO_BATCH_COUNT: "vl", Status.NO_SUCH_GPU: "vl",
     Status.LAYOUT_OVERFLOW: "vl", Status.MEASUREMENT_MISMATCH: "vl",
     Status.REFIT_STEP_TOO_LARGE: "vl", Status.INVALID_CHUNKING: "vl",
-    Status.CHUNK_OVER_BUDGET: "vl",
+    Status.CHUNK_OVER_BUDGET: "vl", Status.INVALID_WINDOW_PARAMS: "vl",
+    Status.WINDOW_BATCH_TOO_LARGE: "vl",
 }
 #: ``skrull_error_info.field`` of INVALID_MODEL and UNSUPPORTED_OPTION, by number.
 MODEL_FIELDS = {1: "hidden", 2: "kv_hidden", 3: "ffn", 4: "layers", 5: "vocab"}
@@ -252,6 +264,8 @@ _SETTINGS = {Status.INVALID_DP: ("dp", "the data-parallel size"),
              Status.INVALID_BUCKET: ("bucket_tokens", "BucketSize: the most tokens one GPU holds "
                                      "in one micro-batch"),
              Status.INVALID_PAD_MULTIPLE: ("pad_multiple", "0 or 1 for none")}
+#: ``skrull_error_info.field`` of INVALID_WINDOW_PARAMS: the ``skrull_window_params`` field.
+WINDOW_PARAM_FIELDS = {1: "max_delay", 2: "batch_capacity"}
 #: ``skrull_error_info.field`` of NO_SUCH_GPU: the coordinate at fault.
 GPU_FIELDS = {1: "dp_rank", 2: "micro_batch", 3: "cp_rank"}
 
@@ -317,6 +331,24 @@ def _describe(status: int, d: dict[str, Any], config: Optional[Config] = None) -
     if status == Status.INVALID_REFIT_PARAMS:
         return (f"refit setting {name or 'a field'} is out of range: window from 1 to "
                 f"{_ffi.REFIT_MAX_WINDOW} steps, forgetting in (0, 1], ridge >= 0, outlier > 0")
+    if status == Status.INVALID_WINDOW_PARAMS:
+        return (f"{name or 'a window setting'}={v} is out of range: max_delay from 0 to "
+                f"{_ffi.WINDOW_MAX_DELAY}, batch_capacity from 1 to 65536 (at most {lim})")
+    if status == Status.WINDOW_BATCH_TOO_LARGE:
+        return (f"the batch has {v} sequences, more than the window's batch_capacity={lim}: "
+                "make the window with a larger batch_capacity")
+    if status == Status.WINDOW_FULL:
+        return ("the window already holds max_delay + 1 batches: take a step before pushing "
+                "another")
+    if status == Status.WINDOW_EMPTY:
+        return "the window holds no batch: push one before taking a step"
+    if status == Status.INVALID_DEFERRED:
+        return (f"deferred sample {i} does not fit the window: requeue only into a fresh window "
+                "(no batch pushed), samples from earlier steps whose deadline has not passed, "
+                "in position order, before first_position")
+    if status == Status.WINDOW_STATE_INVALID:
+        return ("the window state was not made by this binding (or is too small): a bug in "
+                "skrull or its binding; please report it")
     if status == Status.REFIT_STATE_INVALID:
         return ("the refit state was not made by this binding's refit (or is too small): a "
                 "bug in skrull or its binding; please report it")
@@ -387,6 +419,8 @@ def field_name(code: int, number: int) -> Optional[str]:
         return REFIT_PARAM_FIELDS.get(number)
     if code == Status.INVALID_CHUNKING:
         return CHUNKING_FIELDS.get(number)
+    if code == Status.INVALID_WINDOW_PARAMS:
+        return WINDOW_PARAM_FIELDS.get(number)
     if code == Status.INVALID_COST_MODEL:
         from ._cost import cost_field_name
         return cost_field_name(number)

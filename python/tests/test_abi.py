@@ -40,7 +40,9 @@ _DEFINES = {**{f"SKRULL_POLICY_{k.upper()}": v for k, v in POLICIES.items()},
             "SKRULL_REFIT_MAX_WINDOW": _ffi.REFIT_MAX_WINDOW,
             "SKRULL_REFIT_KEEP_OVERLAP": _ffi.REFIT_KEEP_OVERLAP,
             "SKRULL_REFIT_PARAMS_SIZE_V1": _ffi.REFIT_PARAMS_SIZE_V1,
-            "SKRULL_REFIT_REPORT_SIZE_V1": _ffi.REFIT_REPORT_SIZE_V1}
+            "SKRULL_REFIT_REPORT_SIZE_V1": _ffi.REFIT_REPORT_SIZE_V1,
+            "SKRULL_WINDOW_MAX_DELAY": _ffi.WINDOW_MAX_DELAY,
+            "SKRULL_WINDOW_PARAMS_SIZE_V1": _ffi.WINDOW_PARAMS_SIZE_V1}
 
 
 def _c_program() -> str:
