@@ -44,6 +44,7 @@ import sys
 import tempfile
 from typing import Any, Sequence
 
+from ._delay import delayed_steps, label, mean_p95, whole_epochs
 from ._options import BenchError, check_fits, lengths_and_bucket, parse
 from ._predict import evaluate, executor_time_s, gpu_pairs, measured_compute_s, overhead_s
 from ._report import chart, table, to_json
@@ -65,15 +66,21 @@ def _step_batches(n: int, batch: int, steps: int, seed: int) -> list[list[int]]:
 
 
 def _grad_accum(opts: Any, policy: str, lengths: list[int], bucket: int,
-                cost_model: Any) -> int:
+                cost_model: Any, delay: int = 0) -> int:
     """Micro-batches per DP rank that every step's batch fits (``gradient_accumulation_steps``
-    is fixed for a run, so it is the largest a lockstep plan of any step needs)."""
+    is fixed for a run, so it is the largest a lockstep plan of any step needs); with
+    ``delay``, of the steps the outlier-delay window makes."""
     import skrull
     sched = skrull.Scheduler(opts.dp, opts.cp, bucket, policy=policy, shard_padding="zigzag",
                              lockstep=True, model=_shape(opts), cost_model=cost_model)
     steps = opts.warmup + opts.steps
-    return max(sched.plan([lengths[i] for i in b]).num_micro_batches
-               for b in _step_batches(len(lengths), opts.batch, steps, opts.seed))
+    batches = _step_batches(len(lengths), opts.batch, steps, opts.seed)
+    if delay:
+        per_epoch = len(lengths) // opts.batch
+        whole = _step_batches(len(lengths), opts.batch, whole_epochs(steps, per_epoch),
+                              opts.seed)
+        batches = delayed_steps(whole, per_epoch, lengths, sched, delay)[:steps]
+    return max(sched.plan([lengths[i] for i in b]).num_micro_batches for b in batches)
 
 
 def _shape(opts: Any) -> dict[str, Any]:
@@ -103,13 +110,14 @@ def _profile(opts: Any, cli: str, folder: str) -> str:
 
 
 def _run_policy(opts: Any, policy: str, lengths: list[int], bucket: int, grad_accum: int,
-                cost_model_path: str | None, folder: str) -> dict[str, Any]:
+                cost_model_path: str | None, folder: str, delay: int = 0) -> dict[str, Any]:
     import torch.multiprocessing as mp
 
     from ._worker import rank_main
-    out = os.path.join(folder, policy)
+    out = os.path.join(folder, policy + (f"-delay{delay}" if delay else ""))
     os.makedirs(out, exist_ok=True)
-    spec = {"policy": policy, "dp": opts.dp, "cp": opts.cp, "bucket": bucket,
+    spec = {"policy": policy, "outlier_delay": delay, "dp": opts.dp, "cp": opts.cp,
+            "bucket": bucket,
             "batch": opts.batch, "warmup": opts.warmup, "steps": opts.steps,
             "lengths": lengths, "longest": max(lengths), "grad_accum": grad_accum,
             "model_config": opts.model_config, "dtype": opts.dtype, "device": opts.device,
@@ -152,6 +160,7 @@ def _summarise(opts: Any, policy: str, got: dict[str, Any], cli: str) -> dict[st
 
     tokens = statistics.mean(rep["total_tokens"] for rep in reports)
     measured = statistics.median(timed_walls)
+    step_mean, step_p95 = mean_p95(timed_walls)
     pred, comp = statistics.median(predicted), statistics.median(compute)
     return {"policy": policy, "measured_step_s": measured, "predicted_step_s": pred,
             "predicted_over_measured": pred / measured,
@@ -162,6 +171,7 @@ def _summarise(opts: Any, policy: str, got: dict[str, Any], cli: str) -> dict[st
             "tokens_per_s": tokens / measured, "speedup_vs_deepspeed": None,
             "peak_memory_bytes": got["peak_memory_bytes"],
             "micro_batches": got["micro_batches"], "measured_steps_s": timed_walls,
+            "measured_mean_s": step_mean, "measured_p95_s": step_p95,
             "predicted_steps_s": predicted, "compute_steps_s": compute,
             "gpu_predicted_over_measured": {"local": ratio("local"),
                                             "sharded": ratio("sharded")},
@@ -181,7 +191,7 @@ def run(opts: Any) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         folder = opts.work_dir or tmp
         os.makedirs(folder, exist_ok=True)
-        cost_path = None
+        cost_path = os.path.abspath(opts.cost_model) if opts.cost_model else None
         if "profile" in opts.calibrate:
             cost_path = os.path.join(folder, "cost_model.json")
             with open(cost_path, "w") as f:
@@ -192,22 +202,27 @@ def run(opts: Any) -> dict[str, Any]:
         bar = tqdm(opts.policies, desc="policies", disable=opts.quiet, file=sys.stderr)
         for policy in bar:
             bar.set_postfix_str(policy)
-            accum = _grad_accum(opts, policy, lengths, bucket, cost_model)
-            got = _run_policy(opts, policy, lengths, bucket, accum, cost_path, folder)
-            rows.append(_summarise(opts, policy, got, cli))
+            for delay in [0] + ([opts.outlier_delay] if opts.outlier_delay else []):
+                accum = _grad_accum(opts, policy, lengths, bucket, cost_model, delay)
+                got = _run_policy(opts, policy, lengths, bucket, accum, cost_path, folder,
+                                  delay)
+                rows.append(_summarise(opts, policy, got, cli))
+                rows[-1]["outlier_delay"] = delay
         bar.close()
-    base = next((r for r in rows if r["policy"] == "deepspeed"), None)
+    base = next((r for r in rows if r["policy"] == "deepspeed" and not r["outlier_delay"]),
+                None)
     for r in rows:
         if base is not None:
             r["speedup_vs_deepspeed"] = base["measured_step_s"] / r["measured_step_s"]
-    by_measured = [r["policy"] for r in sorted(rows, key=lambda r: r["measured_step_s"])]
-    by_predicted = [r["policy"] for r in sorted(rows, key=lambda r: r["predicted_step_s"])]
+    by_measured = [label(r) for r in sorted(rows, key=lambda r: r["measured_step_s"])]
+    by_predicted = [label(r) for r in sorted(rows, key=lambda r: r["predicted_step_s"])]
     config = {"dp": opts.dp, "cp": opts.cp, "device": opts.device, "dtype": opts.dtype,
               "model": opts.model, "model_config": opts.model_config, "bucket": bucket,
               "batch": opts.batch, "warmup": opts.warmup, "steps": opts.steps,
               "calibrate": opts.calibrate, "lengths": opts.lengths or None,
               "dataset": None if opts.lengths else (opts.dataset or "lmsys"),
-              "max_len": opts.max_len, "sequences": len(lengths), "seed": opts.seed}
+              "max_len": opts.max_len, "sequences": len(lengths), "seed": opts.seed,
+              "outlier_delay": opts.outlier_delay, "cost_model": opts.cost_model}
     return {"config": config, "policies": rows,
             "ranked_alike": by_measured == by_predicted,
             "ranking_measured": by_measured, "ranking_predicted": by_predicted}

@@ -65,6 +65,14 @@ def parser() -> argparse.ArgumentParser:
                         "for this model and device first; online: refit from the warm-up "
                         "steps' micro-batch times and wall times (from the preset); profile+online: "
                         "both, the refit starting from the profile")
+    p.add_argument("--cost-model",
+                   help="plan and predict with this cost model JSON (e.g. a profile.json "
+                        "kept from an earlier --calibrate profile run) instead of the preset; "
+                        "not with --calibrate profile")
+    p.add_argument("--outlier-delay", type=int, default=0, metavar="W",
+                   help="also run every policy with SkrullBatchSampler(outlier_delay=W) "
+                        "(docs/outlier_delay.md), beside W = 0; use --warmup + --steps = the "
+                        "batches of one epoch so both train the same samples (default 0: off)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--format", choices=["table", "json"], default="table")
     p.add_argument("--out", help="also write the JSON here")
@@ -97,6 +105,12 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     for name in ("dp", "cp", "batch", "steps", "max_len"):
         if getattr(opts, name) < 1:
             raise BenchError(f"--{name.replace('_', '-')}: {getattr(opts, name)} is below 1")
+    if opts.cost_model and "profile" in opts.calibrate:
+        raise BenchError("--cost-model: not with --calibrate profile (which makes its own)")
+    if opts.cost_model and not os.path.isfile(opts.cost_model):
+        raise BenchError(f"--cost-model: {opts.cost_model} is not a file")
+    if not 0 <= opts.outlier_delay <= 64:
+        raise BenchError(f"--outlier-delay: {opts.outlier_delay} is not in 0..64")
     if opts.warmup < 1:
         raise BenchError("--warmup: at least 1 (the first step's time includes start-up, and "
                          "each timed step is measured from the end of the one before)")
