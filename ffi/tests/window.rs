@@ -168,9 +168,18 @@ fn the_c_window_returns_the_rust_window_steps() {
         }
         let (pos, len, out) = w.step().unwrap();
         let want = r.step().unwrap();
-        assert_eq!((pos.as_slice(), len.as_slice()), (want.positions, want.lengths));
         assert_eq!(
-            (out.index, out.released, out.deferred, out.queued, out.delay_sum),
+            (pos.as_slice(), len.as_slice()),
+            (want.positions, want.lengths)
+        );
+        assert_eq!(
+            (
+                out.index,
+                out.released,
+                out.deferred,
+                out.queued,
+                out.delay_sum
+            ),
             (
                 want.index,
                 want.released,
@@ -218,8 +227,7 @@ fn a_window_requeued_from_its_queue_resumes_the_same_steps() {
         let mut w = CWindow::new(&p, setup);
         let (s, n) = w.state();
         // SAFETY: live state and entries.
-        let st =
-            unsafe { skrull_window_requeue(s, n, saved.as_ptr(), saved.len(), null_mut()) };
+        let st = unsafe { skrull_window_requeue(s, n, saved.as_ptr(), saved.len(), null_mut()) };
         assert_eq!(st, skrull_status::Ok);
         let mut info = skrull_error_info::of_status(skrull_status::Ok);
         let mut pushed = from;
@@ -311,7 +319,10 @@ fn bad_init_arguments_are_refused_and_write_nothing() {
         init(junk.as_ptr().cast(), base, cap.state_bytes),
         skrull_status::InvalidArg
     );
-    assert_eq!(init(setup, null_mut(), cap.state_bytes), skrull_status::NullArg);
+    assert_eq!(
+        init(setup, null_mut(), cap.state_bytes),
+        skrull_status::NullArg
+    );
     // SAFETY: one byte past an aligned start, still inside the buffer.
     let odd = unsafe { base.cast::<u8>().add(1).cast::<u64>() };
     assert_eq!(init(setup, odd, cap.state_bytes), skrull_status::InvalidArg);
@@ -347,7 +358,13 @@ fn bad_calls_on_a_window_are_refused_and_change_nothing() {
     let mut zeros = vec![0u64; w.state.len()];
     // SAFETY: live buffers.
     let st = unsafe {
-        skrull_window_push(zeros.as_mut_ptr().cast(), zeros.len() * 8, [5].as_ptr(), 1, &mut info)
+        skrull_window_push(
+            zeros.as_mut_ptr().cast(),
+            zeros.len() * 8,
+            [5].as_ptr(),
+            1,
+            &mut info,
+        )
     };
     assert_eq!(st, skrull_status::WindowStateInvalid);
     let (s, n) = w.state();
@@ -380,11 +397,17 @@ fn bad_calls_on_a_window_are_refused_and_change_nothing() {
         skrull_status::InvalidArg
     );
     // Too many, a bad length (with its index), a full window.
-    assert_eq!(w.push(&[1, 2, 3, 4, 5], &mut info), skrull_status::WindowBatchTooLarge);
+    assert_eq!(
+        w.push(&[1, 2, 3, 4, 5], &mut info),
+        skrull_status::WindowBatchTooLarge
+    );
     assert_eq!((info.value, info.limit), (5, 4));
     assert_eq!(w.push(&[1, 0, 3], &mut info), skrull_status::EmptySequence);
     assert_eq!(info.index, 1);
-    assert_eq!(w.push(&[9999, 1], &mut info), skrull_status::SequenceTooLong);
+    assert_eq!(
+        w.push(&[9999, 1], &mut info),
+        skrull_status::SequenceTooLong
+    );
     assert_eq!(w.step().unwrap_err(), skrull_status::WindowEmpty);
     assert_eq!(w.push(&[3000, 1, 2, 3], &mut info), skrull_status::Ok);
     assert_eq!(w.push(&[3000, 1, 2, 3], &mut info), skrull_status::Ok);
@@ -462,15 +485,12 @@ fn bad_calls_on_a_window_are_refused_and_change_nothing() {
     p2.first_step = 3;
     p2.first_position = 12;
     let mut fresh = CWindow::new(&p2, setup);
-    let mut bad = vec![
-        skrull_window_deferred {
-            position: 0,
-            origin: 0,
-            length: 5,
-            _reserved: 0
-        };
-        1
-    ];
+    let mut bad = [skrull_window_deferred {
+        position: 0,
+        origin: 0,
+        length: 5,
+        _reserved: 0,
+    }];
     let (s, n) = fresh.state();
     // SAFETY: live state and entries (origin 0 is past its deadline at step 3).
     let st = unsafe { skrull_window_requeue(s, n, bad.as_ptr(), 1, &mut e) };

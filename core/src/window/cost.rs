@@ -176,7 +176,10 @@ mod tests {
             let c = costs.of(len);
             assert!(c.alone >= last.alone && c.work >= last.work, "{len}");
             // Alone it pays a full floor and at least its share of the GPU time.
-            assert!(c.alone >= c.work && c.alone >= costs.floor(), "{len}: {c:?}");
+            assert!(
+                c.alone >= c.work && c.alone >= costs.floor(),
+                "{len}: {c:?}"
+            );
             last = c;
         }
     }
