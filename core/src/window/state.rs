@@ -265,7 +265,7 @@ impl WindowState {
         self.queue_len = counts.queued;
         self.head = (self.head + 1) % self.lay.s;
         self.loaded -= 1;
-        self.step += 1;
+        self.step = self.step.saturating_add(1);
         // The rows again, to hand out the output (the decision's borrow has ended).
         let r = self.rows(words)?;
         Ok(Step {
