@@ -2,16 +2,15 @@
 //! order, `balanced` per global batch (no delay) against the outlier-delay window
 //! (`skrull_core::window`, `docs/outlier_delay.md`) with `max_delay` W: per-step iteration
 //! time (mean and p95), the speedup of the mean, the deferred sequences and their delays.
+//! `simulate` samples each cell's batches and hands them here ([`compare_delay`]).
 
 use std::fmt::Write;
 
 use skrull_core::window::{Window, WindowParams};
-use skrull_core::{Config, CostModel, Policy};
-use skrull_kit::sample::Dataset;
+use skrull_core::{Config, Policy};
 use skrull_kit::{OwnedBuffers, OwnedEval};
 
 use crate::args::Flags;
-use crate::simulate::{Options, Setup, geometric_mean, ms, sample_cell};
 
 /// The `max_delay` values of `--outlier-delay` (a comma-separated list, each `1..=64`), or
 /// `None` without the flag.
@@ -78,8 +77,8 @@ impl DelayRun {
 /// One cell: no delay, then each delay asked for.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DelayResult {
-    /// The layout.
-    pub setup: Setup,
+    /// The layout's label.
+    pub setup: String,
     /// The dataset's name.
     pub dataset: &'static str,
     /// Sequences per epoch.
@@ -143,31 +142,47 @@ fn run_epoch(cfg: &Config, batches: &[Vec<u32>], max_delay: u32) -> Result<Delay
     Ok(run)
 }
 
-/// Runs `balanced` over the batches [`sample_cell`] draws for the cell, as one epoch in
-/// order: without delay, then with each of `delays`.
+/// Runs `balanced` (with `base`'s other settings) over a cell's `batches`, as one epoch in
+/// order: without delay, then with each of `delays`. `setup` and `dataset` label the rows.
 ///
 /// # Errors
 /// A message when a step cannot be planned or evaluated.
 pub fn compare_delay(
-    setup: &Setup,
-    dataset: Dataset,
-    cost: &CostModel,
-    opts: &Options,
+    setup: &str,
+    dataset: &'static str,
+    base: &Config,
+    batches: &[Vec<u32>],
     delays: &[u32],
 ) -> Result<DelayResult, String> {
-    let (base, _, batches) = sample_cell(setup, dataset, cost, opts)?;
     let cfg = base.with_policy(Policy::Balanced);
-    let label = |w: u32| format!("outlier delay {w} on {} {}", setup.name, dataset.name());
+    let label = |w: u32| format!("outlier delay {w} on {setup} {dataset}");
     let runs = std::iter::once(0)
         .chain(delays.iter().copied())
-        .map(|w| run_epoch(&cfg, &batches, w).map_err(|e| format!("{}: {e}", label(w))))
+        .map(|w| run_epoch(&cfg, batches, w).map_err(|e| format!("{}: {e}", label(w))))
         .collect::<Result<Vec<_>, String>>()?;
     Ok(DelayResult {
-        setup: *setup,
-        dataset: dataset.name(),
+        setup: setup.to_string(),
+        dataset,
         sequences: batches.iter().map(Vec::len).sum(),
         runs,
     })
+}
+
+/// Milliseconds as the simulator prints them.
+fn ms(s: f64) -> String {
+    if s >= 10.0 {
+        format!("{:.0}", s * 1e3)
+    } else {
+        format!("{:.1}", s * 1e3)
+    }
+}
+
+/// The geometric mean of `xs` (NaN when empty).
+fn geometric_mean(xs: &[f64]) -> f64 {
+    if xs.is_empty() {
+        return f64::NAN;
+    }
+    (xs.iter().map(|x| x.ln()).sum::<f64>() / xs.len() as f64).exp()
 }
 
 /// Plans one [`compare_delay`] schedules and evaluates.
@@ -198,7 +213,7 @@ pub fn delay_table(rows: &[DelayResult]) -> String {
             let _ = writeln!(
                 s,
                 "| {} | {} | {} | {} | {} | {:.3}x | {:.3}x | {:.2} | {} ({}) | {:.2} | {} |",
-                r.setup.label(),
+                r.setup,
                 r.dataset,
                 run.max_delay,
                 ms(run.mean()),
@@ -234,18 +249,15 @@ pub fn delay_table(rows: &[DelayResult]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::simulate::SETUPS;
+    use skrull_core::ModelShape;
+    use skrull_kit::sample::Dataset;
 
     #[test]
     fn a_cell_runs_every_delay_on_the_same_sequences() {
-        let setup = SETUPS.iter().find(|s| s.name == "7b-cp16").unwrap();
-        let d = Dataset::by_name("chatqa2").unwrap();
-        let cost = CostModel::h100(&setup.model);
-        let opts = Options {
-            iterations: 6,
-            ..Options::default()
-        };
-        let r = compare_delay(setup, d, &cost, &opts, &[1, 4]).unwrap();
+        let base = Config::new(2, 16, 13 * 1024, ModelShape::QWEN2_5_7B);
+        let d = Dataset::by_name("chatqa2-hist").unwrap();
+        let batches: Vec<Vec<u32>> = (0..6).map(|k| d.batch(k, 80, 128 * 1024)).collect();
+        let r = compare_delay("7B", d.name(), &base, &batches, &[1, 4]).unwrap();
         assert_eq!(r.runs.len(), 3);
         assert_eq!(r.sequences, 6 * 80);
         for run in &r.runs {

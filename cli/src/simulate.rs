@@ -1011,9 +1011,10 @@ pub fn run(flags: &Flags) -> Result<String, String> {
             chunk_rows.push(row);
         }
         if let Some(delays) = &outlier_delays {
-            delay_rows.push(crate::outlier::compare_delay(
-                setup, *dataset, cost, &opts, delays,
-            )?);
+            let (base, _, batches) = sample_cell(setup, *dataset, cost, &opts)?;
+            let (label, name) = (setup.label(), dataset.name());
+            let row = crate::outlier::compare_delay(&label, name, &base, &batches, delays)?;
+            delay_rows.push(row);
         }
     }
 
