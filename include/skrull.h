@@ -280,6 +280,16 @@ typedef struct skrull_setup skrull_setup;
 #define SKRULL_ABI_VERSION 1
 
 /**
+ * The longest `skrull_window_params.max_delay`.
+ */
+#define SKRULL_WINDOW_MAX_DELAY 64
+
+/**
+ * `sizeof(skrull_window_params)` of version 1.
+ */
+#define SKRULL_WINDOW_PARAMS_SIZE_V1 32
+
+/**
  * The result of every fallible skrull function.
  *
  * `SKRULL_STATUS_OK` is 0, so `if (skrull_schedule(...))` tests for failure. The numbers are
@@ -289,7 +299,8 @@ typedef struct skrull_setup skrull_setup;
  *
  * Groups: 1-9 malformed calls (pointers, struct sizes, integer enums, buffer sizes), 10-29
  * rejected configurations or batches (one per scheduler error), 30-39 rejected layout
- * requests (`skrull_layout_*`), 254-255 internal faults.
+ * requests (`skrull_layout_*`), 40-49 the online refit (`skrull_refit_*`), 50-59 the
+ * outlier-delay window (`skrull_window_*`), 254-255 internal faults.
  */
 enum skrull_status
 #if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
@@ -464,6 +475,38 @@ enum skrull_status
      * `max_rows_per_step`. Details: `value` the measurements, `limit` the capacity.
      */
     SKRULL_STATUS_REFIT_STEP_TOO_LARGE = 43,
+    /**
+     * A `skrull_window_params` field is out of range. Details: `field` its position after
+     * `struct_size` (1 `max_delay`, 2 `batch_capacity`), `value` the value, `limit` its
+     * largest accepted value.
+     */
+    SKRULL_STATUS_INVALID_WINDOW_PARAMS = 50,
+    /**
+     * The window state was not initialised by `skrull_window_init()`, is corrupted, or is
+     * smaller than it was initialised with.
+     */
+    SKRULL_STATUS_WINDOW_STATE_INVALID = 51,
+    /**
+     * `skrull_window_push()`: the window already holds `max_delay + 1` batches (take a step
+     * first).
+     */
+    SKRULL_STATUS_WINDOW_FULL = 52,
+    /**
+     * `skrull_window_step()`: no batch is pushed.
+     */
+    SKRULL_STATUS_WINDOW_EMPTY = 53,
+    /**
+     * `skrull_window_push()`: the batch holds more sequences than `batch_capacity`. Details:
+     * `value` the sequences, `limit` the capacity.
+     */
+    SKRULL_STATUS_WINDOW_BATCH_TOO_LARGE = 54,
+    /**
+     * `skrull_window_requeue()`: a deferred sample does not fit the window (its origin not
+     * before the next step or its deadline passed, its position not after the queue's last or
+     * not before the next push, the queue full, or a batch already pushed). Details: `index`
+     * the sample.
+     */
+    SKRULL_STATUS_INVALID_DEFERRED = 55,
     /**
      * The scheduler reported an error this version of the C API has no status for (a bug:
      * please report it).
@@ -1578,6 +1621,108 @@ typedef struct skrull_refit_report {
     double coefficients[SKRULL_REFIT_COEFFICIENTS];
 } skrull_refit_report;
 
+/**
+ * A window's shape and where it starts (`struct_size` first; version 1 is 32 bytes).
+ */
+typedef struct skrull_window_params {
+    /**
+     * `sizeof(skrull_window_params)`.
+     */
+    uint32_t struct_size;
+    /**
+     * The most steps a sample may be delayed, `0..=SKRULL_WINDOW_MAX_DELAY` (0: never).
+     */
+    uint32_t max_delay;
+    /**
+     * The most sequences one pushed batch may hold, `1..=65536`.
+     */
+    uint32_t batch_capacity;
+    /**
+     * 0.
+     */
+    uint32_t _reserved;
+    /**
+     * The index of the first step (0 for a new epoch; the saved step when resuming).
+     */
+    uint64_t first_step;
+    /**
+     * The position of the first sample pushed (0 for a new epoch; when resuming, the
+     * position of the first sample of the saved step's batch).
+     */
+    uint64_t first_position;
+} skrull_window_params;
+
+/**
+ * A deferred sample (frozen layout, 24 bytes): `skrull_window_queue()` lists them,
+ * `skrull_window_requeue()` takes them back.
+ */
+typedef struct skrull_window_deferred {
+    /**
+     * Its position in push order.
+     */
+    uint64_t position;
+    /**
+     * The step of the batch it was pushed in.
+     */
+    uint64_t origin;
+    /**
+     * Its length, tokens.
+     */
+    uint32_t length;
+    /**
+     * 0.
+     */
+    uint32_t _reserved;
+} skrull_window_deferred;
+
+/**
+ * What a window of given parameters needs (frozen layout).
+ */
+typedef struct skrull_window_capacity {
+    /**
+     * Bytes of state storage (8-byte aligned).
+     */
+    size_t state_bytes;
+    /**
+     * The most samples one step returns: the capacity `skrull_window_step()` needs.
+     */
+    size_t step_capacity;
+    /**
+     * The most samples the queue holds.
+     */
+    size_t queue_capacity;
+} skrull_window_capacity;
+
+/**
+ * What one `skrull_window_step()` returned besides the samples (frozen layout, 32 bytes).
+ */
+typedef struct skrull_window_step_info {
+    /**
+     * The step's index.
+     */
+    uint64_t index;
+    /**
+     * The released samples' delays summed, steps.
+     */
+    uint64_t delay_sum;
+    /**
+     * Samples written (the step's batch's kept samples, then the released ones).
+     */
+    uint32_t samples;
+    /**
+     * Of them, the last `released` were deferred from earlier steps.
+     */
+    uint32_t released;
+    /**
+     * Outliers of the step's batch deferred to a later step.
+     */
+    uint32_t deferred;
+    /**
+     * Samples in the queue after this step.
+     */
+    uint32_t queued;
+} skrull_window_step_info;
+
 
 
 #ifdef __cplusplus
@@ -2244,6 +2389,145 @@ const char *skrull_status_str(uint32_t status);
  * None: safe to call from any thread at any time.
  */
 const char *skrull_version(void);
+
+/**
+ * Initialises an empty window in caller storage: `state` (`state_size` bytes, 8-byte
+ * aligned, at least `skrull_window_sizes()`'s `state_bytes`) for the prepared configuration
+ * `setup` (copied: the setup's memory may go after this call). The window estimates with
+ * the setup's cost model (`docs/outlier_delay.md`); plan its steps with the same setup. The
+ * state is plain memory valid only in this process and at this address.
+ *
+ * Statuses, in order: `params` (`NULL_ARG`, `INVALID_ARG`, `BAD_STRUCT_SIZE`,
+ * `INVALID_WINDOW_PARAMS` with the field in the details), `setup` (`NULL_ARG`,
+ * `INVALID_ARG`: misaligned or not a prepared configuration), then `state`: `NULL_ARG`,
+ * `INVALID_ARG` (misaligned, or overlapping `params`, `setup` or the details),
+ * `WORKSPACE_TOO_SMALL`. Nothing is written on error but the details.
+ *
+ * # Safety
+ * - `params` as for `skrull_window_sizes()`; `setup`, unless NULL, is what
+ *   `skrull_setup_init()` stored, readable during the call.
+ * - `state`, unless NULL, points to `state_size` writable bytes no other thread touches
+ *   during the call.
+ * - `error`, unless NULL, points to a writable `skrull_error_info`.
+ */
+skrull_status skrull_window_init(const struct skrull_window_params *params,
+                                 const skrull_setup *setup,
+                                 void *state,
+                                 size_t state_size,
+                                 struct skrull_error_info *error);
+
+/**
+ * Appends the next global batch (`n` lengths, in sample order; its samples get the next
+ * positions). Keep `max_delay` batches pushed ahead of the step you take: the window
+ * defers only to batches it holds, and a step with none pushed after it runs the whole
+ * queue (the epoch's end).
+ *
+ * Statuses, in order: `state` (`NULL_ARG`, `INVALID_ARG` misaligned, `WINDOW_STATE_INVALID`),
+ * `lengths` (`NULL_ARG` with `n > 0`, `INVALID_ARG` misaligned or overlapping the state),
+ * `WINDOW_BATCH_TOO_LARGE`, `WINDOW_FULL`, then per sequence in input order
+ * `EMPTY_SEQUENCE`, `LENGTH_OUT_OF_RANGE`, `SEQUENCE_TOO_LONG` (details: the sequence). The
+ * state changes only on `SKRULL_STATUS_OK`.
+ *
+ * # Safety
+ * - `state` as for `skrull_window_step()`.
+ * - `lengths`, unless NULL, points to `n` readable `uint32_t`.
+ * - `error`, unless NULL, points to a writable `skrull_error_info`.
+ */
+skrull_status skrull_window_push(void *state,
+                                 size_t state_size,
+                                 const uint32_t *lengths_ptr,
+                                 size_t n,
+                                 struct skrull_error_info *error);
+
+/**
+ * Lists the queue (the deferred samples not yet returned), in position order, into `out`
+ * (room for `capacity` entries; `skrull_window_sizes()`'s `queue_capacity` always suffices)
+ * and their number into `*count`. With `skrull_window_requeue()`, what a trainer saves to
+ * resume mid-epoch.
+ *
+ * Statuses: `state`'s (as `skrull_window_step()`), `NULL_ARG` (`count`, or `out` with
+ * `capacity > 0`), `INVALID_ARG` (misaligned or overlapping), `OUTPUT_TOO_SMALL` (fewer
+ * entries than queued; details: `value` the queued samples, `limit` the capacity). Outputs
+ * are written only on success.
+ *
+ * # Safety
+ * - `state` as for `skrull_window_step()` (only read).
+ * - `out`, unless NULL, is writable for `capacity` entries; `count`, unless NULL, for one
+ *   `size_t`.
+ * - `error`, unless NULL, points to a writable `skrull_error_info`.
+ */
+skrull_status skrull_window_queue(void *state,
+                                  size_t state_size,
+                                  struct skrull_window_deferred *out,
+                                  size_t capacity,
+                                  size_t *count,
+                                  struct skrull_error_info *error);
+
+/**
+ * Puts deferred samples back in the queue, as `skrull_window_queue()` listed them, to
+ * resume a window saved mid-epoch: initialise a window with the saved step as `first_step`
+ * and the position of that step's batch's first sample as `first_position`, requeue, then
+ * push the batches from that step on. Only while no batch is pushed.
+ *
+ * Statuses, in order: `state`'s (as `skrull_window_step()`), `entries` (`NULL_ARG` with
+ * `n > 0`, `INVALID_ARG` misaligned, overlapping the state, or an entry's nonzero
+ * `_reserved`), then per entry `INVALID_DEFERRED` (details: the entry) or a length status
+ * (`EMPTY_SEQUENCE`, `LENGTH_OUT_OF_RANGE`, `SEQUENCE_TOO_LONG`). Nothing is queued on
+ * error.
+ *
+ * # Safety
+ * - `state` as for `skrull_window_step()`.
+ * - `entries`, unless NULL, points to `n` readable entries.
+ * - `error`, unless NULL, points to a writable `skrull_error_info`.
+ */
+skrull_status skrull_window_requeue(void *state,
+                                    size_t state_size,
+                                    const struct skrull_window_deferred *entries,
+                                    size_t n,
+                                    struct skrull_error_info *error);
+
+/**
+ * What a window with `params` needs: its state bytes, the capacity of a step's outputs and
+ * of the queue.
+ *
+ * Statuses: `NULL_ARG` (`params` or `out`), `INVALID_ARG` (misaligned, overlapping, or a
+ * nonzero `_reserved`), `BAD_STRUCT_SIZE`, `INVALID_WINDOW_PARAMS`. `out` is written only on
+ * success.
+ *
+ * # Safety
+ * Unless NULL, `params` points to a `skrull_window_params` whose `struct_size` bytes are
+ * readable and `out` to a writable `skrull_window_capacity`. Safe from any thread.
+ */
+skrull_status skrull_window_sizes(const struct skrull_window_params *params,
+                                  struct skrull_window_capacity *out);
+
+/**
+ * Takes the next step: decides which deferred samples and outliers run now and writes the
+ * step's samples, the current batch's kept samples in batch order and then the released
+ * ones in position order, as `positions` (`uint64_t`, each sample's position in push order)
+ * and `lengths` (plan these), both with room for `capacity` entries (at least
+ * `skrull_window_sizes()`'s `step_capacity`), and `*out`.
+ *
+ * Statuses, in order: `state` (`NULL_ARG`, `INVALID_ARG` misaligned,
+ * `WINDOW_STATE_INVALID`), `positions`, `lengths` (`NULL_ARG`, `INVALID_ARG` misaligned,
+ * `OUTPUT_TOO_SMALL` below the step capacity), `out` (`NULL_ARG`, `INVALID_ARG`), any
+ * overlap of the state and the outputs (`INVALID_ARG`), then `WINDOW_EMPTY`. Outputs and the
+ * state change only on `SKRULL_STATUS_OK`.
+ *
+ * # Safety
+ * - `state`, unless NULL, points to `state_size` bytes initialised by `skrull_window_init()`
+ *   and changed since only by the window calls; no other thread touches it during the call.
+ * - `positions` and `lengths`, unless NULL, are writable for `capacity` elements; `out`,
+ *   unless NULL, for one `skrull_window_step_info`.
+ * - `error`, unless NULL, points to a writable `skrull_error_info`.
+ */
+skrull_status skrull_window_step(void *state,
+                                 size_t state_size,
+                                 uint64_t *positions,
+                                 uint32_t *lengths,
+                                 size_t capacity,
+                                 struct skrull_window_step_info *out,
+                                 struct skrull_error_info *error);
 
 /**
  * Returns the workspace bytes `skrull_schedule()` needs for `n` sequences on a `dp x cp`

@@ -23,6 +23,7 @@ fn layer(file: &str) -> Option<usize> {
         "setup" => 3,
         "plan" => 4,
         "policy" => 5,
+        "window" => 6, // the outlier-delay window: calls schedule, beside the evaluator
         "owned" => 7,
         _ => return None,
     })

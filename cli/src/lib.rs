@@ -15,6 +15,7 @@ pub mod json;
 pub mod layout_out;
 pub mod lengths_cmd;
 pub mod online;
+pub mod outlier;
 pub mod plan_cmd;
 pub mod profile_cmd;
 pub mod rebuild;

@@ -506,7 +506,7 @@ skrull simulate [--setup 0.5b|7b|7b-cp16|0.5b-cp16|7b-cp16-bs64|case-study] [--d
                 [--pad-multiple M] [--pad-local] [--lockstep] [--fill-empty] [--micro-batches G]
                 [--subgroups on|off|compare] [--chunking compare]
                 [--chunk-size C] [--chunk-keep K] [--chunk-state-permille P]
-                [--sync cp-group|every-gpu|sharded]
+                [--sync cp-group|every-gpu|sharded|compare] [--outlier-delay W[,W...]]
 skrull simulate --online [--truth-model FILE] [--steps 20] ... (see below)
 
 Runs every policy on the same sampled global batches, evaluates each plan on the cost model
@@ -537,6 +537,8 @@ clip length included, fits BucketSize.
 balanced with chunking, chunkflow and skrull at that ChunkSize (or --chunk-size): iteration
 times, the speedup of chunking, each run over its own lower bound, chunked sequences per
 iteration, and geometric means over the CP-16 rows.
+--outlier-delay W[,W...] adds a table: per cell, its batches as one epoch planned by balanced
+without and with the outlier-delay window of max_delay W (docs/outlier_delay.md).
 --online runs the online refit of the cost model against a truth model instead (flags:
 --truth-model FILE, --truth NAMES, --steps, --noise, --straggler-every, --format json;
 see cli/src/online.rs and docs/cost_model.md).";
@@ -676,6 +678,7 @@ pub fn run(flags: &Flags) -> Result<String, String> {
             Ok((s, d))
         })
         .collect::<Result<_, String>>()?;
+    let outlier_delays = crate::outlier::delays(flags)?;
     let svg = flags.get("--svg").map(str::to_string);
     let gpu = flags.get("--gpu").unwrap_or("h100").to_string();
     let cost_file = flags.get("--cost-model").map(str::to_string);
@@ -690,6 +693,7 @@ pub fn run(flags: &Flags) -> Result<String, String> {
     let mut compared = Vec::new();
     let mut chunk_rows = Vec::new();
     let mut sync_rows = Vec::new();
+    let mut delay_rows = Vec::new();
     for (i, ((setup, dataset), cost)) in cells.iter().zip(&costs).enumerate() {
         let draw = svg.is_some() && i == 0;
         results.push(run_cell(setup, *dataset, cost, &opts, draw)?);
@@ -704,6 +708,12 @@ pub fn run(flags: &Flags) -> Result<String, String> {
             sync_rows.push(crate::sync_compare::compare_sync(
                 setup, *dataset, cost, &opts,
             )?);
+        }
+        if let Some(delays) = &outlier_delays {
+            let (base, _, batches) = sample_cell(setup, *dataset, cost, &opts)?;
+            let (label, name) = (setup.label(), dataset.name());
+            let row = crate::outlier::compare_delay(&label, name, &base, &batches, delays)?;
+            delay_rows.push(row);
         }
     }
 
@@ -777,6 +787,11 @@ pub fn run(flags: &Flags) -> Result<String, String> {
         ));
         out.push('\n');
     }
+    if !delay_rows.is_empty() {
+        out.push_str(crate::outlier::INTRO);
+        out.push_str(&crate::outlier::delay_table(&delay_rows));
+        out.push('\n');
+    }
     let all: Vec<&CellResult> = main.iter().chain(&case).collect();
     if let (Some(path), Some(first)) = (&svg, all.first()) {
         let title = format!(
@@ -797,7 +812,8 @@ pub fn run(flags: &Flags) -> Result<String, String> {
         .map(|c| c.iterations * c.results.len())
         .sum::<usize>()
         + 2 * opts.iterations * compared.len()
-        + chunk_rows.iter().map(|r| r.plans).sum::<usize>();
+        + chunk_rows.iter().map(|r| r.plans).sum::<usize>()
+        + delay_rows.iter().map(crate::outlier::plans).sum::<usize>();
     let _ = writeln!(
         out,
         "_{plans} plans scheduled and evaluated in {:.2} s._",

@@ -136,6 +136,8 @@ const FIELD_NAMES: &[&CStr] = &[
     c"kernel_launch_s",
     c"micro_batch_extra_s",
     c"iteration_fixed_s",
+    c"max_delay",
+    c"batch_capacity",
 ];
 
 /// Writes the sentence a binding shows for a call that returned `status`: what was given,
@@ -308,7 +310,9 @@ fn value_limit(status: u32) -> (bool, bool) {
             | S::RefitStepTooLarge
             | S::InvalidChunking
             | S::ChunkOverBudget
-            | S::NoChunkSize,
+            | S::NoChunkSize
+            | S::InvalidWindowParams
+            | S::WindowBatchTooLarge,
         ) => (true, true),
         _ => (false, false),
     }
@@ -344,6 +348,7 @@ pub(crate) fn field_name(status: u32, number: u32) -> Option<&'static str> {
             "outlier",
         ]),
         S::InvalidChunking => pick(&["chunk_size", "chunk_keep", "chunk_state_permille"]),
+        S::InvalidWindowParams => pick(&["max_delay", "batch_capacity"]),
         S::InvalidCostModel => CostField::ALL
             .get((number as usize).checked_sub(1)?)
             .map(|f| c_field_name(*f)),
@@ -543,6 +548,32 @@ fn sentence(w: &mut Text<'_>, status: u32, d: &Details, ctx: &Context) -> fmt::R
             d.field.unwrap_or("a field"),
             crate::refit::SKRULL_REFIT_MAX_WINDOW
         ),
+        S::InvalidWindowParams => write!(
+            w,
+            "{}={v} is out of range: max_delay from 0 to {}, batch_capacity from 1 to 65536 (at \
+             most {lim})",
+            d.field.unwrap_or("a window setting"),
+            crate::window::SKRULL_WINDOW_MAX_DELAY
+        ),
+        S::WindowBatchTooLarge => write!(
+            w,
+            "the batch has {v} sequences, more than the window's batch_capacity={lim}: make the \
+             window with a larger batch_capacity"
+        ),
+        S::WindowFull => w.write_str(
+            "the window already holds max_delay + 1 batches: take a step before pushing another",
+        ),
+        S::WindowEmpty => w.write_str("the window holds no batch: push one before taking a step"),
+        S::InvalidDeferred => write!(
+            w,
+            "deferred sample {i} does not fit the window: requeue only into a fresh window (no \
+             batch pushed), samples from earlier steps whose deadline has not passed, in \
+             position order, before first_position"
+        ),
+        S::WindowStateInvalid => w.write_str(
+            "the window state was not made by this binding (or is too small): a bug in skrull \
+             or its binding; please report it",
+        ),
         S::RefitStateInvalid => w.write_str(
             "the refit state was not made by this binding's refit (or is too small): a bug in \
              skrull or its binding; please report it",
@@ -737,8 +768,11 @@ mod tests {
                 // SAFETY: any values are accepted.
                 let c = unsafe { skrull_error_field_name(*s as u32, field) };
                 match name {
-                    // SAFETY: non-null pointers are static NUL-terminated strings.
-                    Some(n) => assert_eq!(unsafe { CStr::from_ptr(c) }.to_str(), Ok(n)),
+                    Some(n) => {
+                        assert!(!c.is_null(), "{n} has no C string");
+                        // SAFETY: non-null pointers are static NUL-terminated strings.
+                        assert_eq!(unsafe { CStr::from_ptr(c) }.to_str(), Ok(n));
+                    }
                     None => assert!(c.is_null()),
                 }
             }

@@ -22,6 +22,9 @@
 //!   (`skrull_refit_init()`, `skrull_refit_observe()`, `skrull_refit_solve()`);
 //! - [`layout`]: one GPU's execution layout (`skrull_layout_sizes_max()`,
 //!   `skrull_layout_sizes()`, `skrull_layout_fill()`);
+//! - [`window`]: the outlier-delay window across global batches (`skrull_window_sizes()`,
+//!   `skrull_window_init()`, `skrull_window_push()`, `skrull_window_step()`,
+//!   `skrull_window_queue()`, `skrull_window_requeue()`);
 //! - [`version`]: `SKRULL_ABI_VERSION`, `skrull_abi_version()`, `skrull_version()`;
 //! - [`boundary`]: the panic guard every export runs inside, and pointer checks.
 //!
@@ -61,6 +64,7 @@ pub mod sized;
 pub mod spans;
 pub mod status;
 pub mod version;
+pub mod window;
 pub mod workspace;
 
 pub use boundary::skrull_panic_selftest;
@@ -110,4 +114,10 @@ pub use setup::{
 };
 pub use status::skrull_status;
 pub use version::{SKRULL_ABI_VERSION, skrull_abi_version, skrull_version};
+pub use window::{
+    SKRULL_WINDOW_MAX_DELAY, SKRULL_WINDOW_PARAMS_SIZE_V1, skrull_window_capacity,
+    skrull_window_deferred, skrull_window_init, skrull_window_params, skrull_window_push,
+    skrull_window_queue, skrull_window_requeue, skrull_window_sizes, skrull_window_step,
+    skrull_window_step_info,
+};
 pub use workspace::{skrull_plan_sizes, skrull_workspace_size};

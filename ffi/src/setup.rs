@@ -186,7 +186,7 @@ pub unsafe extern "C" fn skrull_schedule_prepared(
 ///
 /// # Safety
 /// As the `setup` argument of [`skrull_schedule_prepared`].
-unsafe fn prepared<'a>(setup: *const skrull_setup) -> Result<&'a Setup, Failure> {
+pub(crate) unsafe fn prepared<'a>(setup: *const skrull_setup) -> Result<&'a Setup, Failure> {
     if setup.is_null() {
         return Err(skrull_status::NullArg.into());
     }

@@ -17,7 +17,8 @@ use skrull_core::plan::layout::LayoutError;
 ///
 /// Groups: 1-9 malformed calls (pointers, struct sizes, integer enums, buffer sizes), 10-29
 /// rejected configurations or batches (one per scheduler error), 30-39 rejected layout
-/// requests (`skrull_layout_*`), 254-255 internal faults.
+/// requests (`skrull_layout_*`), 40-49 the online refit (`skrull_refit_*`), 50-59 the
+/// outlier-delay window (`skrull_window_*`), 254-255 internal faults.
 #[repr(u32)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum skrull_status {
@@ -127,6 +128,26 @@ pub enum skrull_status {
     /// One step holds more measurements (`n_micro_batches * dp * cp`) than the refit's
     /// `max_rows_per_step`. Details: `value` the measurements, `limit` the capacity.
     RefitStepTooLarge = 43,
+    /// A `skrull_window_params` field is out of range. Details: `field` its position after
+    /// `struct_size` (1 `max_delay`, 2 `batch_capacity`), `value` the value, `limit` its
+    /// largest accepted value.
+    InvalidWindowParams = 50,
+    /// The window state was not initialised by `skrull_window_init()`, is corrupted, or is
+    /// smaller than it was initialised with.
+    WindowStateInvalid = 51,
+    /// `skrull_window_push()`: the window already holds `max_delay + 1` batches (take a step
+    /// first).
+    WindowFull = 52,
+    /// `skrull_window_step()`: no batch is pushed.
+    WindowEmpty = 53,
+    /// `skrull_window_push()`: the batch holds more sequences than `batch_capacity`. Details:
+    /// `value` the sequences, `limit` the capacity.
+    WindowBatchTooLarge = 54,
+    /// `skrull_window_requeue()`: a deferred sample does not fit the window (its origin not
+    /// before the next step or its deadline passed, its position not after the queue's last or
+    /// not before the next push, the queue full, or a batch already pushed). Details: `index`
+    /// the sample.
+    InvalidDeferred = 55,
     /// The scheduler reported an error this version of the C API has no status for (a bug:
     /// please report it).
     Internal = 254,
@@ -136,7 +157,7 @@ pub enum skrull_status {
 }
 
 /// Every status, in numeric order (private: an array constant would leak into the header).
-const ALL: [skrull_status; 33] = [
+const ALL: [skrull_status; 39] = [
     skrull_status::Ok,
     skrull_status::NullArg,
     skrull_status::BadStructSize,
@@ -168,6 +189,12 @@ const ALL: [skrull_status; 33] = [
     skrull_status::RefitStateInvalid,
     skrull_status::MeasurementMismatch,
     skrull_status::RefitStepTooLarge,
+    skrull_status::InvalidWindowParams,
+    skrull_status::WindowStateInvalid,
+    skrull_status::WindowFull,
+    skrull_status::WindowEmpty,
+    skrull_status::WindowBatchTooLarge,
+    skrull_status::InvalidDeferred,
     skrull_status::Internal,
     skrull_status::Panic,
 ];
@@ -217,6 +244,12 @@ impl skrull_status {
             skrull_status::RefitStateInvalid => c"REFIT_STATE_INVALID",
             skrull_status::MeasurementMismatch => c"MEASUREMENT_MISMATCH",
             skrull_status::RefitStepTooLarge => c"REFIT_STEP_TOO_LARGE",
+            skrull_status::InvalidWindowParams => c"INVALID_WINDOW_PARAMS",
+            skrull_status::WindowStateInvalid => c"WINDOW_STATE_INVALID",
+            skrull_status::WindowFull => c"WINDOW_FULL",
+            skrull_status::WindowEmpty => c"WINDOW_EMPTY",
+            skrull_status::WindowBatchTooLarge => c"WINDOW_BATCH_TOO_LARGE",
+            skrull_status::InvalidDeferred => c"INVALID_DEFERRED",
             skrull_status::Internal => c"INTERNAL",
             skrull_status::Panic => c"PANIC",
         }
@@ -292,6 +325,20 @@ impl skrull_status {
             skrull_status::RefitStepTooLarge => {
                 c"one step holds more measurements than the refit's max_rows_per_step"
             }
+            skrull_status::InvalidWindowParams => c"a window parameter is out of range",
+            skrull_status::WindowStateInvalid => {
+                c"the window state is not initialised by skrull_window_init(), corrupted, or too small"
+            }
+            skrull_status::WindowFull => {
+                c"the window already holds max_delay + 1 batches: take a step first"
+            }
+            skrull_status::WindowEmpty => c"the window holds no batch: push one first",
+            skrull_status::WindowBatchTooLarge => {
+                c"the batch holds more sequences than the window's batch_capacity"
+            }
+            skrull_status::InvalidDeferred => {
+                c"a deferred sample does not fit the window (origin, deadline, position or room)"
+            }
             skrull_status::Internal => c"internal error (a bug in skrull; please report it)",
             skrull_status::Panic => {
                 c"a panic was caught at the C boundary (a bug in skrull; please report it)"
@@ -358,7 +405,7 @@ mod tests {
 
     #[test]
     fn numbers_are_stable() {
-        let expect: [(skrull_status, u32); 33] = [
+        let expect: [(skrull_status, u32); 39] = [
             (skrull_status::Ok, 0),
             (skrull_status::NullArg, 1),
             (skrull_status::BadStructSize, 2),
@@ -390,6 +437,12 @@ mod tests {
             (skrull_status::RefitStateInvalid, 41),
             (skrull_status::MeasurementMismatch, 42),
             (skrull_status::RefitStepTooLarge, 43),
+            (skrull_status::InvalidWindowParams, 50),
+            (skrull_status::WindowStateInvalid, 51),
+            (skrull_status::WindowFull, 52),
+            (skrull_status::WindowEmpty, 53),
+            (skrull_status::WindowBatchTooLarge, 54),
+            (skrull_status::InvalidDeferred, 55),
             (skrull_status::Internal, 254),
             (skrull_status::Panic, 255),
         ];

@@ -58,6 +58,12 @@ class Status(enum.IntEnum):
     REFIT_STATE_INVALID = 41
     MEASUREMENT_MISMATCH = 42
     REFIT_STEP_TOO_LARGE = 43
+    INVALID_WINDOW_PARAMS = 50
+    WINDOW_STATE_INVALID = 51
+    WINDOW_FULL = 52
+    WINDOW_EMPTY = 53
+    WINDOW_BATCH_TOO_LARGE = 54
+    INVALID_DEFERRED = 55
     INTERNAL = 254
     PANIC = 255
 
@@ -160,7 +166,10 @@ class InternalError(Error, RuntimeError):
 _CONFIG = {Status.INVALID_ENUM, Status.INVALID_DP, Status.INVALID_CP, Status.INVALID_BUCKET,
            Status.INVALID_MODEL, Status.INVALID_PAD_MULTIPLE, Status.INVALID_COST_MODEL,
            Status.UNSUPPORTED_OPTION, Status.INVALID_REFIT_PARAMS, Status.INVALID_CHUNKING,
-           Status.NO_CHUNK_SIZE}
+           Status.NO_CHUNK_SIZE, Status.INVALID_WINDOW_PARAMS}
+#: The window's refusals of a batch or a call order (``skrull.Window``): ``BatchError``.
+_WINDOW_BATCH = {Status.WINDOW_FULL, Status.WINDOW_EMPTY, Status.WINDOW_BATCH_TOO_LARGE,
+                 Status.INVALID_DEFERRED}
 _MEASUREMENT = {Status.MEASUREMENT_MISMATCH, Status.REFIT_STEP_TOO_LARGE}
 
 
@@ -184,7 +193,8 @@ def error_class(code: int) -> type[Error]:
         return MeasurementError
     if code == Status.INVALID_ARG:
         return ArgumentError
-    if 14 <= code <= 19 or code in (Status.MICRO_BATCH_COUNT, Status.CHUNK_OVER_BUDGET):
+    if 14 <= code <= 19 or code in (Status.MICRO_BATCH_COUNT, Status.CHUNK_OVER_BUDGET) \
+            or code in _WINDOW_BATCH:
         return BatchError
     if 30 <= code <= 39:
         return LayoutError
@@ -251,6 +261,8 @@ CHUNKING_FIELDS = _field_table(Status.INVALID_CHUNKING, 3)
 REFIT_PARAM_FIELDS = _field_table(Status.INVALID_REFIT_PARAMS, 6)
 #: ``skrull_error_info.field`` of NO_SUCH_GPU: the coordinate at fault.
 GPU_FIELDS = _field_table(Status.NO_SUCH_GPU, 3)
+#: ``skrull_error_info.field`` of INVALID_WINDOW_PARAMS: the ``skrull_window_params`` field.
+WINDOW_PARAM_FIELDS = _field_table(Status.INVALID_WINDOW_PARAMS, 2)
 
 
 def describe(status: int, info: Optional[_ffi.skrull_error_info] = None,

@@ -361,3 +361,59 @@ def preset_cost_model(gpu: int, shape: skrull_model_shape | None) -> tuple[int, 
     status = lib.skrull_cost_model_preset(gpu, None if shape is None else ctypes.byref(shape),
                                           ctypes.byref(out), ctypes.sizeof(out))
     return status, out
+
+
+# ---- The outlier-delay window (skrull_window_*), appended after version 1 -------------------
+
+#: The longest ``skrull_window_params.max_delay`` (``SKRULL_WINDOW_MAX_DELAY``).
+WINDOW_MAX_DELAY = 64
+#: ``sizeof(skrull_window_params)`` of version 1 (``SKRULL_WINDOW_PARAMS_SIZE_V1``).
+WINDOW_PARAMS_SIZE_V1 = 32
+
+
+class skrull_window_params(ctypes.Structure):
+    _fields_ = [("struct_size", _u32), ("max_delay", _u32), ("batch_capacity", _u32),
+                ("_reserved", _u32), ("first_step", _u64), ("first_position", _u64)]
+
+
+class skrull_window_deferred(ctypes.Structure):
+    _fields_ = [("position", _u64), ("origin", _u64), ("length", _u32), ("_reserved", _u32)]
+
+
+class skrull_window_capacity(ctypes.Structure):
+    _fields_ = [("state_bytes", _usize), ("step_capacity", _usize), ("queue_capacity", _usize)]
+
+
+class skrull_window_step_info(ctypes.Structure):
+    _fields_ = [("index", _u64), ("delay_sum", _u64), ("samples", _u32), ("released", _u32),
+                ("deferred", _u32), ("queued", _u32)]
+
+
+_WINDOW_FROZEN = {skrull_window_deferred: 24, skrull_window_capacity: 3 * _W,
+                  skrull_window_step_info: 32}
+FROZEN_SIZES.update(_WINDOW_FROZEN)
+EXTENSIBLE_V1_SIZES[skrull_window_params] = WINDOW_PARAMS_SIZE_V1
+STRUCTS += [skrull_window_params, skrull_window_deferred, skrull_window_capacity,
+            skrull_window_step_info]
+# The state, the lengths and the outputs are numpy buffers, passed as addresses.
+_WINDOW_PROTOTYPES = {
+    "skrull_window_sizes": (_u32, [_P(skrull_window_params), _P(skrull_window_capacity)]),
+    "skrull_window_init": (_u32, [_P(skrull_window_params), _P(skrull_setup), c_void_p, _usize,
+                                  _P(skrull_error_info)]),
+    "skrull_window_push": (_u32, [c_void_p, _usize, c_void_p, _usize, _P(skrull_error_info)]),
+    "skrull_window_step": (_u32, [c_void_p, _usize, c_void_p, c_void_p, _usize,
+                                  _P(skrull_window_step_info), _P(skrull_error_info)]),
+    "skrull_window_queue": (_u32, [c_void_p, _usize, c_void_p, _usize, _P(_usize),
+                                   _P(skrull_error_info)]),
+    "skrull_window_requeue": (_u32, [c_void_p, _usize, c_void_p, _usize,
+                                     _P(skrull_error_info)]),
+}
+for _cls, _size in _WINDOW_FROZEN.items():
+    if ctypes.sizeof(_cls) != _size:
+        raise ImportError(f"skrull: ctypes {_cls.__name__} is {ctypes.sizeof(_cls)} bytes, the "
+                          f"header says {_size}")
+for _name, (_restype, _argtypes) in _WINDOW_PROTOTYPES.items():
+    _fn = getattr(lib, _name)
+    _fn.restype, _fn.argtypes = _restype, _argtypes
+_PROTOTYPES.update(_WINDOW_PROTOTYPES)
+del _cls, _size, _name, _restype, _argtypes, _fn

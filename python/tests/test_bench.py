@@ -89,6 +89,9 @@ def test_only_pairs_apart_by_more_than_the_noise_must_rank_alike():
     (["--cost-model", "/nonexistent/model.json"], "no such file"),
     (["--max-spread", "0"], "--max-spread"),
     (["--model", "/nonexistent/config.json"], "--model"),
+    (["--outlier-delay", "65"], "--outlier-delay"),
+    (["--cost-model", "/nonexistent/model.json"], "--cost-model"),
+    (["--cost-model", __file__, "--calibrate", "profile"], "not with --calibrate profile"),
 ])
 def test_bad_options_are_refused(argv, message):
     with pytest.raises(BenchError, match=message):
@@ -112,3 +115,26 @@ def test_a_model_that_does_not_fit_is_refused():
     opts = parse(["--device", "cpu", "--cp", "1", "--model", "qwen2.5-0.5b"])
     with pytest.raises(BenchError, match="GiB per process"):
         check_fits(opts, 1 << 31)
+
+
+def test_the_delayed_steps_are_what_the_sampler_trains():
+    """``--outlier-delay``'s micro-batch count is sized on the steps the sampler yields."""
+    import skrull
+    from skrull.bench._delay import delayed_steps, mean_p95, whole_epochs
+    from skrull.hf import SkrullBatchSampler
+    lengths = [40] * 60
+    for i in (3, 21, 40):
+        lengths[i] = 3000
+    sched = skrull.Scheduler(2, 1, 4096, shard_padding="zigzag")
+    sampler = SkrullBatchSampler(lengths, 6, 4096, 1, dp_size=2, rank=0, seed=0,
+                                 outlier_delay=2, shard_padding="zigzag")
+    sampler.record_plans = True
+    list(sampler)
+    import torch
+    order = torch.randperm(60, generator=torch.Generator().manual_seed(0)).tolist()
+    batches = [order[k * 6:(k + 1) * 6] for k in range(10)]
+    steps = delayed_steps(batches, 10, lengths, sched, 2)
+    assert [sorted(lengths[i] for i in s) for s in steps] == \
+        [sorted(p.lengths.tolist()) for _, _, p in sampler.plans]
+    assert steps != batches and sorted(sum(steps, [])) == list(range(60))
+    assert whole_epochs(11, 10) == 20 and mean_p95([1.0, 3.0]) == (2.0, 3.0)

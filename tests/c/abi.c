@@ -95,6 +95,12 @@ static void statuses(void) {
     CHECK(SKRULL_STATUS_INVALID_PAD_MULTIPLE == 20);
     CHECK(SKRULL_STATUS_INVALID_COST_MODEL == 21);
     CHECK(SKRULL_STATUS_UNSUPPORTED_OPTION == 22);
+    CHECK(SKRULL_STATUS_INVALID_WINDOW_PARAMS == 50);
+    CHECK(SKRULL_STATUS_WINDOW_STATE_INVALID == 51);
+    CHECK(SKRULL_STATUS_WINDOW_FULL == 52);
+    CHECK(SKRULL_STATUS_WINDOW_EMPTY == 53);
+    CHECK(SKRULL_STATUS_WINDOW_BATCH_TOO_LARGE == 54);
+    CHECK(SKRULL_STATUS_INVALID_DEFERRED == 55);
     CHECK(SKRULL_STATUS_INTERNAL == 254);
     CHECK(SKRULL_STATUS_PANIC == 255);
     /* Every number has a static string; known ones are distinct, unknown ones say so. */
@@ -116,7 +122,7 @@ static void statuses(void) {
             }
         }
     }
-    CHECK(known == 33);
+    CHECK(known == 39);
     /* The panic guard turns a Rust panic into a status. */
     CHECK_STATUS(skrull_panic_selftest(), SKRULL_STATUS_PANIC);
     CHECK_STATUS(skrull_panic_selftest(), SKRULL_STATUS_PANIC);

@@ -54,8 +54,10 @@ import sys
 import tempfile
 from typing import Any, Sequence
 
+from ._delay import delayed_steps, label, mean_p95, whole_epochs
 from ._options import BenchError, check_fits, lengths_and_bucket, parse
 from ._predict import evaluate, gpu_pairs, measured_compute_s, overhead_s
+from ._delay import delayed_steps, label, mean_p95, whole_epochs
 from ._report import chart, table, to_json
 
 __all__ = ["BenchError", "main", "run"]
@@ -75,15 +77,21 @@ def _step_batches(n: int, batch: int, steps: int, seed: int) -> list[list[int]]:
 
 
 def _grad_accum(opts: Any, policy: str, lengths: list[int], bucket: int,
-                cost_model: Any) -> int:
+                cost_model: Any, delay: int = 0) -> int:
     """Micro-batches per DP rank that every step's batch fits (``gradient_accumulation_steps``
-    is fixed for a run, so it is the largest a lockstep plan of any step needs)."""
+    is fixed for a run, so it is the largest a lockstep plan of any step needs); with
+    ``delay``, of the steps the outlier-delay window makes."""
     import skrull
     sched = skrull.Scheduler(opts.dp, opts.cp, bucket, policy=policy, shard_padding="zigzag",
                              lockstep=True, model=_shape(opts), cost_model=cost_model)
     steps = opts.warmup + opts.steps
-    return max(sched.plan([lengths[i] for i in b]).num_micro_batches
-               for b in _step_batches(len(lengths), opts.batch, steps, opts.seed))
+    batches = _step_batches(len(lengths), opts.batch, steps, opts.seed)
+    if delay:
+        per_epoch = len(lengths) // opts.batch
+        whole = _step_batches(len(lengths), opts.batch, whole_epochs(steps, per_epoch),
+                              opts.seed)
+        batches = delayed_steps(whole, per_epoch, lengths, sched, delay)[:steps]
+    return max(sched.plan([lengths[i] for i in b]).num_micro_batches for b in batches)
 
 
 def _shape(opts: Any) -> dict[str, Any]:
@@ -114,13 +122,14 @@ def _profile(opts: Any, cli: str, folder: str) -> str:
 
 def _run_policy(opts: Any, policy: str, lengths: list[int], bucket: int, grad_accum: int,
                 cost_model_path: str | None, folder: str,
-                calibrate: str = "none") -> dict[str, Any]:
+                calibrate: str = "none", delay: int = 0) -> dict[str, Any]:
     import torch.multiprocessing as mp
 
     from ._worker import rank_main
-    out = os.path.join(folder, policy)
+    out = os.path.join(folder, policy + (f"-delay{delay}" if delay else ""))
     os.makedirs(out, exist_ok=True)
-    spec = {"policy": policy, "dp": opts.dp, "cp": opts.cp, "bucket": bucket,
+    spec = {"policy": policy, "outlier_delay": delay, "dp": opts.dp, "cp": opts.cp,
+            "bucket": bucket,
             "batch": opts.batch, "warmup": opts.warmup, "steps": opts.steps,
             "lengths": lengths, "longest": max(lengths), "grad_accum": grad_accum,
             "model_config": opts.model_config, "dtype": opts.dtype, "device": opts.device,
@@ -165,11 +174,13 @@ def _summarise(opts: Any, policy: str, got: dict[str, Any], cli: str) -> dict[st
 
     tokens = statistics.mean(rep["total_tokens"] for rep in reports)
     measured = statistics.median(timed_walls)
+    step_mean, step_p95 = mean_p95(timed_walls)
     pred, comp = statistics.median(predicted), statistics.median(compute)
     fixed = json.loads(got["cost_model"]).get("iteration_fixed_s", 0.0)
     return {"policy": policy, "measured_step_s": measured, "predicted_step_s": pred,
             "predicted_over_measured": pred / measured,
             "measured_spread": _spread(timed_walls), "noisy": False,
+            "measured_mean_s": step_mean, "measured_p95_s": step_p95,
             "predicted_barrier_step_s": statistics.median(barrier),
             "measured_compute_s": comp,
             "predicted_compute_s": statistics.median(p - fixed for p in predicted),
@@ -177,6 +188,7 @@ def _summarise(opts: Any, policy: str, got: dict[str, Any], cli: str) -> dict[st
             "tokens_per_s": tokens / measured, "speedup_vs_deepspeed": None,
             "peak_memory_bytes": got["peak_memory_bytes"],
             "micro_batches": got["micro_batches"], "measured_steps_s": timed_walls,
+            "measured_mean_s": step_mean, "measured_p95_s": step_p95,
             "predicted_steps_s": predicted, "compute_steps_s": compute,
             "gpu_predicted_over_measured": {"local": ratio("local"),
                                             "sharded": ratio("sharded")}}
@@ -210,14 +222,15 @@ def _calibrate_online(opts: Any, lengths: list[int], bucket: int, prior: str | N
 
 def _policy_row(opts: Any, policy: str, lengths: list[int], bucket: int,
                 cost_path: str | None, cost_model: Any, cli: str,
-                folder: str) -> dict[str, Any]:
-    """One policy's row, run again once when its steps spread more than ``--max-spread``
-    (the run with the smaller spread is kept; still above it, the row is marked noisy)."""
-    accum = _grad_accum(opts, policy, lengths, bucket, cost_model)
+                folder: str, delay: int = 0) -> dict[str, Any]:
+    """One policy's row (with ``delay``: through the outlier-delay window), run again once
+    when its steps spread more than ``--max-spread`` (the run with the smaller spread is
+    kept; still above it, the row is marked noisy)."""
+    accum = _grad_accum(opts, policy, lengths, bucket, cost_model, delay)
     best: dict[str, Any] | None = None
     for attempt in range(2):
         got = _run_policy(opts, policy, lengths, bucket, accum, cost_path,
-                          os.path.join(folder, f"run{attempt}"))
+                          os.path.join(folder, f"run{attempt}"), delay=delay)
         row = _summarise(opts, policy, got, cli)
         row["runs"] = attempt + 1
         if best is None or row["measured_spread"] < best["measured_spread"]:
@@ -259,7 +272,7 @@ def run(opts: Any) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         folder = opts.work_dir or tmp
         os.makedirs(folder, exist_ok=True)
-        cost_path = opts.cost_model
+        cost_path = os.path.abspath(opts.cost_model) if opts.cost_model else None
         if "profile" in opts.calibrate:
             cost_path = os.path.join(folder, "cost_model.json")
             with open(cost_path, "w") as f:
@@ -278,15 +291,19 @@ def run(opts: Any) -> dict[str, Any]:
         bar = tqdm(opts.policies, desc="policies", disable=opts.quiet, file=sys.stderr)
         for policy in bar:
             bar.set_postfix_str(policy)
-            rows.append(_policy_row(opts, policy, lengths, bucket, cost_path, cost_model, cli,
-                                    os.path.join(folder, policy)))
+            for delay in [0] + ([opts.outlier_delay] if opts.outlier_delay else []):
+                row = _policy_row(opts, policy, lengths, bucket, cost_path, cost_model, cli,
+                                  os.path.join(folder, policy), delay)
+                row["outlier_delay"] = delay
+                rows.append(row)
         bar.close()
-    base = next((r for r in rows if r["policy"] == "deepspeed"), None)
+    base = next((r for r in rows if r["policy"] == "deepspeed" and not r["outlier_delay"]),
+                None)
     for r in rows:
         if base is not None:
             r["speedup_vs_deepspeed"] = base["measured_step_s"] / r["measured_step_s"]
-    by_measured = [r["policy"] for r in sorted(rows, key=lambda r: r["measured_step_s"])]
-    by_predicted = [r["policy"] for r in sorted(rows, key=lambda r: r["predicted_step_s"])]
+    by_measured = [label(r) for r in sorted(rows, key=lambda r: r["measured_step_s"])]
+    by_predicted = [label(r) for r in sorted(rows, key=lambda r: r["predicted_step_s"])]
     alike, pairs = _ranked_alike(rows)
     config = {"dp": opts.dp, "cp": opts.cp, "device": opts.device, "dtype": opts.dtype,
               "model": opts.model, "model_config": opts.model_config, "bucket": bucket,
@@ -295,7 +312,8 @@ def run(opts: Any) -> dict[str, Any]:
               "lengths": opts.lengths or None,
               "dataset": None if opts.lengths else (opts.dataset or "lmsys"),
               "max_len": opts.max_len, "sequences": len(lengths), "seed": opts.seed,
-              "sync": "sharded", "max_spread": opts.max_spread}
+              "sync": "sharded", "max_spread": opts.max_spread,
+              "outlier_delay": opts.outlier_delay}
     return {"config": config, "calibration": calibration, "policies": rows,
             "ranked_alike": alike, "pairs_compared": pairs,
             "ranking_measured": by_measured, "ranking_predicted": by_predicted}

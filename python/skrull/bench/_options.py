@@ -75,6 +75,10 @@ def parser() -> argparse.ArgumentParser:
                    help="a policy whose timed steps spread more than this share of their "
                         "median ((max - min) / median) is run again, once (default 0.15); "
                         "still above it, it is marked noisy")
+    p.add_argument("--outlier-delay", type=int, default=0, metavar="W",
+                   help="also run every policy with SkrullBatchSampler(outlier_delay=W) "
+                        "(docs/outlier_delay.md), beside W = 0; use --warmup + --steps = the "
+                        "batches of one epoch so both train the same samples (default 0: off)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--format", choices=["table", "json"], default="table")
     p.add_argument("--out", help="also write the JSON here")
@@ -107,6 +111,8 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     for name in ("dp", "cp", "batch", "steps", "max_len"):
         if getattr(opts, name) < 1:
             raise BenchError(f"--{name.replace('_', '-')}: {getattr(opts, name)} is below 1")
+    if not 0 <= opts.outlier_delay <= 64:
+        raise BenchError(f"--outlier-delay: {opts.outlier_delay} is not in 0..64")
     if opts.warmup < 1:
         raise BenchError("--warmup: at least 1 (the first step's time includes start-up, and "
                          "each timed step is measured from the end of the one before)")
