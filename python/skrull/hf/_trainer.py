@@ -12,6 +12,7 @@ from transformers import Trainer
 
 from ._attention import ATTENTION_NAME, SkrullAttention
 from ._collator import SkrullCollator, collate_gpu_buffer, padding_batch
+from ._deepspeed_cpu import repair_cpu_deepspeed
 from ._loss import exact_causal_lm_loss
 from ._sampler import PlannedMicroBatch, SkrullBatchSampler
 
@@ -161,7 +162,10 @@ class SkrullTrainerMixin:
       disables transformers' packed-sequence detection), ``cp > 1`` refuses a model whose
       attention is not ``"skrull"`` (zigzag buffers would be mis-split by position jumps) and
       ``average_tokens_across_devices=False``, and ``SkrullConfig(exact=True)`` refuses
-      bf16/fp16 (warned about otherwise when bf16 is on, TRL's default).
+      bf16/fp16 (warned about otherwise when bf16 is on, TRL's default);
+    - with ``TrainingArguments(deepspeed=...)`` on a machine without a GPU, the arguments'
+      device set-up is redone with gloo (``repair_cpu_deepspeed``: transformers would count
+      one process and DeepSpeed refuse the batch sizes).
 
     Parameters
     ----------
@@ -202,6 +206,9 @@ class SkrullTrainerMixin:
 
     def __init__(self, *args: Any, skrull: SkrullConfig, **kwargs: Any) -> None:
         self.skrull = skrull
+        training_args = kwargs.get("args", args[1] if len(args) > 1 else None)
+        if getattr(training_args, "deepspeed", None):
+            repair_cpu_deepspeed(training_args)  # DeepSpeed on a CPU-only machine
         super().__init__(*args, **kwargs)
         check_training_setup(self.model, self.args, skrull)
         if skrull.exact and hasattr(self.model, "loss_function"):
