@@ -16,11 +16,71 @@ import sys
 import time
 from typing import Any
 
+import numpy as np
 import torch
 
 import _hf_worker as hf
 
 LR = 1.0
+#: The data of every run: 48 sequences of 1-88 tokens, 12 per step, 3 steps; BucketSize 128
+#: without CP, 64 with it (sequences above 64 tokens must be sharded).
+N, BATCH, STEPS = 48, 12, 3
+BUCKET_DP, BUCKET_CP = 128, 64
+#: float32 master weights: about 1e-7 measured after 3 SGD steps.
+WEIGHTS_TOLERANCE = 1e-6
+#: The first step's loss, before any update (float64 throughout).
+FIRST_LOSS_TOLERANCE = 1e-13
+
+
+def lengths() -> list[int]:
+    """Token counts of the dataset."""
+    return np.random.default_rng(3).integers(1, 89, N).tolist()
+
+
+def batches() -> list[list[int]]:
+    """Dataset indices of each step, as the Trainer and ``SkrullDeepSpeed`` draw them."""
+    return hf.global_batches(N, BATCH, STEPS)
+
+
+def sgd_reference(steps: list[list[int]]) -> dict[str, Any]:
+    """The float64 per-sequence reference with SGD (lr 1): per-step losses, final weights."""
+    data = hf.dataset(lengths())
+    with hf.one_thread():
+        model = hf.tiny_model("llama", "sdpa")
+        opt = torch.optim.SGD(model.parameters(), lr=LR)
+        losses = []
+        for idx in steps:
+            labels = sum(len(data[i]["input_ids"]) - 1 for i in idx)
+            opt.zero_grad()
+            total = 0.0
+            for i in idx:
+                ids = torch.tensor(data[i]["input_ids"])[None]
+                out = model(input_ids=ids, labels=ids, num_items_in_batch=labels,
+                            use_cache=False)
+                out.loss.backward()
+                total += float(out.loss.detach())
+            opt.step()
+            losses.append(total)
+    return {"losses": losses, "weights": {k: v.detach() for k, v in model.state_dict().items()}}
+
+
+def job_spec(**kw: Any) -> dict[str, Any]:
+    """A job's settings: the data above, ZeRO-2, and ``kw``."""
+    return {"lengths": lengths(), "batch": BATCH, "steps": STEPS, "stage": 2, **kw}
+
+
+def check(got: dict[str, Any], ref: dict[str, Any], plain: dict[str, Any], label: str) -> None:
+    """A run against the float64 reference (first loss exact, weights to float32 rounding)
+    and against plain DeepSpeed (weights to float32 rounding)."""
+    first = abs(got["losses"][0] - ref["losses"][0]) / ref["losses"][0]
+    vs_ref = hf.max_rel_diff(got["weights"], ref["weights"])
+    vs_plain = hf.max_rel_diff(got["weights"], plain["weights"])
+    print(f"\n{label}: first loss {first:.1e}, weights vs float64 reference {vs_ref:.1e}, "
+          f"vs plain DeepSpeed {vs_plain:.1e}")
+    assert first < FIRST_LOSS_TOLERANCE, (got["losses"], ref["losses"])
+    assert vs_ref < WEIGHTS_TOLERANCE and vs_plain < WEIGHTS_TOLERANCE
+    later = max(abs(a - b) / b for a, b in zip(got["losses"], ref["losses"]))
+    assert later < 1e-8  # later steps start from weights that differ by float32 rounding
 
 
 def ds_config(stage: int, managed: bool = True, **extra: Any) -> dict[str, Any]:

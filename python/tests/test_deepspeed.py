@@ -13,7 +13,6 @@ after 3 SGD steps); the first step's loss is computed before any update and agre
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 pytest.importorskip("transformers")
@@ -22,58 +21,17 @@ pytest.importorskip("deepspeed")
 import _deepspeed_worker as dsw  # noqa: E402
 import _hf_worker as hf  # noqa: E402
 
-N, BATCH, STEPS = 48, 12, 3
-BUCKET_DP, BUCKET_CP = 128, 64
-#: float32 master weights: about 1e-7 measured after 3 SGD steps.
-WEIGHTS_TOLERANCE = 1e-6
-#: The first step's loss, before any update (float64 throughout).
-FIRST_LOSS_TOLERANCE = 1e-13
-
-
-def lengths() -> list[int]:
-    return np.random.default_rng(3).integers(1, 89, N).tolist()
-
-
-def batches() -> list[list[int]]:
-    return hf.global_batches(N, BATCH, STEPS)
-
-
-def sgd_reference(steps: list[list[int]]) -> dict:
-    """The float64 per-sequence reference with SGD (lr 1)."""
-    import torch
-    data = hf.dataset(lengths())
-    with hf.one_thread():
-        model = hf.tiny_model("llama", "sdpa")
-        opt = torch.optim.SGD(model.parameters(), lr=dsw.LR)
-        losses = []
-        for idx in steps:
-            labels = sum(len(data[i]["input_ids"]) - 1 for i in idx)
-            opt.zero_grad()
-            total = 0.0
-            for i in idx:
-                ids = torch.tensor(data[i]["input_ids"])[None]
-                out = model(input_ids=ids, labels=ids, num_items_in_batch=labels,
-                            use_cache=False)
-                out.loss.backward()
-                total += float(out.loss.detach())
-            opt.step()
-            losses.append(total)
-    return {"losses": losses, "weights": {k: v.detach() for k, v in model.state_dict().items()}}
-
-
-def _spec(**kw) -> dict:
-    return {"lengths": lengths(), "batch": BATCH, "steps": STEPS, "stage": 2, **kw}
-
-
 JOBS = [
-    ("dp2", "raw", _spec(cp=1, bucket=BUCKET_DP)),
-    ("plain", "plain", _spec(batches=batches())),
-    ("trainer_dp2", "trainer", _spec(cp=1, bucket=BUCKET_DP, grad_accum=3, use_cpu=False)),
-    ("cp2", "raw", _spec(cp=2, bucket=BUCKET_CP)),
-    ("trainer_cp2", "trainer", _spec(cp=2, bucket=BUCKET_CP, grad_accum=7, use_cpu=True)),
-    ("zero1_unequal", "raw", _spec(cp=1, bucket=BUCKET_DP, stage=1, managed=False)),
-    ("resumed", "raw", _spec(cp=1, bucket=BUCKET_DP, resume_after=1)),
-    ("zero2_unequal", "refused", _spec(bucket=BUCKET_DP)),
+    ("dp2", "raw", dsw.job_spec(cp=1, bucket=dsw.BUCKET_DP)),
+    ("plain", "plain", dsw.job_spec(batches=dsw.batches())),
+    ("trainer_dp2", "trainer", dsw.job_spec(cp=1, bucket=dsw.BUCKET_DP, grad_accum=3,
+                                            use_cpu=False)),
+    ("cp2", "raw", dsw.job_spec(cp=2, bucket=dsw.BUCKET_CP)),
+    ("trainer_cp2", "trainer", dsw.job_spec(cp=2, bucket=dsw.BUCKET_CP, grad_accum=7,
+                                            use_cpu=True)),
+    ("zero1_unequal", "raw", dsw.job_spec(cp=1, bucket=dsw.BUCKET_DP, stage=1, managed=False)),
+    ("resumed", "raw", dsw.job_spec(cp=1, bucket=dsw.BUCKET_DP, resume_after=1)),
+    ("zero2_unequal", "refused", dsw.job_spec(bucket=dsw.BUCKET_DP)),
 ]
 
 
@@ -82,24 +40,12 @@ def ran(tmp_path_factory):
     out = tmp_path_factory.mktemp("deepspeed")
     result = dsw.launch(2, JOBS, str(out))
     print(f"\nseconds per job: {result['seconds']}")
-    return result, sgd_reference(batches())
-
-
-def _check(got: dict, ref: dict, plain: dict, label: str) -> None:
-    first = abs(got["losses"][0] - ref["losses"][0]) / ref["losses"][0]
-    vs_ref = hf.max_rel_diff(got["weights"], ref["weights"])
-    vs_plain = hf.max_rel_diff(got["weights"], plain["weights"])
-    print(f"\n{label}: first loss {first:.1e}, weights vs float64 reference {vs_ref:.1e}, "
-          f"vs plain DeepSpeed {vs_plain:.1e}")
-    assert first < FIRST_LOSS_TOLERANCE, (got["losses"], ref["losses"])
-    assert vs_ref < WEIGHTS_TOLERANCE and vs_plain < WEIGHTS_TOLERANCE
-    later = max(abs(a - b) / b for a, b in zip(got["losses"], ref["losses"]))
-    assert later < 1e-8  # later steps start from weights that differ by float32 rounding
+    return result, dsw.sgd_reference(dsw.batches())
 
 
 def test_plain_deepspeed_is_the_reference_to_float32_rounding(ran):
     result, ref = ran
-    assert hf.max_rel_diff(result["plain"]["weights"], ref["weights"]) < WEIGHTS_TOLERANCE
+    assert hf.max_rel_diff(result["plain"]["weights"], ref["weights"]) < dsw.WEIGHTS_TOLERANCE
 
 
 @pytest.mark.parametrize("name,label", [("dp2", "raw loop, DP 2, ZeRO-2"),
@@ -107,8 +53,8 @@ def test_plain_deepspeed_is_the_reference_to_float32_rounding(ran):
 def test_raw_loop_equals_plain_deepspeed_and_the_reference(ran, name, label):
     result, ref = ran
     got = result[name]
-    assert got["batches"] == batches()  # the Trainer's global batches
-    _check(got, ref, result["plain"], label)
+    assert got["batches"] == dsw.batches()  # the Trainer's global batches
+    dsw.check(got, ref, result["plain"], label)
 
 
 def test_raw_loop_declares_cp_to_deepspeed(ran):
@@ -129,7 +75,7 @@ def test_trainer_under_deepspeed_equals_plain_deepspeed_and_the_reference(ran, n
     result, ref = ran
     got = result[name]
     assert got["engine"] == "DeepSpeedEngine" and got["world_size"] == 2
-    _check(got, ref, result["plain"], label)
+    dsw.check(got, ref, result["plain"], label)
 
 
 def test_trainer_starts_on_cpu_without_use_cpu(ran):
@@ -137,7 +83,7 @@ def test_trainer_starts_on_cpu_without_use_cpu(ran):
     # and DeepSpeed refused the batch sizes; SkrullTrainer repairs the arguments.
     result, _ = ran
     assert result["trainer_dp2"]["world_size"] == 2
-    assert result["trainer_dp2"]["micro_batches"] == STEPS * 3
+    assert result["trainer_dp2"]["micro_batches"] == dsw.STEPS * 3
 
 
 def test_raw_loop_and_trainer_run_the_same_steps(ran):
@@ -153,7 +99,7 @@ def test_zero1_runs_unequal_counts(ran):
     got = result["zero1_unequal"]
     assert got["micro_batches"] is None and got["gas"] == 1
     assert any(c[0] != c[1] for c in got["counts"]), got["counts"]
-    _check(got, ref, result["plain"], "raw loop, DP 2, ZeRO-1 unmanaged, unequal counts")
+    dsw.check(got, ref, result["plain"], "raw loop, DP 2, ZeRO-1 unmanaged, unequal counts")
 
 
 def test_zero2_refuses_unequal_counts_on_every_rank(ran):

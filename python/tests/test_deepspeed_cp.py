@@ -15,15 +15,14 @@ import skrull  # noqa: E402
 
 import _deepspeed_worker as dsw  # noqa: E402
 import _hf_worker as hf  # noqa: E402
-import test_deepspeed as base  # noqa: E402
 
-G = 3  # what the batches need at DP 2 x CP 2, BucketSize 64 (checked below)
+G = 3  # what the batches need at DP 2 x CP 2, BucketSize 64 (the raw loop's "auto" finds it)
 
 JOBS = [
-    ("raw", "raw", base._spec(cp=2, bucket=base.BUCKET_CP)),
-    ("plain", "plain", base._spec(batches=base.batches())),
-    ("trainer", "trainer", base._spec(cp=2, bucket=base.BUCKET_CP, grad_accum=G,
-                                      use_cpu=False)),
+    ("raw", "raw", dsw.job_spec(cp=2, bucket=dsw.BUCKET_CP)),
+    ("plain", "plain", dsw.job_spec(batches=dsw.batches())),
+    ("trainer", "trainer", dsw.job_spec(cp=2, bucket=dsw.BUCKET_CP, grad_accum=G,
+                                        use_cpu=False)),
 ]
 
 
@@ -31,13 +30,13 @@ JOBS = [
 def ran(tmp_path_factory):
     result = dsw.launch(4, JOBS, str(tmp_path_factory.mktemp("deepspeed_cp")))
     print(f"\nseconds per job: {result['seconds']}")
-    return result, base.sgd_reference(base.batches())
+    return result, dsw.sgd_reference(dsw.batches())
 
 
 def test_plans_shard_some_sequences_and_keep_others_whole():
-    lengths = base.lengths()
-    sched = skrull.Scheduler(2, 2, base.BUCKET_CP, micro_batches=G, shard_padding="zigzag")
-    plans = [sched.plan([lengths[i] for i in b]) for b in base.batches()]
+    lengths = dsw.lengths()
+    sched = skrull.Scheduler(2, 2, dsw.BUCKET_CP, micro_batches=G, shard_padding="zigzag")
+    plans = [sched.plan([lengths[i] for i in b]) for b in dsw.batches()]
     sharded = sum(p.summary.sharded for p in plans)
     assert 0 < sharded < sum(p.summary.sequences for p in plans)
 
@@ -46,13 +45,13 @@ def test_raw_loop_at_dp2_cp2_equals_plain_deepspeed_and_the_reference(ran):
     result, ref = ran
     got = result["raw"]
     assert got["micro_batches"] == G and got["sp"] == 2 and got["train_batch_size"] == G * 2
-    assert got["batches"] == base.batches()
-    base._check(got, ref, result["plain"], "raw loop, DP 2 x CP 2, ZeRO-2")
+    assert got["batches"] == dsw.batches()
+    dsw.check(got, ref, result["plain"], "raw loop, DP 2 x CP 2, ZeRO-2")
 
 
 def test_trainer_at_dp2_cp2_equals_plain_deepspeed_and_the_reference(ran):
     result, ref = ran
     got = result["trainer"]
     assert got["engine"] == "DeepSpeedEngine" and got["world_size"] == 4
-    base._check(got, ref, result["plain"], "SkrullTrainer, DP 2 x CP 2, ZeRO-2")
+    dsw.check(got, ref, result["plain"], "SkrullTrainer, DP 2 x CP 2, ZeRO-2")
     assert hf.max_rel_diff(got["weights"], result["raw"]["weights"]) < 1e-12
