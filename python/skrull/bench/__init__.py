@@ -25,6 +25,11 @@ micro-batch, then the slowest DP rank), ``tokens_per_s``, ``speedup_vs_deepspeed
 BENCHMARKS.md ("Measured steps") for what it measured and where prediction and measurement
 part.
 
+``--engine deepspeed --zero N`` runs the same policies through DeepSpeed's own engine at ZeRO
+stage ``N`` (the raw loop of ``skrull.deepspeed``, the paper's engine) instead of the Trainer,
+and predicts each step under that engine's synchronisation: under ZeRO-2/3 every
+micro-batch waits for every GPU of the job.
+
 Example
 -------
 Runs processes, so it is not a doctest; ``python/tests/test_bench.py`` runs it.
@@ -45,7 +50,8 @@ import tempfile
 from typing import Any, Sequence
 
 from ._options import BenchError, check_fits, lengths_and_bucket, parse
-from ._predict import evaluate, executor_time_s, gpu_pairs, measured_compute_s, overhead_s
+from ._engine import predicted_time_s, worker
+from ._predict import evaluate, gpu_pairs, measured_compute_s, overhead_s
 from ._report import chart, table, to_json
 
 __all__ = ["BenchError", "main", "run"]
@@ -106,14 +112,15 @@ def _run_policy(opts: Any, policy: str, lengths: list[int], bucket: int, grad_ac
                 cost_model_path: str | None, folder: str) -> dict[str, Any]:
     import torch.multiprocessing as mp
 
-    from ._worker import rank_main
+    rank_main = worker(opts)
     out = os.path.join(folder, policy)
     os.makedirs(out, exist_ok=True)
     spec = {"policy": policy, "dp": opts.dp, "cp": opts.cp, "bucket": bucket,
             "batch": opts.batch, "warmup": opts.warmup, "steps": opts.steps,
             "lengths": lengths, "longest": max(lengths), "grad_accum": grad_accum,
             "model_config": opts.model_config, "dtype": opts.dtype, "device": opts.device,
-            "calibrate": opts.calibrate, "cost_model": cost_model_path, "seed": opts.seed}
+            "calibrate": opts.calibrate, "cost_model": cost_model_path, "seed": opts.seed,
+            "zero": opts.zero}
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -141,7 +148,7 @@ def _summarise(opts: Any, policy: str, got: dict[str, Any], cli: str) -> dict[st
     overhead = statistics.median(overheads) if overheads and "online" in opts.calibrate \
         else 0.0
     reports = [evaluate(cli, r["plan"], got["cost_model"]) for r in timed]
-    predicted = [executor_time_s(rep, opts.dp, opts.cp) + overhead for rep in reports]
+    predicted = [predicted_time_s(opts, rep) + overhead for rep in reports]
     barrier = [rep["iteration_time_s"] + overhead for rep in reports]
     compute = [measured_compute_s(r["times"]) for r in timed]
     kinds = [gpu_pairs(rep, r["times"]) for rep, r in zip(reports, timed)]
@@ -207,7 +214,8 @@ def run(opts: Any) -> dict[str, Any]:
               "batch": opts.batch, "warmup": opts.warmup, "steps": opts.steps,
               "calibrate": opts.calibrate, "lengths": opts.lengths or None,
               "dataset": None if opts.lengths else (opts.dataset or "lmsys"),
-              "max_len": opts.max_len, "sequences": len(lengths), "seed": opts.seed}
+              "max_len": opts.max_len, "sequences": len(lengths), "seed": opts.seed,
+              "engine": opts.engine, "zero": opts.zero}
     return {"config": config, "policies": rows,
             "ranked_alike": by_measured == by_predicted,
             "ranking_measured": by_measured, "ranking_predicted": by_predicted}

@@ -98,7 +98,10 @@ class SkrullDeepSpeed:
     calibrate_every : int, optional
         0 (default): off. ``k > 0``: ``train_step`` times every micro-batch, gathers each
         step's times over the job and refits the cost model every ``k`` steps
-        (``skrull.torch.OnlineCalibration``).
+        (``skrull.torch.OnlineCalibration``, as ``calibration``).
+    device : torch.device or str, optional
+        Where the micro-batches run, for that timing (CUDA events on a CUDA device, the
+        monotonic clock otherwise; default the CPU).
     dp, rank : int, optional
         World size // ``cp`` and this process's rank; default from ``torch.distributed``.
 
@@ -130,7 +133,8 @@ class SkrullDeepSpeed:
                  max_steps: Optional[int] = None, scheduler: Optional[Mapping[str, Any]] = None,
                  seed: int = 42, shuffle: bool = True, pad_token_id: int = 0,
                  collate: Optional[Callable[..., Any]] = None, calibrate_every: int = 0,
-                 dp: Optional[int] = None, rank: Optional[int] = None) -> None:
+                 device: Any = None, dp: Optional[int] = None,
+                 rank: Optional[int] = None) -> None:
         settings = dict(scheduler or {})
         check_scheduler_settings(settings)
         if cp > 1:
@@ -174,7 +178,8 @@ class SkrullDeepSpeed:
         self.calibration: Any = None
         if calibrate_every:
             from ..torch import OnlineCalibration
-            self.calibration = OnlineCalibration(self.scheduler, every=calibrate_every)
+            self.calibration = OnlineCalibration(self.scheduler, every=calibrate_every,
+                                                 device=device)
         self._label_counts: dict[int, int] = {}
         self._checked: Any = None
 

@@ -1,0 +1,71 @@
+"""``python -m skrull.bench --engine deepspeed``: one tiny run through DeepSpeed's own engine
+(ZeRO-2, the JSON's shape, not its speeds), the ZeRO-2/3 composition of predicted times
+(every micro-batch waits for every GPU), and the engine options refused where they make no
+sense."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+pytest.importorskip("transformers")
+
+from skrull.bench import BenchError, main  # noqa: E402
+from skrull.bench._engine import every_gpu_time_s, predicted_time_s  # noqa: E402
+from skrull.bench._options import parse  # noqa: E402
+
+CORES = len(os.sched_getaffinity(0))
+
+
+def _report() -> dict:
+    # Two DP ranks of two CP ranks, two micro-batches of whole sequences each.
+    return {"micro_batches": [
+        {"dp": 0, "index": 0, "sharded": 0, "rank_times_s": [2.0, 1.0]},
+        {"dp": 0, "index": 1, "sharded": 0, "rank_times_s": [1.0, 1.0]},
+        {"dp": 1, "index": 0, "sharded": 0, "rank_times_s": [1.0, 3.0]},
+        {"dp": 1, "index": 1, "sharded": 0, "rank_times_s": [2.0, 1.0]}]}
+
+
+def test_zero2_waits_for_every_gpu_at_every_micro_batch():
+    # Slowest GPU of micro-batch 0 (3 s) plus that of micro-batch 1 (2 s); under DDP or
+    # ZeRO-0/1 each CP rank runs on (DP rank 1's ranks finish at 3 s and 4 s).
+    assert every_gpu_time_s(_report()) == 5.0
+    opts = parse(["--device", "cpu", "--dp", "1", "--cp", "2"])
+    opts.dp = 2
+    assert predicted_time_s(opts, _report()) == 4.0
+    opts.engine, opts.zero = "deepspeed", 2
+    assert predicted_time_s(opts, _report()) == 5.0
+    opts.zero = 1
+    assert predicted_time_s(opts, _report()) == 4.0
+
+
+def _has_deepspeed() -> bool:
+    import importlib.util
+    return importlib.util.find_spec("deepspeed") is not None
+
+
+def test_zero_needs_the_deepspeed_engine():
+    with pytest.raises(BenchError, match="--zero: only with --engine deepspeed"):
+        parse(["--device", "cpu", "--zero", "2"])
+
+
+@pytest.mark.skipif(not _has_deepspeed(), reason="DeepSpeed")
+def test_the_deepspeed_engine_defaults_to_zero2():
+    assert parse(["--device", "cpu", "--engine", "deepspeed"]).zero == 2
+
+
+@pytest.mark.skipif(CORES < 2 or not _has_deepspeed(), reason="two cores and DeepSpeed")
+def test_tiny_run_through_deepspeed_prints_the_documented_json(tmp_path, capsys):
+    out = tmp_path / "bench.json"
+    main(["--engine", "deepspeed", "--zero", "2", "--dp", "1", "--cp", "2", "--dataset",
+          "chatqa2", "--max-len", "256", "--batch", "4", "--warmup", "2", "--steps", "1",
+          "--policies", "balanced", "--format", "json", "--quiet", "--out", str(out)])
+    printed = json.loads(capsys.readouterr().out)
+    assert printed == json.loads(out.read_text())
+    assert printed["config"]["engine"] == "deepspeed" and printed["config"]["zero"] == 2
+    (row,) = printed["policies"]
+    assert row["policy"] == "balanced" and row["measured_step_s"] > 0
+    assert row["predicted_step_s"] > 0 and row["micro_batches"] >= 1
+    assert row["peak_memory_bytes"] > 0
