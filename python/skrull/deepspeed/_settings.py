@@ -140,15 +140,16 @@ def scheduling_settings(engine: Engine,
     """
     if isinstance(micro_batches, bool) or not isinstance(micro_batches, (int, str)):
         raise ValueError(f"micro_batches = {micro_batches!r}: a count, 'auto' or 'unequal'")
+    settings: dict[str, Any]
     if isinstance(micro_batches, int):
         if micro_batches < 1:
             raise ValueError(f"micro_batches = {micro_batches}: at least 1 per DP rank")
-        return {"micro_batches": micro_batches}
-    if micro_batches not in MICRO_BATCH_MODES:
+        settings = {"micro_batches": micro_batches}
+    elif micro_batches not in MICRO_BATCH_MODES:
         raise ValueError(f"micro_batches = {micro_batches!r}: a count, 'auto' or 'unequal'")
-    if engine.allows_unequal_counts:
-        return {}
-    if micro_batches == "unequal":
+    elif engine.allows_unequal_counts:
+        settings = {}
+    elif micro_batches == "unequal":
         raise ValueError(
             f"micro_batches='unequal' needs ZeRO stage 0 or 1 with "
             f"\"managed_gradient_accumulation\": false; this engine has ZeRO stage "
@@ -156,7 +157,10 @@ def scheduling_settings(engine: Engine,
             ": ZeRO-2/3 reduce gradients at every backward, so a DP rank that runs fewer "
             "micro-batches leaves the others waiting forever (a hang), and managed accumulation "
             "ends a step by counting micro-batches. Use micro_batches='auto' or a fixed count")
-    return {"lockstep": True, "fill_empty": True}
+    else:
+        settings = {"lockstep": True, "fill_empty": True}
+    # When skrull.Scheduler takes the synchronisation setting: settings["sync"] = engine.sync
+    return settings
 
 
 def check_scheduler_settings(settings: Mapping[str, Any]) -> None:
