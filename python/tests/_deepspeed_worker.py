@@ -124,7 +124,8 @@ def job_raw(spec: dict[str, Any], out_dir: str) -> dict[str, Any]:
 
     def build() -> tuple[Any, Any, Any]:
         _reset_groups()
-        model = hf.tiny_model("llama", attention)
+        model = hf.tiny_model("llama", attention).to(getattr(torch, spec.get("dtype",
+                                                                                  "float64")))
         sk = SkrullDeepSpeed(ds_config(spec["stage"], spec.get("managed", True)),
                              spec["lengths"], spec["batch"], spec["bucket"], cp=spec["cp"],
                              micro_batches=spec.get("micro_batches", "auto"),
@@ -197,7 +198,8 @@ def job_trainer(spec: dict[str, Any], out_dir: str) -> dict[str, Any]:
     _reset_groups()
     data = hf.dataset(spec["lengths"], spec.get("data_seed", 0))
     cp = spec["cp"]
-    model = hf.tiny_model("llama", "skrull" if cp > 1 else "sdpa")
+    model = hf.tiny_model("llama", "skrull" if cp > 1 else "sdpa").to(
+        getattr(torch, spec.get("dtype", "float64")))
     config = ds_config(spec["stage"], train_micro_batch_size_per_gpu="auto",
                        gradient_accumulation_steps="auto", train_batch_size="auto")
     args = hf.training_args(os.path.join(out_dir, "trainer"), spec["steps"],

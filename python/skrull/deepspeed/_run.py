@@ -100,8 +100,9 @@ class SkrullDeepSpeed:
         step's times over the job and refits the cost model every ``k`` steps
         (``skrull.torch.OnlineCalibration``, as ``calibration``).
     device : torch.device or str, optional
-        Where the micro-batches run, for that timing (CUDA events on a CUDA device, the
-        monotonic clock otherwise; default the CPU).
+        Where the micro-batches run: their tensors are moved there, and ``calibrate_every``
+        times them there (CUDA events on a CUDA device, the monotonic clock otherwise).
+        Default: the current CUDA device when CUDA is available, else the CPU.
     dp, rank : int, optional
         World size // ``cp`` and this process's rank; default from ``torch.distributed``.
 
@@ -110,8 +111,9 @@ class SkrullDeepSpeed:
     ValueError
         A setting the engine cannot run (``scheduling_settings``), a ``scheduler`` key this
         class sets itself, a batch key of ``ds_config`` that contradicts the plans, a world
-        size that is not a multiple of ``cp``, or (``"auto"``) a global batch that needs more
-        micro-batches than ``micro_batches`` (the message names the count that fits).
+        size that is not a multiple of ``cp``, ZeRO-3 with ``reduce_scatter`` off and
+        ``cp > 1``, or (``"auto"``) a global batch that needs more micro-batches than
+        ``micro_batches`` (the message names the count that fits).
 
     Example
     -------
@@ -137,6 +139,12 @@ class SkrullDeepSpeed:
                  rank: Optional[int] = None) -> None:
         settings = dict(scheduler or {})
         check_scheduler_settings(settings)
+        zero = ds_config.get("zero_optimization") or {}
+        if cp > 1 and isinstance(zero, Mapping) and zero.get("stage") == 3 \
+                and zero.get("reduce_scatter", True) is False:
+            raise ValueError("ZeRO-3 with \"reduce_scatter\": false and cp > 1: DeepSpeed then "
+                             "averages some gradient buckets over DP ranks and others over all "
+                             "ranks; keep reduce_scatter on (the default)")
         if cp > 1:
             settings.setdefault("shard_padding", "zigzag")
         self.engine = Engine.from_config(ds_config)
@@ -175,6 +183,11 @@ class SkrullDeepSpeed:
             from ..torch import cp_ring_groups
             self.mpu = SequenceParallelGroups(cp)
             self.ring_groups = cp_ring_groups(dp, cp, whole=self.mpu.cp_group)
+        if device is None:
+            import torch
+            device = torch.device("cuda", torch.cuda.current_device()) \
+                if torch.cuda.is_available() else torch.device("cpu")
+        self.device = device
         self.calibration: Any = None
         if calibrate_every:
             from ..torch import OnlineCalibration
@@ -300,7 +313,8 @@ class SkrullDeepSpeed:
         if len(dataset) != len(self.lengths):
             raise ValueError(f"the dataset has {len(dataset)} samples, lengths "
                              f"{len(self.lengths)}")
-        collate = self._collate_factory(dataset, self.cp, self.pad_token_id, self.ring_groups)
+        collate = _placed(self._collate_factory(dataset, self.cp, self.pad_token_id,
+                                                self.ring_groups), self.device)
         for epoch, index, idx in self._batches(self.epoch, self.step_in_epoch):
             labels = sum(self._labels(dataset, int(i)) for i in idx)
             step = Step(epoch, index, idx, self.plan(idx), labels, self.dp_rank, self.cp_rank,
@@ -325,9 +339,11 @@ class SkrullDeepSpeed:
 
     def loss_scale(self, engine: Any) -> float:
         """What ``backward`` multiplies the loss by: the size DeepSpeed divides reduced
-        gradients by (all ranks // its sequence-parallel size, i.e. DP), so that gradients
-        are those of the loss summed over all ranks (each rank's loss is its tokens' share of
-        the global batch's mean).
+        gradients by, so that gradients are those of the loss summed over all ranks (each
+        rank's loss is its tokens' share of the global batch's mean). ZeRO-0/1/2 divide by the
+        DP size (all ranks // the sequence-parallel size); ZeRO-3 reduce-scatters over all
+        ranks and divides by all of them, sequence-parallel ranks included (measured: with
+        DP size as the scale, DP 1 x CP 2 gradients came out exactly half).
 
         Parameters
         ----------
@@ -342,13 +358,18 @@ class SkrullDeepSpeed:
         -------
         >>> from types import SimpleNamespace
         >>> from skrull.deepspeed import SkrullDeepSpeed
-        >>> sk = SkrullDeepSpeed({}, [5, 3], global_batch_size=2, bucket_tokens=8, dp=1,
-        ...                      rank=0)
-        >>> sk.loss_scale(SimpleNamespace(seq_dp_world_size=4, sequence_parallel_size=2))
-        2.0
+        >>> engine = SimpleNamespace(seq_dp_world_size=4, sequence_parallel_size=2)
+        >>> for stage in (2, 3):
+        ...     sk = SkrullDeepSpeed({"zero_optimization": {"stage": stage}}, [5, 3],
+        ...                          global_batch_size=2, bucket_tokens=8, dp=1, rank=0)
+        ...     print(stage, sk.loss_scale(engine))
+        2 2.0
+        3 4.0
         """
-        world = getattr(engine, "seq_dp_world_size", None) or self.dp * self.cp
-        return float(world) / float(getattr(engine, "sequence_parallel_size", 1) or 1)
+        world = float(getattr(engine, "seq_dp_world_size", None) or self.dp * self.cp)
+        if self.engine.zero_stage == 3:
+            return world
+        return world / float(getattr(engine, "sequence_parallel_size", 1) or 1)
 
     def check_engine(self, engine: Any) -> None:
         """Checks once that the engine runs what the plans were made for: its ZeRO stage and
@@ -623,6 +644,18 @@ class SkrullDeepSpeed:
 
 
 MicroBatchLike = Mapping[str, Any]
+
+
+def _placed(collate: Callable[[Step, int], Any], device: Any) -> Callable[[Step, int], Any]:
+    """``collate`` with every tensor of its result moved to ``device`` (none for the CPU)."""
+    import torch
+    if torch.device(device).type == "cpu":
+        return collate
+
+    def moved(step: Step, m: int) -> Any:
+        return {k: v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else v
+                for k, v in collate(step, m).items()}
+    return moved
 
 
 def _hf_forward(engine: Any, micro_batch: MicroBatchLike) -> Any:
