@@ -92,6 +92,13 @@ def test_auto_gives_equal_counts_under_zero2_and_unequal_under_zero1_unmanaged()
     assert any(a != b for a, b in counts), counts
 
 
+def test_zero3_without_reduce_scatter_is_refused_with_cp_ranks():
+    config = {"zero_optimization": {"stage": 3, "reduce_scatter": False}}
+    with pytest.raises(ValueError, match="keep reduce_scatter on"):
+        SkrullDeepSpeed(config, LENGTHS, 12, 128, cp=2, dp=1, rank=0)
+    assert _run(config, micro_batches=3).cp == 1  # without CP one divisor covers every bucket
+
+
 def test_a_fixed_count_too_small_names_the_count_that_fits():
     run = _run(micro_batches=1)
     with pytest.raises(ValueError, match=r"needs \d+ micro-batches .* at least \d+"):
@@ -209,10 +216,12 @@ def test_backward_under_unmanaged_accumulation_steps_once():
     assert calls == [("backward", 1.0, False)] * len(step) + [("step",)]
 
 
-def test_loss_scale_excludes_sequence_parallel_ranks():
+def test_loss_scale_is_what_deepspeed_divides_by():
     run = _run(micro_batches=3)
-    assert run.loss_scale(_Engine(sp=2, world=4)) == 2.0
+    assert run.loss_scale(_Engine(sp=2, world=4)) == 2.0   # ZeRO-2: DP ranks only
     assert run.loss_scale(_Engine(sp=1, world=4)) == 4.0
+    zero3 = _run({"zero_optimization": {"stage": 3}}, micro_batches=3)
+    assert zero3.loss_scale(_Engine(stage=3, sp=2, world=4)) == 4.0   # ZeRO-3: every rank
 
 
 @pytest.mark.parametrize("engine, message", [

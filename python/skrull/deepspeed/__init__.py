@@ -19,9 +19,10 @@ from __future__ import annotations
 from ._groups import SequenceParallelGroups
 from ._loader import MicroBatch, Step, collate_hf, epoch_order, label_count
 from ._run import BATCH_KEYS, SkrullDeepSpeed
-from ._settings import (MICRO_BATCH_MODES, OWNED_SETTINGS, Engine, check_scheduler_settings,
-                        scheduling_settings)
+from ._settings import (MICRO_BATCH_MODES, OWNED_SETTINGS, Engine, check_cp_support,
+                        check_scheduler_settings, scheduling_settings)
 
 __all__ = ["BATCH_KEYS", "MICRO_BATCH_MODES", "OWNED_SETTINGS", "Engine", "MicroBatch",
-           "SequenceParallelGroups", "SkrullDeepSpeed", "Step", "check_scheduler_settings",
+           "SequenceParallelGroups", "SkrullDeepSpeed", "Step", "check_cp_support",
+           "check_scheduler_settings",
            "collate_hf", "epoch_order", "label_count", "scheduling_settings"]

@@ -13,7 +13,7 @@ from .._plan import Plan, refuse_chunked
 from .._scheduler import Scheduler
 from ._groups import SequenceParallelGroups
 from ._loader import Step, collate_hf, epoch_order, label_count
-from ._settings import Engine, check_scheduler_settings, scheduling_settings
+from ._settings import Engine, check_cp_support, check_scheduler_settings, scheduling_settings
 
 #: DeepSpeed config keys ``SkrullDeepSpeed.config`` fills (``"auto"`` or absent in yours).
 BATCH_KEYS = ("train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
@@ -139,12 +139,7 @@ class SkrullDeepSpeed:
                  rank: Optional[int] = None) -> None:
         settings = dict(scheduler or {})
         check_scheduler_settings(settings)
-        zero = ds_config.get("zero_optimization") or {}
-        if cp > 1 and isinstance(zero, Mapping) and zero.get("stage") == 3 \
-                and zero.get("reduce_scatter", True) is False:
-            raise ValueError("ZeRO-3 with \"reduce_scatter\": false and cp > 1: DeepSpeed then "
-                             "averages some gradient buckets over DP ranks and others over all "
-                             "ranks; keep reduce_scatter on (the default)")
+        check_cp_support(ds_config, cp)
         if cp > 1:
             settings.setdefault("shard_padding", "zigzag")
         self.engine = Engine.from_config(ds_config)

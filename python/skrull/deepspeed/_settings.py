@@ -191,3 +191,37 @@ def check_scheduler_settings(settings: Mapping[str, Any]) -> None:
                 f"scheduler={{{key!r}: {settings[key]!r}}}: skrull.deepspeed sets {key} itself "
                 "from the engine's ZeRO stage and its own arguments (dp and cp from the world "
                 "size and cp=, bucket_tokens=, micro_batches=)")
+
+
+def check_cp_support(config: Mapping[str, Any], cp: int) -> None:
+    """Refuses a DeepSpeed config whose gradient averaging is not one number with CP ranks
+    declared: ZeRO-3 with ``"reduce_scatter": false`` averages a gradient bucket that fits
+    its contiguous buffer over DP ranks and the others over all ranks.
+
+    Parameters
+    ----------
+    config : mapping
+        The DeepSpeed config.
+    cp : int
+        CP ranks per DP rank.
+
+    Raises
+    ------
+    ValueError
+        ZeRO-3, ``reduce_scatter`` off and ``cp > 1``.
+
+    Example
+    -------
+    >>> from skrull.deepspeed import check_cp_support
+    >>> check_cp_support({"zero_optimization": {"stage": 3}}, cp=2)
+    >>> check_cp_support({"zero_optimization": {"stage": 3, "reduce_scatter": False}}, cp=2)
+    Traceback (most recent call last):
+    ...
+    ValueError: ZeRO-3 with "reduce_scatter": false and cp > 1: ...
+    """
+    zero = config.get("zero_optimization") or {}
+    if cp > 1 and isinstance(zero, Mapping) and zero.get("stage") == 3 \
+            and zero.get("reduce_scatter", True) is False:
+        raise ValueError("ZeRO-3 with \"reduce_scatter\": false and cp > 1: DeepSpeed then "
+                         "averages some gradient buckets over DP ranks and others over all "
+                         "ranks; keep reduce_scatter on (the default)")
