@@ -156,6 +156,7 @@ def train_plain(opts: argparse.Namespace, data: list[dict],
 
 
 def main(argv: list[str] | None = None) -> None:
+    """Every rank (under torchrun); a process group already set up is used and kept."""
     os.environ.setdefault("DS_ACCELERATOR", "cpu" if not torch.cuda.is_available() else "cuda")
     opts = parse_args(argv)
     if opts.lr is None:
@@ -163,7 +164,9 @@ def main(argv: list[str] | None = None) -> None:
     import deepspeed
     import torch.distributed as dist
     torch.set_num_threads(1)
-    deepspeed.init_distributed("gloo" if os.environ["DS_ACCELERATOR"] == "cpu" else "nccl")
+    ours = not dist.is_initialized()
+    if ours:
+        deepspeed.init_distributed("gloo" if os.environ["DS_ACCELERATOR"] == "cpu" else "nccl")
     world, rank = dist.get_world_size(), dist.get_rank()
     opts.dp = opts.dp or world // opts.cp
     if opts.dp * opts.cp != world:
@@ -183,7 +186,8 @@ def main(argv: list[str] | None = None) -> None:
         print(f"done in {time.perf_counter() - t0:.1f} s", flush=True)
         print(f"max relative weight difference vs plain deepspeed: {worst:.3e}", flush=True)
     dist.barrier()
-    dist.destroy_process_group()
+    if ours:
+        dist.destroy_process_group()
     sys.stdout.flush()
 
 

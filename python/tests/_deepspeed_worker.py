@@ -236,7 +236,47 @@ def job_refused(spec: dict[str, Any], out_dir: str) -> dict[str, Any]:
     return {"messages": messages}
 
 
-JOBS = {"raw": job_raw, "plain": job_plain, "trainer": job_trainer, "refused": job_refused}
+EXAMPLE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                       "examples", "deepspeed_sft.py")
+
+
+def job_example(spec: dict[str, Any], out_dir: str) -> dict[str, Any]:
+    """``examples/deepspeed_sft.py``'s ``main(argv)`` on this process group, as torchrun
+    would run it (it keeps a group it did not make): what rank 0 printed."""
+    import contextlib
+    import importlib.util
+    import io
+    lengths = os.path.join(out_dir, "lengths.txt")
+    with open(lengths, "w") as f:
+        f.write("\n".join(str(n) for n in spec["lengths"]))
+    loader = importlib.util.spec_from_file_location("deepspeed_sft", EXAMPLE)
+    assert loader is not None and loader.loader is not None
+    example = importlib.util.module_from_spec(loader)
+    loader.loader.exec_module(example)
+    _reset_groups()
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        example.main(spec["argv"] + ["--lengths", lengths])
+    return {"stdout": out.getvalue()}
+
+
+def job_bench(spec: dict[str, Any], out_dir: str) -> dict[str, Any]:
+    """One rank of ``python -m skrull.bench --engine deepspeed`` (``skrull.bench._ds_worker``)
+    on this process group, with the spec the bench builds; its ``result.json``. Run it last:
+    the bench's rank sends its stdout to a log file."""
+    import json
+    import torch.distributed as dist
+    from skrull.bench._ds_worker import rank_main
+    _reset_groups()
+    rank_main(dist.get_rank(), dist.get_world_size(), int(os.environ["MASTER_PORT"]), spec,
+              out_dir)
+    dist.barrier()
+    with open(os.path.join(out_dir, "result.json")) as f:
+        return {"result": json.load(f)}
+
+
+JOBS = {"raw": job_raw, "plain": job_plain, "trainer": job_trainer, "refused": job_refused,
+        "example": job_example, "bench": job_bench}
 
 
 def spawned(rank: int, world: int, port: int, out_dir: str, jobs: list) -> None:
@@ -266,7 +306,8 @@ def spawned(rank: int, world: int, port: int, out_dir: str, jobs: list) -> None:
 #: What the launcher imports once before forking the ranks. DeepSpeed imports torch's
 #: compiler on its first engine (``muon_optimizer``): about 7 s per process otherwise.
 PRELOAD = ["torch", "transformers", "deepspeed", "deepspeed.runtime.zero.muon.muon_optimizer",
-           "transformers.models.llama.modeling_llama", "skrull.hf", "skrull.deepspeed"]
+           "transformers.models.llama.modeling_llama", "transformers.trainer", "skrull.hf",
+           "skrull.deepspeed", "skrull.bench._ds_worker"]
 
 
 def _fork_ranks(world: int, port: int, out_dir: str, jobs: list) -> None:

@@ -3,8 +3,10 @@ raw engine loop through ``skrull.deepspeed`` and ``SkrullTrainer(deepspeed=...)`
 DP 1 x CP 2 against plain DeepSpeed on the same global batches (every sequence on its own
 micro-batch) and against the float64 per-sequence reference; ZeRO-1 with unmanaged
 accumulation running unequal micro-batch counts; ZeRO-2 refusing them on every rank; a run
-resumed from a checkpoint mid-epoch yielding the same remaining batches. One launch runs
-every job.
+resumed from a checkpoint mid-epoch yielding the same remaining batches; ZeRO-3 at DP 1 x
+CP 2; ``examples/deepspeed_sft.py``'s ``main`` (the example torchrun runs) and one run of
+``python -m skrull.bench --engine deepspeed``'s rank on the same process group. One launch
+runs every job.
 
 ZeRO keeps float32 master weights and gradients (for a float64 model too), so weights agree
 with the float64 reference and with plain DeepSpeed to float32 rounding (measured about 1e-7
@@ -20,6 +22,8 @@ import pytest
 pytest.importorskip("transformers")
 if importlib.util.find_spec("deepspeed") is None:  # not imported here: the ranks import it
     pytest.skip("DeepSpeed is not installed", allow_module_level=True)
+
+import re  # noqa: E402
 
 import _deepspeed_worker as dsw  # noqa: E402
 import _hf_worker as hf  # noqa: E402
@@ -40,11 +44,40 @@ JOBS = [
 ]
 
 
+EXAMPLE_ARGV = ["--cp", "2", "--zero", "2", "--policy", "skrull", "--steps", "2",
+                "--global-batch", "5", "--bucket", "64"]
+EXAMPLE_LENGTHS = [5, 120, 33, 64, 1, 90, 17, 128, 8, 47]
+BENCH_ARGV = ["--device", "cpu", "--engine", "deepspeed", "--zero", "2", "--dp", "1", "--cp",
+              "2", "--dataset", "chatqa2", "--max-len", "256", "--batch", "4", "--warmup", "2",
+              "--steps", "1", "--policies", "balanced"]
+
+
+def _bench_spec() -> tuple:
+    """What ``python -m skrull.bench`` hands one rank for ``BENCH_ARGV``."""
+    from skrull.bench import _grad_accum
+    from skrull.bench._options import lengths_and_bucket, parse
+    from skrull.profile import find_cli
+    opts, cli = parse(BENCH_ARGV), find_cli(None)
+    lengths, bucket = lengths_and_bucket(opts, cli)
+    spec = {"policy": "balanced", "dp": 1, "cp": 2, "bucket": bucket, "batch": opts.batch,
+            "warmup": opts.warmup, "steps": opts.steps, "lengths": lengths,
+            "longest": max(lengths), "grad_accum": _grad_accum(opts, "balanced", lengths, bucket,
+                                                                None),
+            "model_config": opts.model_config, "dtype": opts.dtype, "device": "cpu",
+            "calibrate": opts.calibrate, "cost_model": None, "seed": opts.seed,
+            "zero": opts.zero}
+    return opts, cli, spec
+
+
 @pytest.fixture(scope="module")
 def ran(tmp_path_factory):
     out = tmp_path_factory.mktemp("deepspeed")
-    result = dsw.launch(2, JOBS, str(out))
+    opts, cli, bench_spec = _bench_spec()
+    jobs = JOBS + [("example", "example", {"argv": EXAMPLE_ARGV, "lengths": EXAMPLE_LENGTHS}),
+                   ("bench", "bench", bench_spec)]  # last: the bench's rank keeps no stdout
+    result = dsw.launch(2, jobs, str(out))
     print(f"\nseconds per job: {result['seconds']}")
+    result["bench_context"] = (opts, cli, bench_spec)
     return result, dsw.sgd_reference(dsw.batches())
 
 
@@ -136,3 +169,32 @@ def test_zero3_with_cp_ranks_declared_scales_the_loss_by_every_rank(ran):
     print(f"\nraw loop, DP 1 x CP 2, ZeRO-3, float32: first loss {first:.1e}, weights vs "
           f"float64 reference {weights:.1e}")
     assert first < 1e-6 and weights < dsw.WEIGHTS_TOLERANCE
+
+
+def test_the_example_trains_as_plain_deepspeed_does(ran):
+    result, _ = ran
+    out = result["example"]["stdout"]
+    assert "DP 1 x CP 2, ZeRO-2" in out, out
+    steps = re.findall(r"step (\d): loss ([\d.]+), \d+ micro-batches \(\[(\d+)\] per DP rank\), "
+                       r"sharded (\d+) of 5", out)
+    assert [s[0] for s in steps] == ["1", "2"], out
+    assert sum(int(s[3]) for s in steps) > 0  # some sequence ran sharded over the CP ranks
+    final = re.search(r"max relative weight difference vs plain deepspeed: (\S+)", out)
+    assert final and float(final.group(1)) < dsw.WEIGHTS_TOLERANCE, out
+
+
+def test_the_bench_times_steps_on_deepspeed_and_predicts_them_every_gpu(ran):
+    from skrull.bench import _summarise
+    from skrull.bench._engine import every_gpu_time_s
+    from skrull.bench._predict import evaluate
+    result, _ = ran
+    opts, cli, spec = result["bench_context"]
+    got = result["bench"]["result"]
+    steps = spec["warmup"] + spec["steps"]
+    assert len(got["records"]) == steps and len(got["all_step_s"]) == steps - 1
+    assert got["micro_batches"] == spec["grad_accum"] and got["peak_memory_bytes"] > 0
+    row = _summarise(opts, "balanced", got, cli)
+    assert row["measured_step_s"] > 0 and row["predicted_step_s"] > 0
+    timed = got["records"][spec["warmup"]]
+    report = evaluate(cli, timed["plan"], got["cost_model"])
+    assert row["predicted_step_s"] == every_gpu_time_s(report)  # ZeRO-2: every GPU waits

@@ -1,22 +1,16 @@
-"""``python -m skrull.bench --engine deepspeed``: one tiny run through DeepSpeed's own engine
-(ZeRO-2, the JSON's shape, not its speeds), the ZeRO-2/3 composition of predicted times
-(every micro-batch waits for every GPU), and the engine options refused where they make no
-sense."""
+"""``python -m skrull.bench --engine deepspeed``: the ZeRO-2/3 composition of predicted times
+(every micro-batch waits for every GPU), the engine's worker, and the engine options refused
+where they make no sense. test_deepspeed.py runs the DeepSpeed worker on two processes."""
 
 from __future__ import annotations
-
-import json
-import os
 
 import pytest
 
 pytest.importorskip("transformers")
 
-from skrull.bench import BenchError, main  # noqa: E402
-from skrull.bench._engine import every_gpu_time_s, predicted_time_s  # noqa: E402
+from skrull.bench import BenchError  # noqa: E402
+from skrull.bench._engine import every_gpu_time_s, predicted_time_s, worker  # noqa: E402
 from skrull.bench._options import parse  # noqa: E402
-
-CORES = len(os.sched_getaffinity(0))
 
 
 def _report() -> dict:
@@ -56,16 +50,9 @@ def test_the_deepspeed_engine_defaults_to_zero2():
     assert parse(["--device", "cpu", "--engine", "deepspeed"]).zero == 2
 
 
-@pytest.mark.skipif(CORES < 2 or not _has_deepspeed(), reason="two cores and DeepSpeed")
-def test_tiny_run_through_deepspeed_prints_the_documented_json(tmp_path, capsys):
-    out = tmp_path / "bench.json"
-    main(["--engine", "deepspeed", "--zero", "2", "--dp", "1", "--cp", "2", "--dataset",
-          "chatqa2", "--max-len", "256", "--batch", "4", "--warmup", "2", "--steps", "1",
-          "--policies", "balanced", "--format", "json", "--quiet", "--out", str(out)])
-    printed = json.loads(capsys.readouterr().out)
-    assert printed == json.loads(out.read_text())
-    assert printed["config"]["engine"] == "deepspeed" and printed["config"]["zero"] == 2
-    (row,) = printed["policies"]
-    assert row["policy"] == "balanced" and row["measured_step_s"] > 0
-    assert row["predicted_step_s"] > 0 and row["micro_batches"] >= 1
-    assert row["peak_memory_bytes"] > 0
+def test_each_engine_has_its_worker():
+    from skrull.bench import _ds_worker, _worker
+    opts = parse(["--device", "cpu"])
+    assert worker(opts) is _worker.rank_main
+    opts.engine = "deepspeed"
+    assert worker(opts) is _ds_worker.rank_main
