@@ -35,6 +35,11 @@ micro-batch, then the slowest DP rank), ``tokens_per_s``, ``speedup_vs_deepspeed
 BENCHMARKS.md ("Measured steps") for what it measured and where prediction and measurement
 part.
 
+``--engine deepspeed --zero N`` runs the same policies through DeepSpeed's own engine at ZeRO
+stage ``N`` (the raw loop of ``skrull.deepspeed``, the paper's engine) instead of the Trainer,
+and predicts each step under that engine's synchronisation: under ZeRO-2/3 every
+micro-batch waits for every GPU of the job.
+
 Example
 -------
 Runs processes, so it is not a doctest; ``python/tests/test_bench.py`` runs it.
@@ -56,8 +61,9 @@ from typing import Any, Sequence
 
 from ._delay import delayed_steps, label, mean_p95, whole_epochs
 from ._options import BenchError, check_fits, lengths_and_bucket, parse
-from ._predict import evaluate, gpu_pairs, measured_compute_s, overhead_s
 from ._delay import delayed_steps, label, mean_p95, whole_epochs
+from ._engine import sync_of, worker
+from ._predict import evaluate, gpu_pairs, measured_compute_s, overhead_s
 from ._report import chart, table, to_json
 
 __all__ = ["BenchError", "main", "run"]
@@ -125,7 +131,7 @@ def _run_policy(opts: Any, policy: str, lengths: list[int], bucket: int, grad_ac
                 calibrate: str = "none", delay: int = 0) -> dict[str, Any]:
     import torch.multiprocessing as mp
 
-    from ._worker import rank_main
+    rank_main = worker(opts)
     out = os.path.join(folder, policy + (f"-delay{delay}" if delay else ""))
     os.makedirs(out, exist_ok=True)
     spec = {"policy": policy, "outlier_delay": delay, "dp": opts.dp, "cp": opts.cp,
@@ -133,7 +139,8 @@ def _run_policy(opts: Any, policy: str, lengths: list[int], bucket: int, grad_ac
             "batch": opts.batch, "warmup": opts.warmup, "steps": opts.steps,
             "lengths": lengths, "longest": max(lengths), "grad_accum": grad_accum,
             "model_config": opts.model_config, "dtype": opts.dtype, "device": opts.device,
-            "calibrate": calibrate, "cost_model": cost_model_path, "seed": opts.seed}
+            "calibrate": calibrate, "cost_model": cost_model_path, "seed": opts.seed,
+            "zero": opts.zero}
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -161,7 +168,8 @@ def _summarise(opts: Any, policy: str, got: dict[str, Any], cli: str) -> dict[st
     # What the cost model does not see (optimizer, data, the loop), measured on this run's
     # warm-up steps, is reported; the prediction carries the model's own per-step term.
     overheads = [overhead_s(walls[k - 1], records[k]["times"]) for k in range(1, w)]
-    reports = [evaluate(cli, r["plan"], got["cost_model"]) for r in timed]
+    sync = sync_of(opts)
+    reports = [evaluate(cli, r["plan"], got["cost_model"], sync=sync) for r in timed]
     barrier = [evaluate(cli, r["plan"], got["cost_model"], sync="cp-group")["iteration_time_s"]
                for r in timed]
     predicted = [rep["iteration_time_s"] for rep in reports]
@@ -312,8 +320,8 @@ def run(opts: Any) -> dict[str, Any]:
               "lengths": opts.lengths or None,
               "dataset": None if opts.lengths else (opts.dataset or "lmsys"),
               "max_len": opts.max_len, "sequences": len(lengths), "seed": opts.seed,
-              "sync": "sharded", "max_spread": opts.max_spread,
-              "outlier_delay": opts.outlier_delay}
+              "sync": sync_of(opts), "max_spread": opts.max_spread,
+              "outlier_delay": opts.outlier_delay, "engine": opts.engine, "zero": opts.zero}
     return {"config": config, "calibration": calibration, "policies": rows,
             "ranked_alike": alike, "pairs_compared": pairs,
             "ranking_measured": by_measured, "ranking_predicted": by_predicted}

@@ -10,6 +10,8 @@ from typing import Any, Sequence
 
 #: Policies the bench runs by default (``--policies``).
 DEFAULT_POLICIES = ("balanced", "skrull", "packed", "deepspeed")
+#: ``--engine`` values: ``SkrullTrainer`` (DDP) or DeepSpeed's own engine.
+ENGINES = ("trainer", "deepspeed")
 #: Datasets of ``--dataset`` (drawn by ``skrull lengths``, the simulator's samplers).
 DATASETS = ("lmsys", "chatqa2", "wikipedia")
 #: Built-in model shapes of ``--model`` (transformers config fields).
@@ -87,6 +89,7 @@ def parser() -> argparse.ArgumentParser:
                    help="keep every policy's plans, measured micro-batch times, cost model "
                         "and rank logs here (default: a temporary folder, removed)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_engine_options(p)
     return p
 
 
@@ -142,8 +145,34 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
                              f"cores (one process each, one thread); this machine has {cores}")
     if opts.dtype is None:
         opts.dtype = "bfloat16" if opts.device == "cuda" else "float32"
+    check_engine_options(opts)
     opts.model_config = model_config(opts.model)
     return opts
+
+
+def add_engine_options(p: argparse.ArgumentParser) -> None:
+    """``--engine`` and ``--zero``."""
+    p.add_argument("--engine", choices=ENGINES, default="trainer",
+                   help="trainer (default): SkrullTrainer, DDP; deepspeed: DeepSpeed's own "
+                        "engine through skrull.deepspeed (the paper's engine)")
+    p.add_argument("--zero", type=int, choices=[0, 1, 2, 3], default=None,
+                   help="ZeRO stage of --engine deepspeed (default 2, the paper's)")
+
+
+def check_engine_options(opts: argparse.Namespace) -> None:
+    """Refuses ``--zero`` without ``--engine deepspeed`` and a DeepSpeed that cannot be
+    imported; fills the default stage."""
+    if opts.engine != "deepspeed":
+        if opts.zero is not None:
+            raise BenchError("--zero: only with --engine deepspeed")
+        return
+    if opts.zero is None:
+        opts.zero = 2
+    import importlib.util
+    if importlib.util.find_spec("deepspeed") is None:
+        raise BenchError("--engine deepspeed: DeepSpeed is not installed (on a machine "
+                         "without a GPU: DS_BUILD_OPS=0 pip install --no-build-isolation "
+                         "deepspeed; docs/deepspeed.md)")
 
 
 def model_config(name: str) -> dict[str, Any]:

@@ -16,7 +16,8 @@ def table(result: dict[str, Any]) -> str:
     c = result["config"]
     lines = [f"DP {c['dp']} x CP {c['cp']} on {c['device']} ({c['dtype']}), model "
              f"{c['model']}, BucketSize {c['bucket']}, {c['batch']} sequences per step, "
-             f"{c['warmup']} warm-up + {c['steps']} timed steps, calibrate {c['calibrate']}",
+             f"{c['warmup']} warm-up + {c['steps']} timed steps, calibrate {c['calibrate']}"
+             + (f", DeepSpeed ZeRO-{c['zero']}" if c.get("engine") == "deepspeed" else ""),
              "",
              "| policy | measured s/step (spread) | predicted s/step | predicted / measured | "
              "micro-batches measured s | predicted | GPU pred/meas local, sharded | tokens/s | vs deepspeed | "
