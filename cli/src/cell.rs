@@ -69,7 +69,7 @@ pub struct Options {
     /// Whether the Gantt chart gets a `sorted` panel (its batch 0 holds other sequences).
     pub draw_sorted: bool,
     /// Whether to also run `balanced` without and with sub-groups on every cell
-    /// (`--subgroups compare`, [`compare_subgroups`]).
+    /// (`--subgroups compare`, [`compare_subgroups`](crate::simulate::compare_subgroups)).
     pub compare_subgroups: bool,
     /// Whether to also run `balanced` without and with chunking, `chunkflow` and `skrull` on
     /// every cell (`--chunking compare`,

@@ -138,7 +138,7 @@ fn run_policy(
 
 /// Runs, on the batches `run_cell` samples for the cell: `balanced` without chunking,
 /// `balanced` with chunking, `chunkflow` and `skrull` (the rest of `opts.template` as given;
-/// the chunking is `--chunk-size`'s, else the cell's [`default_chunk_size`] for its clip
+/// the chunking is `--chunk-size`'s, else the cell's [`Config::default_chunk_size`] for its clip
 /// length).
 ///
 /// # Errors

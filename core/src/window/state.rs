@@ -250,7 +250,7 @@ impl WindowState {
         Ok(())
     }
 
-    /// Takes the next step: decides which outliers run now ([`decide`]) and returns the
+    /// Takes the next step: decides which outliers run now (`decide`) and returns the
     /// step's samples (valid until the next call on `words`).
     ///
     /// # Errors
