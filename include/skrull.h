@@ -154,6 +154,11 @@ typedef struct skrull_setup skrull_setup;
 #define SKRULL_COST_MODEL_SIZE_V1 264
 
 /**
+ * `sizeof(skrull_cost_model)` of version 2 (`sharded_sequence_s`).
+ */
+#define SKRULL_COST_MODEL_SIZE_V2 272
+
+/**
  * `skrull_layout.micro_batch_global` of an empty lockstep micro-batch.
  */
 #define SKRULL_NO_MICRO_BATCH UINT32_MAX
@@ -480,7 +485,7 @@ typedef struct skrull_model_shape {
 /**
  * Every coefficient of the time model (`docs/cost_model.md`), `struct_size` first: fill it
  * with `skrull_cost_model_preset()`, change fields, and point `skrull_config.cost_model` at
- * it. Version 1 is 264 bytes. Values are checked when a call reads them
+ * it. Version 1 is 264 bytes, version 2 (`sharded_sequence_s` appended) 272. Values are checked when a call reads them
  * (`SKRULL_STATUS_INVALID_COST_MODEL`, with the field's position in the error details).
  */
 typedef struct skrull_cost_model {
@@ -577,6 +582,12 @@ typedef struct skrull_cost_model {
      * Fixed cost per iteration, seconds (>= 0).
      */
     double iteration_fixed_s;
+    /**
+     * Fixed cost per sharded sequence per micro-batch on every GPU of its group (the whole CP
+     * group or a sub-group), outside the overlap window, seconds (>= 0; version 2, 0 when a
+     * version-1 caller omits it).
+     */
+    double sharded_sequence_s;
 } skrull_cost_model;
 
 /**

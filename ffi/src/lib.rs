@@ -68,9 +68,9 @@ pub use config::{
     skrull_model_shape,
 };
 pub use cost::{
-    SKRULL_ATTENTION_POINTS, SKRULL_COST_MODEL_SIZE_V1, SKRULL_GPU_H100, SKRULL_GPU_H200,
-    SKRULL_OVERLAP_ALL_ATTENTION, SKRULL_OVERLAP_LOCAL_ATTENTION, skrull_cost_model,
-    skrull_cost_model_preset,
+    SKRULL_ATTENTION_POINTS, SKRULL_COST_MODEL_SIZE_V1, SKRULL_COST_MODEL_SIZE_V2, SKRULL_GPU_H100,
+    SKRULL_GPU_H200, SKRULL_OVERLAP_ALL_ATTENTION, SKRULL_OVERLAP_LOCAL_ATTENTION,
+    skrull_cost_model, skrull_cost_model_preset,
 };
 pub use dacp::{skrull_dacp_place, skrull_dacp_summary};
 pub use error::skrull_error_info;

@@ -220,8 +220,9 @@ fn refit_statuses_and_details() {
     let s = unsafe { skrull_refit_solve(state, bytes, &mut m, ms, &mut rep, rs, &mut info) };
     assert_eq!((s, rep.kept_prior, rep.rows), (skrull_status::Ok, 1, 0));
     assert_eq!(m.to_core(), Ok(cfg.cost_model()));
+    let v1 = skrull::SKRULL_COST_MODEL_SIZE_V1 as usize;
     // SAFETY: as above.
-    let s = unsafe { skrull_refit_solve(state, bytes, &mut m, ms - 8, null_mut(), 0, &mut info) };
+    let s = unsafe { skrull_refit_solve(state, bytes, &mut m, v1 - 8, null_mut(), 0, &mut info) };
     assert_eq!(s, skrull_status::BadStructSize);
     // A mismatch names what was given and what the plan needs.
     let l = lengths(0);
