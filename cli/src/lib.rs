@@ -18,3 +18,4 @@ pub mod rebuild;
 pub mod samples;
 pub mod simulate;
 pub mod svg;
+pub mod truth_grid;

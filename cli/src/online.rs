@@ -114,10 +114,12 @@ pub struct StepResult {
     pub preset: f64,
     /// Whether the refit kept the prior after this step.
     pub kept_prior: bool,
+    /// Whether the refit adopted its fit after this step (else it kept the model in use).
+    pub adopted: bool,
     /// The fit's error on the window after this step.
     pub error_fit: f64,
     /// The refitted coefficients after this step (relative to the preset).
-    pub coefficients: [f64; 8],
+    pub coefficients: [f64; skrull_core::model::refit::COEFFICIENTS],
 }
 
 /// One (setup, dataset, truth) cell.
@@ -268,13 +270,32 @@ pub fn run_cell(
         state
             .observe(&mut rows, &lengths, &placements, n_mb, &times)
             .map_err(|e| e.to_string())?;
+        // The step's wall time: the true iteration time with the same noise.
+        let wall = ours * (opts.noise * skrull_kit::sample::standard_normal(&mut noise)).exp();
+        state.observe_step_time(wall).map_err(|e| e.to_string())?;
         let fit = state.solve(&rows).map_err(|e| e.to_string())?;
+        if std::env::var("SKRULL_DBG").is_ok() {
+            let r = &fit.report;
+            eprintln!(
+                "step {step}: {} unl {:.4} held use {:.4} fit {:.4} scale {:.4} limited {:#b} raised {:#b} heldout {} rows {}",
+                r.verdict.name(),
+                r.error_unlimited,
+                r.error_heldout_in_use,
+                r.error_heldout_fit,
+                r.scale,
+                r.limited,
+                r.raised,
+                r.heldout_rows,
+                r.rows
+            );
+        }
         model = fit.model;
         steps.push(StepResult {
             ours,
             oracle,
             preset: preset_t,
             kept_prior: fit.report.kept_prior,
+            adopted: fit.report.adopted,
             error_fit: fit.report.error_fit,
             coefficients: fit.report.coefficients,
         });
@@ -362,7 +383,8 @@ pub const USAGE: &str = "\
 skrull simulate --online [--truth-model FILE | --truth NAME[,NAME...]] [--steps 20]
                 [--setup NAME] [--dataset NAME] [--seed S] [--noise 0.05]
                 [--straggler-every 50] [--svg FILE] [--format text|json]
-                [--window 32] [--forgetting 0.95] [--ridge 1e-3]
+                [--window 32] [--forgetting 0.95] [--ridge 1e-3] [--trust 2]
+                [--holdout 3] [--max-error 0.25]
 
 Starts every cell from the H100 preset and refits the cost model after each step from the
 per-GPU times of its plan, measured under a truth model with log-normal noise (--noise, the
@@ -440,6 +462,9 @@ pub fn run(flags: &Flags) -> Result<String, String> {
     opts.params.forgetting = float("--forgetting", opts.params.forgetting)?;
     opts.params.ridge = float("--ridge", opts.params.ridge)?;
     opts.params.window_steps = flags.u64("--window", u64::from(opts.params.window_steps))? as u32;
+    opts.params.trust = float("--trust", opts.params.trust)?;
+    opts.params.max_error = float("--max-error", opts.params.max_error)?;
+    opts.params.holdout = flags.u64("--holdout", u64::from(opts.params.holdout))? as u32;
     opts.params.validate().map_err(|e| e.to_string())?;
     if let Some(v) = flags.get("--noise") {
         opts.noise = v
@@ -454,18 +479,29 @@ pub fn run(flags: &Flags) -> Result<String, String> {
         f => return Err(format!("--format: unknown format '{f}' (text, json)")),
     };
     let file = flags.get("--truth-model").map(str::to_string);
+    // `--truth grid` names every truth of the grid (`truth_grid`), and prints its summary.
+    let grid = flags
+        .get("--truth")
+        .is_some_and(|l| l.split(',').any(|n| n.trim() == "grid"));
     let names: Vec<Truth> = match flags.get("--truth") {
         None => TRUTHS.to_vec(),
-        Some(list) => list
-            .split(',')
-            .map(|n| {
-                TRUTHS
+        Some(list) => {
+            let mut v = Vec::new();
+            for n in list.split(',').map(str::trim) {
+                if n == "grid" {
+                    v.extend(crate::truth_grid::GRID);
+                    continue;
+                }
+                let t = TRUTHS
                     .iter()
+                    .chain(crate::truth_grid::GRID.iter())
                     .copied()
-                    .find(|t| t.name == n.trim())
-                    .ok_or_else(|| format!("--truth: unknown truth '{n}'"))
-            })
-            .collect::<Result<_, _>>()?,
+                    .find(|t| t.name == n)
+                    .ok_or_else(|| format!("--truth: unknown truth '{n}'"))?;
+                v.push(t);
+            }
+            v
+        }
     };
     let svg = flags.get("--svg").map(str::to_string);
     let cells = cells(flags)?;
@@ -491,7 +527,11 @@ pub fn run(flags: &Flags) -> Result<String, String> {
             out_cells.push(run_cell(setup, *dataset, name, truth, &opts, draw)?);
         }
     }
-    if let Some(path) = &svg {
+    if let (Some(path), true) = (&svg, grid) {
+        // The grid's chart: the worst cell's trajectory beside its preset and oracle.
+        let text = crate::truth_grid::worst_svg(&out_cells);
+        std::fs::write(path, text).map_err(|e| format!("{path}: {e}"))?;
+    } else if let Some(path) = &svg {
         std::fs::write(path, convergence_svg(&out_cells)).map_err(|e| format!("{path}: {e}"))?;
         if let Some(c) = out_cells.first().filter(|c| !c.panels.is_empty()) {
             let title = format!(
@@ -506,6 +546,8 @@ pub fn run(flags: &Flags) -> Result<String, String> {
     }
     Ok(if json {
         to_json(&out_cells)
+    } else if grid {
+        crate::truth_grid::summary(&out_cells)
     } else {
         to_text(&out_cells, &opts)
     })
@@ -520,8 +562,14 @@ fn to_json(cells: &[OnlineCell]) -> String {
                 .iter()
                 .map(|s| format!("{:.6}", s.ours / s.oracle))
                 .collect();
+            let (worst_step, worst) = c.worst_vs_preset();
+            let vs_preset: Vec<String> = c
+                .steps
+                .iter()
+                .map(|s| format!("{:.6}", s.ours / s.preset))
+                .collect();
             format!(
-                "{{\"setup\": \"{}\", \"dataset\": \"{}\", \"truth\": \"{}\", \"steps_to_2pct\": {}, \"steps_to_2pct_strict\": {}, \"final_ratio\": {:.6}, \"preset_ratio\": {:.6}, \"ratios\": [{}]}}",
+                "{{\"setup\": \"{}\", \"dataset\": \"{}\", \"truth\": \"{}\", \"steps_to_2pct\": {}, \"steps_to_2pct_strict\": {}, \"final_ratio\": {:.6}, \"preset_ratio\": {:.6}, \"worst_vs_preset\": {worst:.6}, \"worst_step\": {worst_step}, \"refused\": {}, \"ratios\": [{}], \"vs_preset\": [{}]}}",
                 c.setup.name,
                 c.dataset,
                 c.truth.replace('\\', "\\\\").replace('"', "\\\""),
@@ -529,7 +577,9 @@ fn to_json(cells: &[OnlineCell]) -> String {
                 c.steps_to_2pct_strict().map_or("null".into(), |k| k.to_string()),
                 c.final_ratio(),
                 c.preset_ratio(),
-                ratios.join(", ")
+                c.refused(),
+                ratios.join(", "),
+                vs_preset.join(", ")
             )
         })
         .collect();
@@ -565,7 +615,7 @@ fn to_text(cells: &[OnlineCell], opts: &OnlineOptions) -> String {
     for c in cells {
         let _ = writeln!(
             s,
-            "\n## {} {} truth {}\n\n| step | refitted (ms) | oracle (ms) | preset (ms) | ratio | fit error | coefficients after the step: fixed, GEMM, attention, intra latency, intra s/B, inter latency, inter s/B, overlap |\n|---:|---:|---:|---:|---:|---:|---|",
+            "\n## {} {} truth {}\n\n| step | refitted (ms) | oracle (ms) | preset (ms) | ratio | fit error | coefficients after the step: fixed, GEMM, attention, intra latency, intra s/B, inter latency, inter s/B, overlap, per sharded sequence |\n|---:|---:|---:|---:|---:|---:|---|",
             c.setup.label(),
             c.dataset,
             c.truth

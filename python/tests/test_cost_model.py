@@ -44,7 +44,7 @@ def test_presets_are_the_librarys(gpu, model):
     m = skrull.CostModel(gpu, model=model)
     shape = skrull.Scheduler(model=model)._c_config.model
     status, raw = _ffi.preset_cost_model(skrull.GPUS[gpu], shape)
-    assert status == 0 and raw.struct_size == ctypes.sizeof(raw) == _ffi.COST_MODEL_SIZE_V1
+    assert status == 0 and raw.struct_size == ctypes.sizeof(raw) == _ffi.COST_MODEL_SIZE_V2
     assert bytes(m._c) == bytes(raw)
     assert m.gpu == gpu and m.overlap == "local-attention" and m.gpus_per_node == 8
     assert len(m.attention_fwd_flops) == 6 and isinstance(m.attention_seqlen, tuple)
