@@ -8,6 +8,7 @@ pub mod chunking;
 pub mod config_keys;
 pub mod evaluate;
 pub mod fits;
+pub mod fixed_fits;
 pub mod json;
 pub mod layout_out;
 pub mod lengths_cmd;
