@@ -28,7 +28,7 @@ pub struct LineFit {
 fn line(points: &[(f64, f64)]) -> Option<LineFit> {
     let x_max = points.iter().map(|p| p.0).fold(0.0, f64::max);
     let distinct = points.iter().any(|p| p.0 != points[0].0);
-    if points.len() < 2 || !distinct || !(x_max > 0.0) {
+    if points.len() < 2 || !distinct || x_max.is_nan() || x_max <= 0.0 {
         return None;
     }
     let rows = points
