@@ -43,12 +43,13 @@ the format --cost-model FILE accepts. `python -m skrull.profile` measures and wr
                                  per mode): fits BYTES = a + b x TOKENS, written to the file's
                                  \"_memory\" object with, given --memory-limit (bytes, or 80G),
                                  the BucketSize: the most tokens whose fitted memory fits
-  sharded,COUNT,SECONDS[,TOKENS] one layer's attention of a micro-batch of COUNT sequences
-                                 (of TOKENS tokens) all sharded over the profiler's ring of
-                                 --group GPUs (at least 2 counts): the slope, less the shards'
+  sharded,COUNT,SECONDS[,TOKENS[,GROUP]]
+                                 one layer's attention of a micro-batch of COUNT sequences (of
+                                 TOKENS tokens) all sharded over a ring of GROUP GPUs (default
+                                 --group; at least 2 counts): the slope, less the shards'
                                  attention, times the layers is sharded_sequence_s
-  step,PARAMETERS,SECONDS        one optimizer step over PARAMETERS parameters (at least 2
-                                 counts): the line at the model's parameters is
+  step,PARAMETERS,SECONDS        one optimizer step over PARAMETERS parameters: the line at
+                                 the model's parameters (one count: proportional) is
                                  iteration_fixed_s
 
 Coefficients without samples keep the base model (--cost-model BASE, else the --gpu preset

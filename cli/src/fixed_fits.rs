@@ -62,11 +62,12 @@ pub fn fit_per_sequence(
     ring: u32,
     samples: &[ShardedSample],
 ) -> Result<(f64, LineFit), String> {
-    let tm = TimeModel::for_shape(base, shape, ring.max(2), ShardPadding::None);
     let layers = f64::from(shape.layers.max(1));
     let points: Vec<(f64, f64)> = samples
         .iter()
         .map(|s| {
+            let g = s.group.unwrap_or(ring).max(2);
+            let tm = TimeModel::for_shape(base, shape, g, ShardPadding::None);
             let attention = s.tokens.map_or(0.0, |len| {
                 f64::from(s.count) * tm.attention_shard(len) / layers
             });
@@ -86,13 +87,27 @@ pub fn parameters(shape: &ModelShape) -> f64 {
 }
 
 /// The fixed cost per optimizer step of the whole model: the line of `step` rows (one
-/// optimizer step over a number of parameters) at [`parameters`]; 0 when that is below 0.
+/// optimizer step over a number of parameters) at [`parameters`], 0 when that is below 0;
+/// with one parameter count only, the mean time scaled to the model's parameters.
 ///
 /// # Errors
-/// A message when the rows hold fewer than two distinct parameter counts.
+/// A message when there are no rows.
 pub fn fit_step(shape: &ModelShape, samples: &Samples) -> Result<(f64, LineFit), String> {
-    let fit = line(&samples.step)
-        .ok_or("step fit: needs at least 2 distinct parameter counts (step,PARAMETERS,SECONDS)")?;
+    let rows = &samples.step;
+    let fit = match line(rows) {
+        Some(f) => f,
+        None if !rows.is_empty() => {
+            let n = rows.len() as f64;
+            let per = rows.iter().map(|&(p, t)| t / p).sum::<f64>() / n;
+            LineFit {
+                intercept: 0.0,
+                slope: per,
+                rms_relative_error: 0.0,
+                samples: rows.len(),
+            }
+        }
+        None => return Err("step fit: no step,PARAMETERS,SECONDS rows".into()),
+    };
     Ok((
         (fit.intercept + fit.slope * parameters(shape)).max(0.0),
         fit,
@@ -125,6 +140,7 @@ mod tests {
                 count,
                 seconds: 0.005 + f64::from(count) * (0.003 + tm.attention_shard(256) / layers),
                 tokens: Some(256),
+                group: None,
             })
             .collect();
         let (per_seq, fit) = fit_per_sequence(&base, &shape, 2, &rows).unwrap();
@@ -145,5 +161,11 @@ mod tests {
             "{t}"
         );
         assert!(fit_step(&shape, &Samples::default()).is_err());
+        let one = Samples {
+            step: vec![(1e6, 0.003)],
+            ..Samples::default()
+        };
+        let (t, _) = fit_step(&shape, &one).unwrap();
+        assert!((t - 0.003 * parameters(&shape) / 1e6).abs() < 1e-12);
     }
 }

@@ -82,9 +82,10 @@ pub struct MemorySample {
     pub mode: MemoryMode,
 }
 
-/// `sharded,COUNT,SECONDS[,TOKENS]`: one layer's attention, forward + backward, of a micro-batch
-/// holding `COUNT` sequences of `TOKENS` tokens each, all sharded over the profiler's ring
-/// (the executor's path: its work per sharded sequence is what the row's slope measures).
+/// `sharded,COUNT,SECONDS[,TOKENS[,GROUP]]`: one layer's attention, forward + backward, of a
+/// micro-batch holding `COUNT` sequences of `TOKENS` tokens each, all sharded over a ring of
+/// `GROUP` GPUs (the executor's path: its work per sharded sequence is what the rows' slope
+/// measures).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ShardedSample {
     /// Sharded sequences in the micro-batch.
@@ -93,6 +94,8 @@ pub struct ShardedSample {
     pub seconds: f64,
     /// Tokens per sequence (`None`: not given).
     pub tokens: Option<u32>,
+    /// GPUs in the ring (`None`: the `--group` flag).
+    pub group: Option<u32>,
 }
 
 /// Samples read from a calibration CSV.
@@ -276,17 +279,22 @@ fn parse_row(cells: &[&str], out: &mut Samples) -> Result<(), String> {
             });
         }
         "sharded" => {
-            arity(2, 3, "sharded,COUNT,SECONDS[,TOKENS]")?;
+            arity(2, 4, "sharded,COUNT,SECONDS[,TOKENS[,GROUP]]")?;
             let count = token_count(rest[0], "a sequence count")?;
             let seconds = positive(rest[1])?;
             let tokens = rest
                 .get(2)
                 .map(|c| token_count(c, "a token count"))
                 .transpose()?;
+            let group = rest
+                .get(3)
+                .map(|c| token_count(c, "a group size"))
+                .transpose()?;
             out.sharded.push(ShardedSample {
                 count,
                 seconds,
                 tokens,
+                group,
             });
         }
         "step" => {
@@ -367,19 +375,21 @@ mod tests {
             ]
         );
         assert_eq!(s.collective.len(), 3);
-        let t = parse_samples("sharded,4,0.02,256\nsharded,1,0.01\nstep,1e6,0.005\n").unwrap();
+        let t = parse_samples("sharded,4,0.02,256,2\nsharded,1,0.01\nstep,1e6,0.005\n").unwrap();
         assert_eq!(
             t.sharded,
             vec![
                 ShardedSample {
                     count: 4,
                     seconds: 0.02,
-                    tokens: Some(256)
+                    tokens: Some(256),
+                    group: Some(2)
                 },
                 ShardedSample {
                     count: 1,
                     seconds: 0.01,
-                    tokens: None
+                    tokens: None,
+                    group: None
                 }
             ]
         );
