@@ -150,8 +150,9 @@ class Workload:
         ``parts`` (``"layer"``, ``"head"`` or ``"both"``): AdamW's update and zeroing the
         gradients (kept allocated, as a trainer between steps). Returns the parameter count
         and the step."""
-        chosen: list[Optional[torch.nn.Module]] = {
-            "layer": [self.layer], "head": [self.head], "both": [self.layer, self.head]}[parts]
+        layer: list[Optional[torch.nn.Module]] = [self.layer]
+        head: list[Optional[torch.nn.Module]] = [self.head]
+        chosen = {"layer": layer, "head": head, "both": layer + head}[parts]
         params = [t for m in chosen if m is not None for t in m.parameters()]
         for t in params:
             t.grad = torch.ones_like(t)
