@@ -299,8 +299,8 @@ fn the_per_step_cost_is_measured_from_step_times() {
 }
 
 /// A fixed cost per sharded sequence (5 ms on every GPU of its group) that the prior lacks is
-/// learned within 20 % in a few noisy steps, and the refitted model's plans shard fewer
-/// sequences than the prior's.
+/// learned within 20 % in 10 steps of exact times (with 5 % noise it is traded against the
+/// fixed cost and the ring latency, which move with it on these plans, and ends within 35 %).
 #[test]
 #[cfg_attr(miri, ignore)] // planning and fitting are slow under miri
 fn a_per_sequence_cost_is_learned() {
@@ -311,9 +311,11 @@ fn a_per_sequence_cost_is_learned() {
         ..prior
     };
     let mut run = Run::new(cfg, params());
+    // Planned with the prior each step, so that every step shards as many sequences (a
+    // refitted model shards fewer: the grid of `skrull simulate --online` measures that loop).
     let mut model = prior;
     for seed in 0..10 {
-        run.step(seed, &model, &truth, true);
+        run.step(seed, &prior, &truth, false);
         model = run.solve().model;
     }
     assert!(

@@ -24,6 +24,24 @@ pub const MARGIN: f64 = 0.01;
 /// 1e-16 that rounding alone orders.
 pub const MARGIN_ABS: f64 = 1e-9;
 
+/// The bits of the ring-cost coefficients (latencies, times per byte) that `fit` takes
+/// above `bounded` (the trust region held them back from going up).
+fn costlier_comm(fit: &Coefs, bounded: &Coefs) -> u32 {
+    let mut bits = 0;
+    for k in [
+        Coef::IntraLatency,
+        Coef::IntraBandwidth,
+        Coef::InterLatency,
+        Coef::InterBandwidth,
+    ] {
+        let k = k as usize;
+        if fit[k] > bounded[k] {
+            bits |= 1 << k;
+        }
+    }
+    bits
+}
+
 /// Whether error `a` is better than `b` by the margin.
 fn better(a: f64, b: f64) -> bool {
     a < b * (1.0 - MARGIN) - MARGIN_ABS
@@ -90,8 +108,9 @@ impl RefitState {
     /// The fit within the rules: the best fit, refitted with the coefficients the trust
     /// region holds back at its bounds (a constraint of the fit, not a clip of its
     /// solution: a clipped member of a traded pair would leave its partner wrong), over the
-    /// rows of `fit_on`. Records `error_unlimited` and `limited` in `report`.
-    /// `(scale, unit)`: the window's uniform factor and the ridge's unit.
+    /// rows of `fit_on`; then that fit clipped to the trust region, and the model in use with
+    /// only the held-back coefficients moved. Records `error_unlimited` and `limited` in
+    /// `report`. `(scale, unit)`: the window's uniform factor and the ridge's unit.
     fn constrained_fit(
         &self,
         rows: &[Row],
@@ -100,12 +119,46 @@ impl RefitState {
         (scale, unit): (f64, f64),
         fit_on: Subset,
         report: &mut RefitReport,
-    ) -> Coefs {
-        let (mut fit, e, _) = self.best_fit(rows, anchor, unit, fit_on);
+    ) -> [Coefs; 3] {
+        let [best, own] = self.best_fits(rows, anchor, unit, fit_on);
+        let (mut fit, e, _) = best;
         report.error_unlimited = e;
-        let phi = fit[Coef::Overlap as usize];
         let mut bounded = fit;
         report.limited = self.trust_limit(&mut bounded, in_use, scale);
+        let o = Coef::Overlap as usize;
+        if fit[o] != in_use[o] {
+            let up = costlier_comm(&fit, &bounded);
+            if report.limited & !up == 0 {
+                // A switch of the rule may take its ring costs up beyond the trust region
+                // (the safe way: a costlier ring is planned less, and a ring cost held below
+                // what the window asks, then hidden behind more compute by the new rule, is
+                // how a switch doubled a step), never down.
+                for k in LIN {
+                    if up >> k & 1 == 1 {
+                        bounded[k] = fit[k];
+                    }
+                }
+                report.limited = 0;
+            } else {
+                // A switch of the overlap rule is a move no trust region bounds: not on top
+                // of another coefficient the trust region still holds back. The best fit
+                // under the rule in use goes on instead.
+                fit = own.0;
+                bounded = fit;
+                report.limited = self.trust_limit(&mut bounded, in_use, scale);
+            }
+        }
+        let phi = fit[o];
+        // The model in use (times the window's uniform factor) with only the held-back
+        // coefficients moved to their bounds: the smallest move the fit asks for.
+        let mut partial = *in_use;
+        for k in LIN {
+            partial[k] *= scale;
+            if report.limited >> k & 1 == 1 {
+                partial[k] = bounded[k];
+            }
+        }
+        partial[Coef::Overlap as usize] = phi;
         if report.limited != 0 {
             let mut target = *anchor;
             for k in LIN {
@@ -125,7 +178,7 @@ impl RefitState {
             );
             self.trust_limit(&mut fit, in_use, scale);
         }
-        fit
+        [fit, bounded, partial]
     }
 
     /// [`RefitState::fit`], and the ridge's unit of the next fit when it is adopted.
@@ -185,31 +238,44 @@ impl RefitState {
         report.scale = scale;
         let (anchor, s) = self.rescaled(rows, &in_use);
         let unit = (self.unit * s).clamp(1.0 / MAX_SCALE, MAX_SCALE);
-        let mut fit =
+        let candidates =
             self.constrained_fit(rows, &in_use, &anchor, (scale, unit), fit_on, &mut report);
-        self.clamp(&mut fit);
-        report.raised = self.pessimistic(rows, &mut fit, Subset::All);
         let mut scaled = in_use;
         for k in LIN {
             scaled[k] *= scale;
         }
         self.clamp(&mut scaled);
         let e_in_use = self.error_on(rows, &in_use, judge_on).0;
-        let e_fit = self.error_on(rows, &fit, judge_on).0;
-        // The whole window: the fit must explain it better than the model in use, and better
-        // than the model in use times the window's uniform factor.
+        // The whole window: a fit must explain it better than the model in use, and better
+        // than the model in use times the window's uniform factor, without explaining the
+        // held-out micro-batches worse. Of the three candidates (the fit within the trust
+        // region, the unconstrained fit clipped to it, the model in use with only the held-back
+        // coefficients moved) the one that explains the window best among those that qualify.
         let w_in_use = self.error(rows, &in_use).0;
         let w_scaled = self.error(rows, &scaled).0;
-        let w_fit = self.error(rows, &fit).0;
+        let mut chosen: Option<(f64, f64, Coefs, u32)> = None;
+        let mut first = None;
+        for mut c in candidates {
+            self.clamp(&mut c);
+            let raised = self.pessimistic(rows, &mut c, Subset::All);
+            let e = self.error_on(rows, &c, judge_on).0;
+            let w = self.error(rows, &c).0;
+            first.get_or_insert((e, w, c, raised));
+            let ok =
+                not_worse(e, e_in_use) && better(w, w_in_use) && self.model(&c).validate().is_ok();
+            if ok && chosen.is_none_or(|(_, best, _, _)| w < best) {
+                chosen = Some((e, w, c, raised));
+            }
+        }
+        let (e_fit, w_fit, fit, raised) =
+            chosen.or(first).unwrap_or((e_in_use, w_in_use, in_use, 0));
+        report.raised = raised;
         report.error_heldout_in_use = e_in_use;
         report.error_heldout_fit = e_fit;
         let candidate = self.model(&fit);
         report.verdict = if report.error_unlimited > self.params.max_error {
             Verdict::HighError
-        } else if !not_worse(e_fit, e_in_use)
-            || !better(w_fit, w_in_use)
-            || candidate.validate().is_err()
-        {
+        } else if chosen.is_none() {
             Verdict::NotBetter
         } else if !better(w_fit, w_scaled) {
             Verdict::ScaleOnly

@@ -86,6 +86,34 @@ impl RefitState {
                 bits |= (1 << cl) | (1 << cb);
             }
         }
+        bits | self.no_faster_across_nodes(c)
+    }
+
+    /// A ring across nodes rides intra-node hops too, and is as slow as its slowest hop: its
+    /// step latency and time per byte are never below those of a ring inside a node. Raises
+    /// the inter-node coefficients of `c` to that floor (where the configuration can use
+    /// such rings); returns the bits raised.
+    pub fn no_faster_across_nodes(&self, c: &mut Coefs) -> u32 {
+        if self.ring_kinds & 2 == 0 {
+            return 0;
+        }
+        let p = &self.prior;
+        let (il, ib) = (Coef::IntraLatency as usize, Coef::IntraBandwidth as usize);
+        let (xl, xb) = (Coef::InterLatency as usize, Coef::InterBandwidth as usize);
+        let mut bits = 0;
+        // Seconds per step and per byte, relative to the prior's inter-node ones.
+        if p.inter_node_ring_step_latency_s > 0.0 {
+            let floor = c[il] * p.ring_step_latency_s / p.inter_node_ring_step_latency_s;
+            if c[xl] < floor {
+                c[xl] = floor.min(MAX_SCALE);
+                bits |= 1 << xl;
+            }
+        }
+        let floor = c[ib] * p.inter_node_bandwidth / p.intra_node_bandwidth;
+        if c[xb] < floor {
+            c[xb] = floor.min(MAX_SCALE);
+            bits |= 1 << xb;
+        }
         bits
     }
 }

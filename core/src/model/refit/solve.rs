@@ -262,50 +262,45 @@ impl RefitState {
         }
     }
 
-    /// The weighted rms relative error of `c` over the window, each residual clipped at
-    /// `outlier` (so a straggler counts as much as any other bad measurement, not more),
-    /// and the measurements beyond it.
+    /// The weighted rms relative error of `c` over the window and the measurements it judges
+    /// stragglers. A straggler — a GPU off its micro-batch's peers by more than `outlier`
+    /// (against its prediction times the peers' median of measured over predicted time,
+    /// [`peer_factor`]; against its prediction alone when the micro-batch has fewer than 3
+    /// GPUs measured) — counts with its residual clipped at `outlier`, so it weighs no more
+    /// than any bad measurement; every other residual counts in full (within -1 and 10):
+    /// a whole kind of micro-batch the model misses by 3x is a miss, not 3x stragglers.
     pub fn error(&self, rows: &[Row], c: &Coefs) -> (f64, u32) {
         self.error_on(rows, c, Subset::All)
     }
 
-    /// The weighted sum of clipped squared residuals of `c` over the rows of `subset`, and the
-    /// sum of weights ([`RefitState::error`] is the root of their ratio).
-    pub fn error_sums(&self, rows: &[Row], c: &Coefs, subset: Subset) -> (f64, f64) {
+    /// The weighted sum of squared residuals of [`RefitState::error`] over the rows of
+    /// `subset`, the sum of weights and the stragglers.
+    pub fn error_sums(&self, rows: &[Row], c: &Coefs, subset: Subset) -> (f64, f64, u32) {
         let outlier = self.params.outlier;
-        let (mut s, mut w_sum) = (0.0, 0.0);
-        for (age, row) in self.window_of(rows, subset) {
+        let (mut s, mut w_sum, mut dropped) = (0.0, 0.0, 0u32);
+        let mut peers = Peers::new();
+        for (age, row, group) in self.groups_of(rows, subset) {
             let w = decay(self.params.forgetting, age);
             let (pred, _) = predict(c, row);
-            let r = if pred > 0.0 {
+            let peer = peers.of(c, group);
+            let straggler = is_outlier(row, pred * peer, outlier);
+            let r = if !(pred > 0.0 && pred.is_finite()) {
+                outlier
+            } else if straggler {
                 (pred / row.time - 1.0).clamp(-outlier, outlier)
             } else {
-                outlier
+                (pred / row.time - 1.0).clamp(-1.0, 10.0)
             };
+            dropped += u32::from(straggler);
             s += w * r * r;
             w_sum += w;
         }
-        (s, w_sum)
+        (s, w_sum, dropped)
     }
 
     /// [`RefitState::error`] over the rows of `subset`.
     pub fn error_on(&self, rows: &[Row], c: &Coefs, subset: Subset) -> (f64, u32) {
-        let outlier = self.params.outlier;
-        let (mut s, mut w_sum, mut dropped) = (0.0, 0.0, 0u32);
-        for (age, row) in self.window_of(rows, subset) {
-            let w = decay(self.params.forgetting, age);
-            let (pred, _) = predict(c, row);
-            let r = if pred > 0.0 {
-                (pred / row.time - 1.0).clamp(-outlier, outlier)
-            } else {
-                outlier
-            };
-            if is_outlier(row, pred, outlier) {
-                dropped += 1;
-            }
-            s += w * r * r;
-            w_sum += w;
-        }
+        let (s, w_sum, dropped) = self.error_sums(rows, c, subset);
         let e = if w_sum > 0.0 {
             libm::sqrt(s / w_sum)
         } else {
@@ -535,6 +530,17 @@ impl RefitState {
         unit: f64,
         subset: Subset,
     ) -> (Coefs, f64, u32) {
+        self.best_fits(rows, anchor, unit, subset)[0]
+    }
+
+    /// [`RefitState::best_fit`], and the best fit that keeps `anchor`'s overlap rule.
+    pub fn best_fits(
+        &self,
+        rows: &[Row],
+        anchor: &Coefs,
+        unit: f64,
+        subset: Subset,
+    ) -> [(Coefs, f64, u32); 2] {
         // `local-attention` to `all-attention` hides every ring's cost behind more compute:
         // not while a ring kind the plans can use was never measured.
         let hide_more_ok = self.unmeasured_kinds(rows, subset) == 0;
@@ -546,6 +552,7 @@ impl RefitState {
         };
         let (e, d) = self.error_on(rows, anchor, subset);
         let mut best = (*anchor, e, d);
+        let mut best_own = best;
         let own = anchor[Coef::Overlap as usize];
         for phi in [own, 1.0 - own] {
             if phi != own && (self.params.keep_overlap || (phi > own && !hide_more_ok)) {
@@ -558,10 +565,13 @@ impl RefitState {
                     if e < best.1 {
                         best = (c, e, dropped);
                     }
+                    if phi == own && e < best_own.1 {
+                        best_own = (c, e, dropped);
+                    }
                 }
             }
         }
-        best
+        [best, best_own]
     }
 }
 
