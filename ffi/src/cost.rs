@@ -275,6 +275,30 @@ mod tests {
         }
     }
 
+    /// Version 2's `sharded_sequence_s` round-trips through the C form, and a version-1
+    /// struct (264 bytes) reads as the same model without it (0: no cost per sequence).
+    #[test]
+    fn the_per_sequence_cost_round_trips_and_version_1_reads_without_it() {
+        let mut core = CostModel::h100(&ModelShape::QWEN2_5_7B);
+        core.sharded_sequence_s = 0.004_25;
+        let c = skrull_cost_model::from_core(&core);
+        assert_eq!(c.struct_size, SKRULL_COST_MODEL_SIZE_V2);
+        assert_eq!(c.to_core(), Ok(core));
+        // SAFETY: `c` is a live, aligned struct of its `struct_size` bytes.
+        let read = unsafe { read_cost_model(&c) }.unwrap();
+        assert_eq!(read, Some(core));
+        let mut v1 = c;
+        v1.struct_size = SKRULL_COST_MODEL_SIZE_V1;
+        // SAFETY: as above (the first 264 bytes are read).
+        let read = unsafe { read_cost_model(&v1) }.unwrap().unwrap();
+        assert_eq!(read.sharded_sequence_s, 0.0);
+        assert_eq!(read.gemm_efficiency, core.gemm_efficiency);
+        let mut cut = c;
+        cut.struct_size = SKRULL_COST_MODEL_SIZE_V1 + 4;
+        // SAFETY: as above.
+        assert!(unsafe { read_cost_model(&cut) }.is_err());
+    }
+
     /// Regression: the error details' `field` once skipped `overlap` (so the last four fields
     /// were numbered one low, the first of them colliding with `overlap`) and named both
     /// attention throughput arrays as the forward one. Each field, made invalid alone, must
