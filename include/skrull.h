@@ -164,6 +164,11 @@ typedef struct skrull_setup skrull_setup;
 #define SKRULL_COST_MODEL_SIZE_V1 264
 
 /**
+ * `sizeof(skrull_cost_model)` of version 2 (`sharded_sequence_s`).
+ */
+#define SKRULL_COST_MODEL_SIZE_V2 272
+
+/**
  * `skrull_error_details()` bit: the status's details carry `value`.
  */
 #define SKRULL_DETAIL_VALUE 1
@@ -198,7 +203,8 @@ typedef struct skrull_setup skrull_setup;
 #define SKRULL_CHUNKED -2
 
 /**
- * Coefficients the refit fits (`skrull_refit_report.coefficients`).
+ * Coefficients of `skrull_refit_report.coefficients` (version 1); the ninth,
+ * `SKRULL_REFIT_SHARDED_SEQUENCE`, is the appended `coefficient_sharded_sequence`.
  */
 #define SKRULL_REFIT_COEFFICIENTS 8
 
@@ -243,6 +249,46 @@ typedef struct skrull_setup skrull_setup;
 #define SKRULL_REFIT_OVERLAP 7
 
 /**
+ * Coefficient: fixed cost per sharded sequence (scale of the prior's; of 1 ms when the
+ * prior's is 0); in `skrull_refit_report.coefficient_sharded_sequence`, and bit 8 of the
+ * report's bit sets.
+ */
+#define SKRULL_REFIT_SHARDED_SEQUENCE 8
+
+/**
+ * Verdict: the fit was adopted.
+ */
+#define SKRULL_REFIT_ADOPTED 0
+
+/**
+ * Verdict: no valid measurement in the window; the model in use is returned.
+ */
+#define SKRULL_REFIT_NO_DATA 1
+
+/**
+ * Verdict: the fit does not explain the measurements better than the model in use (on the
+ * window, without explaining the held-out ones worse); the model in use is returned.
+ */
+#define SKRULL_REFIT_NOT_BETTER 2
+
+/**
+ * Verdict: the fit explains them no better than the model in use times one uniform factor
+ * (`scale`): a scale, not a model; the model in use is returned.
+ */
+#define SKRULL_REFIT_SCALE_ONLY 3
+
+/**
+ * Verdict: even the best fit's error stays above `max_error`: the model cannot describe these
+ * times; the model in use is returned.
+ */
+#define SKRULL_REFIT_HIGH_ERROR 4
+
+/**
+ * Verdict: no held-out measurement yet (or nothing else); the model in use is returned.
+ */
+#define SKRULL_REFIT_UNVALIDATED 5
+
+/**
  * The most steps a window keeps.
  */
 #define SKRULL_REFIT_MAX_WINDOW 64
@@ -258,9 +304,19 @@ typedef struct skrull_setup skrull_setup;
 #define SKRULL_REFIT_PARAMS_SIZE_V1 40
 
 /**
+ * `sizeof(skrull_refit_params)` of version 2.
+ */
+#define SKRULL_REFIT_PARAMS_SIZE_V2 64
+
+/**
  * `sizeof(skrull_refit_report)` of version 1.
  */
 #define SKRULL_REFIT_REPORT_SIZE_V1 112
+
+/**
+ * `sizeof(skrull_refit_report)` of version 2.
+ */
+#define SKRULL_REFIT_REPORT_SIZE_V2 184
 
 /**
  * The largest `struct_size` accepted for an extensible struct (bytes past the fields this
@@ -560,9 +616,10 @@ typedef struct skrull_model_shape {
 /**
  * Every coefficient of the time model (`docs/cost_model.md`), `struct_size` first: fill it
  * with `skrull_cost_model_preset()`, change fields, and point `skrull_config.cost_model` at
- * it. Version 1 is 264 bytes. Every call that reads a configuration checks the cost model it
- * points at, whatever the policy (`SKRULL_STATUS_INVALID_COST_MODEL`, with the field's
- * position in the error details), though only `balanced` plans with it.
+ * it. Version 1 is 264 bytes, version 2 (`sharded_sequence_s` appended) 272. Every call
+ * that reads a configuration checks the cost model it points at, whatever the policy
+ * (`SKRULL_STATUS_INVALID_COST_MODEL`, with the field's position in the error details),
+ * though only `balanced` plans with it.
  */
 typedef struct skrull_cost_model {
     /**
@@ -658,6 +715,12 @@ typedef struct skrull_cost_model {
      * Fixed cost per iteration, seconds (>= 0).
      */
     double iteration_fixed_s;
+    /**
+     * Fixed cost per sharded sequence per micro-batch on every GPU of its group (the whole CP
+     * group or a sub-group), outside the overlap window, seconds (>= 0; version 2, 0 when a
+     * version-1 caller omits it).
+     */
+    double sharded_sequence_s;
 } skrull_cost_model;
 
 /**
@@ -1535,8 +1598,9 @@ typedef struct skrull_sizes {
 } skrull_sizes;
 
 /**
- * How the refit weighs and bounds its data (`struct_size` first; version 1 is 40 bytes).
- * `skrull_refit_params_default()` fills the defaults.
+ * How the refit weighs and bounds its data (`struct_size` first; version 1 is 40 bytes,
+ * version 2, with `trust`, `max_error` and `holdout`, 64). `skrull_refit_params_default()`
+ * fills the defaults; a version-1 caller gets version 2's defaults for the fields it lacks.
  */
 typedef struct skrull_refit_params {
     /**
@@ -1568,10 +1632,31 @@ typedef struct skrull_refit_params {
      * (default 0.5).
      */
     double outlier;
+    /**
+     * The trust region: per solve each coefficient moves at most this factor either way from
+     * the model in use (after the window's uniform factor), `>= 1`, infinite for none
+     * (default 2; version 2).
+     */
+    double trust;
+    /**
+     * A fit whose error on the window stays above this is not adopted, `> 0` (default 0.25;
+     * version 2).
+     */
+    double max_error;
+    /**
+     * One micro-batch in `holdout` is held out of the fit and judges it, `0` (none: judged
+     * in-sample) or `2..=1024` (default 3; version 2).
+     */
+    uint32_t holdout;
+    /**
+     * 0.
+     */
+    uint32_t _reserved;
 } skrull_refit_params;
 
 /**
- * What `skrull_refit_solve()` found (frozen layout, 112 bytes in version 1).
+ * What `skrull_refit_solve()` found (112 bytes in version 1; version 2, 184 bytes, appends
+ * the adoption rule's fields: a caller's smaller `out_report_size` gets the first bytes).
  */
 typedef struct skrull_refit_report {
     /**
@@ -1579,7 +1664,7 @@ typedef struct skrull_refit_report {
      */
     uint32_t struct_size;
     /**
-     * 1: the prior was returned (the fit was not better on the window, or no data).
+     * 1: the returned model is the prior (nothing adopted yet, or no data).
      */
     uint32_t kept_prior;
     /**
@@ -1599,7 +1684,7 @@ typedef struct skrull_refit_report {
      */
     uint32_t skipped;
     /**
-     * Bit `i` set: coefficient `i` moved more than 1 % from the prior.
+     * Bit `i` set: coefficient `i` of the returned model is more than 1 % from the prior's.
      */
     uint32_t moved;
     /**
@@ -1619,6 +1704,58 @@ typedef struct skrull_refit_report {
      * The returned model relative to the prior (`SKRULL_REFIT_*` indices).
      */
     double coefficients[SKRULL_REFIT_COEFFICIENTS];
+    /**
+     * 1: the fit was adopted (the returned model is new). Version 2 from here.
+     */
+    uint32_t adopted;
+    /**
+     * Why it was or was not: `SKRULL_REFIT_ADOPTED` .. `SKRULL_REFIT_UNVALIDATED`.
+     */
+    uint32_t verdict;
+    /**
+     * Bit `i` set: the trust region held coefficient `i` of the fit back.
+     */
+    uint32_t limited;
+    /**
+     * Bit `i` set: communication coefficient `i` was raised to the most the window allows
+     * (its cost hidden on every measurement).
+     */
+    uint32_t raised;
+    /**
+     * Held-out measurements in the window.
+     */
+    uint32_t heldout_rows;
+    /**
+     * Steps of the window with a step time (`skrull_refit_observe_step_time()`).
+     */
+    uint32_t step_times;
+    /**
+     * The window's median of measured over predicted time under the model in use before this
+     * solve: the uniform factor it is off by.
+     */
+    double scale;
+    /**
+     * Error of the model in use on the held-out measurements.
+     */
+    double error_heldout_in_use;
+    /**
+     * Error of the fit on them.
+     */
+    double error_heldout_fit;
+    /**
+     * Error of the fit without the trust region on the measurements it was fitted to
+     * (compared with `max_error`).
+     */
+    double error_unlimited;
+    /**
+     * The per-step cost measured from the step times, seconds (the returned model's
+     * `iteration_fixed_s`).
+     */
+    double iteration_fixed_s;
+    /**
+     * The returned model's `SKRULL_REFIT_SHARDED_SEQUENCE` coefficient.
+     */
+    double coefficient_sharded_sequence;
 } skrull_refit_report;
 
 /**
@@ -2198,6 +2335,26 @@ skrull_status skrull_refit_observe(void *state,
                                    struct skrull_error_info *error);
 
 /**
+ * Records the measured wall time of the step last added by `skrull_refit_observe()`:
+ * `seconds` of the whole step on its slowest GPU (forward, backward, the optimizer step and
+ * everything between). The refit measures the per-step cost from it (each step's time less
+ * its slowest DP rank's sum of micro-batch times, the median over the window) and returns it
+ * as the model's `iteration_fixed_s`. A NaN, infinite, zero or negative `seconds` records no
+ * time for the step. A later call for the same step replaces the time.
+ *
+ * Statuses: the state's (as `skrull_refit_observe()`), then `MEASUREMENT_MISMATCH` when no
+ * step was observed yet. The state changes only on `SKRULL_STATUS_OK`.
+ *
+ * # Safety
+ * - `state` as for `skrull_refit_observe()`.
+ * - `error`, unless NULL, points to a writable `skrull_error_info`.
+ */
+skrull_status skrull_refit_observe_step_time(void *state,
+                                             size_t state_size,
+                                             double seconds,
+                                             struct skrull_error_info *error);
+
+/**
  * Writes the defaults into `*out` (`struct_size` = `min(out_size, sizeof)`).
  *
  * Returns `SKRULL_STATUS_NULL_ARG` for NULL, `SKRULL_STATUS_INVALID_ARG` when misaligned,
@@ -2223,12 +2380,16 @@ size_t skrull_refit_size(const struct skrull_refit_params *params);
  * Fits the window and writes the refitted cost model to `*out_model` (`out_model_size >=
  * 264` bytes; `struct_size` = the bytes written) and the report to `*out_report` (unless
  * NULL; `out_report_size >= 112`). Deterministic: the same history of calls gives the same
- * bits on every platform. The model is validated and never worse than the prior on the
- * window's own data (else the prior is returned and `kept_prior` is 1). The result becomes
- * the state's anchor: the next fit starts from it and pulls every coefficient the window
- * does not identify toward it (the window is not changed). To plan with the model, point
- * `skrull_config.cost_model` at it; keep the state's prior as it is (do not re-initialise
- * with the refitted model).
+ * bits on every platform. A fit is adopted only when it explains the window better than the
+ * model in use without explaining its held-out micro-batches worse, within the trust region
+ * around the model in use, with an error at most `max_error`, and beyond one uniform factor
+ * (`skrull_refit_report.verdict` says which rule refused it); otherwise the model in use is
+ * returned (at first the prior). Coefficients the window does not measure keep their value;
+ * ring costs that every measurement hides are raised to the most the window allows. The
+ * returned model is the state's model in use from now on: the next fit starts from it, is
+ * pulled toward it and is judged against it (the window is not changed). To plan with the
+ * model, point `skrull_config.cost_model` at it; keep the state's prior as it is (do not
+ * re-initialise with the refitted model).
  *
  * Statuses: the state's (as `skrull_refit_observe()`), `NULL_ARG` (`out_model`),
  * `INVALID_ARG` (misaligned or overlapping outputs), `BAD_STRUCT_SIZE` (an output size below

@@ -45,6 +45,14 @@ the format --cost-model FILE accepts. `python -m skrull.profile` measures and wr
                                  per mode): fits BYTES = a + b x TOKENS, written to the file's
                                  \"_memory\" object with, given --memory-limit (bytes, or 80G),
                                  the BucketSize: the most tokens whose fitted memory fits
+  sharded,COUNT,SECONDS[,TOKENS[,GROUP]]
+                                 one layer's attention of a micro-batch of COUNT sequences (of
+                                 TOKENS tokens) all sharded over a ring of GROUP GPUs (default
+                                 --group; at least 2 counts): the slope, less the shards'
+                                 attention, times the layers is sharded_sequence_s
+  step,PARAMETERS,SECONDS        one optimizer step over PARAMETERS parameters: the line at
+                                 the model's parameters (one count: proportional) is
+                                 iteration_fixed_s
 
 Coefficients without samples keep the base model (--cost-model BASE, else the --gpu preset
 for --model).";
@@ -66,6 +74,10 @@ pub struct Calibration {
     pub inter_node: Option<(CollectiveFit, u32)>,
     /// One memory fit per checkpointing mode sampled, plain first.
     pub memory: Vec<MemoryFit>,
+    /// The per-sharded-sequence fit (one layer's line), when `sharded` rows were given.
+    pub per_sequence: Option<crate::fixed_fits::LineFit>,
+    /// The per-step fit, when `step` rows were given.
+    pub step: Option<crate::fixed_fits::LineFit>,
 }
 
 /// The collective fit of one scope's samples, and their common group size.
@@ -151,6 +163,18 @@ pub fn calibrate(
         cost.inter_node_bandwidth = fit.algorithm_bandwidth * (g - 1.0) / g;
     }
     let memory = fit_memory(&samples.memory)?;
+    let mut per_sequence = None;
+    if !samples.sharded.is_empty() {
+        let (s, fit) = crate::fixed_fits::fit_per_sequence(&cost, shape, group, &samples.sharded)?;
+        cost.sharded_sequence_s = s;
+        per_sequence = Some(fit);
+    }
+    let mut step = None;
+    if !samples.step.is_empty() {
+        let (s, fit) = crate::fixed_fits::fit_step(shape, samples)?;
+        cost.iteration_fixed_s = s;
+        step = Some(fit);
+    }
     cost.validate().map_err(|e| e.to_string())?;
     Ok(Calibration {
         cost,
@@ -160,6 +184,8 @@ pub fn calibrate(
         collective,
         inter_node,
         memory,
+        per_sequence,
+        step,
     })
 }
 
@@ -237,14 +263,16 @@ pub fn run(flags: &Flags) -> Result<String, String> {
     }
     let cal = calibrate(&base, &shape, &samples, group)?;
     let mut comment = format!(
-        "skrull calibrate: {} compute, {} layer, {} head, {} attention, {} collective and {} \
-         memory samples from {path}, model {}",
+        "skrull calibrate: {} compute, {} layer, {} head, {} attention, {} collective, {} \
+         memory, {} sharded and {} step samples from {path}, model {}",
         samples.compute.len(),
         samples.layer.len(),
         samples.head.len(),
         samples.attention.len(),
         samples.collective.len(),
         samples.memory.len(),
+        samples.sharded.len(),
+        samples.step.len(),
         model_name(&shape)
     );
     if let Some(f) = cal.attention {
@@ -318,6 +346,30 @@ pub fn run(flags: &Flags) -> Result<String, String> {
                 l / GIB
             );
         }
+    }
+    if let Some(f) = cal.per_sequence {
+        let _ = write!(
+            comment,
+            "; per sharded sequence: {:.3} ms per layer ({} samples, rms relative error \
+             {:.1}%), {:.3} ms per micro-batch",
+            f.slope * 1e3,
+            f.samples,
+            f.rms_relative_error * 100.0,
+            cal.cost.sharded_sequence_s * 1e3
+        );
+    }
+    if let Some(f) = cal.step {
+        let _ = write!(
+            comment,
+            "; per step: {:.3} ms + {:.3} ms per million parameters ({} samples, rms relative \
+             error {:.1}%), {:.3} ms at {:.0}M parameters",
+            f.intercept * 1e3,
+            f.slope * 1e9,
+            f.samples,
+            f.rms_relative_error * 100.0,
+            cal.cost.iteration_fixed_s * 1e3,
+            crate::fixed_fits::parameters(&shape) / 1e6
+        );
     }
     let extra = if cal.memory.is_empty() {
         Vec::new()

@@ -50,7 +50,7 @@ pub fn cost_model_json_with(cost: &CostModel, comment: &str, extra: &[(&str, Str
         debug_assert!(k.starts_with('_'));
         let _ = writeln!(s, "  \"{k}\": {v},");
     }
-    let fields: [(&str, String); 20] = [
+    let fields: [(&str, String); 21] = [
         ("peak_flops", num(cost.peak_flops)),
         ("gemm_efficiency", num(cost.gemm_efficiency)),
         ("hbm_bandwidth", num(cost.hbm_bandwidth)),
@@ -82,6 +82,7 @@ pub fn cost_model_json_with(cost: &CostModel, comment: &str, extra: &[(&str, Str
         ("kernel_launch_s", num(cost.kernel_launch_s)),
         ("micro_batch_extra_s", num(cost.micro_batch_extra_s)),
         ("iteration_fixed_s", num(cost.iteration_fixed_s)),
+        ("sharded_sequence_s", num(cost.sharded_sequence_s)),
     ];
     for (i, (k, v)) in fields.iter().enumerate() {
         let sep = if i + 1 < fields.len() { "," } else { "" };
@@ -181,6 +182,7 @@ pub fn parse_cost_model(text: &str, base: &CostModel) -> Result<CostModel, Strin
             "kernel_launch_s" => c.kernel_launch_s = as_f64(key, x)?,
             "micro_batch_extra_s" => c.micro_batch_extra_s = as_f64(key, x)?,
             "iteration_fixed_s" => c.iteration_fixed_s = as_f64(key, x)?,
+            "sharded_sequence_s" => c.sharded_sequence_s = as_f64(key, x)?,
             _ => return Err(format!("cost model: unknown field \"{key}\"")),
         }
     }
@@ -199,6 +201,7 @@ mod tests {
             let mut c = CostModel::h200(&shape);
             c.overlap = Overlap::AllAttention;
             c.iteration_fixed_s = 0.123_456_789;
+            c.sharded_sequence_s = 0.004_567_891_234_5;
             let text = cost_model_json(&c, "test \"quoted\"");
             let base = CostModel::h100(&ModelShape::QWEN2_5_7B);
             let back = parse_cost_model(&text, &base).unwrap();
@@ -213,6 +216,7 @@ mod tests {
             }
             assert!(rel(back.ring_step_latency_s, c.ring_step_latency_s) < 1e-14);
             assert_eq!(back.iteration_fixed_s, c.iteration_fixed_s);
+            assert_eq!(back.sharded_sequence_s, c.sharded_sequence_s);
             assert_eq!(back.peak_flops, c.peak_flops);
         }
     }

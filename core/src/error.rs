@@ -70,11 +70,13 @@ pub enum CostField {
     MicroBatchExtraS,
     /// `iteration_fixed_s`.
     IterationFixedS,
+    /// `sharded_sequence_s`.
+    ShardedSequenceS,
 }
 
 impl CostField {
     /// Every field, in the C struct's order.
-    pub const ALL: [CostField; 22] = [
+    pub const ALL: [CostField; 23] = [
         CostField::AttentionTile,
         CostField::PeakFlops,
         CostField::GemmEfficiency,
@@ -97,6 +99,7 @@ impl CostField {
         CostField::KernelLaunchS,
         CostField::MicroBatchExtraS,
         CostField::IterationFixedS,
+        CostField::ShardedSequenceS,
     ];
 
     /// The field's stable name (the [`CostModel`](crate::config::cost::CostModel) field; `attention.seqlen` and the like for
@@ -125,6 +128,7 @@ impl CostField {
             CostField::KernelLaunchS => "kernel_launch_s",
             CostField::MicroBatchExtraS => "micro_batch_extra_s",
             CostField::IterationFixedS => "iteration_fixed_s",
+            CostField::ShardedSequenceS => "sharded_sequence_s",
         }
     }
 

@@ -136,6 +136,10 @@ const FIELD_NAMES: &[&CStr] = &[
     c"kernel_launch_s",
     c"micro_batch_extra_s",
     c"iteration_fixed_s",
+    c"sharded_sequence_s",
+    c"trust",
+    c"max_error",
+    c"holdout",
     c"max_delay",
     c"batch_capacity",
 ];
@@ -339,14 +343,7 @@ pub(crate) fn field_name(status: u32, number: u32) -> Option<&'static str> {
         S::InvalidModel => pick(&["hidden", "kv_hidden", "ffn", "layers", "vocab"]),
         S::UnsupportedOption => pick(&["flops"]),
         S::NoSuchGpu => pick(&["dp_rank", "micro_batch", "cp_rank"]),
-        S::InvalidRefitParams => pick(&[
-            "window_steps",
-            "max_rows_per_step",
-            "flags",
-            "forgetting",
-            "ridge",
-            "outlier",
-        ]),
+        S::InvalidRefitParams => pick(&crate::refit::REFIT_PARAM_NAMES),
         S::InvalidChunking => pick(&["chunk_size", "chunk_keep", "chunk_state_permille"]),
         S::InvalidWindowParams => pick(&["max_delay", "batch_capacity"]),
         S::InvalidCostModel => CostField::ALL
@@ -544,7 +541,7 @@ fn sentence(w: &mut Text<'_>, status: u32, d: &Details, ctx: &Context) -> fmt::R
         S::InvalidRefitParams => write!(
             w,
             "refit setting {} is out of range: window from 1 to {} steps, forgetting in (0, 1], \
-             ridge >= 0, outlier > 0",
+             ridge >= 0, outlier > 0, trust >= 1, max_error > 0, holdout 0 or 2 to 1024",
             d.field.unwrap_or("a field"),
             crate::refit::SKRULL_REFIT_MAX_WINDOW
         ),

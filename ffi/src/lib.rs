@@ -79,9 +79,9 @@ pub use config::{
     skrull_config_init, skrull_config_preset, skrull_config_preset_init, skrull_model_shape,
 };
 pub use cost::{
-    SKRULL_ATTENTION_POINTS, SKRULL_COST_MODEL_SIZE_V1, SKRULL_GPU_H100, SKRULL_GPU_H200,
-    SKRULL_OVERLAP_ALL_ATTENTION, SKRULL_OVERLAP_LOCAL_ATTENTION, skrull_cost_model,
-    skrull_cost_model_preset,
+    SKRULL_ATTENTION_POINTS, SKRULL_COST_MODEL_SIZE_V1, SKRULL_COST_MODEL_SIZE_V2, SKRULL_GPU_H100,
+    SKRULL_GPU_H200, SKRULL_OVERLAP_ALL_ATTENTION, SKRULL_OVERLAP_LOCAL_ATTENTION,
+    skrull_cost_model, skrull_cost_model_preset,
 };
 pub use dacp::{skrull_dacp_place, skrull_dacp_summary};
 pub use describe::{
@@ -100,12 +100,15 @@ pub use plan::{
     skrull_plan_buffers, skrull_sizes, skrull_summary,
 };
 pub use refit::{
-    SKRULL_REFIT_ATTENTION, SKRULL_REFIT_COEFFICIENTS, SKRULL_REFIT_FIXED, SKRULL_REFIT_GEMM,
-    SKRULL_REFIT_INTER_BANDWIDTH, SKRULL_REFIT_INTER_LATENCY, SKRULL_REFIT_INTRA_BANDWIDTH,
-    SKRULL_REFIT_INTRA_LATENCY, SKRULL_REFIT_KEEP_OVERLAP, SKRULL_REFIT_MAX_WINDOW,
-    SKRULL_REFIT_OVERLAP, SKRULL_REFIT_PARAMS_SIZE_V1, SKRULL_REFIT_REPORT_SIZE_V1,
-    skrull_refit_init, skrull_refit_observe, skrull_refit_params, skrull_refit_params_default,
-    skrull_refit_report, skrull_refit_size, skrull_refit_solve,
+    SKRULL_REFIT_ADOPTED, SKRULL_REFIT_ATTENTION, SKRULL_REFIT_COEFFICIENTS, SKRULL_REFIT_FIXED,
+    SKRULL_REFIT_GEMM, SKRULL_REFIT_HIGH_ERROR, SKRULL_REFIT_INTER_BANDWIDTH,
+    SKRULL_REFIT_INTER_LATENCY, SKRULL_REFIT_INTRA_BANDWIDTH, SKRULL_REFIT_INTRA_LATENCY,
+    SKRULL_REFIT_KEEP_OVERLAP, SKRULL_REFIT_MAX_WINDOW, SKRULL_REFIT_NO_DATA,
+    SKRULL_REFIT_NOT_BETTER, SKRULL_REFIT_OVERLAP, SKRULL_REFIT_PARAMS_SIZE_V1,
+    SKRULL_REFIT_PARAMS_SIZE_V2, SKRULL_REFIT_REPORT_SIZE_V1, SKRULL_REFIT_REPORT_SIZE_V2,
+    SKRULL_REFIT_SCALE_ONLY, SKRULL_REFIT_SHARDED_SEQUENCE, SKRULL_REFIT_UNVALIDATED,
+    skrull_refit_init, skrull_refit_observe, skrull_refit_observe_step_time, skrull_refit_params,
+    skrull_refit_params_default, skrull_refit_report, skrull_refit_size, skrull_refit_solve,
 };
 pub use schedule::skrull_schedule;
 pub use setup::{

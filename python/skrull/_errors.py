@@ -258,7 +258,7 @@ OPTION_FIELDS = _field_table(Status.UNSUPPORTED_OPTION, 1)
 #: ``skrull_error_info.field`` of INVALID_CHUNKING: the ``skrull_config`` chunking field.
 CHUNKING_FIELDS = _field_table(Status.INVALID_CHUNKING, 3)
 #: ``skrull_error_info.field`` of INVALID_REFIT_PARAMS: the ``skrull_refit_params`` field.
-REFIT_PARAM_FIELDS = _field_table(Status.INVALID_REFIT_PARAMS, 6)
+REFIT_PARAM_FIELDS = _field_table(Status.INVALID_REFIT_PARAMS, 9)
 #: ``skrull_error_info.field`` of NO_SUCH_GPU: the coordinate at fault.
 GPU_FIELDS = _field_table(Status.NO_SUCH_GPU, 3)
 #: ``skrull_error_info.field`` of INVALID_WINDOW_PARAMS: the ``skrull_window_params`` field.

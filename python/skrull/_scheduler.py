@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import ctypes
+import math
 import dataclasses
 import operator
 import threading
@@ -14,7 +15,7 @@ import numpy as np
 from . import _config, _ffi, _layout
 from ._cost import CostModel
 from ._errors import (ArgumentError, Error, LayoutError, Status, check, from_info,
-                      make_error)
+                      make_error, type_error)
 from ._plan import CP_GROUP_DTYPE, MICRO_BATCH_DTYPE, PLACEMENT_DTYPE, Plan
 from ._refit import Refit, RefitSettings, Window, report_to_refit
 from ._setup import Prepared
@@ -294,7 +295,7 @@ class Scheduler:
             return self.config.cost_model
         return CostModel("h100", self.config.model)._frozen_copy()
 
-    def observe(self, plan: Plan, times: Any) -> None:
+    def observe(self, plan: Plan, times: Any, step_time: Optional[float] = None) -> None:
         """Adds one step's measured micro-batch times to the refit window.
 
         Every rank that observes the same plans and times (``skrull.torch.gather_times``
@@ -312,6 +313,10 @@ class Scheduler:
             ``[plan.num_micro_batches][dp][cp]`` array (numpy, torch or nested lists), or a
             mapping ``{(dp_rank, cp_rank): [seconds per micro-batch]}`` (a global rank
             ``dp_rank * cp + cp_rank`` works as the key too; a GPU left out is missing).
+        step_time : float, optional
+            Seconds of the whole step on its slowest GPU (forward, backward, the optimizer
+            step and everything between): the refit measures the per-step cost from it
+            (``Refit.iteration_fixed_s``). None, NaN or a value not above 0: not measured.
 
         Raises
         ------
@@ -343,11 +348,16 @@ class Scheduler:
                              "policy, padding...); observe each plan on a scheduler like the "
                              "one that made it", LayoutError, field_name="plan")
         measured = as_times(times, plan)
+        wall = math.nan
+        if step_time is not None:
+            if isinstance(step_time, bool) or not isinstance(step_time, (int, float)):
+                raise type_error("step_time", step_time, "a number of seconds")
+            wall = float(step_time)
         with self._lock:
             if self._window is None:
                 self._window = Window(self._refit_settings, self._c_config,
                                       self.config.cost_model, measured.size)
-            self._window.observe(plan, measured)
+            self._window.observe(plan, measured, wall)
 
     def refit(self) -> Refit:
         """Fits the cost model to the observed window and plans with the result from now on.

@@ -20,7 +20,7 @@
 //!   least `(Σ_s w(s)/N + M·T_fixed)/k` over the `k` DP ranks that hold sequences, where
 //!   `w(s)` is the GPU-seconds of sequence `s` at best — the compute-bound GEMM time of its
 //!   `S` tokens plus the cheaper of its whole attention (only if `S <= C`) and `N` shards'
-//!   attention — and `M >= max(k, ceil(ΣS/(N·C)))` micro-batches (one holds at most `N·C`
+//!   attention with the per-sharded-sequence fixed cost on each of them — and `M >= max(k, ceil(ΣS/(N·C)))` micro-batches (one holds at most `N·C`
 //!   tokens); the expression falls as `k` grows, so `k = DP` bounds every plan;
 //! - **fixed**: some DP rank runs at least `ceil(M/DP)` micro-batches of at least `T_fixed`;
 //! - **longest**: the micro-batch holding sequence `s` takes at least the cheaper of `s`
@@ -62,8 +62,10 @@ pub struct MicroBatchTime {
     pub slowest_cp_rank: u32,
     /// Sequences in it.
     pub sequences: u32,
-    /// Sharded sequences in it.
+    /// Sharded sequences in it (over the whole CP group or a sub-group).
     pub sharded: u32,
+    /// Of them, sharded over the whole CP group (every rank pays their fixed cost).
+    pub sharded_whole: u32,
     /// Chunked sequences in it.
     pub chunked: u32,
     /// The most time one GPU spends recomputing chunks in it, seconds.
@@ -123,6 +125,8 @@ pub struct RankSlot {
     pub group_comm: f64,
     /// Tokens sharded over this rank's sub-group of `2^(l+1)` ranks, per `l`.
     pub group_len: [u64; GROUP_LEVELS],
+    /// Sequences sharded over sub-groups this rank belongs to.
+    pub group_sequences: u32,
     /// Tokens this GPU holds for the chunked sequences of its groups (their peaks,
     /// [`Budget::chunked`](crate::Budget::chunked)).
     pub chunked_tokens: u64,
@@ -595,9 +599,11 @@ fn accumulate_loads(
                 slot.group_tokens += share;
                 slot.group_attention += attention;
                 slot.group_len[level] += u64::from(len);
+                slot.group_sequences += 1;
             }
         } else if p.cp_rank == SHARDED {
             mb.sharded += 1;
+            mb.sharded_whole += 1;
             mb.sharded_tokens += u64::from(tm.shard_tokens(len));
             mb.sharded_len += u64::from(len);
             mb.sharded_attention += tm.attention_shard(len);
@@ -788,6 +794,7 @@ fn time_micro_batch(
             sharded_tokens: mb.sharded_tokens + slot.group_tokens,
             sharded_attention: mb.sharded_attention + slot.group_attention,
             comm: whole_comm + slot.group_comm,
+            sharded_sequences: mb.sharded_whole + slot.group_sequences,
         };
         let mut t = tm.rank(&load);
         slot.tokens = slot.local_tokens + mb.sharded_tokens + slot.group_tokens;
@@ -924,11 +931,14 @@ pub fn lower_bound_with(tm: &TimeModel, cfg: &Config, lengths: &[u32]) -> LowerB
     let mut longest = (0.0f64, 0usize);
     for (s, &len) in lengths.iter().enumerate() {
         let fits_whole = len <= bucket;
-        let mut sharded_attn = n_cp * tm.attention_shard(len);
+        // A sharded sequence also costs its fixed cost on every GPU of its group.
+        let seq_fixed = tm.sequence_fixed();
+        let mut sharded_attn = n_cp * (tm.attention_shard(len) + seq_fixed);
         let mut sharded_alone = tm.alone_sharded(len, ring);
         for g in subgroup_sizes(cfg) {
             if budget.for_group(g).share(len) <= bucket {
-                sharded_attn = sharded_attn.min(f64::from(g) * tm.attention_shard_in(len, g));
+                let attn = tm.attention_shard_in(len, g) + seq_fixed;
+                sharded_attn = sharded_attn.min(f64::from(g) * attn);
                 let sub = sub_rings[CpGroup::level_of(g)];
                 sharded_alone = sharded_alone.min(tm.alone_sharded(len, sub));
             }
@@ -1176,6 +1186,53 @@ mod tests {
         assert_eq!(dp_times_e, [every, every]);
         assert_eq!(it_e, every + fixed);
         assert!(it_e >= it);
+    }
+
+    /// Every GPU of a sharded sequence's group pays its fixed cost once: the whole group's
+    /// on every rank, a sub-group's on its ranks only, nothing for a local sequence.
+    #[test]
+    fn sharded_sequences_cost_their_fixed_cost_on_their_group() {
+        let mut cfg = Config::new(1, 4, 8192, ModelShape::QWEN2_5_0_5B);
+        let mut cost = CostModel::h100(&cfg.model);
+        cost.sharded_sequence_s = 0.004;
+        cfg = cfg.with_cost(cost);
+        let lengths = [1000u32, 8000, 6000, 4000];
+        let at = |cp_rank, cp_first, cp_size| Placement {
+            dp_rank: 0,
+            micro_batch: 0,
+            cp_rank,
+            cp_first,
+            cp_size,
+        };
+        // Local on rank 0, two over the whole group, one over ranks 2..4.
+        let placements = [
+            at(0, 0, 0),
+            at(SHARDED, 0, 0),
+            at(SHARDED, 0, 0),
+            at(SHARDED, 2, 2),
+        ];
+        let tm = TimeModel::new(&cost, &cfg);
+        let mut b = Bufs::new(4, &cfg);
+        let ev = evaluate_placements(&setup_of(&cfg), &lengths, &placements, b.out()).unwrap();
+        let mut zero = cost;
+        zero.sharded_sequence_s = 0.0;
+        let mut b0 = Bufs::new(4, &cfg);
+        let cfg0 = cfg.with_cost(zero);
+        let ev0 = evaluate_placements(&setup_of(&cfg0), &lengths, &placements, b0.out()).unwrap();
+        let paid: Vec<f64> = (0..4)
+            .map(|r| ev.ranks_of(0)[r].time - ev0.ranks_of(0)[r].time)
+            .collect();
+        for (r, want) in [(0, 0.008), (1, 0.008), (2, 0.012), (3, 0.012)] {
+            assert!((paid[r] - want).abs() < 1e-12, "rank {r}: {}", paid[r]);
+        }
+        assert_eq!(ev.micro_batches[0].sharded, 3);
+        assert_eq!(ev.micro_batches[0].sharded_whole, 2);
+        assert_eq!(ev.ranks_of(0)[2].group_sequences, 1);
+        assert!(ev.report.iteration_time >= ev.report.lower_bound.value);
+        // A lone sharded sequence meets its bound with its fixed cost in it.
+        let lone = lower_bound(&setup_of(&cfg), &[30_000]).unwrap();
+        let want = tm.alone_sharded(30_000, tm.group_ring(0));
+        assert!(lone.value <= want && lone.value >= want * (1.0 - 1e-8));
     }
 
     #[test]

@@ -72,15 +72,20 @@ impl Costs {
         let (aw, ash) = (im.attn_whole(len), im.attn_shard(len));
         let (share, local) = (im.share(len), im.local(len));
         let whole_fits = local <= self.bucket;
+        // A sharded sequence alone pays its own fixed cost on every GPU of the group.
         let sharded_alone = im.rank(
             0,
             u64::from(share),
             ash,
             im.comm(&self.link, u64::from(len)),
+            1,
         );
-        let sharded_gpu = n.saturating_mul(ash.saturating_add(im.gemm_linear(u64::from(share))));
+        let sharded_gpu = n.saturating_mul(
+            ash.saturating_add(im.gemm_linear(u64::from(share)))
+                .saturating_add(im.seq_fixed()),
+        );
         let (alone, gpu) = if whole_fits {
-            let whole_alone = im.rank(aw, u64::from(local), 0, 0);
+            let whole_alone = im.rank(aw, u64::from(local), 0, 0, 0);
             let whole_gpu = aw.saturating_add(im.gemm_linear(u64::from(local)));
             (whole_alone.min(sharded_alone), whole_gpu.min(sharded_gpu))
         } else {
