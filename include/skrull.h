@@ -97,6 +97,22 @@ typedef struct skrull_setup skrull_setup;
 #define SKRULL_SHARD_PADDING_ZIGZAG 1
 
 /**
+ * Synchronisation: every micro-batch waits for its slowest CP rank (the default, 0).
+ */
+#define SKRULL_SYNC_CP_GROUP 0
+
+/**
+ * Synchronisation: every micro-batch waits for every GPU of the job (ZeRO-2/3).
+ */
+#define SKRULL_SYNC_EVERY_GPU 1
+
+/**
+ * Synchronisation: CP ranks meet only in micro-batches holding a sequence that spans several
+ * of them, everyone at the step (DDP with gradient accumulation under `no_sync`).
+ */
+#define SKRULL_SYNC_SHARDED 2
+
+/**
  * Preset: Qwen2.5-0.5B with the paper's layout (DP 4, CP 8, BucketSize 26K = 26624).
  */
 #define SKRULL_PRESET_QWEN2_5_0_5B 0
@@ -105,12 +121,6 @@ typedef struct skrull_setup skrull_setup;
  * Preset: Qwen2.5-7B with the paper's layout (DP 4, CP 8, BucketSize 13K = 13312).
  */
 #define SKRULL_PRESET_QWEN2_5_7B 1
-
-/**
- * The largest `struct_size` accepted for an extensible struct (bytes past the fields this
- * library knows must be zero).
- */
-#define SKRULL_MAX_STRUCT_SIZE 4096
 
 /**
  * `sizeof(skrull_config)` of ABI version 1, the smallest accepted `struct_size`.
@@ -154,6 +164,21 @@ typedef struct skrull_setup skrull_setup;
 #define SKRULL_COST_MODEL_SIZE_V1 264
 
 /**
+ * `sizeof(skrull_cost_model)` of version 2 (`sharded_sequence_s`).
+ */
+#define SKRULL_COST_MODEL_SIZE_V2 272
+
+/**
+ * `skrull_error_details()` bit: the status's details carry `value`.
+ */
+#define SKRULL_DETAIL_VALUE 1
+
+/**
+ * `skrull_error_details()` bit: the status's details carry `limit`.
+ */
+#define SKRULL_DETAIL_LIMIT 2
+
+/**
  * `skrull_layout.micro_batch_global` of an empty lockstep micro-batch.
  */
 #define SKRULL_NO_MICRO_BATCH UINT32_MAX
@@ -178,7 +203,8 @@ typedef struct skrull_setup skrull_setup;
 #define SKRULL_CHUNKED -2
 
 /**
- * Coefficients the refit fits (`skrull_refit_report.coefficients`).
+ * Coefficients of `skrull_refit_report.coefficients` (version 1); the ninth,
+ * `SKRULL_REFIT_SHARDED_SEQUENCE`, is the appended `coefficient_sharded_sequence`.
  */
 #define SKRULL_REFIT_COEFFICIENTS 8
 
@@ -223,6 +249,46 @@ typedef struct skrull_setup skrull_setup;
 #define SKRULL_REFIT_OVERLAP 7
 
 /**
+ * Coefficient: fixed cost per sharded sequence (scale of the prior's; of 1 ms when the
+ * prior's is 0); in `skrull_refit_report.coefficient_sharded_sequence`, and bit 8 of the
+ * report's bit sets.
+ */
+#define SKRULL_REFIT_SHARDED_SEQUENCE 8
+
+/**
+ * Verdict: the fit was adopted.
+ */
+#define SKRULL_REFIT_ADOPTED 0
+
+/**
+ * Verdict: no valid measurement in the window; the model in use is returned.
+ */
+#define SKRULL_REFIT_NO_DATA 1
+
+/**
+ * Verdict: the fit does not explain the measurements better than the model in use (on the
+ * window, without explaining the held-out ones worse); the model in use is returned.
+ */
+#define SKRULL_REFIT_NOT_BETTER 2
+
+/**
+ * Verdict: the fit explains them no better than the model in use times one uniform factor
+ * (`scale`): a scale, not a model; the model in use is returned.
+ */
+#define SKRULL_REFIT_SCALE_ONLY 3
+
+/**
+ * Verdict: even the best fit's error stays above `max_error`: the model cannot describe these
+ * times; the model in use is returned.
+ */
+#define SKRULL_REFIT_HIGH_ERROR 4
+
+/**
+ * Verdict: no held-out measurement yet (or nothing else); the model in use is returned.
+ */
+#define SKRULL_REFIT_UNVALIDATED 5
+
+/**
  * The most steps a window keeps.
  */
 #define SKRULL_REFIT_MAX_WINDOW 64
@@ -238,9 +304,25 @@ typedef struct skrull_setup skrull_setup;
 #define SKRULL_REFIT_PARAMS_SIZE_V1 40
 
 /**
+ * `sizeof(skrull_refit_params)` of version 2.
+ */
+#define SKRULL_REFIT_PARAMS_SIZE_V2 64
+
+/**
  * `sizeof(skrull_refit_report)` of version 1.
  */
 #define SKRULL_REFIT_REPORT_SIZE_V1 112
+
+/**
+ * `sizeof(skrull_refit_report)` of version 2.
+ */
+#define SKRULL_REFIT_REPORT_SIZE_V2 184
+
+/**
+ * The largest `struct_size` accepted for an extensible struct (bytes past the fields this
+ * library knows must be zero).
+ */
+#define SKRULL_MAX_STRUCT_SIZE 4096
 
 /**
  * The C ABI version this header describes.
@@ -254,6 +336,16 @@ typedef struct skrull_setup skrull_setup;
 #define SKRULL_ABI_VERSION 1
 
 /**
+ * The longest `skrull_window_params.max_delay`.
+ */
+#define SKRULL_WINDOW_MAX_DELAY 64
+
+/**
+ * `sizeof(skrull_window_params)` of version 1.
+ */
+#define SKRULL_WINDOW_PARAMS_SIZE_V1 32
+
+/**
  * The result of every fallible skrull function.
  *
  * `SKRULL_STATUS_OK` is 0, so `if (skrull_schedule(...))` tests for failure. The numbers are
@@ -263,7 +355,8 @@ typedef struct skrull_setup skrull_setup;
  *
  * Groups: 1-9 malformed calls (pointers, struct sizes, integer enums, buffer sizes), 10-29
  * rejected configurations or batches (one per scheduler error), 30-39 rejected layout
- * requests (`skrull_layout_*`), 254-255 internal faults.
+ * requests (`skrull_layout_*`), 40-49 the online refit (`skrull_refit_*`), 50-59 the
+ * outlier-delay window (`skrull_window_*`), 254-255 internal faults.
  */
 enum skrull_status
 #if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
@@ -342,7 +435,10 @@ enum skrull_status
      */
     SKRULL_STATUS_SEQUENCE_TOO_LONG = 17,
     /**
-     * A DP rank needs more micro-batches than `max_micro_batches` allows.
+     * A DP rank needs more micro-batches than `max_micro_batches` allows (details: `index` the
+     * first such DP rank, `value` its count, `limit` the limit), or the configuration's fixed
+     * `micro_batches` is above a nonzero `max_micro_batches` (details: `index` -1, `value`
+     * `micro_batches`, `limit` `max_micro_batches`).
      */
     SKRULL_STATUS_MICRO_BATCH_LIMIT = 18,
     /**
@@ -387,6 +483,14 @@ enum skrull_status
      */
     SKRULL_STATUS_CHUNK_OVER_BUDGET = 25,
     /**
+     * No ChunkSize fits (`skrull_chunk_size_default()`): even one-token chunks of the longest
+     * sequence hold more than `bucket_tokens` on a GPU of the group that runs them, because
+     * the K/V state of the whole sequence is charged. Details: `value` the longest sequence,
+     * `limit` the tokens it would hold per GPU with one-token chunks (the least any chunk
+     * size gives).
+     */
+    SKRULL_STATUS_NO_CHUNK_SIZE = 26,
+    /**
      * The plan buffers given to a layout function do not hold a valid plan that
      * `skrull_schedule()` made from this configuration and these lengths (wrong counts, a
      * capacity below what `summary` says, corrupted entries including a nonzero
@@ -427,6 +531,38 @@ enum skrull_status
      * `max_rows_per_step`. Details: `value` the measurements, `limit` the capacity.
      */
     SKRULL_STATUS_REFIT_STEP_TOO_LARGE = 43,
+    /**
+     * A `skrull_window_params` field is out of range. Details: `field` its position after
+     * `struct_size` (1 `max_delay`, 2 `batch_capacity`), `value` the value, `limit` its
+     * largest accepted value.
+     */
+    SKRULL_STATUS_INVALID_WINDOW_PARAMS = 50,
+    /**
+     * The window state was not initialised by `skrull_window_init()`, is corrupted, or is
+     * smaller than it was initialised with.
+     */
+    SKRULL_STATUS_WINDOW_STATE_INVALID = 51,
+    /**
+     * `skrull_window_push()`: the window already holds `max_delay + 1` batches (take a step
+     * first).
+     */
+    SKRULL_STATUS_WINDOW_FULL = 52,
+    /**
+     * `skrull_window_step()`: no batch is pushed.
+     */
+    SKRULL_STATUS_WINDOW_EMPTY = 53,
+    /**
+     * `skrull_window_push()`: the batch holds more sequences than `batch_capacity`. Details:
+     * `value` the sequences, `limit` the capacity.
+     */
+    SKRULL_STATUS_WINDOW_BATCH_TOO_LARGE = 54,
+    /**
+     * `skrull_window_requeue()`: a deferred sample does not fit the window (its origin not
+     * before the next step or its deadline passed, its position not after the queue's last or
+     * not before the next push, the queue full, or a batch already pushed). Details: `index`
+     * the sample.
+     */
+    SKRULL_STATUS_INVALID_DEFERRED = 55,
     /**
      * The scheduler reported an error this version of the C API has no status for (a bug:
      * please report it).
@@ -480,8 +616,10 @@ typedef struct skrull_model_shape {
 /**
  * Every coefficient of the time model (`docs/cost_model.md`), `struct_size` first: fill it
  * with `skrull_cost_model_preset()`, change fields, and point `skrull_config.cost_model` at
- * it. Version 1 is 264 bytes. Values are checked when a call reads them
- * (`SKRULL_STATUS_INVALID_COST_MODEL`, with the field's position in the error details).
+ * it. Version 1 is 264 bytes, version 2 (`sharded_sequence_s` appended) 272. Every call
+ * that reads a configuration checks the cost model it points at, whatever the policy
+ * (`SKRULL_STATUS_INVALID_COST_MODEL`, with the field's position in the error details),
+ * though only `balanced` plans with it.
  */
 typedef struct skrull_cost_model {
     /**
@@ -577,6 +715,12 @@ typedef struct skrull_cost_model {
      * Fixed cost per iteration, seconds (>= 0).
      */
     double iteration_fixed_s;
+    /**
+     * Fixed cost per sharded sequence per micro-batch on every GPU of its group (the whole CP
+     * group or a sub-group), outside the overlap window, seconds (>= 0; version 2, 0 when a
+     * version-1 caller omits it).
+     */
+    double sharded_sequence_s;
 } skrull_cost_model;
 
 /**
@@ -725,6 +869,24 @@ typedef struct skrull_config {
      * as does a caller whose `struct_size` ends before this field. Added after version 1.
      */
     uint32_t chunk_state_permille;
+    /**
+     * `SKRULL_SYNC_*`: how the trainer that runs the plan makes its GPUs wait for each other,
+     * which `balanced` plans for and the evaluator composes: `SKRULL_SYNC_CP_GROUP` (0, what
+     * the initialisers write, and the value for a caller whose `struct_size` ends before this
+     * field: every micro-batch waits for its slowest CP rank, the paper's composition),
+     * `SKRULL_SYNC_EVERY_GPU` (every micro-batch waits for every GPU of the job, as under
+     * ZeRO-2/3; every DP rank then reports the same micro-batch count, as with `lockstep`) or
+     * `SKRULL_SYNC_SHARDED` (CP ranks meet only in micro-batches that hold a sequence spanning
+     * several of them, everyone at the step: DDP under `no_sync`). Other values:
+     * `SKRULL_STATUS_INVALID_ENUM`. With `balanced`, the plan is arranged for it (see
+     * `docs/cost_model.md`, "Synchronisation"); the other policies' plans do not change.
+     * Added after version 1.
+     */
+    uint32_t sync;
+    /**
+     * Must be zero (`SKRULL_STATUS_INVALID_ARG` otherwise): room for the next field.
+     */
+    uint32_t _reserved;
 } skrull_config;
 
 /**
@@ -1436,8 +1598,9 @@ typedef struct skrull_sizes {
 } skrull_sizes;
 
 /**
- * How the refit weighs and bounds its data (`struct_size` first; version 1 is 40 bytes).
- * `skrull_refit_params_default()` fills the defaults.
+ * How the refit weighs and bounds its data (`struct_size` first; version 1 is 40 bytes,
+ * version 2, with `trust`, `max_error` and `holdout`, 64). `skrull_refit_params_default()`
+ * fills the defaults; a version-1 caller gets version 2's defaults for the fields it lacks.
  */
 typedef struct skrull_refit_params {
     /**
@@ -1469,10 +1632,31 @@ typedef struct skrull_refit_params {
      * (default 0.5).
      */
     double outlier;
+    /**
+     * The trust region: per solve each coefficient moves at most this factor either way from
+     * the model in use (after the window's uniform factor), `>= 1`, infinite for none
+     * (default 2; version 2).
+     */
+    double trust;
+    /**
+     * A fit whose error on the window stays above this is not adopted, `> 0` (default 0.25;
+     * version 2).
+     */
+    double max_error;
+    /**
+     * One micro-batch in `holdout` is held out of the fit and judges it, `0` (none: judged
+     * in-sample) or `2..=1024` (default 3; version 2).
+     */
+    uint32_t holdout;
+    /**
+     * 0.
+     */
+    uint32_t _reserved;
 } skrull_refit_params;
 
 /**
- * What `skrull_refit_solve()` found (frozen layout, 112 bytes in version 1).
+ * What `skrull_refit_solve()` found (112 bytes in version 1; version 2, 184 bytes, appends
+ * the adoption rule's fields: a caller's smaller `out_report_size` gets the first bytes).
  */
 typedef struct skrull_refit_report {
     /**
@@ -1480,7 +1664,7 @@ typedef struct skrull_refit_report {
      */
     uint32_t struct_size;
     /**
-     * 1: the prior was returned (the fit was not better on the window, or no data).
+     * 1: the returned model is the prior (nothing adopted yet, or no data).
      */
     uint32_t kept_prior;
     /**
@@ -1500,7 +1684,7 @@ typedef struct skrull_refit_report {
      */
     uint32_t skipped;
     /**
-     * Bit `i` set: coefficient `i` moved more than 1 % from the prior.
+     * Bit `i` set: coefficient `i` of the returned model is more than 1 % from the prior's.
      */
     uint32_t moved;
     /**
@@ -1520,7 +1704,161 @@ typedef struct skrull_refit_report {
      * The returned model relative to the prior (`SKRULL_REFIT_*` indices).
      */
     double coefficients[SKRULL_REFIT_COEFFICIENTS];
+    /**
+     * 1: the fit was adopted (the returned model is new). Version 2 from here.
+     */
+    uint32_t adopted;
+    /**
+     * Why it was or was not: `SKRULL_REFIT_ADOPTED` .. `SKRULL_REFIT_UNVALIDATED`.
+     */
+    uint32_t verdict;
+    /**
+     * Bit `i` set: the trust region held coefficient `i` of the fit back.
+     */
+    uint32_t limited;
+    /**
+     * Bit `i` set: communication coefficient `i` was raised to the most the window allows
+     * (its cost hidden on every measurement).
+     */
+    uint32_t raised;
+    /**
+     * Held-out measurements in the window.
+     */
+    uint32_t heldout_rows;
+    /**
+     * Steps of the window with a step time (`skrull_refit_observe_step_time()`).
+     */
+    uint32_t step_times;
+    /**
+     * The window's median of measured over predicted time under the model in use before this
+     * solve: the uniform factor it is off by.
+     */
+    double scale;
+    /**
+     * Error of the model in use on the held-out measurements.
+     */
+    double error_heldout_in_use;
+    /**
+     * Error of the fit on them.
+     */
+    double error_heldout_fit;
+    /**
+     * Error of the fit without the trust region on the measurements it was fitted to
+     * (compared with `max_error`).
+     */
+    double error_unlimited;
+    /**
+     * The per-step cost measured from the step times, seconds (the returned model's
+     * `iteration_fixed_s`).
+     */
+    double iteration_fixed_s;
+    /**
+     * The returned model's `SKRULL_REFIT_SHARDED_SEQUENCE` coefficient.
+     */
+    double coefficient_sharded_sequence;
 } skrull_refit_report;
+
+/**
+ * A window's shape and where it starts (`struct_size` first; version 1 is 32 bytes).
+ */
+typedef struct skrull_window_params {
+    /**
+     * `sizeof(skrull_window_params)`.
+     */
+    uint32_t struct_size;
+    /**
+     * The most steps a sample may be delayed, `0..=SKRULL_WINDOW_MAX_DELAY` (0: never).
+     */
+    uint32_t max_delay;
+    /**
+     * The most sequences one pushed batch may hold, `1..=65536`.
+     */
+    uint32_t batch_capacity;
+    /**
+     * 0.
+     */
+    uint32_t _reserved;
+    /**
+     * The index of the first step (0 for a new epoch; the saved step when resuming).
+     */
+    uint64_t first_step;
+    /**
+     * The position of the first sample pushed (0 for a new epoch; when resuming, the
+     * position of the first sample of the saved step's batch).
+     */
+    uint64_t first_position;
+} skrull_window_params;
+
+/**
+ * A deferred sample (frozen layout, 24 bytes): `skrull_window_queue()` lists them,
+ * `skrull_window_requeue()` takes them back.
+ */
+typedef struct skrull_window_deferred {
+    /**
+     * Its position in push order.
+     */
+    uint64_t position;
+    /**
+     * The step of the batch it was pushed in.
+     */
+    uint64_t origin;
+    /**
+     * Its length, tokens.
+     */
+    uint32_t length;
+    /**
+     * 0.
+     */
+    uint32_t _reserved;
+} skrull_window_deferred;
+
+/**
+ * What a window of given parameters needs (frozen layout).
+ */
+typedef struct skrull_window_capacity {
+    /**
+     * Bytes of state storage (8-byte aligned).
+     */
+    size_t state_bytes;
+    /**
+     * The most samples one step returns: the capacity `skrull_window_step()` needs.
+     */
+    size_t step_capacity;
+    /**
+     * The most samples the queue holds.
+     */
+    size_t queue_capacity;
+} skrull_window_capacity;
+
+/**
+ * What one `skrull_window_step()` returned besides the samples (frozen layout, 32 bytes).
+ */
+typedef struct skrull_window_step_info {
+    /**
+     * The step's index.
+     */
+    uint64_t index;
+    /**
+     * The released samples' delays summed, steps.
+     */
+    uint64_t delay_sum;
+    /**
+     * Samples written (the step's batch's kept samples, then the released ones).
+     */
+    uint32_t samples;
+    /**
+     * Of them, the last `released` were deferred from earlier steps.
+     */
+    uint32_t released;
+    /**
+     * Outliers of the step's batch deferred to a later step.
+     */
+    uint32_t deferred;
+    /**
+     * Samples in the queue after this step.
+     */
+    uint32_t queued;
+} skrull_window_step_info;
 
 
 
@@ -1536,6 +1874,33 @@ extern "C" {
  * None: safe to call from any thread at any time.
  */
 uint32_t skrull_abi_version(void);
+
+/**
+ * Writes to `*chunk_size` the default ChunkSize of `config` for sequences of up to `longest`
+ * tokens (0: the longest the layout accepts sharded, `cp x bucket_tokens` less padding): the
+ * largest power of two below `longest` (at most 2^30) whose chunked peak fits
+ * `bucket_tokens` on the GPUs the policy chunks on (the whole CP group for
+ * `SKRULL_POLICY_CHUNKFLOW`, one GPU otherwise), with the configuration's `chunk_keep` and
+ * `chunk_state_permille`; 1 when `longest` is at most 1. `config->chunk_size` is ignored
+ * (it may be 0, as `chunkflow` callers have it before they ask); every other field is
+ * checked as `skrull_config_check()` checks it.
+ *
+ * Returns `SKRULL_STATUS_OK`, a configuration status (`NULL_ARG`, `BAD_STRUCT_SIZE`,
+ * `INVALID_DP`, ...), `SKRULL_STATUS_NULL_ARG` for a NULL `chunk_size`, `INVALID_ARG` for a
+ * misaligned one or one that overlaps the configuration, or `SKRULL_STATUS_NO_CHUNK_SIZE`
+ * when not even one-token chunks fit (details: `value` the longest sequence, `limit` the
+ * tokens per GPU it would hold). Writes `*chunk_size` only on success, and the details to
+ * `error` (unless NULL, misaligned or overlapping another argument) only on failure.
+ *
+ * # Safety
+ * `config`, unless NULL, points to a `skrull_config` whose `struct_size` bytes are readable
+ * (and its `cost_model`, unless NULL, to a readable `skrull_cost_model`); `chunk_size`,
+ * unless NULL, is writable; `error`, unless NULL, points to a writable `skrull_error_info`.
+ */
+skrull_status skrull_chunk_size_default(const struct skrull_config *config,
+                                        uint32_t longest,
+                                        uint32_t *chunk_size,
+                                        struct skrull_error_info *error);
 
 /**
  * Validates `config` alone: `SKRULL_STATUS_OK`, or the first problem `skrull_schedule()`
@@ -1555,7 +1920,9 @@ skrull_status skrull_config_check(const struct skrull_config *config,
  * The version-1 initialiser: `skrull_config_init(out, 60)`. It writes the first 60 bytes
  * only (what a program built against the first header has) and sets `struct_size = 60`, so
  * the library ignores every field added since (`pad_multiple`, `pad_local`, `lockstep`,
- * `cost_model`, `subgroups`): new code calls `skrull_config_init(&cfg, sizeof cfg)` instead.
+ * `cost_model`, `subgroups`, `fill_empty`, `micro_batches`, `chunk_size`, `chunk_keep`,
+ * `chunk_state_permille`, `sync`): new code calls `skrull_config_init(&cfg, sizeof cfg)`
+ * instead.
  *
  * `out` needs 4-byte alignment only (a version-1 struct of `uint32_t` fields, which a program
  * may place at any 4-byte boundary).
@@ -1683,6 +2050,57 @@ skrull_status skrull_dacp_place(const struct skrull_config *config,
                                 int32_t *cp_ranks,
                                 size_t cp_ranks_len,
                                 struct skrull_dacp_summary *summary);
+
+/**
+ * Writes the sentence a binding shows for a call that returned `status`: what was given,
+ * what is accepted and what to do (for example `sequence 3 has 70000 tokens, too many for
+ * bucket_tokens=4096: ...`), without the status name. The details are read from `info` when
+ * it is not NULL and `info->status == status` (what a failed call wrote), and the
+ * configuration's `bucket_tokens`, `flops`, `policy` and `cp` from `config` when it is not
+ * NULL; a detail that is unknown prints as `None`. For `SKRULL_STATUS_LENGTH_OUT_OF_RANGE`, a
+ * binding that checks lengths as signed integers may store the caller's negative length in
+ * `info->value` (as the `int64_t` bit pattern) to have it named.
+ *
+ * Like `snprintf`: writes at most `capacity - 1` bytes and a NUL into `buffer` (nothing when
+ * `buffer` is NULL or `capacity` is 0) and returns the sentence's full length in bytes
+ * without the NUL, so a return value at or above `capacity` means it was cut. Statuses with
+ * no sentence of their own (`SKRULL_STATUS_OK`, an unknown number) give
+ * `skrull_status_str()`'s text. The sentence is ASCII.
+ *
+ * # Safety
+ * `info`, unless NULL, points to a readable `skrull_error_info`; `config`, unless NULL, to a
+ * `skrull_config` whose `struct_size` bytes are readable (one this library would refuse is
+ * read as far as it can be, or ignored); `buffer`, unless NULL, to `capacity` writable bytes
+ * that overlap neither.
+ */
+size_t skrull_error_describe(uint32_t status,
+                             const struct skrull_error_info *info,
+                             const struct skrull_config *config,
+                             char *buffer,
+                             size_t capacity);
+
+/**
+ * Which of `skrull_error_info`'s `value` and `limit` a failed call that returned `status`
+ * fills (`SKRULL_DETAIL_VALUE | SKRULL_DETAIL_LIMIT`, 0 for neither or an unknown number),
+ * as `docs/c_api.md` ("Error details") lists them; `index` is -1 and `field` 0 where they
+ * name nothing.
+ *
+ * # Safety
+ * None: any value is accepted.
+ */
+uint32_t skrull_error_details(uint32_t status);
+
+/**
+ * The name of `skrull_error_info.field` for a status (`"ffn"` for `SKRULL_STATUS_INVALID_MODEL`
+ * with field 3, `"gemm_efficiency"` for `SKRULL_STATUS_INVALID_COST_MODEL` with field 3), or
+ * with `field` 0 the setting a status is about when its details name none (`"dp"` for
+ * `SKRULL_STATUS_INVALID_DP`, `"bucket_tokens"`, `"pad_multiple"`, `"flops"` for
+ * `SKRULL_STATUS_UNSUPPORTED_OPTION`). Static and NUL-terminated; NULL when there is none.
+ *
+ * # Safety
+ * None: any values are accepted.
+ */
+const char *skrull_error_field_name(uint32_t status, uint32_t field);
 
 /**
  * Fills `out` with one GPU's layout (`gpu`: DP rank, micro-batch, CP rank) of the plan that
@@ -1917,6 +2335,26 @@ skrull_status skrull_refit_observe(void *state,
                                    struct skrull_error_info *error);
 
 /**
+ * Records the measured wall time of the step last added by `skrull_refit_observe()`:
+ * `seconds` of the whole step on its slowest GPU (forward, backward, the optimizer step and
+ * everything between). The refit measures the per-step cost from it (each step's time less
+ * its slowest DP rank's sum of micro-batch times, the median over the window) and returns it
+ * as the model's `iteration_fixed_s`. A NaN, infinite, zero or negative `seconds` records no
+ * time for the step. A later call for the same step replaces the time.
+ *
+ * Statuses: the state's (as `skrull_refit_observe()`), then `MEASUREMENT_MISMATCH` when no
+ * step was observed yet. The state changes only on `SKRULL_STATUS_OK`.
+ *
+ * # Safety
+ * - `state` as for `skrull_refit_observe()`.
+ * - `error`, unless NULL, points to a writable `skrull_error_info`.
+ */
+skrull_status skrull_refit_observe_step_time(void *state,
+                                             size_t state_size,
+                                             double seconds,
+                                             struct skrull_error_info *error);
+
+/**
  * Writes the defaults into `*out` (`struct_size` = `min(out_size, sizeof)`).
  *
  * Returns `SKRULL_STATUS_NULL_ARG` for NULL, `SKRULL_STATUS_INVALID_ARG` when misaligned,
@@ -1942,12 +2380,16 @@ size_t skrull_refit_size(const struct skrull_refit_params *params);
  * Fits the window and writes the refitted cost model to `*out_model` (`out_model_size >=
  * 264` bytes; `struct_size` = the bytes written) and the report to `*out_report` (unless
  * NULL; `out_report_size >= 112`). Deterministic: the same history of calls gives the same
- * bits on every platform. The model is validated and never worse than the prior on the
- * window's own data (else the prior is returned and `kept_prior` is 1). The result becomes
- * the state's anchor: the next fit starts from it and pulls every coefficient the window
- * does not identify toward it (the window is not changed). To plan with the model, point
- * `skrull_config.cost_model` at it; keep the state's prior as it is (do not re-initialise
- * with the refitted model).
+ * bits on every platform. A fit is adopted only when it explains the window better than the
+ * model in use without explaining its held-out micro-batches worse, within the trust region
+ * around the model in use, with an error at most `max_error`, and beyond one uniform factor
+ * (`skrull_refit_report.verdict` says which rule refused it); otherwise the model in use is
+ * returned (at first the prior). Coefficients the window does not measure keep their value;
+ * ring costs that every measurement hides are raised to the most the window allows. The
+ * returned model is the state's model in use from now on: the next fit starts from it, is
+ * pulled toward it and is judged against it (the window is not changed). To plan with the
+ * model, point `skrull_config.cost_model` at it; keep the state's prior as it is (do not
+ * re-initialise with the refitted model).
  *
  * Statuses: the state's (as `skrull_refit_observe()`), `NULL_ARG` (`out_model`),
  * `INVALID_ARG` (misaligned or overlapping outputs), `BAD_STRUCT_SIZE` (an output size below
@@ -2080,6 +2522,16 @@ skrull_status skrull_setup_init(const struct skrull_config *config,
 size_t skrull_setup_size(void);
 
 /**
+ * Returns the status's name as the header spells it without `SKRULL_STATUS_`
+ * (`"SEQUENCE_TOO_LONG"` for `SKRULL_STATUS_SEQUENCE_TOO_LONG`), static and NUL-terminated;
+ * NULL for a number this library has no status for.
+ *
+ * # Safety
+ * None: any value is accepted. Safe to call from any thread.
+ */
+const char *skrull_status_name(uint32_t status);
+
+/**
  * Returns a static, NUL-terminated English message for a status number.
  *
  * Unknown numbers (for example from a newer library) give `"unknown status"`. The string is
@@ -2098,6 +2550,145 @@ const char *skrull_status_str(uint32_t status);
  * None: safe to call from any thread at any time.
  */
 const char *skrull_version(void);
+
+/**
+ * Initialises an empty window in caller storage: `state` (`state_size` bytes, 8-byte
+ * aligned, at least `skrull_window_sizes()`'s `state_bytes`) for the prepared configuration
+ * `setup` (copied: the setup's memory may go after this call). The window estimates with
+ * the setup's cost model (`docs/outlier_delay.md`); plan its steps with the same setup. The
+ * state is plain memory valid only in this process and at this address.
+ *
+ * Statuses, in order: `params` (`NULL_ARG`, `INVALID_ARG`, `BAD_STRUCT_SIZE`,
+ * `INVALID_WINDOW_PARAMS` with the field in the details), `setup` (`NULL_ARG`,
+ * `INVALID_ARG`: misaligned or not a prepared configuration), then `state`: `NULL_ARG`,
+ * `INVALID_ARG` (misaligned, or overlapping `params`, `setup` or the details),
+ * `WORKSPACE_TOO_SMALL`. Nothing is written on error but the details.
+ *
+ * # Safety
+ * - `params` as for `skrull_window_sizes()`; `setup`, unless NULL, is what
+ *   `skrull_setup_init()` stored, readable during the call.
+ * - `state`, unless NULL, points to `state_size` writable bytes no other thread touches
+ *   during the call.
+ * - `error`, unless NULL, points to a writable `skrull_error_info`.
+ */
+skrull_status skrull_window_init(const struct skrull_window_params *params,
+                                 const skrull_setup *setup,
+                                 void *state,
+                                 size_t state_size,
+                                 struct skrull_error_info *error);
+
+/**
+ * Appends the next global batch (`n` lengths, in sample order; its samples get the next
+ * positions). Keep `max_delay` batches pushed ahead of the step you take: the window
+ * defers only to batches it holds, and a step with none pushed after it runs the whole
+ * queue (the epoch's end).
+ *
+ * Statuses, in order: `state` (`NULL_ARG`, `INVALID_ARG` misaligned, `WINDOW_STATE_INVALID`),
+ * `lengths` (`NULL_ARG` with `n > 0`, `INVALID_ARG` misaligned or overlapping the state),
+ * `WINDOW_BATCH_TOO_LARGE`, `WINDOW_FULL`, then per sequence in input order
+ * `EMPTY_SEQUENCE`, `LENGTH_OUT_OF_RANGE`, `SEQUENCE_TOO_LONG` (details: the sequence). The
+ * state changes only on `SKRULL_STATUS_OK`.
+ *
+ * # Safety
+ * - `state` as for `skrull_window_step()`.
+ * - `lengths`, unless NULL, points to `n` readable `uint32_t`.
+ * - `error`, unless NULL, points to a writable `skrull_error_info`.
+ */
+skrull_status skrull_window_push(void *state,
+                                 size_t state_size,
+                                 const uint32_t *lengths_ptr,
+                                 size_t n,
+                                 struct skrull_error_info *error);
+
+/**
+ * Lists the queue (the deferred samples not yet returned), in position order, into `out`
+ * (room for `capacity` entries; `skrull_window_sizes()`'s `queue_capacity` always suffices)
+ * and their number into `*count`. With `skrull_window_requeue()`, what a trainer saves to
+ * resume mid-epoch.
+ *
+ * Statuses: `state`'s (as `skrull_window_step()`), `NULL_ARG` (`count`, or `out` with
+ * `capacity > 0`), `INVALID_ARG` (misaligned or overlapping), `OUTPUT_TOO_SMALL` (fewer
+ * entries than queued; details: `value` the queued samples, `limit` the capacity). Outputs
+ * are written only on success.
+ *
+ * # Safety
+ * - `state` as for `skrull_window_step()` (only read).
+ * - `out`, unless NULL, is writable for `capacity` entries; `count`, unless NULL, for one
+ *   `size_t`.
+ * - `error`, unless NULL, points to a writable `skrull_error_info`.
+ */
+skrull_status skrull_window_queue(void *state,
+                                  size_t state_size,
+                                  struct skrull_window_deferred *out,
+                                  size_t capacity,
+                                  size_t *count,
+                                  struct skrull_error_info *error);
+
+/**
+ * Puts deferred samples back in the queue, as `skrull_window_queue()` listed them, to
+ * resume a window saved mid-epoch: initialise a window with the saved step as `first_step`
+ * and the position of that step's batch's first sample as `first_position`, requeue, then
+ * push the batches from that step on. Only while no batch is pushed.
+ *
+ * Statuses, in order: `state`'s (as `skrull_window_step()`), `entries` (`NULL_ARG` with
+ * `n > 0`, `INVALID_ARG` misaligned, overlapping the state, or an entry's nonzero
+ * `_reserved`), then per entry `INVALID_DEFERRED` (details: the entry) or a length status
+ * (`EMPTY_SEQUENCE`, `LENGTH_OUT_OF_RANGE`, `SEQUENCE_TOO_LONG`). Nothing is queued on
+ * error.
+ *
+ * # Safety
+ * - `state` as for `skrull_window_step()`.
+ * - `entries`, unless NULL, points to `n` readable entries.
+ * - `error`, unless NULL, points to a writable `skrull_error_info`.
+ */
+skrull_status skrull_window_requeue(void *state,
+                                    size_t state_size,
+                                    const struct skrull_window_deferred *entries,
+                                    size_t n,
+                                    struct skrull_error_info *error);
+
+/**
+ * What a window with `params` needs: its state bytes, the capacity of a step's outputs and
+ * of the queue.
+ *
+ * Statuses: `NULL_ARG` (`params` or `out`), `INVALID_ARG` (misaligned, overlapping, or a
+ * nonzero `_reserved`), `BAD_STRUCT_SIZE`, `INVALID_WINDOW_PARAMS`. `out` is written only on
+ * success.
+ *
+ * # Safety
+ * Unless NULL, `params` points to a `skrull_window_params` whose `struct_size` bytes are
+ * readable and `out` to a writable `skrull_window_capacity`. Safe from any thread.
+ */
+skrull_status skrull_window_sizes(const struct skrull_window_params *params,
+                                  struct skrull_window_capacity *out);
+
+/**
+ * Takes the next step: decides which deferred samples and outliers run now and writes the
+ * step's samples, the current batch's kept samples in batch order and then the released
+ * ones in position order, as `positions` (`uint64_t`, each sample's position in push order)
+ * and `lengths` (plan these), both with room for `capacity` entries (at least
+ * `skrull_window_sizes()`'s `step_capacity`), and `*out`.
+ *
+ * Statuses, in order: `state` (`NULL_ARG`, `INVALID_ARG` misaligned,
+ * `WINDOW_STATE_INVALID`), `positions`, `lengths` (`NULL_ARG`, `INVALID_ARG` misaligned,
+ * `OUTPUT_TOO_SMALL` below the step capacity), `out` (`NULL_ARG`, `INVALID_ARG`), any
+ * overlap of the state and the outputs (`INVALID_ARG`), then `WINDOW_EMPTY`. Outputs and the
+ * state change only on `SKRULL_STATUS_OK`.
+ *
+ * # Safety
+ * - `state`, unless NULL, points to `state_size` bytes initialised by `skrull_window_init()`
+ *   and changed since only by the window calls; no other thread touches it during the call.
+ * - `positions` and `lengths`, unless NULL, are writable for `capacity` elements; `out`,
+ *   unless NULL, for one `skrull_window_step_info`.
+ * - `error`, unless NULL, points to a writable `skrull_error_info`.
+ */
+skrull_status skrull_window_step(void *state,
+                                 size_t state_size,
+                                 uint64_t *positions,
+                                 uint32_t *lengths,
+                                 size_t capacity,
+                                 struct skrull_window_step_info *out,
+                                 struct skrull_error_info *error);
 
 /**
  * Returns the workspace bytes `skrull_schedule()` needs for `n` sequences on a `dp x cp`

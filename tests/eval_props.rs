@@ -22,7 +22,7 @@ fn feasible(case: &Case) -> bool {
     case.lengths.iter().all(|&s| case.cfg.shard_tokens(s) <= c)
 }
 
-fn costs(cfg: &Config) -> [CostModel; 3] {
+fn costs(cfg: &Config) -> [CostModel; 4] {
     let h100 = CostModel::h100(&cfg.model);
     let mut all = h100;
     all.overlap = Overlap::AllAttention;
@@ -30,7 +30,16 @@ fn costs(cfg: &Config) -> [CostModel; 3] {
     odd.iteration_fixed_s = 0.01;
     odd.micro_batch_extra_s = 0.002;
     odd.gpus_per_node = 2;
-    [h100, all, odd]
+    [h100, all, odd, per_sequence(cfg)]
+}
+
+/// The H100 preset with a fixed cost per sharded sequence (5 ms, what the CPU executor paid)
+/// and per step.
+fn per_sequence(cfg: &Config) -> CostModel {
+    let mut c = CostModel::h100(&cfg.model);
+    c.sharded_sequence_s = 0.005;
+    c.iteration_fixed_s = 0.02;
+    c
 }
 
 /// A random plan that respects the budget: each sequence, in a random order, goes to a random
@@ -123,15 +132,19 @@ fn evaluated_time_is_never_below_the_lower_bound_for_any_policy() {
         if !feasible(&case) {
             return TestResult::discard();
         }
+        // Planned on the configuration's model, and on one that prices sharded sequences.
+        let planned = [case.cfg, case.cfg.with_cost(per_sequence(&case.cfg))];
         for policy in POLICIES {
-            let cfg = with_policy(&case.cfg, policy);
-            let mut bufs = OwnedBuffers::for_batch(case.lengths.len(), &cfg);
-            let plan = match bufs.schedule(&cfg, &case.lengths) {
-                Ok(p) => p,
-                Err(e) => return TestResult::error(format!("{policy:?}: {e}")),
-            };
-            if let Err(e) = check(&cfg, &case.lengths, plan.placements(), policy.name()) {
-                return TestResult::error(e);
+            for base in &planned {
+                let cfg = with_policy(base, policy);
+                let mut bufs = OwnedBuffers::for_batch(case.lengths.len(), &cfg);
+                let plan = match bufs.schedule(&cfg, &case.lengths) {
+                    Ok(p) => p,
+                    Err(e) => return TestResult::error(format!("{policy:?}: {e}")),
+                };
+                if let Err(e) = check(&cfg, &case.lengths, plan.placements(), policy.name()) {
+                    return TestResult::error(e);
+                }
             }
         }
         TestResult::passed()

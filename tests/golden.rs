@@ -286,3 +286,69 @@ fn large_cp_batches_shard_over_sub_groups() {
         assert!(subs > 0, "{name}: no sequence sharded over a sub-group");
     }
 }
+
+/// Golden plan hashes of `balanced` planned on a cost model with a fixed cost per sharded
+/// sequence (5 ms per GPU of its group, what the CPU executor paid; the presets keep it 0, so
+/// the plans above are unchanged), pinned from its implementation as of 2026-12-06.
+/// Where a hash equals the preset's (`lmsys-256`, `paper-small`, `chatqa2-cp64`) the cost
+/// changed no decision on that batch.
+const GOLDEN_PER_SEQUENCE: &[(&str, u64)] = &[
+    ("lmsys-256", 0xcc8043ca29a777b0),
+    ("chatqa2-256", 0x390f1235a2501c1e),
+    ("paper-small", 0x4c55d7c1cb0b1433),
+    ("chatqa2-cp64", 0x2eb020839cb9a605),
+    ("chatqa2-cp256", 0x1424224dff7431a0),
+];
+
+/// With a cost per sharded sequence `balanced` has plans of its own, the same through the
+/// Rust API and the C ABI (the cost model passed by pointer, version 2 of the struct).
+#[test]
+#[cfg_attr(miri, ignore)]
+fn a_per_sequence_cost_has_golden_plans_of_its_own() {
+    let mut problems = Vec::new();
+    for (name, cfg, lengths) in batches() {
+        let mut cost = cfg.cost_model();
+        cost.sharded_sequence_s = 0.005;
+        let cfg = cfg.with_policy(Policy::Balanced).with_cost(cost);
+        let mut bufs = OwnedBuffers::for_batch(lengths.len(), &cfg);
+        let plan = bufs.schedule(&cfg, &lengths).unwrap();
+        assert_eq!(independent_check(&cfg, &lengths, &plan), Ok(()));
+        let placements: Vec<Hashed> = plan
+            .placements()
+            .iter()
+            .map(|p| {
+                let g = subgroup(c_group(p, cfg.cp), cfg.cp);
+                (p.dp_rank, p.micro_batch, p.cp_rank, g)
+            })
+            .collect();
+        let rust = plan_hash(&placements, plan.micro_batches_per_dp());
+        let c_cost = skrull::skrull_cost_model::from_core(&cost);
+        let mut c_cfg = skrull_config::from_core(&cfg);
+        c_cfg.cost_model = &raw const c_cost;
+        let mut out = OwnedCPlan::new(lengths.len(), &cfg, 0);
+        assert_eq!(out.schedule(&c_cfg, &lengths), skrull_status::Ok);
+        let c_plan = out.plan();
+        let groups = c_plan.cp_groups.unwrap();
+        let p: Vec<Hashed> = c_plan
+            .placements
+            .iter()
+            .zip(groups)
+            .map(|(p, &g)| (p.dp_rank, p.micro_batch, p.cp_rank, subgroup(g, cfg.cp)))
+            .collect();
+        let c = plan_hash(&p, c_plan.per_dp);
+        if c != rust {
+            problems.push(format!(
+                "{name}: C ABI plan hash {c:#018x} != Rust {rust:#018x}"
+            ));
+        }
+        match GOLDEN_PER_SEQUENCE.iter().find(|g| g.0 == name) {
+            Some(&(_, want)) if want == rust => {}
+            Some(&(_, want)) => problems.push(format!(
+                "{name}: plan hash {rust:#018x}, golden {want:#018x}: a scheduling decision \
+                 changed"
+            )),
+            None => problems.push(format!("(\"{name}\", {rust:#018x}),")),
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}

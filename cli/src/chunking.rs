@@ -7,41 +7,19 @@ use skrull_core::{Chunking, Config, CostModel, Error, Policy};
 use skrull_kit::sample::Dataset;
 use skrull_kit::{OwnedBuffers, OwnedEval};
 
-use crate::simulate::{Options, RunMeans, Setup, geometric_mean, ms, sample_cell};
-
-/// The largest ChunkSize tried by [`default_chunk_size`]: 2^30 tokens.
-const MAX_DEFAULT_SHIFT: u32 = 30;
-
-/// The default ChunkSize for `cfg` when sequences of up to `longest` tokens may come: the
-/// largest power of two below `longest` whose chunked peak on ONE GPU fits BucketSize,
-/// `Budget::chunked(chunking, longest, 1) <= bucket`, with `cfg`'s K and state charge (the
-/// last K chunks or one recomputed chunk, plus the K/V state of the whole sequence). `None`
-/// when not even a one-token chunk fits (the state alone is over BucketSize) or `longest`
-/// is below 2.
-pub fn default_chunk_size(cfg: &Config, longest: u32) -> Option<u32> {
-    let budget = cfg.budget();
-    (0..=MAX_DEFAULT_SHIFT)
-        .rev()
-        .map(|k| 1u32 << k)
-        .filter(|&size| size < longest)
-        .find(|&size| {
-            let c = Chunking {
-                size,
-                ..cfg.chunking
-            };
-            budget.chunked(&c, longest, 1) <= u64::from(cfg.bucket)
-        })
-}
+use crate::cell::{Options, sample_cell};
+use crate::setups::{RunMeans, Setup, geometric_mean, ms};
 
 /// `cfg` ready to plan sequences of up to `longest` tokens: as it is, unless its policy is
-/// `chunkflow` and chunking is off, which gets [`default_chunk_size`] (left off when none
-/// fits: validation then names the problem).
+/// `chunkflow` and chunking is off, which gets the core's default chunk size
+/// ([`Config::default_chunk_size`]; left off when none fits: validation then names the
+/// problem).
 pub fn with_chunk_size(cfg: Config, longest: u32) -> Config {
     if cfg.policy != Policy::ChunkFlow || cfg.chunking.is_on() {
         return cfg;
     }
     let mut cfg = cfg;
-    cfg.chunking.size = default_chunk_size(&cfg, longest).unwrap_or(0);
+    cfg.chunking.size = cfg.default_chunk_size(longest).unwrap_or(0);
     cfg
 }
 
@@ -104,15 +82,18 @@ impl ChunkingResult {
 }
 
 /// The chunking of the runs with chunking on for a cell whose sequences are clipped at
-/// `clip`: `template`'s when `--chunk-size` gave one, else [`default_chunk_size`] (with the
-/// template's K and state charge).
+/// `clip`: `template`'s when `--chunk-size` gave one, else the core's default for chunks on
+/// one GPU, the smallest group `balanced` chunks on ([`Config::default_chunk_size`] of
+/// `balanced`, with the template's K and state charge), so both chunking runs can use it.
 fn cell_chunking(cfg: &Config, clip: u32) -> Result<Chunking, String> {
     if cfg.chunking.is_on() {
         return Ok(cfg.chunking);
     }
-    let size = default_chunk_size(cfg, clip).ok_or_else(|| {
+    let one_gpu = cfg.with_policy(Policy::Balanced);
+    let size = one_gpu.default_chunk_size(clip).map_err(|e| {
         format!(
-            "no ChunkSize fits BucketSize {} with {clip}-token sequences: give --chunk-size",
+            "no ChunkSize fits BucketSize {} with {clip}-token sequences ({e}): give \
+             --chunk-size",
             cfg.bucket
         )
     })?;
@@ -157,7 +138,7 @@ fn run_policy(
 
 /// Runs, on the batches `run_cell` samples for the cell: `balanced` without chunking,
 /// `balanced` with chunking, `chunkflow` and `skrull` (the rest of `opts.template` as given;
-/// the chunking is `--chunk-size`'s, else the cell's [`default_chunk_size`] for its clip
+/// the chunking is `--chunk-size`'s, else the cell's [`Config::default_chunk_size`] for its clip
 /// length).
 ///
 /// # Errors
@@ -295,34 +276,4 @@ pub fn chunking_table(rows: &[ChunkingResult], iterations: usize) -> String {
         );
     }
     s
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use skrull_core::ModelShape;
-
-    #[test]
-    fn the_default_chunk_size_is_the_largest_power_of_two_that_fits_one_gpu() {
-        let mut cfg = Config::new(4, 8, 26 * 1024, ModelShape::QWEN2_5_0_5B);
-        // 128K tokens: the state is ceil(131072 * 64 / 1000) = 8389; 16384 + 8389 <= 26624.
-        assert_eq!(default_chunk_size(&cfg, 128 * 1024), Some(16_384));
-        let c = Chunking::new(16_384, 1);
-        assert!(cfg.budget().chunked(&c, 128 * 1024, 1) <= u64::from(cfg.bucket));
-        let c = Chunking::new(32_768, 1);
-        assert!(cfg.budget().chunked(&c, 128 * 1024, 1) > u64::from(cfg.bucket));
-        // 7B, 13K: 4096 + 8389 fits, 8192 + 8389 does not.
-        cfg.bucket = 13 * 1024;
-        assert_eq!(default_chunk_size(&cfg, 128 * 1024), Some(4096));
-        // K = 4 keeps four chunks: 2048 * 4 + 8389 <= 13312.
-        cfg.chunking.keep = 4;
-        assert_eq!(default_chunk_size(&cfg, 128 * 1024), Some(1024));
-        // Below the longest sequence: a chunk as long as it would chunk nothing.
-        cfg.chunking.keep = 1;
-        assert_eq!(default_chunk_size(&cfg, 3000), Some(2048));
-        assert_eq!(default_chunk_size(&cfg, 1), None);
-        // The state alone over BucketSize: nothing fits.
-        cfg.bucket = 100;
-        assert_eq!(default_chunk_size(&cfg, 1 << 20), None);
-    }
 }

@@ -3,7 +3,9 @@
 //! field is added in one place.
 
 use serde_json::Value;
-use skrull_core::{Chunking, Config, FlopsFormula, ModelShape, Policy, ShardPadding, Victim};
+use skrull_core::{
+    Chunking, Config, FlopsFormula, ModelShape, Policy, ShardPadding, Synchronisation, Victim,
+};
 
 use crate::args::{model_name, parse_model};
 
@@ -53,7 +55,7 @@ const fn chunk_key(name: &'static str, kind: Kind) -> Key {
 }
 
 /// Every key, in the order the writer emits them.
-pub const KEYS: [Key; 18] = [
+pub const KEYS: [Key; 19] = [
     key("dp", true, Kind::U32(|c| c.dp, |c, v| c.dp = v)),
     key("cp", true, Kind::U32(|c| c.cp, |c, v| c.cp = v)),
     key(
@@ -153,6 +155,16 @@ pub const KEYS: [Key; 18] = [
             |c, v| c.chunking.state_permille = v,
         ),
     ),
+    // Absent at the default (and in plans written before it): cp-group.
+    Key {
+        name: "sync",
+        required: false,
+        kind: Kind::Name(
+            |c| c.sync.name().into(),
+            |c, s| Synchronisation::from_name(s).map(|v| c.sync = v),
+        ),
+        written: |c| c.sync != Synchronisation::CpGroup,
+    },
 ];
 
 /// What the reader starts from: [`Config::new`]'s options, Qwen2.5-0.5B, and zero for the
@@ -262,6 +274,7 @@ mod tests {
         cfg.lockstep = rng.below(2) == 1;
         cfg.subgroups = rng.below(2) == 1;
         cfg.fill_empty = rng.below(2) == 1;
+        cfg.sync = pick(rng, Synchronisation::ALL);
         if rng.below(2) == 1 {
             cfg.chunking = Chunking {
                 size: num(rng),
@@ -280,11 +293,9 @@ mod tests {
             let cfg = random_config(&mut rng);
             let text = write(&cfg);
             let v: Value = serde_json::from_str(&text).unwrap();
-            let keys = if cfg.chunking == Chunking::OFF {
-                KEYS.len() - 3
-            } else {
-                KEYS.len()
-            };
+            let absent = 3 * usize::from(cfg.chunking == Chunking::OFF)
+                + usize::from(cfg.sync == Synchronisation::CpGroup);
+            let keys = KEYS.len() - absent;
             assert_eq!(v.as_object().map(|o| o.len()), Some(keys), "{text}");
             assert_eq!(read(&v), Ok(cfg), "{text}");
             chunked += usize::from(cfg.chunking != Chunking::OFF);

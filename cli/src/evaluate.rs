@@ -9,7 +9,8 @@ use skrull_core::plan::{CHUNKED, SHARDED};
 use skrull_core::{Config, CpGroup, ModelShape, Placement};
 use skrull_kit::OwnedEval;
 
-use crate::args::{Flags, config_over, cost_label, model_name, read_lengths};
+use crate::args::{Flags, model_name, read_lengths};
+use crate::config_flags::{config_over, cost_label};
 
 /// A plan read from `skrull plan --format json`.
 #[derive(Debug, Clone, PartialEq)]
@@ -267,6 +268,7 @@ skrull evaluate --plan PLAN.json [--lengths FILE|-] [--dp D] [--cp N] [--bucket 
                 [--cost-model FILE] [--gpus-per-node 8]
                 [--overlap local-attention|all-attention] [--subgroups on|off]
                 [--chunk-size C] [--chunk-keep K] [--chunk-state-permille P]
+                [--sync cp-group|every-gpu|sharded]
                 [--format table|json]
 
 Estimates the iteration time of a plan in the `skrull plan --format json` form (whoever

@@ -16,17 +16,9 @@ use skrull_kit::sample::{Dataset, Rng};
 use skrull_kit::{OwnedBuffers, OwnedEval};
 
 use crate::args::Flags;
-use crate::simulate::{PAPER_CELLS, SETUPS, Setup, sharded_limit};
+pub use crate::online_cell::{OnlineCell, StepResult, Truth};
+use crate::setups::{PAPER_CELLS, SETUPS, Setup, sharded_limit};
 use crate::svg::{Panel, escape, gantt};
-
-/// A built-in truth model: the preset changed the way the issue names.
-#[derive(Debug, Clone, Copy)]
-pub struct Truth {
-    /// Its name.
-    pub name: &'static str,
-    /// The change.
-    pub apply: fn(&CostModel) -> CostModel,
-}
 
 /// The built-in truths: ring bandwidth 4x lower, GEMM efficiency 0.6, attention 1.3x
 /// slower, ring communication hidden behind all attention, and all four at once.
@@ -100,85 +92,6 @@ impl Default for OnlineOptions {
             straggler: 100.0,
             params: RefitParams::default(),
         }
-    }
-}
-
-/// One step of a cell: true times of the three plans.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct StepResult {
-    /// True time of the plan made with the refitted model, seconds.
-    pub ours: f64,
-    /// True time of the truth model's own plan, seconds.
-    pub oracle: f64,
-    /// True time of the uncalibrated preset's plan, seconds.
-    pub preset: f64,
-    /// Whether the refit kept the prior after this step.
-    pub kept_prior: bool,
-    /// The fit's error on the window after this step.
-    pub error_fit: f64,
-    /// The refitted coefficients after this step (relative to the preset).
-    pub coefficients: [f64; 8],
-}
-
-/// One (setup, dataset, truth) cell.
-#[derive(Debug, Clone)]
-pub struct OnlineCell {
-    /// The layout.
-    pub setup: Setup,
-    /// The dataset's name.
-    pub dataset: &'static str,
-    /// The truth's name.
-    pub truth: String,
-    /// Every step.
-    pub steps: Vec<StepResult>,
-    /// The refitted model after the last step.
-    pub last_model: CostModel,
-    /// Gantt panels of the last step (ours and the oracle's, under the truth), when asked.
-    pub panels: Vec<Panel>,
-}
-
-impl OnlineCell {
-    /// The first step `k` from which every run of 5 consecutive steps (`k..k+5`, `k+1..k+6`,
-    /// ...) has a mean true time within 2 % of the oracle's (the same 5-step mean as
-    /// [`OnlineCell::final_ratio`]; one batch's plan can be a few percent off the oracle's
-    /// under a model that is right, because `balanced` is a heuristic); `None` when the last
-    /// run is not.
-    pub fn steps_to_2pct(&self) -> Option<usize> {
-        let r: Vec<f64> = self.steps.iter().map(|s| s.ours / s.oracle).collect();
-        let k = r.len().min(5);
-        let runs = r.len() + 1 - k;
-        let ok = |j: usize| r[j..j + k].iter().sum::<f64>() / k as f64 <= 1.02;
-        match (0..runs).rposition(|j| !ok(j)) {
-            None => Some(0),
-            Some(j) if j + 1 < runs => Some(j + 1),
-            Some(_) => None,
-        }
-    }
-
-    /// The first step from which every single step is within 2 % of the oracle.
-    pub fn steps_to_2pct_strict(&self) -> Option<usize> {
-        let ok = |s: &StepResult| s.ours <= 1.02 * s.oracle;
-        match self.steps.iter().rposition(|s| !ok(s)) {
-            None => Some(0),
-            Some(i) if i + 1 < self.steps.len() => Some(i + 1),
-            Some(_) => None,
-        }
-    }
-
-    fn mean_last5(&self, f: impl Fn(&StepResult) -> f64) -> f64 {
-        let k = self.steps.len().min(5);
-        let tail = &self.steps[self.steps.len() - k..];
-        tail.iter().map(f).sum::<f64>() / k.max(1) as f64
-    }
-
-    /// Mean over the last 5 steps of our true time over the oracle's.
-    pub fn final_ratio(&self) -> f64 {
-        self.mean_last5(|s| s.ours / s.oracle)
-    }
-
-    /// The same for the uncalibrated preset's plan.
-    pub fn preset_ratio(&self) -> f64 {
-        self.mean_last5(|s| s.preset / s.oracle)
     }
 }
 
@@ -268,13 +181,32 @@ pub fn run_cell(
         state
             .observe(&mut rows, &lengths, &placements, n_mb, &times)
             .map_err(|e| e.to_string())?;
+        // The step's wall time: the true iteration time with the same noise.
+        let wall = ours * (opts.noise * skrull_kit::sample::standard_normal(&mut noise)).exp();
+        state.observe_step_time(wall).map_err(|e| e.to_string())?;
         let fit = state.solve(&rows).map_err(|e| e.to_string())?;
+        if std::env::var("SKRULL_DBG").is_ok() {
+            let r = &fit.report;
+            eprintln!(
+                "step {step}: {} unl {:.4} held use {:.4} fit {:.4} scale {:.4} limited {:#b} raised {:#b} heldout {} rows {}",
+                r.verdict.name(),
+                r.error_unlimited,
+                r.error_heldout_in_use,
+                r.error_heldout_fit,
+                r.scale,
+                r.limited,
+                r.raised,
+                r.heldout_rows,
+                r.rows
+            );
+        }
         model = fit.model;
         steps.push(StepResult {
             ours,
             oracle,
             preset: preset_t,
             kept_prior: fit.report.kept_prior,
+            adopted: fit.report.adopted,
             error_fit: fit.report.error_fit,
             coefficients: fit.report.coefficients,
         });
@@ -362,7 +294,8 @@ pub const USAGE: &str = "\
 skrull simulate --online [--truth-model FILE | --truth NAME[,NAME...]] [--steps 20]
                 [--setup NAME] [--dataset NAME] [--seed S] [--noise 0.05]
                 [--straggler-every 50] [--svg FILE] [--format text|json]
-                [--window 32] [--forgetting 0.95] [--ridge 1e-3]
+                [--window 32] [--forgetting 0.95] [--ridge 1e-3] [--trust 2]
+                [--holdout 3] [--max-error 0.25]
 
 Starts every cell from the H100 preset and refits the cost model after each step from the
 per-GPU times of its plan, measured under a truth model with log-normal noise (--noise, the
@@ -440,6 +373,9 @@ pub fn run(flags: &Flags) -> Result<String, String> {
     opts.params.forgetting = float("--forgetting", opts.params.forgetting)?;
     opts.params.ridge = float("--ridge", opts.params.ridge)?;
     opts.params.window_steps = flags.u64("--window", u64::from(opts.params.window_steps))? as u32;
+    opts.params.trust = float("--trust", opts.params.trust)?;
+    opts.params.max_error = float("--max-error", opts.params.max_error)?;
+    opts.params.holdout = flags.u64("--holdout", u64::from(opts.params.holdout))? as u32;
     opts.params.validate().map_err(|e| e.to_string())?;
     if let Some(v) = flags.get("--noise") {
         opts.noise = v
@@ -454,18 +390,29 @@ pub fn run(flags: &Flags) -> Result<String, String> {
         f => return Err(format!("--format: unknown format '{f}' (text, json)")),
     };
     let file = flags.get("--truth-model").map(str::to_string);
+    // `--truth grid` names every truth of the grid (`truth_grid`), and prints its summary.
+    let grid = flags
+        .get("--truth")
+        .is_some_and(|l| l.split(',').any(|n| n.trim() == "grid"));
     let names: Vec<Truth> = match flags.get("--truth") {
         None => TRUTHS.to_vec(),
-        Some(list) => list
-            .split(',')
-            .map(|n| {
-                TRUTHS
+        Some(list) => {
+            let mut v = Vec::new();
+            for n in list.split(',').map(str::trim) {
+                if n == "grid" {
+                    v.extend(crate::truth_grid::GRID);
+                    continue;
+                }
+                let t = TRUTHS
                     .iter()
+                    .chain(crate::truth_grid::GRID.iter())
                     .copied()
-                    .find(|t| t.name == n.trim())
-                    .ok_or_else(|| format!("--truth: unknown truth '{n}'"))
-            })
-            .collect::<Result<_, _>>()?,
+                    .find(|t| t.name == n)
+                    .ok_or_else(|| format!("--truth: unknown truth '{n}'"))?;
+                v.push(t);
+            }
+            v
+        }
     };
     let svg = flags.get("--svg").map(str::to_string);
     let cells = cells(flags)?;
@@ -491,7 +438,11 @@ pub fn run(flags: &Flags) -> Result<String, String> {
             out_cells.push(run_cell(setup, *dataset, name, truth, &opts, draw)?);
         }
     }
-    if let Some(path) = &svg {
+    if let (Some(path), true) = (&svg, grid) {
+        // The grid's chart: the worst cell's trajectory beside its preset and oracle.
+        let text = crate::truth_grid::worst_svg(&out_cells);
+        std::fs::write(path, text).map_err(|e| format!("{path}: {e}"))?;
+    } else if let Some(path) = &svg {
         std::fs::write(path, convergence_svg(&out_cells)).map_err(|e| format!("{path}: {e}"))?;
         if let Some(c) = out_cells.first().filter(|c| !c.panels.is_empty()) {
             let title = format!(
@@ -506,6 +457,8 @@ pub fn run(flags: &Flags) -> Result<String, String> {
     }
     Ok(if json {
         to_json(&out_cells)
+    } else if grid {
+        crate::truth_grid::summary(&out_cells)
     } else {
         to_text(&out_cells, &opts)
     })
@@ -520,8 +473,14 @@ fn to_json(cells: &[OnlineCell]) -> String {
                 .iter()
                 .map(|s| format!("{:.6}", s.ours / s.oracle))
                 .collect();
+            let (worst_step, worst) = c.worst_vs_preset();
+            let vs_preset: Vec<String> = c
+                .steps
+                .iter()
+                .map(|s| format!("{:.6}", s.ours / s.preset))
+                .collect();
             format!(
-                "{{\"setup\": \"{}\", \"dataset\": \"{}\", \"truth\": \"{}\", \"steps_to_2pct\": {}, \"steps_to_2pct_strict\": {}, \"final_ratio\": {:.6}, \"preset_ratio\": {:.6}, \"ratios\": [{}]}}",
+                "{{\"setup\": \"{}\", \"dataset\": \"{}\", \"truth\": \"{}\", \"steps_to_2pct\": {}, \"steps_to_2pct_strict\": {}, \"final_ratio\": {:.6}, \"preset_ratio\": {:.6}, \"worst_vs_preset\": {worst:.6}, \"worst_step\": {worst_step}, \"refused\": {}, \"ratios\": [{}], \"vs_preset\": [{}]}}",
                 c.setup.name,
                 c.dataset,
                 c.truth.replace('\\', "\\\\").replace('"', "\\\""),
@@ -529,7 +488,9 @@ fn to_json(cells: &[OnlineCell]) -> String {
                 c.steps_to_2pct_strict().map_or("null".into(), |k| k.to_string()),
                 c.final_ratio(),
                 c.preset_ratio(),
-                ratios.join(", ")
+                c.refused(),
+                ratios.join(", "),
+                vs_preset.join(", ")
             )
         })
         .collect();
@@ -565,7 +526,7 @@ fn to_text(cells: &[OnlineCell], opts: &OnlineOptions) -> String {
     for c in cells {
         let _ = writeln!(
             s,
-            "\n## {} {} truth {}\n\n| step | refitted (ms) | oracle (ms) | preset (ms) | ratio | fit error | coefficients after the step: fixed, GEMM, attention, intra latency, intra s/B, inter latency, inter s/B, overlap |\n|---:|---:|---:|---:|---:|---:|---|",
+            "\n## {} {} truth {}\n\n| step | refitted (ms) | oracle (ms) | preset (ms) | ratio | fit error | coefficients after the step: fixed, GEMM, attention, intra latency, intra s/B, inter latency, inter s/B, overlap, per sharded sequence |\n|---:|---:|---:|---:|---:|---:|---|",
             c.setup.label(),
             c.dataset,
             c.truth

@@ -3,7 +3,8 @@
 use skrull_kit::OwnedBuffers;
 use skrull_kit::batch::default_lengths;
 
-use crate::args::{Flags, config_from, read_lengths};
+use crate::args::{Flags, read_lengths};
+use crate::config_flags::config_from;
 use crate::json::{plan_json, plan_table};
 use crate::layout_out::{compute, layout_json, layout_table, parse_gpu};
 
@@ -16,6 +17,7 @@ skrull plan [--lengths FILE|-] [--dp 4] [--cp 8] [--bucket 26K] [--model qwen2.5
             [--pad-multiple M] [--pad-local] [--lockstep] [--fill-empty]
             [--micro-batches G] [--subgroups on|off]
             [--chunk-size C] [--chunk-keep K] [--chunk-state-permille P]
+            [--sync cp-group|every-gpu|sharded]
             [--gpu h100|h200] [--cost-model FILE] [--gpus-per-node 8]
             [--max-micro-batches M] [--format table|json] [--layout DP,MB,CP]
 
@@ -49,12 +51,21 @@ tokens, one after another on one GPU or an aligned group (ChunkFlow), the last K
 (--chunk-keep, default 1) keeping their activations, the others recomputed; each GPU of the
 group is charged the chunks alive at once plus P/1000 tokens of K/V state per token
 (--chunk-state-permille, default 64), split over the group. --policy chunkflow chunks every
-sequence longer than C over the whole CP group and packs the rest into C-token bins; without
---chunk-size it takes the largest power of two whose chunked peak on one GPU, for the longest
-sequence the layout accepts (N x C), fits BucketSize. A chunked placement has cp -2 in the
-JSON form, with its group in cp_first and cp_size, kind chunked and its chunk count; the
-table adds a chunked column (e.g. `1 (13 chunks on ranks 0-7)`). Without chunking the output
+sequence longer than C over the whole CP group and packs the rest into C-token bins (and runs a
+sequence too long to fit sharded chunked, when its chunked peak fits); without --chunk-size it
+takes the largest power of two within BucketSize whose chunked peak on the CP group, for the
+longest sequence the layout accepts sharded (N x C), fits BucketSize. A chunked placement has
+cp -2 in the JSON form, with its group in cp_first and cp_size, kind chunked and its chunk
+count; the table adds a chunked column (e.g. `1 (13 chunks on ranks 0-7)`). Without chunking the output
 is unchanged.
+
+--sync names how the trainer that runs the plan makes GPUs wait for each other: cp-group (the
+default: every micro-batch waits for its slowest CP rank), every-gpu (every micro-batch waits
+for every GPU of the job, as under ZeRO-2/3; every DP rank then runs the same micro-batch
+count) or sharded (CP ranks meet only in micro-batches holding a sequence that spans several
+of them, everyone at the step: DDP under no_sync, what SkrullTrainer runs). balanced arranges
+its plan for it (docs/cost_model.md, section Synchronisation), and skrull evaluate composes its time
+that way; the JSON config carries it when it is not cp-group.
 
 --gpu, --cost-model FILE (the format `skrull calibrate` prints) and --gpus-per-node choose the
 cost model the default policy (balanced) plans with: a calibrated model changes the plan.";
@@ -64,7 +75,7 @@ cost model the default policy (balanced) plans with: a calibrated model changes 
 /// # Errors
 /// A message that names the offending value.
 pub fn run(flags: &Flags) -> Result<String, String> {
-    let cfg = config_from(flags, crate::args::DEFAULT_POLICY)?;
+    let cfg = config_from(flags, crate::config_flags::DEFAULT_POLICY)?;
     let lengths = match flags.get("--lengths") {
         Some(path) => read_lengths(path)?,
         None => default_lengths(cfg.cp, cfg.bucket),

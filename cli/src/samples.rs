@@ -82,6 +82,22 @@ pub struct MemorySample {
     pub mode: MemoryMode,
 }
 
+/// `sharded,COUNT,SECONDS[,TOKENS[,GROUP]]`: one layer's attention, forward + backward, of a
+/// micro-batch holding `COUNT` sequences of `TOKENS` tokens each, all sharded over a ring of
+/// `GROUP` GPUs (the executor's path: its work per sharded sequence is what the rows' slope
+/// measures).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ShardedSample {
+    /// Sharded sequences in the micro-batch.
+    pub count: u32,
+    /// Seconds.
+    pub seconds: f64,
+    /// Tokens per sequence (`None`: not given).
+    pub tokens: Option<u32>,
+    /// GPUs in the ring (`None`: the `--group` flag).
+    pub group: Option<u32>,
+}
+
 /// Samples read from a calibration CSV.
 #[derive(Debug, Default, Clone, PartialEq)]
 pub struct Samples {
@@ -100,6 +116,11 @@ pub struct Samples {
     pub collective: Vec<CollectiveSample>,
     /// Peak memory per GPU against tokens.
     pub memory: Vec<MemorySample>,
+    /// One layer's sharded attention against the number of sharded sequences.
+    pub sharded: Vec<ShardedSample>,
+    /// `step,PARAMETERS,SECONDS`: one optimizer step (gradients zeroed, parameters updated)
+    /// over `PARAMETERS` parameters.
+    pub step: Vec<(f64, f64)>,
 }
 
 impl Samples {
@@ -111,6 +132,8 @@ impl Samples {
             && self.attention.is_empty()
             && self.collective.is_empty()
             && self.memory.is_empty()
+            && self.sharded.is_empty()
+            && self.step.is_empty()
     }
 
     /// Whole-model compute samples: the `compute` rows, then one sample per token count of the
@@ -255,9 +278,34 @@ fn parse_row(cells: &[&str], out: &mut Samples) -> Result<(), String> {
                 mode,
             });
         }
+        "sharded" => {
+            arity(2, 4, "sharded,COUNT,SECONDS[,TOKENS[,GROUP]]")?;
+            let count = token_count(rest[0], "a sequence count")?;
+            let seconds = positive(rest[1])?;
+            let tokens = rest
+                .get(2)
+                .map(|c| token_count(c, "a token count"))
+                .transpose()?;
+            let group = rest
+                .get(3)
+                .map(|c| token_count(c, "a group size"))
+                .transpose()?;
+            out.sharded.push(ShardedSample {
+                count,
+                seconds,
+                tokens,
+                group,
+            });
+        }
+        "step" => {
+            arity(2, 2, "step,PARAMETERS,SECONDS")?;
+            let params = positive(rest[0])?;
+            out.step.push((params, positive(rest[1])?));
+        }
         other => {
             return Err(format!(
-                "unknown kind '{other}' (compute, layer, head, attention, collective, memory)"
+                "unknown kind '{other}' (compute, layer, head, attention, collective, memory, \
+                 sharded, step)"
             ));
         }
     }
@@ -327,6 +375,33 @@ mod tests {
             ]
         );
         assert_eq!(s.collective.len(), 3);
+        let t = parse_samples("sharded,4,0.02,256,2\nsharded,1,0.01\nstep,1e6,0.005\n").unwrap();
+        assert_eq!(
+            t.sharded,
+            vec![
+                ShardedSample {
+                    count: 4,
+                    seconds: 0.02,
+                    tokens: Some(256),
+                    group: Some(2)
+                },
+                ShardedSample {
+                    count: 1,
+                    seconds: 0.01,
+                    tokens: None,
+                    group: None
+                }
+            ]
+        );
+        assert_eq!(t.step, vec![(1e6, 0.005)]);
+        assert!(!t.is_empty());
+        assert!(
+            parse_samples("sharded,0,0.01\n")
+                .unwrap_err()
+                .contains("sequence count")
+        );
+        let err = parse_samples("step,1e6,0.1\nstep,1e6,0.1,9\n").unwrap_err();
+        assert!(err.contains("step,PARAMETERS"), "{err}");
         assert_eq!(
             (s.collective[1].group, s.collective[1].scope),
             (Some(16), Scope::Inter)

@@ -12,209 +12,17 @@ use std::time::Instant;
 use skrull_core::CostModel;
 use skrull_core::model::TimeModel;
 use skrull_core::{Config, ModelShape, Policy};
-use skrull_kit::sample::{Dataset, Rng};
+use skrull_kit::sample::Dataset;
 use skrull_kit::{OwnedBuffers, OwnedEval};
 
-use crate::args::{Flags, Subgroups, model_name, options_with, parse_model, subgroups_flag};
-use crate::calibrate::cost_from_flags;
+use crate::args::{Flags, parse_model};
+use crate::cell::{Options, SimPolicy, sample_cell};
+use crate::config_flags::cost_from_flags;
+use crate::config_flags::{Subgroups, options_with, subgroups_flag};
+use crate::setups::{
+    CASE_STUDY_PAPER, PAPER_CELLS, PaperCell, RunMeans, SETUPS, Setup, geometric_mean, mean, ms,
+};
 use crate::svg::{Panel, gantt};
-
-/// A parallel layout and budget from the paper.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Setup {
-    /// Name used on the command line.
-    pub name: &'static str,
-    /// Model shape.
-    pub model: ModelShape,
-    /// DP size.
-    pub dp: u32,
-    /// CP size.
-    pub cp: u32,
-    /// Sequences per DP rank per iteration.
-    pub batch_size: u32,
-    /// BucketSize, tokens per GPU.
-    pub bucket: u32,
-}
-
-impl Setup {
-    /// A short label: model and layout.
-    pub fn label(&self) -> String {
-        let m = if self.model == ModelShape::QWEN2_5_0_5B {
-            "0.5B".to_string()
-        } else if self.model == ModelShape::QWEN2_5_7B {
-            "7B".to_string()
-        } else {
-            model_name(&self.model)
-        };
-        format!(
-            "{m} DP{} CP{} BS{} C{}K",
-            self.dp,
-            self.cp,
-            self.batch_size,
-            self.bucket / 1024
-        )
-    }
-}
-
-const K: u32 = 1024;
-
-/// The paper's layouts: `0.5b` and `7b` (DP 4, CP 8, BatchSize 64, BucketSize 26K / 13K),
-/// `7b-cp16` (the 7B ChatQA2 run: DP 2, CP 16, BatchSize 40) and `case-study` (0.5B, DP 1);
-/// and two of ours with rings that cross 8-GPU nodes: `0.5b-cp16` and `7b-cp16-bs64` (DP 2,
-/// CP 16, BatchSize 64).
-pub const SETUPS: [Setup; 6] = [
-    Setup {
-        name: "0.5b",
-        model: ModelShape::QWEN2_5_0_5B,
-        dp: 4,
-        cp: 8,
-        batch_size: 64,
-        bucket: 26 * K,
-    },
-    Setup {
-        name: "7b",
-        model: ModelShape::QWEN2_5_7B,
-        dp: 4,
-        cp: 8,
-        batch_size: 64,
-        bucket: 13 * K,
-    },
-    Setup {
-        name: "7b-cp16",
-        model: ModelShape::QWEN2_5_7B,
-        dp: 2,
-        cp: 16,
-        batch_size: 40,
-        bucket: 13 * K,
-    },
-    Setup {
-        name: "0.5b-cp16",
-        model: ModelShape::QWEN2_5_0_5B,
-        dp: 2,
-        cp: 16,
-        batch_size: 64,
-        bucket: 26 * K,
-    },
-    Setup {
-        name: "7b-cp16-bs64",
-        model: ModelShape::QWEN2_5_7B,
-        dp: 2,
-        cp: 16,
-        batch_size: 64,
-        bucket: 13 * K,
-    },
-    Setup {
-        name: "case-study",
-        model: ModelShape::QWEN2_5_0_5B,
-        dp: 1,
-        cp: 8,
-        batch_size: 64,
-        bucket: 26 * K,
-    },
-];
-
-/// A cell of the paper's Figure 3 and its reported speedups (figure-read by a third party;
-/// only the averages 5.50 / 2.03 / 3.76 and the peak 7.54 are certain).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct PaperCell {
-    /// Setup name.
-    pub setup: &'static str,
-    /// Dataset name.
-    pub dataset: &'static str,
-    /// Skrull over DeepSpeed.
-    pub vs_deepspeed: f64,
-    /// Skrull over sorted batching.
-    pub vs_sorted: f64,
-}
-
-/// The six experiments of the paper's evaluation.
-pub const PAPER_CELLS: [PaperCell; 6] = [
-    PaperCell {
-        setup: "0.5b",
-        dataset: "wikipedia",
-        vs_deepspeed: 7.54,
-        vs_sorted: 6.85,
-    },
-    PaperCell {
-        setup: "0.5b",
-        dataset: "lmsys",
-        vs_deepspeed: 6.17,
-        vs_sorted: 5.40,
-    },
-    PaperCell {
-        setup: "0.5b",
-        dataset: "chatqa2",
-        vs_deepspeed: 2.79,
-        vs_sorted: 1.86,
-    },
-    PaperCell {
-        setup: "7b",
-        dataset: "wikipedia",
-        vs_deepspeed: 2.60,
-        vs_sorted: 2.30,
-    },
-    PaperCell {
-        setup: "7b",
-        dataset: "lmsys",
-        vs_deepspeed: 2.14,
-        vs_sorted: 1.90,
-    },
-    PaperCell {
-        setup: "7b-cp16",
-        dataset: "chatqa2",
-        vs_deepspeed: 1.35,
-        vs_sorted: 1.20,
-    },
-];
-
-/// The case study's reported speedups over the baseline (Table 3).
-pub const CASE_STUDY_PAPER: [(&str, f64); 2] = [("roundrobin", 1.17), ("skrull", 1.40)];
-
-/// A policy the simulator runs: a core policy, or LongAlign sorted batching.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SimPolicy {
-    /// A core policy on each sampled batch.
-    Core(Policy),
-    /// Sort the pool of all batches by length, cut into batches, plan each with `packed`.
-    Sorted,
-}
-
-impl SimPolicy {
-    /// Every policy `--policy` accepts, in print order.
-    pub const ALL: [SimPolicy; 7] = [
-        SimPolicy::Core(Policy::Skrull),
-        SimPolicy::Core(Policy::DeepSpeed),
-        SimPolicy::Core(Policy::Packed),
-        SimPolicy::Sorted,
-        SimPolicy::Core(Policy::RoundRobin),
-        SimPolicy::Core(Policy::Balanced),
-        SimPolicy::Core(Policy::ChunkFlow),
-    ];
-
-    /// The policies run without `--policy`: all but `chunkflow` (which needs a ChunkSize:
-    /// ask for it by name, or see `--chunking compare`).
-    pub const DEFAULT: [SimPolicy; 6] = [
-        SimPolicy::Core(Policy::Skrull),
-        SimPolicy::Core(Policy::DeepSpeed),
-        SimPolicy::Core(Policy::Packed),
-        SimPolicy::Sorted,
-        SimPolicy::Core(Policy::RoundRobin),
-        SimPolicy::Core(Policy::Balanced),
-    ];
-
-    /// The policy's name.
-    pub fn name(self) -> &'static str {
-        match self {
-            SimPolicy::Core(p) => p.name(),
-            SimPolicy::Sorted => "sorted",
-        }
-    }
-
-    /// Parses a name given by [`SimPolicy::name`].
-    pub fn from_name(name: &str) -> Option<SimPolicy> {
-        Self::ALL.iter().copied().find(|p| p.name() == name)
-    }
-}
 
 /// Mean results of one policy over a cell's iterations.
 #[derive(Debug, Clone, PartialEq)]
@@ -271,63 +79,6 @@ impl CellResult {
     }
 }
 
-/// Everything a simulation run needs besides the setup and dataset.
-#[derive(Debug, Clone)]
-pub struct Options {
-    /// Iterations per cell.
-    pub iterations: usize,
-    /// Seed of the first batch (the same for every cell, so cells with one dataset share
-    /// their batches up to clipping and size).
-    pub seed: u64,
-    /// Training context limit every sampled length is clipped at (before `N x C`).
-    pub context: u32,
-    /// Policies to run (deepspeed is always run as the reference).
-    pub policies: Vec<SimPolicy>,
-    /// Applied to each setup's configuration (policy, victim, FLOPs formula, padding).
-    pub template: Config,
-    /// Whether the Gantt chart gets a `sorted` panel (its batch 0 holds other sequences).
-    pub draw_sorted: bool,
-    /// Whether to also run `balanced` without and with sub-groups on every cell
-    /// (`--subgroups compare`, [`compare_subgroups`]).
-    pub compare_subgroups: bool,
-    /// Whether to also run `balanced` without and with chunking, `chunkflow` and `skrull` on
-    /// every cell (`--chunking compare`,
-    /// [`compare_chunking`](crate::chunking::compare_chunking)).
-    pub compare_chunking: bool,
-}
-
-impl Default for Options {
-    fn default() -> Options {
-        Options {
-            iterations: 20,
-            seed: skrull_kit::batch::DEFAULT_SEED,
-            context: 128 * K,
-            policies: SimPolicy::DEFAULT.to_vec(),
-            template: Config::new(1, 1, 1, ModelShape::QWEN2_5_0_5B),
-            draw_sorted: false,
-            compare_subgroups: false,
-            compare_chunking: false,
-        }
-    }
-}
-
-/// The longest sequence that fits sharded: `N x C`, less if shard padding needs it
-/// ([`Budget::max_sharded_len`](skrull_core::config::budget::Budget::max_sharded_len); 0
-/// when nothing fits).
-pub fn sharded_limit(cfg: &Config) -> u32 {
-    cfg.budget().max_sharded_len()
-}
-
-fn config_for(setup: &Setup, template: &Config) -> Config {
-    Config {
-        dp: setup.dp,
-        cp: setup.cp,
-        bucket: setup.bucket,
-        model: setup.model,
-        ..*template
-    }
-}
-
 #[derive(Default)]
 struct Acc {
     time: f64,
@@ -340,26 +91,6 @@ struct Acc {
     comm: f64,
     comm_exposed: f64,
     over: u64,
-}
-
-/// A cell's configuration (the setup over `opts.template`, with `cost`), the length its
-/// sequences are clipped at and its `opts.iterations` sampled batches of `dp x batch_size`
-/// lengths: the same for every policy and every run of the cell.
-pub(crate) fn sample_cell(
-    setup: &Setup,
-    dataset: Dataset,
-    cost: &CostModel,
-    opts: &Options,
-) -> Result<(Config, u32, Vec<Vec<u32>>), String> {
-    let base = config_for(setup, &opts.template).with_cost(*cost);
-    base.validate().map_err(|e| e.to_string())?;
-    let clip = opts.context.min(sharded_limit(&base)).max(1);
-    let n = (setup.dp * setup.batch_size) as usize;
-    let mut rng = Rng::new(opts.seed);
-    let batches: Vec<Vec<u32>> = (0..opts.iterations)
-        .map(|_| dataset.batch(rng.next_u64(), n, clip))
-        .collect();
-    Ok((base, clip, batches))
 }
 
 /// Simulates one cell: `opts.iterations` batches of `dp x batch_size` lengths from `dataset`,
@@ -478,22 +209,6 @@ pub fn run_cell(
     })
 }
 
-/// Mean iteration time and lower bound of one policy run over a cell's batches.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct RunMeans {
-    /// Mean iteration time, seconds.
-    pub mean_time: f64,
-    /// Mean lower bound under the run's configuration, seconds.
-    pub mean_bound: f64,
-}
-
-impl RunMeans {
-    /// The mean time over the mean lower bound.
-    pub fn gap(&self) -> f64 {
-        self.mean_time / self.mean_bound.max(1e-300)
-    }
-}
-
 /// `balanced` on one cell's batches without and with sub-groups ([`Config::subgroups`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct SubgroupResult {
@@ -578,14 +293,6 @@ pub fn compare_subgroups(
     })
 }
 
-/// The geometric mean of `xs` (NaN when empty).
-pub fn geometric_mean(xs: &[f64]) -> f64 {
-    if xs.is_empty() {
-        return f64::NAN;
-    }
-    (xs.iter().map(|x| x.ln()).sum::<f64>() / xs.len() as f64).exp()
-}
-
 /// The `--subgroups compare` table: per cell, `balanced`'s iteration time without and with
 /// sub-groups, the speedup, each run over its own lower bound and the sub-group shards per
 /// iteration; then the geometric mean of the speedup over the CP-16 rows.
@@ -644,14 +351,6 @@ fn paper_for(cell: &CellResult, policy: SimPolicy) -> String {
     }
 }
 
-pub(crate) fn ms(s: f64) -> String {
-    if s >= 10.0 {
-        format!("{:.0}", s * 1e3)
-    } else {
-        format!("{:.1}", s * 1e3)
-    }
-}
-
 fn thousands(v: u64) -> String {
     let s = v.to_string();
     let mut out = String::new();
@@ -705,14 +404,6 @@ pub fn detail_table(cells: &[CellResult], shown: &[SimPolicy]) -> String {
         }
     }
     s
-}
-
-fn mean(xs: &[f64]) -> f64 {
-    if xs.is_empty() {
-        f64::NAN
-    } else {
-        xs.iter().sum::<f64>() / xs.len() as f64
-    }
 }
 
 /// The summary: skrull's speedups, ours beside the paper's, with the averages the paper
@@ -815,6 +506,7 @@ skrull simulate [--setup 0.5b|7b|7b-cp16|0.5b-cp16|7b-cp16-bs64|case-study] [--d
                 [--pad-multiple M] [--pad-local] [--lockstep] [--fill-empty] [--micro-batches G]
                 [--subgroups on|off|compare] [--chunking compare]
                 [--chunk-size C] [--chunk-keep K] [--chunk-state-permille P]
+                [--sync cp-group|every-gpu|sharded|compare] [--outlier-delay W[,W...]]
 skrull simulate --online [--truth-model FILE] [--steps 20] ... (see below)
 
 Runs every policy on the same sampled global batches, evaluates each plan on the cost model
@@ -845,6 +537,8 @@ clip length included, fits BucketSize.
 balanced with chunking, chunkflow and skrull at that ChunkSize (or --chunk-size): iteration
 times, the speedup of chunking, each run over its own lower bound, chunked sequences per
 iteration, and geometric means over the CP-16 rows.
+--outlier-delay W[,W...] adds a table: per cell, its batches as one epoch planned by balanced
+without and with the outlier-delay window of max_delay W (docs/outlier_delay.md).
 --online runs the online refit of the cost model against a truth model instead (flags:
 --truth-model FILE, --truth NAMES, --steps, --noise, --straggler-every, --format json;
 see cli/src/online.rs and docs/cost_model.md).";
@@ -869,14 +563,14 @@ fn dataset_by_name(name: &str) -> Result<Dataset, String> {
 
 /// The configuration flags other than `--policy` (which here takes a list): layout
 /// overrides (checked later, per cell) and every option flag ([`options_over`]).
-fn template_from(flags: &Flags) -> Result<Config, String> {
+fn template_from(flags: &Flags, compare: bool) -> Result<Config, String> {
     let base = Config::new(
         flags.tokens("--dp", 1)?,
         flags.tokens("--cp", 1)?,
         flags.tokens("--bucket", 1)?,
         parse_model(flags.get("--model").unwrap_or("qwen2.5-0.5b"))?,
     );
-    options_with(flags, base, true)
+    options_with(flags, base, true, compare)
 }
 
 /// Runs `skrull simulate`; returns the text to print.
@@ -908,7 +602,9 @@ pub fn run(flags: &Flags) -> Result<String, String> {
             .collect::<Result<_, _>>()?;
         opts.draw_sorted = opts.policies.contains(&SimPolicy::Sorted);
     }
-    let template = template_from(flags)?;
+    // `--sync compare` plans for each synchronisation itself: the template keeps the default.
+    opts.compare_sync = flags.get("--sync") == Some("compare");
+    let template = template_from(flags, opts.compare_sync)?;
     opts.template = template;
     opts.compare_subgroups = subgroups_flag(flags, true)? == Some(Subgroups::Compare);
     opts.compare_chunking = match flags.get("--chunking") {
@@ -982,6 +678,7 @@ pub fn run(flags: &Flags) -> Result<String, String> {
             Ok((s, d))
         })
         .collect::<Result<_, String>>()?;
+    let outlier_delays = crate::outlier::delays(flags)?;
     let svg = flags.get("--svg").map(str::to_string);
     let gpu = flags.get("--gpu").unwrap_or("h100").to_string();
     let cost_file = flags.get("--cost-model").map(str::to_string);
@@ -995,6 +692,8 @@ pub fn run(flags: &Flags) -> Result<String, String> {
     let mut results = Vec::new();
     let mut compared = Vec::new();
     let mut chunk_rows = Vec::new();
+    let mut sync_rows = Vec::new();
+    let mut delay_rows = Vec::new();
     for (i, ((setup, dataset), cost)) in cells.iter().zip(&costs).enumerate() {
         let draw = svg.is_some() && i == 0;
         results.push(run_cell(setup, *dataset, cost, &opts, draw)?);
@@ -1004,6 +703,17 @@ pub fn run(flags: &Flags) -> Result<String, String> {
         if opts.compare_chunking {
             let row = crate::chunking::compare_chunking(setup, *dataset, cost, &opts)?;
             chunk_rows.push(row);
+        }
+        if opts.compare_sync {
+            sync_rows.push(crate::sync_compare::compare_sync(
+                setup, *dataset, cost, &opts,
+            )?);
+        }
+        if let Some(delays) = &outlier_delays {
+            let (base, _, batches) = sample_cell(setup, *dataset, cost, &opts)?;
+            let (label, name) = (setup.label(), dataset.name());
+            let row = crate::outlier::compare_delay(&label, name, &base, &batches, delays)?;
+            delay_rows.push(row);
         }
     }
 
@@ -1061,12 +771,25 @@ pub fn run(flags: &Flags) -> Result<String, String> {
         out.push_str(&subgroup_table(&compared, opts.iterations));
         out.push('\n');
     }
+    if !sync_rows.is_empty() {
+        out.push_str(crate::sync_compare::INTRO);
+        out.push_str(&crate::sync_compare::sync_table(
+            &sync_rows,
+            opts.iterations,
+        ));
+        out.push('\n');
+    }
     if !chunk_rows.is_empty() {
         out.push_str(crate::chunking::INTRO);
         out.push_str(&crate::chunking::chunking_table(
             &chunk_rows,
             opts.iterations,
         ));
+        out.push('\n');
+    }
+    if !delay_rows.is_empty() {
+        out.push_str(crate::outlier::INTRO);
+        out.push_str(&crate::outlier::delay_table(&delay_rows));
         out.push('\n');
     }
     let all: Vec<&CellResult> = main.iter().chain(&case).collect();
@@ -1089,7 +812,8 @@ pub fn run(flags: &Flags) -> Result<String, String> {
         .map(|c| c.iterations * c.results.len())
         .sum::<usize>()
         + 2 * opts.iterations * compared.len()
-        + chunk_rows.iter().map(|r| r.plans).sum::<usize>();
+        + chunk_rows.iter().map(|r| r.plans).sum::<usize>()
+        + delay_rows.iter().map(crate::outlier::plans).sum::<usize>();
     let _ = writeln!(
         out,
         "_{plans} plans scheduled and evaluated in {:.2} s._",
@@ -1101,6 +825,7 @@ pub fn run(flags: &Flags) -> Result<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::setups::sharded_limit;
 
     #[test]
     fn sharded_limit_respects_padding() {

@@ -191,11 +191,26 @@ fn plan_writes_chunked_placements_and_evaluate_reads_them() {
 
 #[test]
 fn chunkflow_without_a_chunk_size_takes_the_default() {
-    // DP 4 x CP 8, 26K, 0.5B: N x C = 212,992 tokens, whose K/V state is 13,632 tokens; the
-    // largest power of two with 13,632 more that fits 26,624 is 8192.
+    // DP 4 x CP 8, 26K, 0.5B: N x C = 212,992 tokens chunked over the 8 GPUs (its K/V state is
+    // 1,704 tokens on each); the largest power of two within BucketSize that fits is 16,384.
     let table = ok(&["plan", "--policy", "chunkflow"]);
     assert!(table.contains("policy chunkflow |"), "{table}");
-    assert!(table.contains("(ChunkSize 8192, K 1)"), "{table}");
+    assert!(table.contains("(ChunkSize 16384, K 1)"), "{table}");
+    // Regression: at DP 2 x CP 16 the default used to be sized for one GPU, where that
+    // state alone is over BucketSize, and chunkflow refused its own default.
+    for extra in [
+        &[][..],
+        &["--model", "qwen2.5-7b", "--bucket", "13312"][..],
+        &["--model", "qwen2.5-0.5b", "--bucket", "26624"][..],
+    ] {
+        let args = [
+            &["plan", "--dp", "2", "--cp", "16", "--policy", "chunkflow"][..],
+            extra,
+        ]
+        .concat();
+        let table = ok(&args);
+        assert!(table.contains("policy chunkflow |"), "{table}");
+    }
     // No chunking unless asked for: the table and JSON read as before.
     let plain = ok(&["plan", "--format", "json", "--policy", "balanced"]);
     assert!(!plain.contains("chunk"), "{plain}");

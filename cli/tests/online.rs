@@ -70,3 +70,47 @@ fn online_refit_converges_on_one_cell() {
     assert!(gantt.contains("oracle plan"), "no oracle panel");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `--truth grid` runs every truth of the grid and prints, per cell, the worst step beside the
+/// preset plan and the steps to 2 % of the oracle; `--format json` gives every step's ratio to
+/// the preset; `--svg` draws the worst cell's trajectory.
+#[test]
+fn the_truth_grid_reports_the_worst_step_beside_the_preset() {
+    let dir = std::env::temp_dir().join(format!("skrull-grid-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let svg = dir.join("worst.svg");
+    let args = [
+        "simulate",
+        "--online",
+        "--setup",
+        "0.5b",
+        "--dataset",
+        "lmsys",
+        "--truth",
+        "grid",
+        "--steps",
+        "2",
+    ];
+    let mut with_svg = args.to_vec();
+    with_svg.extend(["--svg", svg.to_str().expect("path")]);
+    let out = run(&with_svg);
+    assert!(out.contains("cells meet both targets"), "{out}");
+    assert!(out.contains("| worst step ÷ preset (step) |"), "{out}");
+    assert_eq!(out.matches("| 0.5b | lmsys |").count(), 24, "{out}");
+    for name in [
+        "links-bw/10",
+        "inter-slow+all",
+        "seq-5ms",
+        "everything-inverse",
+    ] {
+        assert!(out.contains(&format!("| {name} |")), "{name}: {out}");
+    }
+    let chart = std::fs::read_to_string(&svg).expect("worst svg");
+    assert!(chart.contains("refitted ÷ preset plan") && chart.contains("<polyline"));
+    let mut json = args.to_vec();
+    json.extend(["--format", "json"]);
+    let out = run(&json);
+    assert_eq!(out.matches("\"vs_preset\": [").count(), 24, "{out}");
+    assert!(field(&out, "worst_vs_preset").is_some(), "{out}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -828,6 +828,44 @@ fn calibrate_recovers_a_known_model_and_its_output_feeds_the_other_commands() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("peak_flop"));
 }
 
+/// `sharded` and `step` rows give the fixed costs per sharded sequence and per step: a line
+/// through exact "measurements" comes back, in the model file and its comment.
+#[test]
+fn calibrate_fits_the_per_sequence_and_per_step_costs() {
+    let shape = ModelShape::QWEN2_5_0_5B;
+    let base = CostModel::h100(&shape);
+    let t = TimeModel::for_shape(&base, &shape, 4, ShardPadding::None);
+    let layers = f64::from(shape.layers);
+    let mut csv = String::from("kind,size,value,extra\n");
+    // 4 ms per sequence per layer beyond its shards' attention, 2 ms per call.
+    for count in [1u32, 2, 4, 8] {
+        let s = 0.002 + f64::from(count) * (0.004 + t.attention_shard(512) / layers);
+        csv.push_str(&format!("sharded,{count},{s},512\n"));
+    }
+    // 5 ms + 1 ns per parameter.
+    for p in [1e6, 8e6] {
+        csv.push_str(&format!("step,{p},{}\n", 0.005 + p * 1e-9));
+    }
+    let samples = tmp("fixed_samples.csv");
+    std::fs::write(&samples, csv).expect("write");
+    let out = ok(&[
+        "calibrate",
+        "--samples",
+        samples.to_str().expect("utf-8"),
+        "--group",
+        "4",
+    ]);
+    let fitted = parse_cost_model(&out, &base).expect("the output parses as a cost model");
+    assert!(
+        (fitted.sharded_sequence_s - 0.004 * layers).abs() < 1e-9,
+        "{out}"
+    );
+    let params = skrull_cli::fixed_fits::parameters(&shape);
+    assert!((fitted.iteration_fixed_s - (0.005 + params * 1e-9)).abs() < 1e-9);
+    assert!(out.contains("per sharded sequence: 4.000 ms per layer") && out.contains("per step"));
+    assert_eq!(fitted.gemm_efficiency, base.gemm_efficiency);
+}
+
 /// The example model file in docs/cost_model.md is the full H100 preset for Qwen2.5-7B as
 /// the file printer writes it (15 significant digits): parsed over a different base, it gives
 /// what the printed preset reads back as.

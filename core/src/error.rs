@@ -70,11 +70,13 @@ pub enum CostField {
     MicroBatchExtraS,
     /// `iteration_fixed_s`.
     IterationFixedS,
+    /// `sharded_sequence_s`.
+    ShardedSequenceS,
 }
 
 impl CostField {
     /// Every field, in the C struct's order.
-    pub const ALL: [CostField; 22] = [
+    pub const ALL: [CostField; 23] = [
         CostField::AttentionTile,
         CostField::PeakFlops,
         CostField::GemmEfficiency,
@@ -97,6 +99,7 @@ impl CostField {
         CostField::KernelLaunchS,
         CostField::MicroBatchExtraS,
         CostField::IterationFixedS,
+        CostField::ShardedSequenceS,
     ];
 
     /// The field's stable name (the [`CostModel`](crate::config::cost::CostModel) field; `attention.seqlen` and the like for
@@ -125,6 +128,7 @@ impl CostField {
             CostField::KernelLaunchS => "kernel_launch_s",
             CostField::MicroBatchExtraS => "micro_batch_extra_s",
             CostField::IterationFixedS => "iteration_fixed_s",
+            CostField::ShardedSequenceS => "sharded_sequence_s",
         }
     }
 
@@ -329,6 +333,17 @@ pub enum Error {
         /// Tokens it would hold on each GPU.
         peak: u64,
     },
+    /// No ChunkSize fits ([`Config::default_chunk_size`](crate::Config::default_chunk_size)):
+    /// even one-token chunks of the longest sequence hold more than BucketSize tokens on each
+    /// GPU of the group, because of the K/V state of the whole sequence.
+    NoChunkSize {
+        /// The longest sequence the chunk size was sized for.
+        longest: u32,
+        /// The GPUs its chunks run on.
+        group: u32,
+        /// Tokens it holds on each of them with one-token chunks: the least any ChunkSize gives.
+        peak: u64,
+    },
     /// DACP could not place a micro-batch within the budget (only reachable through
     /// [`dacp::place`](crate::policy::dacp::place) on a batch that GDS would have split).
     DacpFailed {
@@ -372,7 +387,7 @@ impl fmt::Display for Error {
             } => write!(
                 f,
                 "sequence {index} ({len} tokens) cannot fit even sharded: it needs a BucketSize \
-                 of at least {needed_bucket}"
+                 of at least {needed_bucket} (or the chunkflow policy, which runs it chunked)"
             ),
             Error::BufferTooSmall {
                 buffer,
@@ -417,6 +432,14 @@ impl fmt::Display for Error {
                 f,
                 "sequence {index} ({len} tokens) chunked over the CP group holds {peak} tokens \
                  per GPU, over the BucketSize: use a smaller chunk size or keep"
+            ),
+            Error::NoChunkSize {
+                longest,
+                group,
+                peak,
+            } => write!(
+                f,
+                "no chunk size fits: a {longest}-token sequence chunked on {group} GPU(s) holds                  at least {peak} tokens per GPU (its K/V state with one-token chunks), over the                  BucketSize: give a chunk size, lower the state charge or K, or raise the                  BucketSize"
             ),
             Error::DacpFailed { cp_rank } => write!(
                 f,

@@ -25,6 +25,7 @@
 //! ```text
 //! 7  owned       OwnedBuffers (feature `alloc`)
 //! 6  evaluation  model::eval (iteration time of any plan), model::refit (online refit)
+//! 6  window      the outlier-delay window across global batches (calls schedule)
 //! 5  policy      schedule() and its dispatch; gds, dacp, baselines, balanced
 //! 4  plan        types, writer, fill pass, checker, per-GPU layout
 //! 3  setup       Setup (validated config, budget, cost models), the Workspace slab
@@ -79,10 +80,13 @@ pub mod owned;
 pub mod plan;
 pub mod policy;
 pub mod setup;
+pub mod window;
 
 pub use config::budget::Budget;
 pub use config::cost::CostModel;
-pub use config::{Chunking, Config, FlopsFormula, ModelShape, Policy, ShardPadding, Victim};
+pub use config::{
+    Chunking, Config, FlopsFormula, ModelShape, Policy, ShardPadding, Synchronisation, Victim,
+};
 pub use error::Error;
 #[cfg(any(test, feature = "alloc"))]
 pub use owned::OwnedBuffers;
@@ -91,3 +95,4 @@ pub use plan::{CpGroup, MicroBatch, Placement, Plan, PlanBuffers, PlanParts, Pla
 pub use policy::schedule;
 pub use setup::Setup;
 pub use setup::workspace::{Word, Workspace, WorkspaceSizes};
+pub use window::{Deferred, Window, WindowError, WindowParams};

@@ -5,8 +5,11 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers: a failure is a test failure
 
 use skrull_core::config::cost::Overlap;
+use skrull_core::model::refit::features::Subset;
 use skrull_core::model::refit::solve::predict;
-use skrull_core::model::refit::{Coef, RefitError, RefitParams, RefitState, Row};
+use skrull_core::model::refit::{
+    COEFFICIENTS, Coef, RefitError, RefitParams, RefitState, Row, Verdict,
+};
 use skrull_core::{Config, CostModel, ModelShape, Placement, Policy};
 use skrull_kit::refit::{perturb, rank_times};
 use skrull_kit::sample::{Dataset, Rng};
@@ -129,7 +132,8 @@ fn features_reproduce_the_evaluator() {
             let lengths = batch(&cfg, 7, 48);
             let s = run.step(&prior, &prior, &lengths);
             assert_eq!(run.observe(&lengths, &s), Ok(0));
-            let mut c = [1.0; 8];
+            let mut c = [1.0; COEFFICIENTS];
+            c[Coef::ShardedSequence as usize] = 0.0;
             c[Coef::Overlap as usize] = if overlap == Overlap::AllAttention {
                 1.0
             } else {
@@ -151,31 +155,35 @@ fn features_reproduce_the_evaluator() {
     }
 }
 
-/// Exact truth times: the refitted model's plan takes the truth's time within 1 %, and the
-/// identifiable coefficients come back.
+/// Exact truth times: after a few steps (the first cannot be judged on held-out
+/// micro-batches, and the trust region lets each coefficient move at most 2x per step) the
+/// refitted model's error is that of exact data and its plan takes the truth's time within
+/// 1 %.
 #[test]
 #[cfg_attr(miri, ignore)] // planning and fitting are slow under miri
 fn recovers_a_truth_model_from_exact_times() {
     let cfg = config(true);
     let prior = cfg.cost_model();
     let truth = truth(&prior);
-    // A weak ridge: exact data, nothing to smooth (the default's pull toward the anchor
-    // slows the first steps down).
+    // A weak ridge: exact data, nothing to smooth (the default's pull toward the model in
+    // use slows the steps down).
     let p = RefitParams {
         ridge: 1e-6,
         ..params()
     };
     let mut run = Run::new(cfg, p);
     let mut model = prior;
-    for step in 0..4 {
+    let mut last = None;
+    for step in 0..8 {
         let lengths = batch(&cfg, 100 + step, 40);
         let s = run.step(&model, &truth, &lengths);
         run.observe(&lengths, &s).unwrap();
         let r = run.state.solve(&run.rows).unwrap();
-        assert!(!r.report.kept_prior, "{:?}", r.report);
-        assert!(r.report.error_fit < 0.01, "{:?}", r.report);
         model = r.model;
+        last = Some(r.report);
     }
+    let rep = last.unwrap();
+    assert!(!rep.kept_prior && rep.error_fit < 0.01, "{rep:?}");
     assert_eq!(model.overlap, Overlap::AllAttention);
     let lengths = batch(&cfg, 999, 40);
     let ours = run.true_time(&model, &truth, &lengths);
@@ -298,25 +306,26 @@ fn a_missing_gpu_is_skipped() {
     assert!(fit.report.error_fit < 0.01, "{:?}", fit.report);
 }
 
+/// The window's best fit from the (rescaled) model in use, its error and what it drops.
+fn robust_fit(state: &RefitState, rows: &[Row]) -> ([f64; COEFFICIENTS], f64, u32) {
+    let (anchor, unit) = state.rescaled(rows, state.anchor());
+    state.best_fit(rows, &anchor, unit, Subset::All)
+}
+
 /// A 100x straggler is dropped: the fit equals the fit without it to a percent.
 #[test]
 #[cfg_attr(miri, ignore)] // planning and fitting are slow under miri
 fn a_100x_straggler_is_dropped() {
-    let mut clean = spoiled(|_| {});
-    let mut slow = spoiled(|t| {
+    let clean = spoiled(|_| {});
+    let slow = spoiled(|t| {
         let i = first_measured(t);
         t[i] *= 100.0;
     });
-    let a = clean.1.solve(&clean.2).unwrap();
-    let b = slow.1.solve(&slow.2).unwrap();
-    assert_eq!(b.report.dropped, 1, "{:?}", b.report);
-    for (x, y) in a.report.coefficients.iter().zip(&b.report.coefficients) {
-        assert!(
-            (x / y - 1.0).abs() < 1e-2,
-            "{:?} vs {:?}",
-            a.report,
-            b.report
-        );
+    let a = robust_fit(&clean.1, &clean.2);
+    let b = robust_fit(&slow.1, &slow.2);
+    assert_eq!(b.2, 1, "{b:?}");
+    for (x, y) in a.0.iter().zip(&b.0) {
+        assert!((x - y).abs() <= 1e-2 * x.abs().max(1e-2), "{a:?} vs {b:?}");
     }
 }
 
@@ -486,7 +495,7 @@ fn the_window_evicts_the_oldest_step() {
 }
 
 /// The prior's coefficients with the given ones multiplied by `scale`.
-fn scaled_coefs(state: &RefitState, scale: f64, which: &[Coef]) -> [f64; 8] {
+fn scaled_coefs(state: &RefitState, scale: f64, which: &[Coef]) -> [f64; COEFFICIENTS] {
     let mut c = *state.anchor();
     for k in which {
         c[*k as usize] *= scale;
@@ -496,7 +505,13 @@ fn scaled_coefs(state: &RefitState, scale: f64, which: &[Coef]) -> [f64; 8] {
 
 /// Replaces the times of the rows of window slot `slot` (`n` measurements) by `truth`'s
 /// prediction with 5 % log-normal noise and one 100x straggler per 50 micro-batches.
-fn synthetic_times(run: &mut Run, slot: usize, n: usize, truth: &[f64; 8], rng: &mut Rng) {
+fn synthetic_times(
+    run: &mut Run,
+    slot: usize,
+    n: usize,
+    truth: &[f64; COEFFICIENTS],
+    rng: &mut Rng,
+) {
     let cap = run.state.params().max_rows_per_step as usize;
     let block = &mut run.rows[slot * cap..slot * cap + n];
     let mut t: Vec<f64> = block
@@ -520,10 +535,14 @@ fn synthetic_times(run: &mut Run, slot: usize, n: usize, truth: &[f64; 8], rng: 
 /// Issue 23, second report: when every measured time is far from what the prior predicts
 /// (0.01x to 100x; the fixed cost and the GEMMs scaled together, or every coefficient), the
 /// fit used to drop every time as a straggler and keep the prior at every step. Now, after
-/// 8 noisy steps (5 % noise, 100x stragglers), the fit's error on the window is that of the
-/// noise, every scaled coefficient is nearer the truth than the prior is (in log scale; a
-/// term that became a negligible part of the time is barely identifiable), and a uniform
-/// scale comes back within 10 % of its logarithm.
+/// 12 noisy steps (5 % noise, 100x stragglers): a uniform scale of every coefficient is found
+/// and reported as a scale, not adopted as a model (the report's `scale` within 10 % of its
+/// logarithm, the model in use kept: a uniform factor changes no plan), or, where a fit beat
+/// the scaled model on a step, every coefficient is that scale; a scale of some
+/// coefficients is fitted, within the trust region: the fit's error on the window is that
+/// of the noise (within 10 %: the trust region is still bringing the unscaled coefficients
+/// back from the uniform factor) and every scaled coefficient is nearer the truth than the
+/// prior is.
 #[test]
 #[cfg_attr(miri, ignore)] // planning and fitting are slow under miri
 fn a_truth_far_from_the_prior_is_fitted() {
@@ -547,7 +566,9 @@ fn a_truth_far_from_the_prior_is_fitted() {
                 let mut rng = Rng::new(23);
                 let mut model = prior;
                 let mut last = None;
-                for step in 0..8 {
+                // 12 steps: the trust region moves a coefficient at most 2x per step beyond
+                // the window's uniform factor.
+                for step in 0..12 {
                     let lengths = batch(&cfg, 300 + step, 48);
                     let s = run.step(&model, &prior, &lengths);
                     run.observe(&lengths, &s).unwrap();
@@ -559,14 +580,28 @@ fn a_truth_far_from_the_prior_is_fitted() {
                 }
                 let rep = last.unwrap();
                 let what = format!("cross {cross} scale {scale} {which:?}: {rep:?}");
+                if which.len() == all.len() {
+                    // A scale, not a model: either reported as one (the model in use kept)
+                    // or, where a fit beat the scaled model by its margin on a step, a model
+                    // whose every coefficient is that scale; never a distorted one.
+                    let near = |c: f64| (c / scale).ln().abs() < 0.1 * scale.ln().abs();
+                    if rep.verdict == Verdict::ScaleOnly {
+                        assert!(near(rep.scale), "{what}");
+                    } else {
+                        assert!(rep.error_fit < 0.07, "{what}");
+                        for k in which {
+                            assert!(near(rep.coefficients[*k as usize]), "{k:?} {what}");
+                        }
+                    }
+                    continue;
+                }
                 assert!(!rep.kept_prior, "{what}");
-                assert!(rep.error_fit < 0.07, "{what}");
+                assert!(rep.error_fit < 0.1, "{what}");
                 assert!(rep.dropped < rep.rows / 50, "{what}");
                 for k in which {
                     let (c, t) = (rep.coefficients[*k as usize], truth_c[*k as usize]);
                     let (off, far) = ((c / t).ln().abs(), t.ln().abs());
-                    let tolerance = if which.len() == all.len() { 0.1 } else { 1.0 };
-                    assert!(off < tolerance * far, "{k:?} {c} vs {t}, {what}");
+                    assert!(off < far, "{k:?} {c} vs {t}, {what}");
                 }
             }
         }
@@ -580,33 +615,23 @@ fn a_truth_far_from_the_prior_is_fitted() {
 #[cfg_attr(miri, ignore)] // planning and fitting are slow under miri
 fn a_100x_straggler_is_dropped_far_from_the_prior() {
     for scale in [0.01, 100.0] {
-        let mut clean = spoiled(|t| t.iter_mut().for_each(|v| *v *= scale));
-        let mut slow = spoiled(|t| {
+        let clean = spoiled(|t| t.iter_mut().for_each(|v| *v *= scale));
+        let slow = spoiled(|t| {
             t.iter_mut().for_each(|v| *v *= scale);
             let i = first_measured(t);
             t[i] *= 100.0;
         });
-        let a = clean.1.solve(&clean.2).unwrap();
-        let b = slow.1.solve(&slow.2).unwrap();
-        assert!(
-            !a.report.kept_prior && !b.report.kept_prior,
-            "{:?}",
-            b.report
-        );
-        assert_eq!(b.report.dropped, 1, "{:?}", b.report);
+        let a = robust_fit(&clean.1, &clean.2);
+        let b = robust_fit(&slow.1, &slow.2);
+        assert_eq!(b.2, 1, "{b:?}");
         // Same history, same bits, in the rescaled regime too.
-        let mut again = spoiled(|t| t.iter_mut().for_each(|v| *v *= scale));
-        let c = again.1.solve(&again.2).unwrap();
+        let again = spoiled(|t| t.iter_mut().for_each(|v| *v *= scale));
+        let c = robust_fit(&again.1, &again.2);
         assert_eq!(format!("{a:?}"), format!("{c:?}"));
         // The straggler counts, clipped at `outlier`: 0.5 over the root of 80 rows.
-        assert!(b.report.error_fit < 0.06, "{:?}", b.report);
-        for (x, y) in a.report.coefficients.iter().zip(&b.report.coefficients) {
-            assert!(
-                (x / y - 1.0).abs() < 1e-2,
-                "{:?} vs {:?}",
-                a.report,
-                b.report
-            );
+        assert!(b.1 < 0.06, "{b:?}");
+        for (x, y) in a.0.iter().zip(&b.0) {
+            assert!((x - y).abs() <= 1e-2 * x.abs().max(1e-2), "{a:?} vs {b:?}");
         }
     }
 }

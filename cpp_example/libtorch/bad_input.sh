@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The trainer refuses bad input with skrull's status name and the binding's sentence, and a
+# The trainer refuses bad input with skrull's status name and the library's sentence, and a
 # non-zero exit: a length file with garbage, lengths skrull refuses (over the budget, 0,
 # negative), a missing file and a bad flag. With the torch op's library as the second
 # argument, every refused batch is also refused by torch.ops.skrull.schedule with the same

@@ -15,15 +15,30 @@ namespace {
 using Outputs = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor,
                            at::Tensor, at::Tensor>;
 
-c10::TypedOperatorHandle<Outputs(const at::Tensor &, c10::string_view)> schedule_op() {
+using Signature = Outputs(const at::Tensor &, const at::Tensor &, const at::Tensor &);
+
+c10::TypedOperatorHandle<Signature> schedule_op() {
     return c10::Dispatcher::singleton()
         .findSchemaOrThrow("skrull::schedule", "")
-        .typed<Outputs(const at::Tensor &, c10::string_view)>();
+        .typed<Signature>();
 }
 
-Outputs call(const std::vector<int64_t> &written, const std::string &config) {
-    at::Tensor lengths = torch::tensor(written, torch::kLong);
-    return schedule_op().call(lengths, c10::string_view(config.data(), config.size()));
+// `n` bytes at `p` as a uint8 tensor of its own.
+at::Tensor bytes_of(const void *p, std::size_t n) {
+    return torch::from_blob(const_cast<void *>(p), {static_cast<int64_t>(n)}, torch::kUInt8)
+        .clone();
+}
+
+// The op on `written` with the planner's configuration: its skrull_config (struct_size bytes;
+// the op ignores the pointer in them) and the cost model it points at (none: no bytes, the
+// library's preset).
+Outputs call(const Planner &planner, const std::vector<int64_t> &written) {
+    const skrull_config &cfg = planner.config();
+    at::Tensor config = bytes_of(&cfg, cfg.struct_size);
+    at::Tensor cost = cfg.cost_model != nullptr
+                          ? bytes_of(cfg.cost_model, cfg.cost_model->struct_size)
+                          : torch::empty({0}, torch::kUInt8);
+    return schedule_op().call(torch::tensor(written, torch::kLong), config, cost);
 }
 
 // `got` (an integer tensor of `rows` x `cols`) against `want` read as `rows * cols` words of
@@ -64,11 +79,10 @@ std::optional<OpCheck> OpCheck::load(const std::string &path, std::string *why) 
 }
 
 std::optional<std::string> OpCheck::same_plan(const Planner &planner,
-                                              const std::vector<int64_t> &written,
-                                              const std::string &config) const {
+                                              const std::vector<int64_t> &written) const {
     Outputs out;
     try {
-        out = call(written, config);
+        out = call(planner, written);
     } catch (const c10::Error &e) {
         return std::string("the op refused a batch libskrull.a planned: ") +
                e.what_without_backtrace();
@@ -107,11 +121,11 @@ std::optional<std::string> OpCheck::same_plan(const Planner &planner,
 }
 
 std::optional<std::string> OpCheck::same_refusal(const SkrullError &refusal,
-                                                 const std::vector<int64_t> &written,
-                                                 const std::string &config) const {
+                                                 const Planner &planner,
+                                                 const std::vector<int64_t> &written) const {
     const std::string want = refusal.detail + " [" + refusal.name + "]";
     try {
-        (void)call(written, config);
+        (void)call(planner, written);
     } catch (const c10::Error &e) {
         std::string got = e.what_without_backtrace();
         if (got == want) {

@@ -1,19 +1,21 @@
 // planning.cpp - see planning.hpp.
 #include "planning.hpp"
 
-#include "status_text.hpp"  // python/skrull/ops/csrc: the Python binding's sentences
-
 namespace trainer {
 
 SkrullError skrull_error(const char *call, skrull_status status, const skrull_error_info *info,
-                         uint32_t bucket_tokens, std::optional<int64_t> caller_value) {
-    skrull_ops::DescribeContext ctx;
-    ctx.bucket_tokens = bucket_tokens;
-    ctx.caller_value = caller_value;
-    skrull_error_info none{};
-    skrull_ops::Failure f = skrull_ops::describe(status, info ? *info : none, ctx);
-    int64_t index = info != nullptr && info->status == status ? info->index : -1;
-    return SkrullError{call, status, f.name, f.detail, index};
+                         const skrull_config *config, std::optional<int64_t> caller_value) {
+    const bool written = info != nullptr && info->status == status;
+    skrull_error_info shown = written ? *info : skrull_error_info{};
+    if (written && caller_value) {
+        shown.value = static_cast<uint64_t>(*caller_value);  // the int64 bit pattern
+    }
+    const skrull_error_info *details = written ? &shown : nullptr;
+    std::string detail(skrull_error_describe(status, details, config, nullptr, 0), '\0');
+    skrull_error_describe(status, details, config, detail.data(), detail.size() + 1);
+    const char *name = skrull_status_name(status);
+    return SkrullError{call, status, name ? name : "UNKNOWN_" + std::to_string(status), detail,
+                       written ? info->index : -1};
 }
 
 std::unique_ptr<Planner> Planner::create(const skrull_config &cfg, std::size_t max_sequences,
@@ -33,13 +35,13 @@ std::unique_ptr<Planner> Planner::create(const skrull_config &cfg, std::size_t m
     skrull_status st = skrull_setup_init(&p->cfg_, p->setup_mem_.data(), p->setup_mem_.size(),
                                          &p->setup_, &err);
     if (st != SKRULL_STATUS_OK) {
-        *why = skrull_error("skrull_setup_init", st, &err, cfg.bucket_tokens);
+        *why = skrull_error("skrull_setup_init", st, &err, &p->cfg_);
         return nullptr;
     }
     skrull_sizes s{};
     st = skrull_plan_sizes(max_sequences, cfg.dp, cfg.cp, &s);
     if (st != SKRULL_STATUS_OK) {
-        *why = skrull_error("skrull_plan_sizes", st, nullptr, cfg.bucket_tokens);
+        *why = skrull_error("skrull_plan_sizes", st, nullptr, &p->cfg_);
         return nullptr;
     }
     bool ok = p->workspace_.allocate(s.workspace_bytes) &&
@@ -81,7 +83,7 @@ std::optional<SkrullError> Planner::plan(const std::vector<uint32_t> &lengths,
             static_cast<std::size_t>(error_.index) < written->size()) {
             caller = (*written)[static_cast<std::size_t>(error_.index)];
         }
-        return skrull_error("skrull_schedule_prepared", st, &error_, cfg_.bucket_tokens, caller);
+        return skrull_error("skrull_schedule_prepared", st, &error_, &cfg_, caller);
     }
     return std::nullopt;
 }
@@ -101,7 +103,7 @@ std::vector<uint32_t> Planner::dp_sequences(uint32_t dp_rank) const {
 Layouts::Layouts(const skrull_config &cfg, std::size_t max_sequences) : cfg_(cfg) {
     skrull_status st = skrull_layout_sizes_max(&cfg_, max_sequences, &cap_);
     if (st != SKRULL_STATUS_OK) {
-        error_ = skrull_error("skrull_layout_sizes_max", st, nullptr, cfg.bucket_tokens);
+        error_ = skrull_error("skrull_layout_sizes_max", st, nullptr, &cfg_);
         return;
     }
     workspace_.resize(cap_.workspace_bytes + 1);
@@ -167,7 +169,7 @@ std::optional<SkrullError> Layouts::fill(const Planner &planner,
                                                workspace_.data(), workspace_.size(),
                                                outs.data());
     if (st != SKRULL_STATUS_OK) {
-        return skrull_error("skrull_layout_fill_many", st, nullptr, cfg_.bucket_tokens);
+        return skrull_error("skrull_layout_fill_many", st, nullptr, &cfg_);
     }
     out.assign(micro_batches, GpuLayout{});
     for (uint32_t j = 0; j < micro_batches; j++) {

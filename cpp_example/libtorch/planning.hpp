@@ -17,12 +17,12 @@
 
 namespace trainer {
 
-/// A refused call: the function, the status and the binding's sentence for it.
+/// A refused call: the function, the status and the library's sentence for it.
 struct SkrullError {
     std::string call;
     skrull_status status;
-    std::string name;    // "SEQUENCE_TOO_LONG"
-    std::string detail;  // the sentence skrull's Python binding raises for it
+    std::string name;    // "SEQUENCE_TOO_LONG" (skrull_status_name)
+    std::string detail;  // skrull_error_describe: the sentence skrull's Python binding raises
     int64_t index = -1;  // the sequence (or DP rank) the details name; -1 when none
 };
 
@@ -126,9 +126,11 @@ private:
     std::optional<SkrullError> error_;
 };
 
-/// The error for a failed call (with the library's details when it wrote them).
+/// The error for a failed call, worded by the library from the details it wrote (`info`, when
+/// it wrote them) and the configuration the call was given (`config`, or nullptr); a length
+/// the caller wrote outside uint32_t is named as `caller_value`.
 SkrullError skrull_error(const char *call, skrull_status status, const skrull_error_info *info,
-                         uint32_t bucket_tokens, std::optional<int64_t> caller_value = {});
+                         const skrull_config *config, std::optional<int64_t> caller_value = {});
 
 }  // namespace trainer
 

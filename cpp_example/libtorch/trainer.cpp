@@ -12,8 +12,9 @@
 //
 // and the program exits 1 when x is above --tolerance (1e-10). A batch skrull refuses (a
 // length of 0, one too long for the budget, more micro-batches than allowed) prints the
-// status name and the binding's sentence and exits 3; a length file that is not numbers exits
-// 2. Usage: skrull_libtorch_trainer --help.
+// status name and the library's sentence for it (skrull_error_describe: the one skrull's
+// Python binding raises) and exits 3; a length file that is not numbers exits 2.
+// Usage: skrull_libtorch_trainer --help.
 #include <torch/torch.h>
 
 #include <cinttypes>
@@ -142,7 +143,7 @@ bool parse_options(int argc, char **argv, Options &o) {
     return true;
 }
 
-// Prints a refused call: status name, number, the binding's sentence and, for a length
+// Prints a refused call: status name, number, the library's sentence and, for a length
 // file, the line of the sequence it names.
 void report(const SkrullError &e, const std::vector<std::size_t> *lines, const Options &o) {
     std::fflush(stdout);
@@ -156,21 +157,6 @@ void report(const SkrullError &e, const std::vector<std::size_t> *lines, const O
         std::fprintf(stderr, "  sequence %" PRId64 " is line %zu of %s\n", e.index,
                      (*lines)[static_cast<std::size_t>(e.index)], o.lengths.c_str());
     }
-}
-
-// The torch op's configuration text (python/skrull/ops/csrc/config_text.hpp) for the options:
-// the same configuration the trainer plans with.
-std::string op_config(const Options &o) {
-    std::string text = "dp=" + std::to_string(o.dp) + " cp=" + std::to_string(o.cp) +
-                       " bucket_tokens=" + std::to_string(o.bucket) +
-                       " policy=" + kPolicyNames[o.policy] +
-                       " subgroups=" + (o.subgroups ? "1" : "0") +
-                       " shard_padding=" + (o.zigzag ? "zigzag" : "none") +
-                       " lockstep=" + (o.lockstep ? "1" : "0");
-    if (o.gpus_per_node != 0) {
-        text += " cost_model=h100 cost_model.gpus_per_node=" + std::to_string(o.gpus_per_node);
-    }
-    return text;
 }
 
 // The rows of each sequence in one GPU's layout: local ones from local_cu_seqlens, sharded
@@ -234,8 +220,8 @@ int run(const Options &o) {
     if (skrull_status st = skrull_config_recommended_init(SKRULL_PRESET_QWEN2_5_0_5B, &cfg,
                                                           sizeof cfg);
         st != SKRULL_STATUS_OK) {
-        report(trainer::skrull_error("skrull_config_recommended_init", st, nullptr, 0), nullptr,
-               o);
+        report(trainer::skrull_error("skrull_config_recommended_init", st, nullptr, nullptr),
+               nullptr, o);
         return 3;
     }
     cfg.dp = o.dp;
@@ -250,7 +236,8 @@ int run(const Options &o) {
         if (skrull_status st = skrull_cost_model_preset(SKRULL_GPU_H100, &cfg.model, &cost,
                                                         sizeof cost);
             st != SKRULL_STATUS_OK) {
-            report(trainer::skrull_error("skrull_cost_model_preset", st, nullptr, 0), nullptr, o);
+            report(trainer::skrull_error("skrull_cost_model_preset", st, nullptr, nullptr),
+                   nullptr, o);
             return 3;
         }
         cost.gpus_per_node = o.gpus_per_node;
@@ -279,7 +266,6 @@ int run(const Options &o) {
             return 2;
         }
     }
-    const std::string op_text = op_config(o);
 
     torch::set_num_threads(static_cast<int>(o.threads));
     const trainer::Shape shape;
@@ -311,7 +297,7 @@ int run(const Options &o) {
             e->call = "step " + std::to_string(step) + ": " + e->call;
             report(*e, &lines, o);
             if (op) {
-                if (std::optional<std::string> diff = op->same_refusal(*e, written, op_text)) {
+                if (std::optional<std::string> diff = op->same_refusal(*e, *planner, written)) {
                     std::fprintf(stderr, "error: --check-op: %s\n", diff->c_str());
                     return 1;
                 }
@@ -320,7 +306,7 @@ int run(const Options &o) {
             return 3;
         }
         if (op) {
-            if (std::optional<std::string> diff = op->same_plan(*planner, written, op_text)) {
+            if (std::optional<std::string> diff = op->same_plan(*planner, written)) {
                 std::fprintf(stderr, "error: step %zu: --check-op: %s\n", step, diff->c_str());
                 return 1;
             }

@@ -1,13 +1,19 @@
 //! `skrull_config`: the extensible configuration struct, its option constants and presets, and
 //! its translation to the core's `Config`.
 
-use core::mem::{align_of, size_of};
+use core::mem::size_of;
 
-use skrull_core::{Chunking, Config, FlopsFormula, ModelShape, Policy, ShardPadding, Victim};
+use skrull_core::{
+    Chunking, Config, Error, FlopsFormula, ModelShape, Policy, ShardPadding, Synchronisation,
+    Victim,
+};
 
 use crate::boundary::guard;
 use crate::cost::{read_cost_model, skrull_cost_model};
 use crate::error::Failure;
+pub use crate::shape::skrull_model_shape;
+pub use crate::sized::SKRULL_MAX_STRUCT_SIZE;
+use crate::sized::{read_sized_narrow, size_class_align};
 use crate::status::skrull_status;
 
 /// Policy: the Skrull paper's GDS + DACP (the default, 0).
@@ -44,35 +50,18 @@ pub const SKRULL_SHARD_PADDING_NONE: u32 = 0;
 /// GPU holds `2 * ceil(len / (2 cp))` tokens.
 pub const SKRULL_SHARD_PADDING_ZIGZAG: u32 = 1;
 
+/// Synchronisation: every micro-batch waits for its slowest CP rank (the default, 0).
+pub const SKRULL_SYNC_CP_GROUP: u32 = 0;
+/// Synchronisation: every micro-batch waits for every GPU of the job (ZeRO-2/3).
+pub const SKRULL_SYNC_EVERY_GPU: u32 = 1;
+/// Synchronisation: CP ranks meet only in micro-batches holding a sequence that spans several
+/// of them, everyone at the step (DDP with gradient accumulation under `no_sync`).
+pub const SKRULL_SYNC_SHARDED: u32 = 2;
+
 /// Preset: Qwen2.5-0.5B with the paper's layout (DP 4, CP 8, BucketSize 26K = 26624).
 pub const SKRULL_PRESET_QWEN2_5_0_5B: u32 = 0;
 /// Preset: Qwen2.5-7B with the paper's layout (DP 4, CP 8, BucketSize 13K = 13312).
 pub const SKRULL_PRESET_QWEN2_5_7B: u32 = 1;
-
-/// The largest `struct_size` accepted for an extensible struct (bytes past the fields this
-/// library knows must be zero).
-pub const SKRULL_MAX_STRUCT_SIZE: u32 = 4096;
-
-/// The transformer shape FLOPs are counted for (frozen layout, 24 bytes).
-#[repr(C)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct skrull_model_shape {
-    /// Hidden size `h` (query heads x head dim), 1..=65536.
-    pub hidden: u32,
-    /// K/V hidden size `h_kv` (KV heads x head dim), 1..=`hidden`.
-    pub kv_hidden: u32,
-    /// FFN (intermediate) width, 1..=262144.
-    pub ffn: u32,
-    /// Transformer layers, 1..=1024.
-    pub layers: u32,
-    /// Vocabulary size, 0..=4194304 (0: the LM head is not counted).
-    pub vocab: u32,
-    /// 1 for a gated (SwiGLU) FFN, 0 for a plain two-matrix FFN; other values are
-    /// `SKRULL_STATUS_INVALID_ENUM`.
-    pub swiglu: u32,
-}
-
-const _: () = assert!(size_of::<skrull_model_shape>() == 24);
 
 /// Everything `skrull_schedule()` needs besides the lengths (version 1: 60 bytes; now 104 on
 /// 64-bit targets).
@@ -180,6 +169,20 @@ pub struct skrull_config {
     /// The initialisers write 64 (1/16 of a token, an upper estimate for the Qwen2.5 models),
     /// as does a caller whose `struct_size` ends before this field. Added after version 1.
     pub chunk_state_permille: u32,
+    /// `SKRULL_SYNC_*`: how the trainer that runs the plan makes its GPUs wait for each other,
+    /// which `balanced` plans for and the evaluator composes: `SKRULL_SYNC_CP_GROUP` (0, what
+    /// the initialisers write, and the value for a caller whose `struct_size` ends before this
+    /// field: every micro-batch waits for its slowest CP rank, the paper's composition),
+    /// `SKRULL_SYNC_EVERY_GPU` (every micro-batch waits for every GPU of the job, as under
+    /// ZeRO-2/3; every DP rank then reports the same micro-batch count, as with `lockstep`) or
+    /// `SKRULL_SYNC_SHARDED` (CP ranks meet only in micro-batches that hold a sequence spanning
+    /// several of them, everyone at the step: DDP under `no_sync`). Other values:
+    /// `SKRULL_STATUS_INVALID_ENUM`. With `balanced`, the plan is arranged for it (see
+    /// `docs/cost_model.md`, "Synchronisation"); the other policies' plans do not change.
+    /// Added after version 1.
+    pub sync: u32,
+    /// Must be zero (`SKRULL_STATUS_INVALID_ARG` otherwise): room for the next field.
+    pub _reserved: u32,
 }
 
 // SAFETY: the only pointer, `cost_model`, is read (never written) during a call, and the
@@ -194,7 +197,7 @@ pub const SKRULL_CONFIG_SIZE_V1: u32 = 60;
 
 /// The `struct_size` values below the current size that end on a field boundary: version 1
 /// and each appended field. Any other smaller size would cut a field in two.
-pub(crate) const CONFIG_SIZES: [usize; 11] = [
+pub(crate) const CONFIG_SIZES: [usize; 13] = [
     SKRULL_CONFIG_SIZE_V1 as usize,
     core::mem::offset_of!(skrull_config, pad_local),
     core::mem::offset_of!(skrull_config, lockstep),
@@ -205,6 +208,8 @@ pub(crate) const CONFIG_SIZES: [usize; 11] = [
     core::mem::offset_of!(skrull_config, chunk_size),
     core::mem::offset_of!(skrull_config, chunk_keep),
     core::mem::offset_of!(skrull_config, chunk_state_permille),
+    core::mem::offset_of!(skrull_config, sync),
+    core::mem::offset_of!(skrull_config, _reserved),
     size_of::<skrull_config>(),
 ];
 
@@ -218,23 +223,9 @@ pub(crate) const CONFIG_NARROW_SIZE: usize = core::mem::offset_of!(skrull_config
 pub const SKRULL_MAX_PAD_MULTIPLE: u32 = 65_536;
 
 const _: () = assert!(
-    size_of::<skrull_config>() == SKRULL_CONFIG_SIZE_V1 as usize + 36 + size_of::<usize>(),
+    size_of::<skrull_config>() == SKRULL_CONFIG_SIZE_V1 as usize + 44 + size_of::<usize>(),
     "skrull_config must have no implicit padding"
 );
-
-impl skrull_model_shape {
-    /// The C form of a core model shape.
-    pub fn from_core(m: &ModelShape) -> Self {
-        skrull_model_shape {
-            hidden: m.hidden,
-            kv_hidden: m.kv_hidden,
-            ffn: m.ffn,
-            layers: m.layers,
-            vocab: m.vocab,
-            swiglu: u32::from(m.swiglu),
-        }
-    }
-}
 
 impl skrull_config {
     /// The C form of a core configuration.
@@ -278,6 +269,11 @@ impl skrull_config {
             chunk_size: cfg.chunking.size,
             chunk_keep: cfg.chunking.keep,
             chunk_state_permille: cfg.chunking.state_permille,
+            sync: Synchronisation::ALL
+                .iter()
+                .position(|&s| s == cfg.sync)
+                .map_or(SKRULL_SYNC_CP_GROUP, |i| i as u32),
+            _reserved: 0,
         }
     }
 
@@ -368,128 +364,17 @@ impl skrull_config {
             keep: self.chunk_keep,
             state_permille: self.chunk_state_permille,
         };
+        cfg.sync = match self.sync {
+            SKRULL_SYNC_CP_GROUP => Synchronisation::CpGroup,
+            SKRULL_SYNC_EVERY_GPU => Synchronisation::EveryGpu,
+            SKRULL_SYNC_SHARDED => Synchronisation::Sharded,
+            _ => return Err(bad),
+        };
+        if self._reserved != 0 {
+            return Err(skrull_status::InvalidArg);
+        }
         Ok(cfg)
     }
-}
-
-/// Reads an extensible struct whose first field is `uint32_t struct_size`, honouring the
-/// size rules in [`skrull_config`]'s documentation; fields the caller's version lacks keep
-/// their value in `default`. The struct must be aligned for `T`.
-///
-/// # Errors
-/// `NullArg`, `InvalidArg` (misaligned) or `BadStructSize`.
-///
-/// # Safety
-/// Unless NULL, `ptr` must point to a readable object of at least 4 bytes whose first field
-/// is its size in bytes, and the whole `struct_size` bytes must be readable.
-pub(crate) unsafe fn read_sized<T: Copy>(
-    ptr: *const T,
-    sizes: &[usize],
-    default: T,
-) -> Result<T, skrull_status> {
-    // SAFETY: forwarded caller contract.
-    unsafe { read_sized_narrow(ptr, sizes, 0, default) }
-}
-
-/// The alignment a `struct_size` of `size` bytes needs: that of `uint32_t` when the struct ends
-/// at or before `narrow` (every field there is a `uint32_t`), else that of `T`.
-pub(crate) fn size_class_align<T>(size: usize, narrow: usize) -> usize {
-    if size <= narrow {
-        align_of::<u32>()
-    } else {
-        align_of::<T>()
-    }
-}
-
-/// [`read_sized`] for a struct whose first `narrow` bytes are `uint32_t` fields only: a
-/// `struct_size` of at most `narrow` bytes needs only 4-byte alignment (a version-1 struct of
-/// `uint32_t` fields, which a program may place at any 4-byte boundary), a larger one
-/// alignment for `T`. The checks, in order: NULL; not 4-byte aligned (`struct_size` cannot be
-/// read); the size rules (`BadStructSize`); not aligned for the size's class (`InvalidArg`).
-///
-/// # Errors
-/// `NullArg`, `InvalidArg` (misaligned) or `BadStructSize`.
-///
-/// # Safety
-/// As [`read_sized`].
-pub(crate) unsafe fn read_sized_narrow<T: Copy>(
-    ptr: *const T,
-    sizes: &[usize],
-    narrow: usize,
-    default: T,
-) -> Result<T, skrull_status> {
-    if ptr.is_null() {
-        return Err(skrull_status::NullArg);
-    }
-    if !ptr.cast::<u32>().is_aligned() {
-        return Err(skrull_status::InvalidArg);
-    }
-    // SAFETY: non-null, aligned for its leading u32 (checked), and the caller guarantees at
-    // least the 4 bytes of `struct_size` are readable.
-    let size = unsafe { ptr.cast::<u32>().read() };
-    let v1_size = sizes.first().copied().unwrap_or(size_of::<T>());
-    if size < v1_size as u32 || size > SKRULL_MAX_STRUCT_SIZE {
-        return Err(skrull_status::BadStructSize);
-    }
-    let size = size as usize;
-    let known = size_of::<T>();
-    let bytes = ptr.cast::<u8>();
-    if size > known {
-        // SAFETY: the caller guarantees `struct_size` readable bytes; `known..size` is inside.
-        let tail = unsafe { core::slice::from_raw_parts(bytes.add(known), size - known) };
-        if tail.iter().any(|&b| b != 0) {
-            return Err(skrull_status::BadStructSize);
-        }
-    } else if size < known && !sizes.contains(&size) {
-        // A size that ends inside a field would read part of it (half a pointer, say).
-        return Err(skrull_status::BadStructSize);
-    }
-    if !(ptr as usize).is_multiple_of(size_class_align::<T>(size, narrow)) {
-        return Err(skrull_status::InvalidArg);
-    }
-    let mut out = default;
-    // SAFETY: `min(size, known)` bytes are readable at `ptr` (caller contract) and writable
-    // in `out`; the types are plain integers and pointers, so every byte pattern the caller
-    // wrote is a valid value; the regions are distinct objects. The copy is bytewise, so it
-    // needs no alignment of `ptr`.
-    unsafe {
-        core::ptr::copy_nonoverlapping(bytes, (&raw mut out).cast::<u8>(), size.min(known));
-    }
-    Ok(out)
-}
-
-/// Reads what it can of a parameter struct a call refused or has not checked yet, to learn
-/// which buffers it lends: `None` when NULL, not 4-byte aligned or below version 1, otherwise
-/// the fields that lie wholly inside `struct_size` (the largest of `sizes` that fits), the rest
-/// as in `default`. Never an error: used only to keep the error details out of the caller's
-/// buffers.
-///
-/// # Safety
-/// As [`read_sized`].
-pub(crate) unsafe fn read_lenient<T: Copy>(
-    ptr: *const T,
-    sizes: &[usize],
-    default: T,
-) -> Option<T> {
-    if ptr.is_null() || !ptr.cast::<u32>().is_aligned() {
-        return None;
-    }
-    // SAFETY: non-null, 4-byte aligned (checked); its first 4 bytes are readable (contract).
-    let size = unsafe { ptr.cast::<u32>().read() } as usize;
-    let size = size.min(size_of::<T>());
-    let n = sizes
-        .iter()
-        .copied()
-        .chain([size_of::<T>()])
-        .filter(|&s| s <= size)
-        .max()?;
-    let mut out = default;
-    // SAFETY: `n <= struct_size` bytes are readable at `ptr` (contract) and writable in `out`;
-    // plain integers and pointers, bytewise copy; distinct objects.
-    unsafe {
-        core::ptr::copy_nonoverlapping(ptr.cast::<u8>(), (&raw mut out).cast::<u8>(), n);
-    }
-    Some(out)
 }
 
 /// Reads and translates a caller's configuration, range-checking every value.
@@ -501,6 +386,32 @@ pub(crate) unsafe fn read_lenient<T: Copy>(
 /// # Safety
 /// As [`read_sized`].
 pub(crate) unsafe fn read_config(ptr: *const skrull_config) -> Result<Config, Failure> {
+    // SAFETY: forwarded caller contract.
+    let cfg = unsafe { read_config_unchecked(ptr) }?;
+    cfg.validate().map_err(config_failure)?;
+    Ok(cfg)
+}
+
+/// The failure of a configuration that `Config::validate` refused. A `MICRO_BATCH_LIMIT` found
+/// in the configuration alone (a fixed `micro_batches` above `max_micro_batches`) names no DP
+/// rank: its `index` is -1, unlike a batch's, which names the first DP rank over the limit.
+pub(crate) fn config_failure(e: Error) -> Failure {
+    let mut f = Failure::from(e);
+    if let Error::MicroBatchLimit { .. } = e {
+        f.info.index = -1;
+    }
+    f
+}
+
+/// [`read_config`] without the range checks of `Config::validate` (the struct, its option
+/// integers and its cost model are still checked).
+///
+/// # Errors
+/// As [`read_config`], except the core's configuration errors.
+///
+/// # Safety
+/// As [`read_config`].
+pub(crate) unsafe fn read_config_unchecked(ptr: *const skrull_config) -> Result<Config, Failure> {
     let default =
         skrull_config::preset(SKRULL_PRESET_QWEN2_5_0_5B).ok_or(skrull_status::Internal)?;
     // SAFETY: forwarded caller contract.
@@ -508,7 +419,6 @@ pub(crate) unsafe fn read_config(ptr: *const skrull_config) -> Result<Config, Fa
     let mut cfg = c.to_core()?;
     // SAFETY: forwarded caller contract (the pointer, unless NULL, is a readable cost model).
     cfg.cost = unsafe { read_cost_model(c.cost_model) }?;
-    cfg.validate()?;
     Ok(cfg)
 }
 
@@ -582,7 +492,9 @@ pub unsafe extern "C" fn skrull_config_recommended_init(
 /// The version-1 initialiser: `skrull_config_init(out, 60)`. It writes the first 60 bytes
 /// only (what a program built against the first header has) and sets `struct_size = 60`, so
 /// the library ignores every field added since (`pad_multiple`, `pad_local`, `lockstep`,
-/// `cost_model`, `subgroups`): new code calls `skrull_config_init(&cfg, sizeof cfg)` instead.
+/// `cost_model`, `subgroups`, `fill_empty`, `micro_batches`, `chunk_size`, `chunk_keep`,
+/// `chunk_state_permille`, `sync`): new code calls `skrull_config_init(&cfg, sizeof cfg)`
+/// instead.
 ///
 /// `out` needs 4-byte alignment only (a version-1 struct of `uint32_t` fields, which a program
 /// may place at any 4-byte boundary).

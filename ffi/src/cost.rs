@@ -8,8 +8,9 @@ use skrull_core::config::cost::{ATTN_POINTS, AttentionTable, Overlap};
 use skrull_core::{CostModel, ModelShape};
 
 use crate::boundary::guard;
-use crate::config::{read_sized, skrull_model_shape};
 use crate::error::Failure;
+use crate::shape::skrull_model_shape;
+use crate::sized::read_sized;
 use crate::status::skrull_status;
 
 /// GPU preset: H100 SXM5 (the default, 0).
@@ -30,8 +31,10 @@ const _: () = assert!(SKRULL_ATTENTION_POINTS == ATTN_POINTS);
 
 /// Every coefficient of the time model (`docs/cost_model.md`), `struct_size` first: fill it
 /// with `skrull_cost_model_preset()`, change fields, and point `skrull_config.cost_model` at
-/// it. Version 1 is 264 bytes. Values are checked when a call reads them
-/// (`SKRULL_STATUS_INVALID_COST_MODEL`, with the field's position in the error details).
+/// it. Version 1 is 264 bytes, version 2 (`sharded_sequence_s` appended) 272. Every call
+/// that reads a configuration checks the cost model it points at, whatever the policy
+/// (`SKRULL_STATUS_INVALID_COST_MODEL`, with the field's position in the error details),
+/// though only `balanced` plans with it.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct skrull_cost_model {
@@ -82,18 +85,24 @@ pub struct skrull_cost_model {
     pub micro_batch_extra_s: f64,
     /// Fixed cost per iteration, seconds (>= 0).
     pub iteration_fixed_s: f64,
+    /// Fixed cost per sharded sequence per micro-batch on every GPU of its group (the whole CP
+    /// group or a sub-group), outside the overlap window, seconds (>= 0; version 2, 0 when a
+    /// version-1 caller omits it).
+    pub sharded_sequence_s: f64,
 }
 
 /// `sizeof(skrull_cost_model)` of version 1, the smallest accepted `struct_size`.
 pub const SKRULL_COST_MODEL_SIZE_V1: u32 = 264;
+/// `sizeof(skrull_cost_model)` of version 2 (`sharded_sequence_s`).
+pub const SKRULL_COST_MODEL_SIZE_V2: u32 = 272;
 
-const _: () = assert!(size_of::<skrull_cost_model>() == SKRULL_COST_MODEL_SIZE_V1 as usize);
+const _: () = assert!(size_of::<skrull_cost_model>() == SKRULL_COST_MODEL_SIZE_V2 as usize);
 
 impl skrull_cost_model {
     /// The C form of a core cost model.
     pub fn from_core(c: &CostModel) -> skrull_cost_model {
         skrull_cost_model {
-            struct_size: SKRULL_COST_MODEL_SIZE_V1,
+            struct_size: SKRULL_COST_MODEL_SIZE_V2,
             attention_tile: c.attention_tile,
             peak_flops: c.peak_flops,
             gemm_efficiency: c.gemm_efficiency,
@@ -119,6 +128,7 @@ impl skrull_cost_model {
             kernel_launch_s: c.kernel_launch_s,
             micro_batch_extra_s: c.micro_batch_extra_s,
             iteration_fixed_s: c.iteration_fixed_s,
+            sharded_sequence_s: c.sharded_sequence_s,
         }
     }
 
@@ -158,6 +168,7 @@ impl skrull_cost_model {
             kernel_launch_s: self.kernel_launch_s,
             micro_batch_extra_s: self.micro_batch_extra_s,
             iteration_fixed_s: self.iteration_fixed_s,
+            sharded_sequence_s: self.sharded_sequence_s,
         })
     }
 }
@@ -177,8 +188,12 @@ pub(crate) unsafe fn read_cost_model(
         return Ok(None);
     }
     let base = skrull_cost_model::from_core(&CostModel::H100_QWEN2_5_7B);
+    let sizes = [
+        SKRULL_COST_MODEL_SIZE_V1 as usize,
+        SKRULL_COST_MODEL_SIZE_V2 as usize,
+    ];
     // SAFETY: forwarded caller contract.
-    let c = unsafe { read_sized(ptr, &[SKRULL_COST_MODEL_SIZE_V1 as usize], base) }?;
+    let c = unsafe { read_sized(ptr, &sizes, base) }?;
     Ok(Some(c.to_core()?))
 }
 
@@ -263,6 +278,30 @@ mod tests {
         }
     }
 
+    /// Version 2's `sharded_sequence_s` round-trips through the C form, and a version-1
+    /// struct (264 bytes) reads as the same model without it (0: no cost per sequence).
+    #[test]
+    fn the_per_sequence_cost_round_trips_and_version_1_reads_without_it() {
+        let mut core = CostModel::h100(&ModelShape::QWEN2_5_7B);
+        core.sharded_sequence_s = 0.004_25;
+        let c = skrull_cost_model::from_core(&core);
+        assert_eq!(c.struct_size, SKRULL_COST_MODEL_SIZE_V2);
+        assert_eq!(c.to_core(), Ok(core));
+        // SAFETY: `c` is a live, aligned struct of its `struct_size` bytes.
+        let read = unsafe { read_cost_model(&c) }.unwrap();
+        assert_eq!(read, Some(core));
+        let mut v1 = c;
+        v1.struct_size = SKRULL_COST_MODEL_SIZE_V1;
+        // SAFETY: as above (the first 264 bytes are read).
+        let read = unsafe { read_cost_model(&v1) }.unwrap().unwrap();
+        assert_eq!(read.sharded_sequence_s, 0.0);
+        assert_eq!(read.gemm_efficiency, core.gemm_efficiency);
+        let mut cut = c;
+        cut.struct_size = SKRULL_COST_MODEL_SIZE_V1 + 4;
+        // SAFETY: as above.
+        assert!(unsafe { read_cost_model(&cut) }.is_err());
+    }
+
     /// Regression: the error details' `field` once skipped `overlap` (so the last four fields
     /// were numbered one low, the first of them colliding with `overlap`) and named both
     /// attention throughput arrays as the forward one. Each field, made invalid alone, must
@@ -270,7 +309,7 @@ mod tests {
     #[test]
     fn cost_model_field_numbers_follow_the_struct_order() {
         type Poison = fn(&mut skrull_cost_model);
-        let cases: [(u32, Poison); 21] = [
+        let cases: [(u32, Poison); 22] = [
             (1, |c| c.attention_tile = 0),
             (2, |c| c.peak_flops = -1.0),
             (3, |c| c.gemm_efficiency = 2.0),
@@ -292,6 +331,7 @@ mod tests {
             (20, |c| c.kernel_launch_s = -1.0),
             (21, |c| c.micro_batch_extra_s = -1.0),
             (22, |c| c.iteration_fixed_s = -1.0),
+            (23, |c| c.sharded_sequence_s = f64::NAN),
         ];
         let preset = skrull_cost_model::from_core(&CostModel::h100(&ModelShape::QWEN2_5_7B));
         for (want, poison) in cases {
@@ -305,6 +345,6 @@ mod tests {
         c.overlap = 7;
         assert_eq!(c.to_core(), Err(skrull_status::InvalidEnum));
         assert_eq!(CostField::Overlap.number(), 18);
-        assert_eq!(CostField::ALL.len(), 22);
+        assert_eq!(CostField::ALL.len(), 23);
     }
 }

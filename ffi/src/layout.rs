@@ -16,12 +16,14 @@ use skrull_core::plan::{CHUNKED, SHARDED};
 use skrull_core::{Config, CpGroup, MicroBatch, Placement, Plan, PlanParts, Setup};
 
 use crate::boundary::{Span, any_overlap, check_out, declared, guard, lengths};
-use crate::config::{read_config, read_lenient, read_sized, skrull_config};
-use crate::error::{Failure, config_spans, finish, info_span, struct_span, target};
+use crate::config::{read_config, skrull_config};
+use crate::error::{Failure, finish, info_span};
 use crate::plan::{
     PLAN_BUFFERS_SIZES, skrull_cp_group, skrull_micro_batch, skrull_placement, skrull_plan_buffers,
     skrull_summary,
 };
+use crate::sized::{read_lenient, read_sized};
+use crate::spans::{config_spans, struct_span, target};
 use crate::status::skrull_status;
 use crate::workspace::Carver;
 

@@ -6,12 +6,13 @@ use core::ffi::c_void;
 
 use crate::boundary::{Span, declared, guard};
 use crate::config::skrull_config;
-use crate::error::{Failure, config_spans, finish, skrull_error_info, target};
+use crate::error::{Failure, finish, skrull_error_info};
 use crate::layout::{
     check_gpu, input, out_regions, read_head, read_lengths, read_out, read_plan, skrull_gpu,
     skrull_layout_buffers, write_gpu,
 };
 use crate::plan::skrull_plan_buffers;
+use crate::spans::{config_spans, target};
 use crate::status::skrull_status;
 
 /// Fills the layouts of `count` GPUs of one plan: `*outs[k]` with the layout of `gpus[k]`,

@@ -9,19 +9,36 @@ use core::mem::{align_of, size_of};
 
 use skrull_core::config::MAX_SEQS;
 use skrull_core::model::refit::{
-    COEFFICIENTS, MAX_WINDOW, RefitError, RefitParams, RefitReport, RefitState, Row,
+    COEFFICIENTS, Coef, MAX_WINDOW, RefitError, RefitParams, RefitReport, RefitState, Row,
 };
 use skrull_core::plan::SHARDED;
 
 use crate::boundary::{Span, any_overlap, declared, guard, lengths};
-use crate::config::{read_config, read_sized, skrull_config};
+use crate::config::{read_config, skrull_config};
 use crate::cost::{SKRULL_COST_MODEL_SIZE_V1, skrull_cost_model};
-use crate::error::{Failure, config_spans, finish, info_span, skrull_error_info, struct_span};
+use crate::error::{Failure, finish, skrull_error_info};
 use crate::layout::staged_placement;
 use crate::plan::{skrull_cp_group, skrull_placement};
+use crate::sized::read_sized;
+use crate::spans::{config_spans, details_target, struct_span};
 use crate::status::skrull_status;
 
-/// Coefficients the refit fits (`skrull_refit_report.coefficients`).
+/// The `skrull_refit_params` fields after `struct_size`, in order: `skrull_error_info.field`
+/// of `SKRULL_STATUS_INVALID_REFIT_PARAMS` is a 1-based position in this list.
+pub(crate) const REFIT_PARAM_NAMES: [&str; 9] = [
+    "window_steps",
+    "max_rows_per_step",
+    "flags",
+    "forgetting",
+    "ridge",
+    "outlier",
+    "trust",
+    "max_error",
+    "holdout",
+];
+
+/// Coefficients of `skrull_refit_report.coefficients` (version 1); the ninth,
+/// `SKRULL_REFIT_SHARDED_SEQUENCE`, is the appended `coefficient_sharded_sequence`.
 pub const SKRULL_REFIT_COEFFICIENTS: usize = 8;
 /// Coefficient: fixed cost per micro-batch (scale of the prior's).
 pub const SKRULL_REFIT_FIXED: u32 = 0;
@@ -39,16 +56,37 @@ pub const SKRULL_REFIT_INTER_LATENCY: u32 = 5;
 pub const SKRULL_REFIT_INTER_BANDWIDTH: u32 = 6;
 /// Coefficient: the overlap fraction (0 local attention, 1 all attention).
 pub const SKRULL_REFIT_OVERLAP: u32 = 7;
+/// Coefficient: fixed cost per sharded sequence (scale of the prior's; of 1 ms when the
+/// prior's is 0); in `skrull_refit_report.coefficient_sharded_sequence`, and bit 8 of the
+/// report's bit sets.
+pub const SKRULL_REFIT_SHARDED_SEQUENCE: u32 = 8;
+/// Verdict: the fit was adopted.
+pub const SKRULL_REFIT_ADOPTED: u32 = 0;
+/// Verdict: no valid measurement in the window; the model in use is returned.
+pub const SKRULL_REFIT_NO_DATA: u32 = 1;
+/// Verdict: the fit does not explain the measurements better than the model in use (on the
+/// window, without explaining the held-out ones worse); the model in use is returned.
+pub const SKRULL_REFIT_NOT_BETTER: u32 = 2;
+/// Verdict: the fit explains them no better than the model in use times one uniform factor
+/// (`scale`): a scale, not a model; the model in use is returned.
+pub const SKRULL_REFIT_SCALE_ONLY: u32 = 3;
+/// Verdict: even the best fit's error stays above `max_error`: the model cannot describe these
+/// times; the model in use is returned.
+pub const SKRULL_REFIT_HIGH_ERROR: u32 = 4;
+/// Verdict: no held-out measurement yet (or nothing else); the model in use is returned.
+pub const SKRULL_REFIT_UNVALIDATED: u32 = 5;
 /// The most steps a window keeps.
 pub const SKRULL_REFIT_MAX_WINDOW: u32 = 64;
 /// `skrull_refit_params.flags`: never change the overlap rule.
 pub const SKRULL_REFIT_KEEP_OVERLAP: u32 = 1;
 
-const _: () = assert!(SKRULL_REFIT_COEFFICIENTS == COEFFICIENTS);
+const _: () = assert!(SKRULL_REFIT_COEFFICIENTS + 1 == COEFFICIENTS);
+const _: () = assert!(SKRULL_REFIT_SHARDED_SEQUENCE as usize == Coef::ShardedSequence as usize);
 const _: () = assert!(SKRULL_REFIT_MAX_WINDOW == MAX_WINDOW);
 
-/// How the refit weighs and bounds its data (`struct_size` first; version 1 is 40 bytes).
-/// `skrull_refit_params_default()` fills the defaults.
+/// How the refit weighs and bounds its data (`struct_size` first; version 1 is 40 bytes,
+/// version 2, with `trust`, `max_error` and `holdout`, 64). `skrull_refit_params_default()`
+/// fills the defaults; a version-1 caller gets version 2's defaults for the fields it lacks.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct skrull_refit_params {
@@ -67,19 +105,34 @@ pub struct skrull_refit_params {
     /// A time off the fit by more than this fraction is dropped as a straggler, `> 0`
     /// (default 0.5).
     pub outlier: f64,
+    /// The trust region: per solve each coefficient moves at most this factor either way from
+    /// the model in use (after the window's uniform factor), `>= 1`, infinite for none
+    /// (default 2; version 2).
+    pub trust: f64,
+    /// A fit whose error on the window stays above this is not adopted, `> 0` (default 0.25;
+    /// version 2).
+    pub max_error: f64,
+    /// One micro-batch in `holdout` is held out of the fit and judges it, `0` (none: judged
+    /// in-sample) or `2..=1024` (default 3; version 2).
+    pub holdout: u32,
+    /// 0.
+    pub _reserved: u32,
 }
 
 /// `sizeof(skrull_refit_params)` of version 1.
 pub const SKRULL_REFIT_PARAMS_SIZE_V1: u32 = 40;
-const _: () = assert!(size_of::<skrull_refit_params>() == SKRULL_REFIT_PARAMS_SIZE_V1 as usize);
+/// `sizeof(skrull_refit_params)` of version 2.
+pub const SKRULL_REFIT_PARAMS_SIZE_V2: u32 = 64;
+const _: () = assert!(size_of::<skrull_refit_params>() == SKRULL_REFIT_PARAMS_SIZE_V2 as usize);
 
-/// What `skrull_refit_solve()` found (frozen layout, 112 bytes in version 1).
+/// What `skrull_refit_solve()` found (112 bytes in version 1; version 2, 184 bytes, appends
+/// the adoption rule's fields: a caller's smaller `out_report_size` gets the first bytes).
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct skrull_refit_report {
     /// Bytes written.
     pub struct_size: u32,
-    /// 1: the prior was returned (the fit was not better on the window, or no data).
+    /// 1: the returned model is the prior (nothing adopted yet, or no data).
     pub kept_prior: u32,
     /// Steps in the window.
     pub steps: u32,
@@ -89,7 +142,7 @@ pub struct skrull_refit_report {
     pub dropped: u32,
     /// Measurements skipped in the window (NaN, infinite, zero or negative).
     pub skipped: u32,
-    /// Bit `i` set: coefficient `i` moved more than 1 % from the prior.
+    /// Bit `i` set: coefficient `i` of the returned model is more than 1 % from the prior's.
     pub moved: u32,
     /// 0.
     pub _reserved: u32,
@@ -100,11 +153,41 @@ pub struct skrull_refit_report {
     pub error_fit: f64,
     /// The returned model relative to the prior (`SKRULL_REFIT_*` indices).
     pub coefficients: [f64; SKRULL_REFIT_COEFFICIENTS],
+    /// 1: the fit was adopted (the returned model is new). Version 2 from here.
+    pub adopted: u32,
+    /// Why it was or was not: `SKRULL_REFIT_ADOPTED` .. `SKRULL_REFIT_UNVALIDATED`.
+    pub verdict: u32,
+    /// Bit `i` set: the trust region held coefficient `i` of the fit back.
+    pub limited: u32,
+    /// Bit `i` set: communication coefficient `i` was raised to the most the window allows
+    /// (its cost hidden on every measurement).
+    pub raised: u32,
+    /// Held-out measurements in the window.
+    pub heldout_rows: u32,
+    /// Steps of the window with a step time (`skrull_refit_observe_step_time()`).
+    pub step_times: u32,
+    /// The window's median of measured over predicted time under the model in use before this
+    /// solve: the uniform factor it is off by.
+    pub scale: f64,
+    /// Error of the model in use on the held-out measurements.
+    pub error_heldout_in_use: f64,
+    /// Error of the fit on them.
+    pub error_heldout_fit: f64,
+    /// Error of the fit without the trust region on the measurements it was fitted to
+    /// (compared with `max_error`).
+    pub error_unlimited: f64,
+    /// The per-step cost measured from the step times, seconds (the returned model's
+    /// `iteration_fixed_s`).
+    pub iteration_fixed_s: f64,
+    /// The returned model's `SKRULL_REFIT_SHARDED_SEQUENCE` coefficient.
+    pub coefficient_sharded_sequence: f64,
 }
 
 /// `sizeof(skrull_refit_report)` of version 1.
 pub const SKRULL_REFIT_REPORT_SIZE_V1: u32 = 112;
-const _: () = assert!(size_of::<skrull_refit_report>() == SKRULL_REFIT_REPORT_SIZE_V1 as usize);
+/// `sizeof(skrull_refit_report)` of version 2.
+pub const SKRULL_REFIT_REPORT_SIZE_V2: u32 = 184;
+const _: () = assert!(size_of::<skrull_refit_report>() == SKRULL_REFIT_REPORT_SIZE_V2 as usize);
 
 const MAGIC: u64 = 0x736b_7275_6c6c_7266; // "skrullrf"
 
@@ -127,18 +210,25 @@ const STATE_ALIGN: usize = if align_of::<Header>() > align_of::<Row>() {
 
 impl skrull_refit_params {
     const DEFAULT: skrull_refit_params = skrull_refit_params {
-        struct_size: SKRULL_REFIT_PARAMS_SIZE_V1,
+        struct_size: SKRULL_REFIT_PARAMS_SIZE_V2,
         window_steps: 32,
         max_rows_per_step: 4096,
         flags: 0,
         forgetting: 0.95,
         ridge: 1e-3,
         outlier: 0.5,
+        trust: 2.0,
+        max_error: 0.25,
+        holdout: 3,
+        _reserved: 0,
     };
 
     fn to_core(self) -> Result<RefitParams, Failure> {
         if self.flags & !SKRULL_REFIT_KEEP_OVERLAP != 0 {
             return Err(params_failure(3));
+        }
+        if self._reserved != 0 {
+            return Err(params_failure(10));
         }
         let p = RefitParams {
             window_steps: self.window_steps,
@@ -147,6 +237,9 @@ impl skrull_refit_params {
             forgetting: self.forgetting,
             ridge: self.ridge,
             outlier: self.outlier,
+            trust: self.trust,
+            holdout: self.holdout,
+            max_error: self.max_error,
         };
         p.validate().map_err(refit_failure)?;
         Ok(p)
@@ -170,15 +263,10 @@ fn refit_failure(e: RefitError) -> Failure {
     };
     match e {
         RefitError::Params { field } => {
-            let names = [
-                "window_steps",
-                "max_rows_per_step",
-                "flags",
-                "forgetting",
-                "ridge",
-                "outlier",
-            ];
-            let at = names.iter().position(|n| *n == field).map_or(0, |i| i + 1);
+            let at = REFIT_PARAM_NAMES
+                .iter()
+                .position(|n| *n == field)
+                .map_or(0, |i| i + 1);
             params_failure(at as u32)
         }
         RefitError::Config(e) => e.into(),
@@ -206,14 +294,6 @@ fn state_bytes(p: &RefitParams) -> Option<usize> {
         .checked_mul(size_of::<Row>())?
         .checked_add(ROWS_AT)
         .filter(|&b| b <= isize::MAX as usize)
-}
-
-/// The details pointer when it may be written: aligned and overlapping none of `others`.
-fn target(error: *mut skrull_error_info, others: &[Span]) -> *mut skrull_error_info {
-    match info_span(error) {
-        Ok(Some(span)) if !others.iter().any(|s| s.overlaps(span)) => error,
-        _ => core::ptr::null_mut(),
-    }
 }
 
 /// Writes the defaults into `*out` (`struct_size` = `min(out_size, sizeof)`).
@@ -269,7 +349,10 @@ pub unsafe extern "C" fn skrull_refit_size(params: *const skrull_refit_params) -
 /// # Safety
 /// As the `params` argument of [`skrull_refit_size`].
 unsafe fn read_params(params: *const skrull_refit_params) -> Result<RefitParams, Failure> {
-    let sizes = [SKRULL_REFIT_PARAMS_SIZE_V1 as usize];
+    let sizes = [
+        SKRULL_REFIT_PARAMS_SIZE_V1 as usize,
+        SKRULL_REFIT_PARAMS_SIZE_V2 as usize,
+    ];
     // SAFETY: forwarded caller contract.
     let p = unsafe { read_sized(params, &sizes, skrull_refit_params::DEFAULT) }?;
     p.to_core()
@@ -315,8 +398,8 @@ pub unsafe extern "C" fn skrull_refit_init(
         ];
         // SAFETY: forwarded caller contract.
         let r = unsafe { init(params, config, state, state_size, &others) };
-        // SAFETY: `error` is NULL or checked by `target`; caller contract.
-        unsafe { finish(r, target(error, &others)) }
+        // SAFETY: `error` is NULL or checked by `details_target`; caller contract.
+        unsafe { finish(r, details_target(error, &others)) }
     })
 }
 
@@ -469,8 +552,8 @@ pub unsafe extern "C" fn skrull_refit_observe(
                 n_times,
             )
         };
-        // SAFETY: `error` is NULL or checked by `target`; caller contract.
-        unsafe { finish(r, target(error, &others)) }
+        // SAFETY: `error` is NULL or checked by `details_target`; caller contract.
+        unsafe { finish(r, details_target(error, &others)) }
     })
 }
 
@@ -562,15 +645,52 @@ unsafe fn observe(
     Ok(())
 }
 
+/// Records the measured wall time of the step last added by `skrull_refit_observe()`:
+/// `seconds` of the whole step on its slowest GPU (forward, backward, the optimizer step and
+/// everything between). The refit measures the per-step cost from it (each step's time less
+/// its slowest DP rank's sum of micro-batch times, the median over the window) and returns it
+/// as the model's `iteration_fixed_s`. A NaN, infinite, zero or negative `seconds` records no
+/// time for the step. A later call for the same step replaces the time.
+///
+/// Statuses: the state's (as `skrull_refit_observe()`), then `MEASUREMENT_MISMATCH` when no
+/// step was observed yet. The state changes only on `SKRULL_STATUS_OK`.
+///
+/// # Safety
+/// - `state` as for `skrull_refit_observe()`.
+/// - `error`, unless NULL, points to a writable `skrull_error_info`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn skrull_refit_observe_step_time(
+    state: *mut c_void,
+    state_size: usize,
+    seconds: f64,
+    error: *mut skrull_error_info,
+) -> skrull_status {
+    guard(|| {
+        let others = [Span::clamped(state.cast_const().cast::<u8>(), state_size)];
+        // SAFETY: forwarded caller contract.
+        let r = unsafe { open(state, state_size) }.and_then(|(s, _)| {
+            s.observe_step_time(seconds)
+                .map(|_| ())
+                .map_err(refit_failure)
+        });
+        // SAFETY: `error` is NULL or checked by `details_target`; caller contract.
+        unsafe { finish(r, details_target(error, &others)) }
+    })
+}
+
 /// Fits the window and writes the refitted cost model to `*out_model` (`out_model_size >=
 /// 264` bytes; `struct_size` = the bytes written) and the report to `*out_report` (unless
 /// NULL; `out_report_size >= 112`). Deterministic: the same history of calls gives the same
-/// bits on every platform. The model is validated and never worse than the prior on the
-/// window's own data (else the prior is returned and `kept_prior` is 1). The result becomes
-/// the state's anchor: the next fit starts from it and pulls every coefficient the window
-/// does not identify toward it (the window is not changed). To plan with the model, point
-/// `skrull_config.cost_model` at it; keep the state's prior as it is (do not re-initialise
-/// with the refitted model).
+/// bits on every platform. A fit is adopted only when it explains the window better than the
+/// model in use without explaining its held-out micro-batches worse, within the trust region
+/// around the model in use, with an error at most `max_error`, and beyond one uniform factor
+/// (`skrull_refit_report.verdict` says which rule refused it); otherwise the model in use is
+/// returned (at first the prior). Coefficients the window does not measure keep their value;
+/// ring costs that every measurement hides are raised to the most the window allows. The
+/// returned model is the state's model in use from now on: the next fit starts from it, is
+/// pulled toward it and is judged against it (the window is not changed). To plan with the
+/// model, point `skrull_config.cost_model` at it; keep the state's prior as it is (do not
+/// re-initialise with the refitted model).
 ///
 /// Statuses: the state's (as `skrull_refit_observe()`), `NULL_ARG` (`out_model`),
 /// `INVALID_ARG` (misaligned or overlapping outputs), `BAD_STRUCT_SIZE` (an output size below
@@ -609,8 +729,8 @@ pub unsafe extern "C" fn skrull_refit_solve(
                 &others,
             )
         };
-        // SAFETY: `error` is NULL or checked by `target`; caller contract.
-        unsafe { finish(r, target(error, &others)) }
+        // SAFETY: `error` is NULL or checked by `details_target`; caller contract.
+        unsafe { finish(r, details_target(error, &others)) }
     })
 }
 
@@ -661,7 +781,7 @@ unsafe fn solve(
 /// The C form of a core report.
 fn report(r: &RefitReport) -> skrull_refit_report {
     skrull_refit_report {
-        struct_size: SKRULL_REFIT_REPORT_SIZE_V1,
+        struct_size: SKRULL_REFIT_REPORT_SIZE_V2,
         kept_prior: u32::from(r.kept_prior),
         steps: r.steps,
         rows: r.rows,
@@ -671,6 +791,18 @@ fn report(r: &RefitReport) -> skrull_refit_report {
         _reserved: 0,
         error_prior: r.error_prior,
         error_fit: r.error_fit,
-        coefficients: r.coefficients,
+        coefficients: core::array::from_fn(|i| r.coefficients[i]),
+        adopted: u32::from(r.adopted),
+        verdict: r.verdict as u32,
+        limited: r.limited,
+        raised: r.raised,
+        heldout_rows: r.heldout_rows,
+        step_times: r.step_times,
+        scale: r.scale,
+        error_heldout_in_use: r.error_heldout_in_use,
+        error_heldout_fit: r.error_heldout_fit,
+        error_unlimited: r.error_unlimited,
+        iteration_fixed_s: r.iteration_fixed_s,
+        coefficient_sharded_sequence: r.coefficients[Coef::ShardedSequence as usize],
     }
 }

@@ -10,9 +10,10 @@ use skrull_core::Setup;
 
 use crate::boundary::{Span, guard};
 use crate::config::{read_config, skrull_config};
-use crate::error::{Failure, config_spans, finish, info_span, skrull_error_info, target};
+use crate::error::{Failure, finish, info_span, skrull_error_info};
 use crate::plan::skrull_plan_buffers;
 use crate::schedule::schedule_with;
+use crate::spans::{config_spans, details_target, target};
 use crate::status::skrull_status;
 
 /// Marks memory that `skrull_setup_init()` filled ("skrull-S" with the ABI version).
@@ -185,7 +186,7 @@ pub unsafe extern "C" fn skrull_schedule_prepared(
 ///
 /// # Safety
 /// As the `setup` argument of [`skrull_schedule_prepared`].
-unsafe fn prepared<'a>(setup: *const skrull_setup) -> Result<&'a Setup, Failure> {
+pub(crate) unsafe fn prepared<'a>(setup: *const skrull_setup) -> Result<&'a Setup, Failure> {
     if setup.is_null() {
         return Err(skrull_status::NullArg.into());
     }
@@ -225,15 +226,6 @@ pub unsafe extern "C" fn skrull_config_check(
         // SAFETY: `error` is checked for alignment in `finish`; writable by contract.
         unsafe { finish(r, details_target(error, &others)) }
     })
-}
-
-/// `error` when it may be written: non-null, aligned and overlapping none of `others`; NULL
-/// otherwise.
-fn details_target(error: *mut skrull_error_info, others: &[Span]) -> *mut skrull_error_info {
-    match info_span(error) {
-        Ok(Some(span)) if !others.iter().any(|s| s.overlaps(span)) => error,
-        _ => core::ptr::null_mut(),
-    }
 }
 
 #[cfg(test)]

@@ -1,14 +1,12 @@
 //! `skrull_status`: the one result type of the C API, its stable numbers and messages, and the
 //! one mapping from the core's [`Error`].
 
-use core::ffi::{CStr, c_char};
+use core::ffi::CStr;
 
 use skrull_core::Error;
 use skrull_core::error::Buffer;
 use skrull_core::plan::CheckError;
 use skrull_core::plan::layout::LayoutError;
-
-use crate::boundary::guard;
 
 /// The result of every fallible skrull function.
 ///
@@ -19,7 +17,8 @@ use crate::boundary::guard;
 ///
 /// Groups: 1-9 malformed calls (pointers, struct sizes, integer enums, buffer sizes), 10-29
 /// rejected configurations or batches (one per scheduler error), 30-39 rejected layout
-/// requests (`skrull_layout_*`), 254-255 internal faults.
+/// requests (`skrull_layout_*`), 40-49 the online refit (`skrull_refit_*`), 50-59 the
+/// outlier-delay window (`skrull_window_*`), 254-255 internal faults.
 #[repr(u32)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum skrull_status {
@@ -64,7 +63,10 @@ pub enum skrull_status {
     /// for its padded length `P` (`P = len` without padding; see `docs/layout.md`), exceeds
     /// `bucket_tokens`.
     SequenceTooLong = 17,
-    /// A DP rank needs more micro-batches than `max_micro_batches` allows.
+    /// A DP rank needs more micro-batches than `max_micro_batches` allows (details: `index` the
+    /// first such DP rank, `value` its count, `limit` the limit), or the configuration's fixed
+    /// `micro_batches` is above a nonzero `max_micro_batches` (details: `index` -1, `value`
+    /// `micro_batches`, `limit` `max_micro_batches`).
     MicroBatchLimit = 18,
     /// DACP could not place one micro-batch within the budget (`skrull_dacp_place` only).
     DacpFailed = 19,
@@ -93,6 +95,12 @@ pub enum skrull_status {
     /// `chunk_size` or `chunk_keep` fits it. Details: `index` the sequence, `value` its
     /// length, `limit` the BucketSize it would need.
     ChunkOverBudget = 25,
+    /// No ChunkSize fits (`skrull_chunk_size_default()`): even one-token chunks of the longest
+    /// sequence hold more than `bucket_tokens` on a GPU of the group that runs them, because
+    /// the K/V state of the whole sequence is charged. Details: `value` the longest sequence,
+    /// `limit` the tokens it would hold per GPU with one-token chunks (the least any chunk
+    /// size gives).
+    NoChunkSize = 26,
     /// The plan buffers given to a layout function do not hold a valid plan that
     /// `skrull_schedule()` made from this configuration and these lengths (wrong counts, a
     /// capacity below what `summary` says, corrupted entries including a nonzero
@@ -120,6 +128,26 @@ pub enum skrull_status {
     /// One step holds more measurements (`n_micro_batches * dp * cp`) than the refit's
     /// `max_rows_per_step`. Details: `value` the measurements, `limit` the capacity.
     RefitStepTooLarge = 43,
+    /// A `skrull_window_params` field is out of range. Details: `field` its position after
+    /// `struct_size` (1 `max_delay`, 2 `batch_capacity`), `value` the value, `limit` its
+    /// largest accepted value.
+    InvalidWindowParams = 50,
+    /// The window state was not initialised by `skrull_window_init()`, is corrupted, or is
+    /// smaller than it was initialised with.
+    WindowStateInvalid = 51,
+    /// `skrull_window_push()`: the window already holds `max_delay + 1` batches (take a step
+    /// first).
+    WindowFull = 52,
+    /// `skrull_window_step()`: no batch is pushed.
+    WindowEmpty = 53,
+    /// `skrull_window_push()`: the batch holds more sequences than `batch_capacity`. Details:
+    /// `value` the sequences, `limit` the capacity.
+    WindowBatchTooLarge = 54,
+    /// `skrull_window_requeue()`: a deferred sample does not fit the window (its origin not
+    /// before the next step or its deadline passed, its position not after the queue's last or
+    /// not before the next push, the queue full, or a batch already pushed). Details: `index`
+    /// the sample.
+    InvalidDeferred = 55,
     /// The scheduler reported an error this version of the C API has no status for (a bug:
     /// please report it).
     Internal = 254,
@@ -129,7 +157,7 @@ pub enum skrull_status {
 }
 
 /// Every status, in numeric order (private: an array constant would leak into the header).
-const ALL: [skrull_status; 32] = [
+const ALL: [skrull_status; 39] = [
     skrull_status::Ok,
     skrull_status::NullArg,
     skrull_status::BadStructSize,
@@ -153,6 +181,7 @@ const ALL: [skrull_status; 32] = [
     skrull_status::MicroBatchCount,
     skrull_status::InvalidChunking,
     skrull_status::ChunkOverBudget,
+    skrull_status::NoChunkSize,
     skrull_status::PlanInvalid,
     skrull_status::NoSuchGpu,
     skrull_status::LayoutOverflow,
@@ -160,6 +189,12 @@ const ALL: [skrull_status; 32] = [
     skrull_status::RefitStateInvalid,
     skrull_status::MeasurementMismatch,
     skrull_status::RefitStepTooLarge,
+    skrull_status::InvalidWindowParams,
+    skrull_status::WindowStateInvalid,
+    skrull_status::WindowFull,
+    skrull_status::WindowEmpty,
+    skrull_status::WindowBatchTooLarge,
+    skrull_status::InvalidDeferred,
     skrull_status::Internal,
     skrull_status::Panic,
 ];
@@ -173,6 +208,51 @@ impl skrull_status {
     /// The status with number `code`, if there is one.
     pub fn from_u32(code: u32) -> Option<skrull_status> {
         ALL.iter().copied().find(|s| *s as u32 == code)
+    }
+
+    /// The status's name as the header spells it after `SKRULL_STATUS_` (`SEQUENCE_TOO_LONG`).
+    pub fn name(self) -> &'static CStr {
+        match self {
+            skrull_status::Ok => c"OK",
+            skrull_status::NullArg => c"NULL_ARG",
+            skrull_status::BadStructSize => c"BAD_STRUCT_SIZE",
+            skrull_status::InvalidEnum => c"INVALID_ENUM",
+            skrull_status::InvalidArg => c"INVALID_ARG",
+            skrull_status::WorkspaceTooSmall => c"WORKSPACE_TOO_SMALL",
+            skrull_status::OutputTooSmall => c"OUTPUT_TOO_SMALL",
+            skrull_status::InvalidDp => c"INVALID_DP",
+            skrull_status::InvalidCp => c"INVALID_CP",
+            skrull_status::InvalidBucket => c"INVALID_BUCKET",
+            skrull_status::InvalidModel => c"INVALID_MODEL",
+            skrull_status::TooManySequences => c"TOO_MANY_SEQUENCES",
+            skrull_status::EmptySequence => c"EMPTY_SEQUENCE",
+            skrull_status::LengthOutOfRange => c"LENGTH_OUT_OF_RANGE",
+            skrull_status::SequenceTooLong => c"SEQUENCE_TOO_LONG",
+            skrull_status::MicroBatchLimit => c"MICRO_BATCH_LIMIT",
+            skrull_status::DacpFailed => c"DACP_FAILED",
+            skrull_status::InvalidPadMultiple => c"INVALID_PAD_MULTIPLE",
+            skrull_status::InvalidCostModel => c"INVALID_COST_MODEL",
+            skrull_status::UnsupportedOption => c"UNSUPPORTED_OPTION",
+            skrull_status::MicroBatchCount => c"MICRO_BATCH_COUNT",
+            skrull_status::InvalidChunking => c"INVALID_CHUNKING",
+            skrull_status::ChunkOverBudget => c"CHUNK_OVER_BUDGET",
+            skrull_status::NoChunkSize => c"NO_CHUNK_SIZE",
+            skrull_status::PlanInvalid => c"PLAN_INVALID",
+            skrull_status::NoSuchGpu => c"NO_SUCH_GPU",
+            skrull_status::LayoutOverflow => c"LAYOUT_OVERFLOW",
+            skrull_status::InvalidRefitParams => c"INVALID_REFIT_PARAMS",
+            skrull_status::RefitStateInvalid => c"REFIT_STATE_INVALID",
+            skrull_status::MeasurementMismatch => c"MEASUREMENT_MISMATCH",
+            skrull_status::RefitStepTooLarge => c"REFIT_STEP_TOO_LARGE",
+            skrull_status::InvalidWindowParams => c"INVALID_WINDOW_PARAMS",
+            skrull_status::WindowStateInvalid => c"WINDOW_STATE_INVALID",
+            skrull_status::WindowFull => c"WINDOW_FULL",
+            skrull_status::WindowEmpty => c"WINDOW_EMPTY",
+            skrull_status::WindowBatchTooLarge => c"WINDOW_BATCH_TOO_LARGE",
+            skrull_status::InvalidDeferred => c"INVALID_DEFERRED",
+            skrull_status::Internal => c"INTERNAL",
+            skrull_status::Panic => c"PANIC",
+        }
     }
 
     /// The static, NUL-terminated message for this status.
@@ -223,6 +303,9 @@ impl skrull_status {
             skrull_status::ChunkOverBudget => {
                 c"a chunked sequence holds more than bucket_tokens on a GPU (use a smaller chunk_size or chunk_keep)"
             }
+            skrull_status::NoChunkSize => {
+                c"no chunk size fits: the K/V state of the longest sequence is over bucket_tokens on each GPU of its group (give a chunk_size)"
+            }
             skrull_status::PlanInvalid => {
                 c"the plan buffers do not hold a valid plan of this configuration and batch (wrong counts or corrupted entries)"
             }
@@ -241,6 +324,20 @@ impl skrull_status {
             }
             skrull_status::RefitStepTooLarge => {
                 c"one step holds more measurements than the refit's max_rows_per_step"
+            }
+            skrull_status::InvalidWindowParams => c"a window parameter is out of range",
+            skrull_status::WindowStateInvalid => {
+                c"the window state is not initialised by skrull_window_init(), corrupted, or too small"
+            }
+            skrull_status::WindowFull => {
+                c"the window already holds max_delay + 1 batches: take a step first"
+            }
+            skrull_status::WindowEmpty => c"the window holds no batch: push one first",
+            skrull_status::WindowBatchTooLarge => {
+                c"the batch holds more sequences than the window's batch_capacity"
+            }
+            skrull_status::InvalidDeferred => {
+                c"a deferred sample does not fit the window (origin, deadline, position or room)"
             }
             skrull_status::Internal => c"internal error (a bug in skrull; please report it)",
             skrull_status::Panic => {
@@ -274,6 +371,7 @@ impl From<Error> for skrull_status {
             Error::MicroBatchCount { .. } => skrull_status::MicroBatchCount,
             Error::InvalidChunking { .. } => skrull_status::InvalidChunking,
             Error::ChunkOverBudget { .. } => skrull_status::ChunkOverBudget,
+            Error::NoChunkSize { .. } => skrull_status::NoChunkSize,
             // `Error` is non-exhaustive: a variant added to the core without a status here
             // still maps to a defined code.
             _ => skrull_status::Internal,
@@ -301,29 +399,13 @@ impl From<LayoutError> for skrull_status {
     }
 }
 
-/// Returns a static, NUL-terminated English message for a status number.
-///
-/// Unknown numbers (for example from a newer library) give `"unknown status"`. The string is
-/// never NULL, lives as long as the program, and must not be freed.
-///
-/// # Safety
-/// None: any value is accepted. Safe to call from any thread.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn skrull_status_str(status: u32) -> *const c_char {
-    guard(|| {
-        skrull_status::from_u32(status)
-            .map_or(c"unknown status", skrull_status::message)
-            .as_ptr()
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn numbers_are_stable() {
-        let expect: [(skrull_status, u32); 32] = [
+        let expect: [(skrull_status, u32); 39] = [
             (skrull_status::Ok, 0),
             (skrull_status::NullArg, 1),
             (skrull_status::BadStructSize, 2),
@@ -347,6 +429,7 @@ mod tests {
             (skrull_status::MicroBatchCount, 23),
             (skrull_status::InvalidChunking, 24),
             (skrull_status::ChunkOverBudget, 25),
+            (skrull_status::NoChunkSize, 26),
             (skrull_status::PlanInvalid, 30),
             (skrull_status::NoSuchGpu, 31),
             (skrull_status::LayoutOverflow, 32),
@@ -354,6 +437,12 @@ mod tests {
             (skrull_status::RefitStateInvalid, 41),
             (skrull_status::MeasurementMismatch, 42),
             (skrull_status::RefitStepTooLarge, 43),
+            (skrull_status::InvalidWindowParams, 50),
+            (skrull_status::WindowStateInvalid, 51),
+            (skrull_status::WindowFull, 52),
+            (skrull_status::WindowEmpty, 53),
+            (skrull_status::WindowBatchTooLarge, 54),
+            (skrull_status::InvalidDeferred, 55),
             (skrull_status::Internal, 254),
             (skrull_status::Panic, 255),
         ];
@@ -513,11 +602,18 @@ mod tests {
                 assert_ne!(a.message(), b.message());
             }
         }
-        // SAFETY: the function returns a pointer to a static NUL-terminated string.
-        let unknown = unsafe { CStr::from_ptr(skrull_status_str(77)) };
-        assert_eq!(unknown, c"unknown status");
-        // SAFETY: as above.
-        let ok = unsafe { CStr::from_ptr(skrull_status_str(0)) };
-        assert_eq!(ok, c"ok");
+    }
+
+    #[test]
+    fn every_status_has_a_distinct_name_in_the_header_spelling() {
+        let all = skrull_status::all();
+        for (i, a) in all.iter().enumerate() {
+            let name = a.name().to_str().unwrap();
+            assert!(name.bytes().all(|b| b.is_ascii_uppercase() || b == b'_'));
+            for b in &all[i + 1..] {
+                assert_ne!(a.name(), b.name());
+            }
+        }
+        assert_eq!(skrull_status::NoChunkSize.name(), c"NO_CHUNK_SIZE");
     }
 }

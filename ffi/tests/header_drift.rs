@@ -42,7 +42,7 @@ fn committed_header_matches_cbindgen() {
 #[test]
 fn option_constants_spell_the_core_names() {
     use skrull_core::config::cost::Overlap;
-    use skrull_core::{FlopsFormula, Policy, ShardPadding, Victim};
+    use skrull_core::{FlopsFormula, Policy, ShardPadding, Synchronisation, Victim};
     let header = include_str!("../../include/skrull.h");
     let check = |kind: &str, names: &[&str]| {
         for (i, name) in names.iter().enumerate() {
@@ -60,4 +60,5 @@ fn option_constants_spell_the_core_names() {
     check("FLOPS", &FlopsFormula::ALL.map(FlopsFormula::name));
     check("SHARD_PADDING", &ShardPadding::ALL.map(ShardPadding::name));
     check("OVERLAP", &Overlap::ALL.map(Overlap::name));
+    check("SYNC", &Synchronisation::ALL.map(Synchronisation::name));
 }

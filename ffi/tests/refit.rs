@@ -220,8 +220,9 @@ fn refit_statuses_and_details() {
     let s = unsafe { skrull_refit_solve(state, bytes, &mut m, ms, &mut rep, rs, &mut info) };
     assert_eq!((s, rep.kept_prior, rep.rows), (skrull_status::Ok, 1, 0));
     assert_eq!(m.to_core(), Ok(cfg.cost_model()));
+    let v1 = skrull::SKRULL_COST_MODEL_SIZE_V1 as usize;
     // SAFETY: as above.
-    let s = unsafe { skrull_refit_solve(state, bytes, &mut m, ms - 8, null_mut(), 0, &mut info) };
+    let s = unsafe { skrull_refit_solve(state, bytes, &mut m, v1 - 8, null_mut(), 0, &mut info) };
     assert_eq!(s, skrull_status::BadStructSize);
     // A mismatch names what was given and what the plan needs.
     let l = lengths(0);
@@ -348,4 +349,158 @@ fn refit_statuses_and_details() {
         )
     };
     assert_eq!(s, skrull_status::NullArg);
+}
+
+/// Version 2 of the refit structs through C: the report's appended fields equal the core
+/// report's (verdict, adoption, bit sets, errors, the per-step cost from
+/// `skrull_refit_observe_step_time()`, the ninth coefficient); a version-1 report buffer gets
+/// the first 112 bytes only, a version-1 params struct the version-2 defaults; bad version-2
+/// params are named; the step time needs a step first.
+#[test]
+fn version_2_fields_round_trip_through_c() {
+    let cfg = config();
+    let c_cfg = skrull_config::from_core(&cfg);
+    let p = params();
+    assert_eq!(p.struct_size, SKRULL_REFIT_PARAMS_SIZE_V2);
+    assert_eq!((p.trust, p.max_error, p.holdout), (2.0, 0.25, 3));
+    // A version-1 caller: the fields it lacks take the defaults.
+    let mut v1 = p;
+    v1.struct_size = SKRULL_REFIT_PARAMS_SIZE_V1;
+    v1.trust = 0.0; // beyond its size: never read
+    // SAFETY: live params structs.
+    let (bytes, bytes_v1) = unsafe { (skrull_refit_size(&p), skrull_refit_size(&v1)) };
+    assert_eq!(bytes, bytes_v1);
+    let mut info = skrull_error_info::of_status(skrull_status::Ok);
+    let mut bad = p;
+    bad.trust = 0.5;
+    let mut st = storage(bytes);
+    let state = st.as_mut_ptr().cast::<c_void>();
+    // SAFETY: live pointers of the stated sizes.
+    let s = unsafe { skrull_refit_init(&bad, &c_cfg, state, bytes, &mut info) };
+    assert_eq!((s, info.field), (skrull_status::InvalidRefitParams, 7));
+    bad = p;
+    bad.holdout = 1;
+    // SAFETY: as above.
+    let s = unsafe { skrull_refit_init(&bad, &c_cfg, state, bytes, &mut info) };
+    assert_eq!((s, info.field), (skrull_status::InvalidRefitParams, 9));
+    // SAFETY: as above.
+    let s = unsafe { skrull_refit_init(&p, &c_cfg, state, bytes, null_mut()) };
+    assert_eq!(s, skrull_status::Ok);
+    // No step yet: the step time is a mismatch, and nothing changes.
+    // SAFETY: a live state.
+    let s = unsafe { skrull_refit_observe_step_time(state, bytes, 1.0, &mut info) };
+    assert_eq!(s, skrull_status::MeasurementMismatch);
+    let rp = RefitParams {
+        max_rows_per_step: 512,
+        ..RefitParams::default()
+    };
+    let mut rust = RefitState::new(rp, &cfg).unwrap();
+    let mut rows = vec![Row::default(); rp.rows_needed()];
+    for step in 0..4 {
+        let l = lengths(step);
+        let (pl, groups, n_mb) = schedule(&c_cfg, &l);
+        let t = times(n_mb as usize * 16, step);
+        // SAFETY: live pointers of the stated sizes.
+        let s = unsafe {
+            skrull_refit_observe(
+                state,
+                bytes,
+                l.as_ptr(),
+                l.len(),
+                pl.as_ptr(),
+                groups.as_ptr(),
+                n_mb,
+                t.as_ptr(),
+                t.len(),
+                null_mut(),
+            )
+        };
+        assert_eq!(s, skrull_status::Ok);
+        let wall = 1.0 + f64::from(step);
+        // SAFETY: a live state.
+        let s = unsafe { skrull_refit_observe_step_time(state, bytes, wall, null_mut()) };
+        assert_eq!(s, skrull_status::Ok);
+        let core_pl: Vec<Placement> = pl
+            .iter()
+            .zip(&groups)
+            .map(|(c, g)| {
+                let sub = c.cp_rank == SKRULL_SHARDED && g.size < cfg.cp;
+                Placement {
+                    dp_rank: c.dp_rank,
+                    micro_batch: c.micro_batch,
+                    cp_rank: c.cp_rank,
+                    cp_first: if sub { g.first as u16 } else { 0 },
+                    cp_size: if sub { g.size as u16 } else { 0 },
+                }
+            })
+            .collect();
+        rust.observe(&mut rows, &l, &core_pl, n_mb, &t).unwrap();
+        rust.observe_step_time(wall).unwrap();
+    }
+    let fit = rust.fit(&rows).unwrap();
+    let r = fit.report;
+    let mut model = skrull_cost_model::from_core(&cfg.cost_model());
+    let mut rep = skrull_refit_report::default();
+    // SAFETY: live pointers of the stated sizes.
+    let s = unsafe {
+        skrull_refit_solve(
+            state,
+            bytes,
+            &mut model,
+            size_of::<skrull_cost_model>(),
+            &mut rep,
+            size_of::<skrull_refit_report>(),
+            null_mut(),
+        )
+    };
+    assert_eq!(s, skrull_status::Ok);
+    assert_eq!(rep.struct_size, SKRULL_REFIT_REPORT_SIZE_V2);
+    assert_eq!(rep.adopted, u32::from(r.adopted));
+    assert_eq!(rep.verdict, r.verdict as u32);
+    assert_eq!((rep.limited, rep.raised), (r.limited, r.raised));
+    assert_eq!((rep.heldout_rows, rep.step_times), (r.heldout_rows, 4));
+    assert!(rep.heldout_rows > 0);
+    for (a, b) in [
+        (rep.scale, r.scale),
+        (rep.error_heldout_in_use, r.error_heldout_in_use),
+        (rep.error_heldout_fit, r.error_heldout_fit),
+        (rep.error_unlimited, r.error_unlimited),
+        (rep.iteration_fixed_s, r.iteration_fixed_s),
+        (
+            rep.coefficient_sharded_sequence,
+            r.coefficients[SKRULL_REFIT_SHARDED_SEQUENCE as usize],
+        ),
+    ] {
+        assert_eq!(a.to_bits(), b.to_bits());
+    }
+    assert!(rep.iteration_fixed_s > 0.0);
+    assert_eq!(
+        model.iteration_fixed_s.to_bits(),
+        r.iteration_fixed_s.to_bits()
+    );
+    assert_eq!(
+        model.sharded_sequence_s.to_bits(),
+        fit.model.sharded_sequence_s.to_bits()
+    );
+    // A version-1 report buffer: 112 bytes written, the rest untouched.
+    let mut old = skrull_refit_report {
+        verdict: 0xDEAD,
+        ..skrull_refit_report::default()
+    };
+    // SAFETY: live pointers; the report is larger than the size given.
+    let s = unsafe {
+        skrull_refit_solve(
+            state,
+            bytes,
+            &mut model,
+            SKRULL_COST_MODEL_SIZE_V1 as usize,
+            &mut old,
+            SKRULL_REFIT_REPORT_SIZE_V1 as usize,
+            null_mut(),
+        )
+    };
+    assert_eq!(s, skrull_status::Ok);
+    assert_eq!(old.struct_size, SKRULL_REFIT_REPORT_SIZE_V1);
+    assert_eq!(old.verdict, 0xDEAD);
+    assert_eq!(model.struct_size, SKRULL_COST_MODEL_SIZE_V1);
 }

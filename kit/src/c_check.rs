@@ -116,7 +116,7 @@ pub fn check_c_plan(cfg: &Config, lengths: &[u32], p: &CPlan<'_>) -> Result<(), 
     for (d, (&u, &declared)) in used.iter().zip(per_dp).enumerate() {
         let want = if cfg.micro_batches != 0 {
             cfg.micro_batches
-        } else if cfg.lockstep {
+        } else if cfg.lockstep_counts() {
             most
         } else {
             u

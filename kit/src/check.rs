@@ -68,8 +68,9 @@ pub fn chunk_group_ok(cp: u32, first: u32, size: u32) -> bool {
 
 /// Checks a plan from scratch: every sequence exactly once, ranks in range (a chunked
 /// sequence: chunking on, longer than one chunk, a valid group charged [`chunked_peak`] on
-/// each GPU), micro-batch indices dense per DP rank, every GPU at most BucketSize, every micro-batch at most C x N,
-/// the recorded token loads equal to the recount. Returns a description of the first problem.
+/// each GPU), micro-batch indices dense per DP rank, every GPU at most BucketSize, every
+/// micro-batch at most C x N tokens (a chunked sequence counted at its peak on each GPU of its
+/// group), the recorded token loads equal to the recount. Returns a description of the first problem.
 pub fn independent_check(cfg: &Config, lengths: &[u32], plan: &Plan<'_>) -> Result<(), String> {
     let n = lengths.len();
     let (dp, cp, c) = (cfg.dp, cfg.cp, u64::from(cfg.bucket));
@@ -89,7 +90,11 @@ pub fn independent_check(cfg: &Config, lengths: &[u32], plan: &Plan<'_>) -> Resu
         }
         let len = u64::from(lengths[i]);
         used_mbs.entry(p.dp_rank).or_default().insert(p.micro_batch);
-        *mb_total.entry((p.dp_rank, p.micro_batch)).or_default() += len;
+        // A chunked sequence holds only its peak on each GPU of its group at a time (it may
+        // be longer than C x N): it is added below.
+        if p.cp_rank != -2 {
+            *mb_total.entry((p.dp_rank, p.micro_batch)).or_default() += len;
+        }
         if p.cp_rank == -1 {
             // The whole group (cp_size 0 or N) or an aligned power-of-two sub-group.
             let (first, size) = match u32::from(p.cp_size) {
@@ -124,6 +129,7 @@ pub fn independent_check(cfg: &Config, lengths: &[u32], plan: &Plan<'_>) -> Resu
                 return Err(format!("seq {i}: bad chunk group {first}+{size} of {cp}"));
             }
             let peak = chunked_peak(cfg, lengths[i], size);
+            *mb_total.entry((p.dp_rank, p.micro_batch)).or_default() += peak * u64::from(size);
             for r in first..first + size {
                 *gpu.entry((p.dp_rank, p.micro_batch, r)).or_default() += peak;
             }
@@ -158,7 +164,7 @@ pub fn independent_check(cfg: &Config, lengths: &[u32], plan: &Plan<'_>) -> Resu
         let declared = plan.micro_batches_per_dp()[d as usize];
         let expected = if cfg.micro_batches != 0 {
             cfg.micro_batches
-        } else if cfg.lockstep {
+        } else if cfg.lockstep_counts() {
             most
         } else {
             used

@@ -4,9 +4,9 @@
 
 For 256 log-uniform sequences on DP 4 x CP 8 and 4,096 on DP 64 x CP 8 (BucketSize 26K), per
 policy, it times ``Scheduler.plan`` (the ctypes binding: the configuration prepared once, at
-construction), the raw op on a configuration text (which parses the text and prepares the
-configuration on every call, as it keeps no state) and ``skrull.ops.schedule`` with the
-Scheduler (the text made once and cached). The op's fixed cost, the same calls on an empty
+construction), the raw op on the Scheduler's configuration tensors (which it copies and
+prepares on every call, as it keeps no state) and ``skrull.ops.schedule`` with the Scheduler
+(which makes the two tensors from the Scheduler's structs on every call). The op's fixed cost, the same calls on an empty
 batch, is listed too. Every number is the best, then the median, over interleaved rounds, so
 load on a shared machine hits the ways alike; the overhead is op minus binding, from the
 medians.
@@ -49,17 +49,18 @@ def row(n: int, dp: int, policy: str, cost_model: skrull.CostModel | None) -> st
     s = skrull.Scheduler(dp, 8, 26624, policy=policy, cost_model=cost_model, max_sequences=n)
     lengths = lengths_for(n)
     tensor = torch.from_numpy(lengths)
-    text = skrull.ops.config_text(s)
+    config, cost = skrull.ops.config_tensors(s)
     empty, empty_t = np.empty(0, np.int64), torch.empty(0, dtype=torch.int64)
     op = torch.ops.skrull.schedule
     out = skrull.ops.schedule(tensor, s)
     assert np.array_equal(out.members.numpy(), s.plan(lengths).members)
     rounds = 400 if n == 256 else 60
     binding, raw, wrapped, binding0, raw0 = times_us(
-        lambda: s.plan(lengths), lambda: op(tensor, text), lambda: skrull.ops.schedule(tensor, s),
-        lambda: s.plan(empty), lambda: op(empty_t, text), rounds=rounds)
+        lambda: s.plan(lengths), lambda: op(tensor, config, cost), lambda: skrull.ops.schedule(tensor, s),
+        lambda: s.plan(empty), lambda: op(empty_t, config, cost), rounds=rounds)
     model = "calibrated" if cost_model is not None else "preset"
-    return (f"| {n:,} | DP {dp} x CP 8 | {policy} | {model} ({len(text)} chars) | "
+    size = config.numel() + cost.numel()
+    return (f"| {n:,} | DP {dp} x CP 8 | {policy} | {model} ({size} bytes) | "
             f"{_cell(binding)} | {_cell(raw)} | {_cell(wrapped)} | "
             f"{raw[1] - binding[1]:+,.1f} | {_cell(binding0)} | {_cell(raw0)} |")
 
@@ -68,7 +69,7 @@ def main() -> None:
     torch.set_num_threads(1)
     calibrated = skrull.CostModel("h100", gemm_efficiency=0.61, kernel_launch_s=4.1e-6,
                                   gpus_per_node=8)
-    print("| sequences | layout | policy | cost model (config text) | `Scheduler.plan` (ctypes) "
+    print("| sequences | layout | policy | cost model (config tensors) | `Scheduler.plan` (ctypes) "
           "| `torch.ops.skrull.schedule` | `skrull.ops.schedule` | op - ctypes (median) | "
           "empty batch: ctypes | empty batch: op |")
     print("|---:|---|---|---|---:|---:|---:|---:|---:|---:|")

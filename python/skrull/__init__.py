@@ -30,7 +30,8 @@ How it maps to C (docs/python.md has the whole guide, docs/api the reference):
   whose message names the argument, the value, what is accepted and what to do, and whose
   ``status``, ``index``, ``value``, ``limit`` and ``field_name`` carry the details.
 
-``Scheduler.observe`` / ``Scheduler.refit`` refit the cost model from measured micro-batch
+``Window`` delays a batch's outlier sequences to a later step (``skrull_window_*``,
+docs/outlier_delay.md). ``Scheduler.observe`` / ``Scheduler.refit`` refit the cost model from measured micro-batch
 times (``skrull_refit_*``). ``skrull.torch`` (install ``skrull[torch]``) turns plans into
 per-rank tensors and times them (``OnlineCalibration``);
 ``python -m skrull.profile`` measures a machine and fits the cost model.
@@ -42,14 +43,16 @@ import os as _os
 import pathlib as _pathlib
 
 from . import _ffi
-from ._config import (FLOPS, POLICIES, PRESETS, SHARD_PADDINGS, VICTIMS, Config, ModelShape)
+from ._config import FLOPS, POLICIES, SHARD_PADDINGS, SYNCS, VICTIMS, Config
 from ._cost import GPUS, OVERLAPS, CostModel
 from ._errors import (ArgumentError, BatchError, ConfigError, Error, InternalError, LayoutError,
                       MeasurementError, Status)
 from ._layout import CHUNK_PASS_DTYPE, RING_DTYPE, SPAN_DTYPE, Layout, Ring
 from ._plan import CP_GROUP_DTYPE, MICRO_BATCH_DTYPE, PLACEMENT_DTYPE, Plan, Summary
 from ._refit import COEFFICIENTS, Refit, RefitSettings
+from ._shape import PRESETS, ModelShape
 from ._scheduler import MAX_SEQUENCES, Scheduler
+from ._window import Window, WindowDeferred, WindowStep
 
 __version__ = "0.1.0"
 #: The C ABI version this package was written for (``SKRULL_ABI_VERSION``).
@@ -179,7 +182,7 @@ def _bundled(folder: str, name: str, fallbacks: list[_pathlib.Path]) -> str:
 
 for _cls in (ArgumentError, BatchError, Config, ConfigError, CostModel, Error, InternalError,
              Layout, LayoutError, MeasurementError, ModelShape, Plan, Refit, RefitSettings,
-             Scheduler, Status, Summary):
+             Scheduler, Status, Summary, Window, WindowDeferred, WindowStep):
     _cls.__module__ = __name__  # tracebacks and help() say skrull.BatchError, not skrull._errors
 
 del annotations, _cls  # keep dir(skrull) to the API
@@ -188,9 +191,11 @@ __all__ = [
     "ABI_VERSION", "MAX_PAD_MULTIPLE", "MAX_RINGS", "MAX_SEQUENCES", "NO_MICRO_BATCH", "SHARDED",
     "CHUNKED", "CHUNK_PASS_DTYPE", "WHOLE_CHUNK",
     "FLOPS", "CP_GROUP_DTYPE", "RING_DTYPE",
-    "GPUS", "OVERLAPS", "POLICIES", "PRESETS", "SHARD_PADDINGS", "VICTIMS", "MICRO_BATCH_DTYPE",
+    "GPUS", "OVERLAPS", "POLICIES", "PRESETS", "SHARD_PADDINGS", "SYNCS", "VICTIMS",
+    "MICRO_BATCH_DTYPE",
     "PLACEMENT_DTYPE", "SPAN_DTYPE", "ArgumentError", "BatchError", "Config", "ConfigError",
     "CostModel", "Error", "InternalError", "Layout", "LayoutError", "ModelShape", "Plan", "Ring",
     "Scheduler", "Status", "Summary", "library_path", "library_version", "COEFFICIENTS",
     "MeasurementError", "Refit", "RefitSettings", "get_include", "get_lib",
+    "Window", "WindowDeferred", "WindowStep",
 ]

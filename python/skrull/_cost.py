@@ -12,7 +12,9 @@ from functools import lru_cache
 from typing import Any, Iterator, Mapping
 
 from . import _ffi
+from ._args import check_config, option
 from ._errors import ConfigError, Error, Status, check, make_error, type_error
+from ._shape import c_model_shape, model_shape
 
 #: ``SKRULL_GPU_*`` by name.
 GPUS = {"h100": _ffi.GPU_H100, "h200": _ffi.GPU_H200}
@@ -32,7 +34,7 @@ _FILE_ORDER = ("peak_flops", "gemm_efficiency", "hbm_bandwidth", "weight_bytes",
                "comm_passes", "ring_step_latency_s", "inter_node_ring_step_latency_s",
                "intra_node_bandwidth", "inter_node_bandwidth", "gpus_per_node", "overlap",
                "kernels_per_layer", "kernel_launch_s", "micro_batch_extra_s",
-               "iteration_fixed_s")
+               "iteration_fixed_s", "sharded_sequence_s")
 
 
 def _bad(field: str, why: str) -> Error:
@@ -107,8 +109,7 @@ class CostModel:
 
     def __init__(self, gpu: str | int = "h100", model: Any = "qwen2.5-0.5b",
                  **fields: Any) -> None:
-        from ._config import _option, c_model_shape, model_shape
-        code, name = _option("gpu", gpu, GPUS)
+        code, name = option("gpu", gpu, GPUS)
         shape = model_shape(model)
         status, c = _ffi.preset_cost_model(code, c_model_shape(shape))
         check(status, f"cost model preset gpu={gpu!r}")
@@ -230,7 +231,6 @@ class CostModel:
         ...
         skrull.ConfigError: cost model: gemm_efficiency is out of range (docs/cost_model.md lists each field's valid values); fix it, or start again from skrull.CostModel('h100') [INVALID_COST_MODEL]
         """
-        from ._config import check_config
         self._check_overlap()
         status, cfg = _ffi.preset_config(0)
         check(status)
@@ -438,12 +438,3 @@ def _from_bytes(gpu: str, model: Any, raw: bytes) -> CostModel:
 @lru_cache(maxsize=None)
 def _preset(gpu: str, model: Any) -> CostModel:
     return CostModel(gpu, model)
-
-
-def cost_field_name(number: int) -> str | None:
-    """The cost-model field a library's ``INVALID_COST_MODEL`` details name: ``field`` is its
-    1-based position in ``skrull_cost_model`` after ``struct_size``."""
-    if 1 <= number <= len(FIELDS):
-        return FIELDS[number - 1]
-    return None
-

@@ -1,19 +1,20 @@
 """Exceptions: one base class, a subclass per kind of mistake, and the sentences they carry.
 
 Every message is written for a Python caller: it names the argument, the value given, what is
-accepted and what to do. The C status stays available as ``status`` and ``code`` (and is
-appended to the message in brackets, ``[INVALID_DP]``, so a log line can be searched for it).
+accepted and what to do. The sentence for a status the library returned is the library's own
+(``skrull_error_describe``, which the torch op asks too), so each is written once; the checks
+of Python arguments (types, ranges) word their own. The C status stays available as
+``status`` and ``code`` (and is appended to the message in brackets, ``[INVALID_DP]``, so a log
+line can be searched for it). This module stands on the ctypes binding alone.
 """
 
 from __future__ import annotations
 
+import ctypes
 import enum
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Optional
 
 from . import _ffi
-
-if TYPE_CHECKING:
-    from ._config import Config
 
 
 class Status(enum.IntEnum):
@@ -49,6 +50,7 @@ class Status(enum.IntEnum):
     MICRO_BATCH_COUNT = 23
     INVALID_CHUNKING = 24
     CHUNK_OVER_BUDGET = 25
+    NO_CHUNK_SIZE = 26
     PLAN_INVALID = 30
     NO_SUCH_GPU = 31
     LAYOUT_OVERFLOW = 32
@@ -56,6 +58,12 @@ class Status(enum.IntEnum):
     REFIT_STATE_INVALID = 41
     MEASUREMENT_MISMATCH = 42
     REFIT_STEP_TOO_LARGE = 43
+    INVALID_WINDOW_PARAMS = 50
+    WINDOW_STATE_INVALID = 51
+    WINDOW_FULL = 52
+    WINDOW_EMPTY = 53
+    WINDOW_BATCH_TOO_LARGE = 54
+    INVALID_DEFERRED = 55
     INTERNAL = 254
     PANIC = 255
 
@@ -157,7 +165,11 @@ class InternalError(Error, RuntimeError):
 
 _CONFIG = {Status.INVALID_ENUM, Status.INVALID_DP, Status.INVALID_CP, Status.INVALID_BUCKET,
            Status.INVALID_MODEL, Status.INVALID_PAD_MULTIPLE, Status.INVALID_COST_MODEL,
-           Status.UNSUPPORTED_OPTION, Status.INVALID_REFIT_PARAMS, Status.INVALID_CHUNKING}
+           Status.UNSUPPORTED_OPTION, Status.INVALID_REFIT_PARAMS, Status.INVALID_CHUNKING,
+           Status.NO_CHUNK_SIZE, Status.INVALID_WINDOW_PARAMS}
+#: The window's refusals of a batch or a call order (``skrull.Window``): ``BatchError``.
+_WINDOW_BATCH = {Status.WINDOW_FULL, Status.WINDOW_EMPTY, Status.WINDOW_BATCH_TOO_LARGE,
+                 Status.INVALID_DEFERRED}
 _MEASUREMENT = {Status.MEASUREMENT_MISMATCH, Status.REFIT_STEP_TOO_LARGE}
 
 
@@ -181,7 +193,8 @@ def error_class(code: int) -> type[Error]:
         return MeasurementError
     if code == Status.INVALID_ARG:
         return ArgumentError
-    if 14 <= code <= 19 or code in (Status.MICRO_BATCH_COUNT, Status.CHUNK_OVER_BUDGET):
+    if 14 <= code <= 19 or code in (Status.MICRO_BATCH_COUNT, Status.CHUNK_OVER_BUDGET) \
+            or code in _WINDOW_BATCH:
         return BatchError
     if 30 <= code <= 39:
         return LayoutError
@@ -203,7 +216,7 @@ def make_error(code: int, detail: str = "", cls: Optional[type[Error]] = None,
 def check(code: int, detail: str = "", **where: Any) -> None:
     """Raises the exception for ``code`` unless it is OK."""
     if code != Status.OK:
-        raise make_error(code, detail or _describe(code, {}), **where)
+        raise make_error(code, detail or describe(code), **where)
 
 
 def type_error(name: str, value: Any, wanted: str = "an integer",
@@ -228,166 +241,71 @@ def range_error(name: str, value: int, lo: int, hi: int, status: Status, what: s
                       field_name=name)
 
 
-# The skrull_error_info fields each status fills besides ``index`` (-1 when none) and ``field``
-# (0 when none): docs/c_api.md, "Error details". EMPTY_SEQUENCE's value is the length, 0.
-_VALUE_LIMIT = {
-    Status.INVALID_DP: "vl", Status.INVALID_CP: "vl", Status.INVALID_BUCKET: "vl",
-    Status.INVALID_PAD_MULTIPLE: "vl", Status.INVALID_MODEL: "v", Status.TOO_MANY_SEQUENCES: "vl",
-    Status.EMPTY_SEQUENCE: "v", Status.LENGTH_OUT_OF_RANGE: "vl", Status.SEQUENCE_TOO_LONG: "vl",
-    Status.MICRO_BATCH_LIMIT: "vl", Status.MICRO_BATCH_COUNT: "vl", Status.NO_SUCH_GPU: "vl",
-    Status.LAYOUT_OVERFLOW: "vl", Status.MEASUREMENT_MISMATCH: "vl",
-    Status.REFIT_STEP_TOO_LARGE: "vl", Status.INVALID_CHUNKING: "vl",
-    Status.CHUNK_OVER_BUDGET: "vl",
-}
+def field_name(code: int, number: int) -> Optional[str]:
+    """The name of ``skrull_error_info.field`` for a status (``skrull_error_field_name``); with
+    ``number`` 0, the setting a status is about when its details name none."""
+    name: Optional[bytes] = _ffi.lib.skrull_error_field_name(code, number)
+    return name.decode() if name else None
+
+
+def _field_table(code: int, count: int) -> dict[int, str]:
+    return {n: name for n in range(1, count + 1) if (name := field_name(code, n))}
+
+
 #: ``skrull_error_info.field`` of INVALID_MODEL and UNSUPPORTED_OPTION, by number.
-MODEL_FIELDS = {1: "hidden", 2: "kv_hidden", 3: "ffn", 4: "layers", 5: "vocab"}
-OPTION_FIELDS = {1: "flops"}
+MODEL_FIELDS = _field_table(Status.INVALID_MODEL, 5)
+OPTION_FIELDS = _field_table(Status.UNSUPPORTED_OPTION, 1)
 #: ``skrull_error_info.field`` of INVALID_CHUNKING: the ``skrull_config`` chunking field.
-CHUNKING_FIELDS = {1: "chunk_size", 2: "chunk_keep", 3: "chunk_state_permille"}
+CHUNKING_FIELDS = _field_table(Status.INVALID_CHUNKING, 3)
 #: ``skrull_error_info.field`` of INVALID_REFIT_PARAMS: the ``skrull_refit_params`` field.
-REFIT_PARAM_FIELDS = {1: "window_steps", 2: "max_rows_per_step", 3: "flags", 4: "forgetting",
-                      5: "ridge", 6: "outlier"}
-_SETTINGS = {Status.INVALID_DP: ("dp", "the data-parallel size"),
-             Status.INVALID_CP: ("cp", "the context-parallel size"),
-             Status.INVALID_BUCKET: ("bucket_tokens", "BucketSize: the most tokens one GPU holds "
-                                     "in one micro-batch"),
-             Status.INVALID_PAD_MULTIPLE: ("pad_multiple", "0 or 1 for none")}
+REFIT_PARAM_FIELDS = _field_table(Status.INVALID_REFIT_PARAMS, 9)
 #: ``skrull_error_info.field`` of NO_SUCH_GPU: the coordinate at fault.
-GPU_FIELDS = {1: "dp_rank", 2: "micro_batch", 3: "cp_rank"}
+GPU_FIELDS = _field_table(Status.NO_SUCH_GPU, 3)
+#: ``skrull_error_info.field`` of INVALID_WINDOW_PARAMS: the ``skrull_window_params`` field.
+WINDOW_PARAM_FIELDS = _field_table(Status.INVALID_WINDOW_PARAMS, 2)
 
 
-def _describe(status: int, d: dict[str, Any], config: Optional[Config] = None) -> str:
-    """The sentence for a status the library returned, from its details (``d``)."""
-    i, v, lim, name = d.get("index"), d.get("value"), d.get("limit"), d.get("field_name")
-    bucket = f"bucket_tokens={config.bucket_tokens}" if config else "bucket_tokens"
-    if status == Status.SEQUENCE_TOO_LONG:
-        return (f"sequence {i} has {v} tokens, too many for {bucket}: its share of each GPU "
-                f"(padding included) needs a BucketSize of {lim}; raise bucket_tokens to at "
-                f"least {lim}, plan with a larger cp, or truncate the sequence")
-    if status == Status.LENGTH_OUT_OF_RANGE:
-        if v is not None and v < 0:
-            return (f"sequence {i} has a negative length ({v}): a length is a token count "
-                    f"from 1 to {lim}")
-        return (f"sequence {i} has {v} tokens, more than the {lim} tokens (2^31 - 1) one "
-                "sequence may have")
-    if status == Status.EMPTY_SEQUENCE:
-        return (f"sequence {i} has 0 tokens: every sequence needs at least 1 token; drop "
-                "empty samples before planning")
-    if status == Status.TOO_MANY_SEQUENCES:
-        return (f"the batch has {v} sequences, more than the {lim} one plan may hold: split "
-                "it into smaller global batches")
-    if status == Status.MICRO_BATCH_LIMIT:
-        if i is None:
-            return (f"micro_batches={v} is more than max_micro_batches={lim}: raise "
-                    "max_micro_batches (0 = no limit) or lower micro_batches")
-        return (f"DP rank {i} needs {v} micro-batches, more than max_micro_batches={lim}: "
-                "raise max_micro_batches (0 = no limit) or bucket_tokens, or plan fewer "
-                "tokens per global batch")
-    if status == Status.MICRO_BATCH_COUNT:
-        return (f"DP rank {i} needs {v} micro-batches, more than the fixed count "
-                f"micro_batches={lim}: micro_batches={v} or more fits this batch (or raise "
-                "bucket_tokens, or plan fewer tokens per global batch)")
-    if status == Status.INVALID_CHUNKING:
-        if name == "chunk_size":
-            return ("policy='chunkflow' needs chunking on: give chunk_size (the most tokens "
-                    "of one chunk, e.g. bucket_tokens)")
-        if name == "chunk_keep":
-            return (f"chunk_keep={v} is out of range: chunk_keep (chunks whose activations are "
-                    f"kept) must be an integer from 1 to {lim}")
-        return (f"chunk_state_permille={v} is out of range: it must be an integer from 0 to "
-                f"{lim} (thousandths of a token per token of K/V state)")
-    if status == Status.CHUNK_OVER_BUDGET:
-        return (f"sequence {i} has {v} tokens: run chunked it holds {lim} tokens on a GPU, "
-                f"more than {bucket}; lower chunk_size or chunk_keep, or raise bucket_tokens")
-    if status == Status.NO_SUCH_GPU:
-        return (f"DP rank {i} runs {lim} micro-batches (0 to {(lim or 0) - 1}); micro-batch "
-                f"{v} was asked for")
-    if status == Status.PLAN_INVALID:
-        return ("the plan does not match its configuration and lengths (its arrays were "
-                "changed, or it was made by another scheduler)")
-    if status == Status.LAYOUT_OVERFLOW:
-        return (f"this GPU's layout needs offsets up to {v}, more than an int32 holds "
-                f"({lim}): lower bucket_tokens or plan fewer tokens per micro-batch")
-    if status == Status.MEASUREMENT_MISMATCH:
-        return (f"times holds {v} values where the plan needs {lim} ([micro_batch][dp][cp]): "
-                "pass one time per micro-batch and GPU of the plan the times were measured on")
-    if status == Status.REFIT_STEP_TOO_LARGE:
-        return (f"this step has {v} (micro-batch, GPU) times, more than the {lim} the refit "
-                "window was sized for")
-    if status == Status.INVALID_REFIT_PARAMS:
-        return (f"refit setting {name or 'a field'} is out of range: window from 1 to "
-                f"{_ffi.REFIT_MAX_WINDOW} steps, forgetting in (0, 1], ridge >= 0, outlier > 0")
-    if status == Status.REFIT_STATE_INVALID:
-        return ("the refit state was not made by this binding's refit (or is too small): a "
-                "bug in skrull or its binding; please report it")
-    if status == Status.DACP_FAILED:
-        return f"the placement of CP rank {i} could not be completed"
-    if status == Status.INVALID_COST_MODEL:
-        field = name or "a field"
-        return (f"cost model: {field} is out of range (docs/cost_model.md lists each field's "
-                "valid values); fix it, or start again from skrull.CostModel('h100')")
-    if status == Status.UNSUPPORTED_OPTION:
-        flops = f"flops={config.flops!r}" if config else "flops"
-        return (f"{flops} does not apply to policy='balanced', which plans on time from its "
-                "cost model: leave flops='paper' (the default) or choose another policy")
-    if status == Status.INVALID_MODEL:
-        field = f"model.{name}={v}" if name else "the model shape"
-        return (f"{field} is out of range: hidden, kv_hidden, ffn and layers must be at least 1 "
-                "and within the library's limits, and kv_hidden at most hidden")
-    if status in _SETTINGS:
-        arg, what = _SETTINGS[Status(status)]
-        return (f"{arg}={v} is out of range: {arg} ({what}) must be an integer from "
-                f"{1 if status != Status.INVALID_PAD_MULTIPLE else 0} to {lim}")
-    if status == Status.INVALID_ENUM:
-        return ("an option has an unknown value (policy, victim, flops, shard_padding, a "
-                "preset, model.swiglu, a True/False flag or cost_model.overlap)")
-    if status in (Status.NULL_ARG, Status.BAD_STRUCT_SIZE, Status.WORKSPACE_TOO_SMALL,
-                  Status.OUTPUT_TOO_SMALL, Status.INVALID_ARG, Status.INTERNAL, Status.PANIC):
-        return (f"internal error in skrull or its binding ({status_message(status)}); please "
-                "report it with the lengths and settings that caused it")
-    return ""
+def describe(status: int, info: Optional[_ffi.skrull_error_info] = None,
+             c_config: Optional[_ffi.skrull_config] = None) -> str:
+    """The library's sentence for a status (``skrull_error_describe``), from the details a
+    failed call wrote (``info``) and the configuration it was given (``c_config``)."""
+    i = ctypes.byref(info) if info is not None else None
+    c = ctypes.byref(c_config) if c_config is not None else None
+    size = 512
+    while True:
+        buf = ctypes.create_string_buffer(size)
+        n: int = _ffi.lib.skrull_error_describe(status, i, c, buf, size)
+        if n < size:
+            return buf.value.decode()
+        size = n + 1
 
 
 def from_info(info: _ffi.skrull_error_info, code: int, context: str = "",
-              config: Optional[Config] = None, **override: Any) -> Error:
-    """The exception for a failed call that wrote ``info`` (a ``skrull_error_info``); when the
-    library did not write it (``info.status != code``) only the status is known. ``override``
-    replaces a field (e.g. the caller's own value of a length that does not fit uint32)."""
+              c_config: Optional[_ffi.skrull_config] = None, **override: Any) -> Error:
+    """The exception for a failed call that wrote ``info`` (a ``skrull_error_info``) given
+    ``c_config``; when the library did not write it (``info.status != code``) only the status
+    is known. ``override`` replaces a field (e.g. the caller's own value of a length that does
+    not fit uint32), in the exception and in the sentence."""
     d: dict[str, Any] = {}
-    if info.status == code:
+    written = info.status == code
+    if written:
         if info.index != -1:
             d["index"] = int(info.index)
-        which = _VALUE_LIMIT.get(Status(code), "") if code in Status._value2member_map_ else ""
-        if "v" in which:
+        which: int = _ffi.lib.skrull_error_details(code)
+        if which & _ffi.DETAIL_VALUE:
             d["value"] = int(info.value)
-        if "l" in which:
+        if which & _ffi.DETAIL_LIMIT:
             d["limit"] = int(info.limit)
         if info.field:
             d["field"] = int(info.field)
             d["field_name"] = field_name(code, int(info.field))
-    if code in _SETTINGS and "field_name" not in d:
-        d["field_name"] = _SETTINGS[Status(code)][0]
-    if code == Status.UNSUPPORTED_OPTION and "field_name" not in d:
-        d["field_name"] = "flops"
+    if "field_name" not in d and (default := field_name(code, 0)) is not None:
+        d["field_name"] = default
     d.update(override)
-    text = _describe(code, d, config)
+    shown = info
+    if written and "value" in override:
+        shown = _ffi.skrull_error_info.from_buffer_copy(info)
+        shown.value = int(override["value"]) & (2**64 - 1)
+    text = describe(code, shown if written else None, c_config)
     detail = f"{context}: {text}" if context and text else context or text
     return make_error(code, detail, **d)
-
-
-def field_name(code: int, number: int) -> Optional[str]:
-    """The name of ``skrull_error_info.field`` for a status."""
-    if code == Status.INVALID_MODEL:
-        return MODEL_FIELDS.get(number)
-    if code == Status.UNSUPPORTED_OPTION:
-        return OPTION_FIELDS.get(number)
-    if code == Status.NO_SUCH_GPU:
-        return GPU_FIELDS.get(number)
-    if code == Status.INVALID_REFIT_PARAMS:
-        return REFIT_PARAM_FIELDS.get(number)
-    if code == Status.INVALID_CHUNKING:
-        return CHUNKING_FIELDS.get(number)
-    if code == Status.INVALID_COST_MODEL:
-        from ._cost import cost_field_name
-        return cost_field_name(number)
-    return None

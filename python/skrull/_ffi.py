@@ -39,6 +39,11 @@ OVERLAP_LOCAL_ATTENTION, OVERLAP_ALL_ATTENTION = 0, 1
 ATTENTION_POINTS = 6
 #: ``sizeof(skrull_cost_model)`` of version 1 (``SKRULL_COST_MODEL_SIZE_V1``).
 COST_MODEL_SIZE_V1 = 264
+#: ``skrull_error_details`` bits (``SKRULL_DETAIL_VALUE``, ``SKRULL_DETAIL_LIMIT``).
+DETAIL_VALUE, DETAIL_LIMIT = 1, 2
+#: ``sizeof(skrull_cost_model)`` of version 2, ``sharded_sequence_s`` appended
+#: (``SKRULL_COST_MODEL_SIZE_V2``).
+COST_MODEL_SIZE_V2 = 272
 #: ``skrull_layout.micro_batch_global`` of an empty lockstep micro-batch
 #: (``SKRULL_NO_MICRO_BATCH``).
 NO_MICRO_BATCH = 2**32 - 1
@@ -59,8 +64,18 @@ REFIT_MAX_WINDOW = 64
 REFIT_KEEP_OVERLAP = 1
 #: ``sizeof(skrull_refit_params)`` of version 1 (``SKRULL_REFIT_PARAMS_SIZE_V1``).
 REFIT_PARAMS_SIZE_V1 = 40
-#: ``sizeof(skrull_refit_report)`` (``SKRULL_REFIT_REPORT_SIZE_V1``, a frozen layout).
+#: ``sizeof(skrull_refit_params)`` of version 2 (``SKRULL_REFIT_PARAMS_SIZE_V2``).
+REFIT_PARAMS_SIZE_V2 = 64
+#: ``sizeof(skrull_refit_report)`` of version 1 (``SKRULL_REFIT_REPORT_SIZE_V1``).
 REFIT_REPORT_SIZE_V1 = 112
+#: ``sizeof(skrull_refit_report)`` of version 2 (``SKRULL_REFIT_REPORT_SIZE_V2``).
+REFIT_REPORT_SIZE_V2 = 184
+#: The refit's coefficient appended in version 2 of the report
+#: (``SKRULL_REFIT_SHARDED_SEQUENCE``, ``coefficient_sharded_sequence``).
+REFIT_SHARDED_SEQUENCE = "sharded_sequence"
+#: ``skrull_refit_report.verdict`` names, by value (``SKRULL_REFIT_ADOPTED`` ...
+#: ``SKRULL_REFIT_UNVALIDATED``).
+REFIT_VERDICTS = ("adopted", "no-data", "not-better", "scale-only", "high-error", "unvalidated")
 
 _u32, _i32, _u64, _i64, _f64, _usize = c_uint32, c_int32, c_uint64, c_int64, c_double, c_size_t
 # Output arrays are numpy arrays; their pointer fields are plain addresses (same size and
@@ -84,7 +99,9 @@ class skrull_cost_model(ctypes.Structure):
                 ("intra_node_bandwidth", _f64), ("inter_node_bandwidth", _f64),
                 ("gpus_per_node", _u32), ("overlap", _u32), ("kernels_per_layer", _f64),
                 ("kernel_launch_s", _f64), ("micro_batch_extra_s", _f64),
-                ("iteration_fixed_s", _f64)]
+                ("iteration_fixed_s", _f64),
+                # appended after version 1
+                ("sharded_sequence_s", _f64)]
 
 
 class skrull_config(ctypes.Structure):
@@ -95,7 +112,7 @@ class skrull_config(ctypes.Structure):
                 ("pad_multiple", _u32), ("pad_local", _u32), ("lockstep", _u32),
                 ("cost_model", _ptr), ("subgroups", _u32), ("fill_empty", _u32),
                 ("micro_batches", _u32), ("chunk_size", _u32), ("chunk_keep", _u32),
-                ("chunk_state_permille", _u32)]
+                ("chunk_state_permille", _u32), ("sync", _u32), ("_reserved", _u32)]
 
 
 class skrull_dacp_summary(ctypes.Structure):
@@ -192,14 +209,21 @@ class skrull_layout_capacity(ctypes.Structure):
 
 class skrull_refit_params(ctypes.Structure):
     _fields_ = [("struct_size", _u32), ("window_steps", _u32), ("max_rows_per_step", _u32),
-                ("flags", _u32), ("forgetting", _f64), ("ridge", _f64), ("outlier", _f64)]
+                ("flags", _u32), ("forgetting", _f64), ("ridge", _f64), ("outlier", _f64),
+                # appended after version 1
+                ("trust", _f64), ("max_error", _f64), ("holdout", _u32), ("_reserved", _u32)]
 
 
 class skrull_refit_report(ctypes.Structure):
     _fields_ = [("struct_size", _u32), ("kept_prior", _u32), ("steps", _u32), ("rows", _u32),
                 ("dropped", _u32), ("skipped", _u32), ("moved", _u32), ("_reserved", _u32),
                 ("error_prior", _f64), ("error_fit", _f64),
-                ("coefficients", _f64 * len(REFIT_COEFFICIENTS))]
+                ("coefficients", _f64 * len(REFIT_COEFFICIENTS)),
+                # appended after version 1
+                ("adopted", _u32), ("verdict", _u32), ("limited", _u32), ("raised", _u32),
+                ("heldout_rows", _u32), ("step_times", _u32), ("scale", _f64), ("error_heldout_in_use", _f64),
+                ("error_heldout_fit", _f64), ("error_unlimited", _f64),
+                ("iteration_fixed_s", _f64), ("coefficient_sharded_sequence", _f64)]
 
 
 class skrull_setup(ctypes.Structure):
@@ -219,13 +243,12 @@ FROZEN_SIZES = {
     skrull_micro_batch: 16, skrull_summary: 32, skrull_gpu: 12, skrull_span: 24,
     skrull_layout: 88, skrull_layout_capacity: 5 * _W, skrull_sizes: 6 * _W,
     skrull_error_info: 32, skrull_cp_group: 8, skrull_layout_ring: 16, skrull_chunk_pass: 48,
-    skrull_refit_report: REFIT_REPORT_SIZE_V1,
 }
 #: Version-1 sizes of the extensible structs; appended fields make ours larger, never smaller.
 EXTENSIBLE_V1_SIZES = {
     skrull_config: CONFIG_SIZE_V1, skrull_cost_model: COST_MODEL_SIZE_V1,
     skrull_plan_buffers: 8 + 11 * _W, skrull_layout_buffers: 8 + 13 * _W,
-    skrull_refit_params: REFIT_PARAMS_SIZE_V1,
+    skrull_refit_params: REFIT_PARAMS_SIZE_V1, skrull_refit_report: REFIT_REPORT_SIZE_V1,
 }
 #: Every struct the binding mirrors, in header order.
 STRUCTS = [skrull_model_shape, skrull_cost_model, skrull_config, skrull_dacp_summary,
@@ -283,6 +306,15 @@ _PROTOTYPES = {
                                     _u32, c_void_p, _usize, _P(skrull_error_info)]),
     "skrull_refit_solve": (_u32, [c_void_p, _usize, _P(skrull_cost_model), _usize,
                                   _P(skrull_refit_report), _usize, _P(skrull_error_info)]),
+    "skrull_status_name": (c_char_p, [_u32]),
+    "skrull_error_describe": (_usize, [_u32, _P(skrull_error_info), _P(skrull_config),
+                                       c_char_p, _usize]),
+    "skrull_error_details": (_u32, [_u32]),
+    "skrull_error_field_name": (c_char_p, [_u32, _u32]),
+    "skrull_chunk_size_default": (_u32, [_P(skrull_config), _u32, _P(_u32),
+                                         _P(skrull_error_info)]),
+    "skrull_refit_observe_step_time": (_u32, [c_void_p, _usize, c_double,
+                                              _P(skrull_error_info)]),
 }
 
 _LIB_NAMES = ("_libskrull", "libskrull")
@@ -352,3 +384,59 @@ def preset_cost_model(gpu: int, shape: skrull_model_shape | None) -> tuple[int, 
     status = lib.skrull_cost_model_preset(gpu, None if shape is None else ctypes.byref(shape),
                                           ctypes.byref(out), ctypes.sizeof(out))
     return status, out
+
+
+# ---- The outlier-delay window (skrull_window_*), appended after version 1 -------------------
+
+#: The longest ``skrull_window_params.max_delay`` (``SKRULL_WINDOW_MAX_DELAY``).
+WINDOW_MAX_DELAY = 64
+#: ``sizeof(skrull_window_params)`` of version 1 (``SKRULL_WINDOW_PARAMS_SIZE_V1``).
+WINDOW_PARAMS_SIZE_V1 = 32
+
+
+class skrull_window_params(ctypes.Structure):
+    _fields_ = [("struct_size", _u32), ("max_delay", _u32), ("batch_capacity", _u32),
+                ("_reserved", _u32), ("first_step", _u64), ("first_position", _u64)]
+
+
+class skrull_window_deferred(ctypes.Structure):
+    _fields_ = [("position", _u64), ("origin", _u64), ("length", _u32), ("_reserved", _u32)]
+
+
+class skrull_window_capacity(ctypes.Structure):
+    _fields_ = [("state_bytes", _usize), ("step_capacity", _usize), ("queue_capacity", _usize)]
+
+
+class skrull_window_step_info(ctypes.Structure):
+    _fields_ = [("index", _u64), ("delay_sum", _u64), ("samples", _u32), ("released", _u32),
+                ("deferred", _u32), ("queued", _u32)]
+
+
+_WINDOW_FROZEN = {skrull_window_deferred: 24, skrull_window_capacity: 3 * _W,
+                  skrull_window_step_info: 32}
+FROZEN_SIZES.update(_WINDOW_FROZEN)
+EXTENSIBLE_V1_SIZES[skrull_window_params] = WINDOW_PARAMS_SIZE_V1
+STRUCTS += [skrull_window_params, skrull_window_deferred, skrull_window_capacity,
+            skrull_window_step_info]
+# The state, the lengths and the outputs are numpy buffers, passed as addresses.
+_WINDOW_PROTOTYPES = {
+    "skrull_window_sizes": (_u32, [_P(skrull_window_params), _P(skrull_window_capacity)]),
+    "skrull_window_init": (_u32, [_P(skrull_window_params), _P(skrull_setup), c_void_p, _usize,
+                                  _P(skrull_error_info)]),
+    "skrull_window_push": (_u32, [c_void_p, _usize, c_void_p, _usize, _P(skrull_error_info)]),
+    "skrull_window_step": (_u32, [c_void_p, _usize, c_void_p, c_void_p, _usize,
+                                  _P(skrull_window_step_info), _P(skrull_error_info)]),
+    "skrull_window_queue": (_u32, [c_void_p, _usize, c_void_p, _usize, _P(_usize),
+                                   _P(skrull_error_info)]),
+    "skrull_window_requeue": (_u32, [c_void_p, _usize, c_void_p, _usize,
+                                     _P(skrull_error_info)]),
+}
+for _cls, _size in _WINDOW_FROZEN.items():
+    if ctypes.sizeof(_cls) != _size:
+        raise ImportError(f"skrull: ctypes {_cls.__name__} is {ctypes.sizeof(_cls)} bytes, the "
+                          f"header says {_size}")
+for _name, (_restype, _argtypes) in _WINDOW_PROTOTYPES.items():
+    _fn = getattr(lib, _name)
+    _fn.restype, _fn.argtypes = _restype, _argtypes
+_PROTOTYPES.update(_WINDOW_PROTOTYPES)
+del _cls, _size, _name, _restype, _argtypes, _fn

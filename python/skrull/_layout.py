@@ -9,15 +9,37 @@ from __future__ import annotations
 import ctypes
 from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 import numpy as np
 
 from . import _ffi
 from ._errors import Status, from_info
 
-if TYPE_CHECKING:
-    from ._plan import Plan
+
+class Plan(Protocol):
+    """What the layout calls read of a plan (``skrull.Plan``): the C arguments of the layout
+    functions, the details struct they write, and the arrays that bound one GPU's buffers.
+    The layout is built from these arrays; this module never imports the plan's."""
+
+    _c_error: _ffi.skrull_error_info
+    rank_tokens: np.ndarray
+
+    @property
+    def _c_args(self) -> tuple[Any, int, int, Any]: ...
+
+    @property
+    def cp_first(self) -> np.ndarray: ...
+
+    @property
+    def cp_size(self) -> np.ndarray: ...
+
+    @property
+    def cp_rank(self) -> np.ndarray: ...
+
+    def _table_index(self, dp_rank: int, micro_batch: int) -> int | None: ...
+
+    def members_of(self, dp_rank: int, micro_batch: int) -> np.ndarray: ...
 
 #: numpy dtype of ``skrull_span``: seq, chunk (-1 = whole local sequence; in the chunked group
 #: -2 = a whole chunk on one GPU, else the zigzag piece of the chunk), offset, start, len, pad.

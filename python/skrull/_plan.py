@@ -8,17 +8,29 @@ from dataclasses import dataclass
 from functools import cached_property
 import json
 import operator
-from typing import TYPE_CHECKING, Any, Optional, Sequence
+from typing import Any, Optional, Protocol, Sequence
 
 import numpy as np
 
 from . import _ffi, _layout
-from ._config import PRESETS, Config, ModelShape, model_shape
+from ._config import Config
 from ._errors import (GPU_FIELDS, BatchError, Error, LayoutError, Status, make_error,
                       type_error)
+from ._shape import PRESETS, ModelShape, model_shape
 
-if TYPE_CHECKING:
-    from ._scheduler import Scheduler
+
+class PlanSource(Protocol):
+    """What a plan reads of the scheduler that made it (``Scheduler``): its configuration and
+    C struct, its layout calls (its workspace, under its lock), and what the plan pickles it
+    as. A plan never imports the scheduler's module."""
+
+    config: Config
+    _c_config: _ffi.skrull_config
+
+    def _fill_rank(self, plan: Plan, dp_rank: int, cp_rank: int,
+                   micro_batches: int) -> list[_layout.Layout]: ...
+
+    def _pickled_as(self, config: Config) -> Any: ...
 
 #: numpy dtype of ``skrull_placement``: dp_rank, micro_batch, cp_rank (-1 = sharded, -2 =
 #: chunked), tokens_per_gpu.
@@ -114,7 +126,7 @@ class Plan:
     (4, 1)
     """
 
-    def __init__(self, scheduler: Scheduler, lengths: np.ndarray, placements: np.ndarray,
+    def __init__(self, scheduler: PlanSource, lengths: np.ndarray, placements: np.ndarray,
                  micro_batch_table: np.ndarray, members: np.ndarray, rank_tokens: np.ndarray,
                  micro_batches_per_dp: np.ndarray, summary: _ffi.skrull_summary,
                  cp_groups: np.ndarray) -> None:
@@ -574,7 +586,7 @@ class Plan:
             ``config`` (dp, cp, bucket_tokens, policy, victim, model, flops,
             max_micro_batches, shard_padding, pad_multiple, pad_local, lockstep, subgroups,
             fill_empty, micro_batches, and chunk_size, chunk_keep, chunk_state_permille
-            unless chunking is at its defaults), ``summary`` (with ``chunked`` when chunking
+            unless chunking is at its defaults, sync unless it is ``"cp-group"``), ``summary`` (with ``chunked`` when chunking
             is on), ``placements`` (per sequence: seq, len, dp, micro_batch, cp (-1 sharded,
             -2 chunked), cp_first, cp_size; a chunked one also ``kind`` "chunked" and
             ``chunks``), ``micro_batches_per_dp``
@@ -600,6 +612,8 @@ class Plan:
         if (c.chunk_size, c.chunk_keep, c.chunk_state_permille) != (0, 1, 64):
             config.update(chunk_size=c.chunk_size, chunk_keep=c.chunk_keep,
                           chunk_state_permille=c.chunk_state_permille)
+        if c.sync != "cp-group":  # as the CLI: only away from the default
+            config["sync"] = c.sync
         summary = {"sequences": len(self), "total_tokens": s.total_tokens,
                    "micro_batches": s.micro_batches, "sharded": s.sharded}
         if c.chunking:
@@ -671,18 +685,7 @@ def _model_name(shape: ModelShape) -> str:
             f"layers={shape.layers},vocab={shape.vocab},swiglu={str(bool(shape.swiglu)).lower()}")
 
 
-class _SchedulerOf:
-    """Pickles as a Scheduler of one configuration, nothing else (a plan's scheduler)."""
-
-    def __init__(self, config: Config, capacity: int) -> None:
-        self.config, self.capacity = config, capacity
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        from ._scheduler import config_reduce
-        return config_reduce(self.config, self.capacity)
-
-
-def _rebuild_plan(scheduler: Scheduler, lengths: np.ndarray, placements: np.ndarray,
+def _rebuild_plan(scheduler: PlanSource, lengths: np.ndarray, placements: np.ndarray,
                   table: np.ndarray, members: np.ndarray, rank_tokens: np.ndarray,
                   per_dp: np.ndarray, summary: tuple[int, ...], cp_groups: np.ndarray) -> Plan:
     c = _ffi.skrull_summary(total_tokens=summary[0], sequences=summary[1],

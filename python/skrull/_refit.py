@@ -18,8 +18,9 @@ from ._errors import ConfigError, Status, from_info, make_error, type_error
 if TYPE_CHECKING:
     from ._plan import Plan
 
-#: The coefficient names of ``Refit.coefficients``, in the library's order.
-COEFFICIENTS = _ffi.REFIT_COEFFICIENTS
+#: The coefficient names of ``Refit.coefficients``, in the library's order (bit ``i`` of the
+#: report's bit sets is ``COEFFICIENTS[i]``).
+COEFFICIENTS = _ffi.REFIT_COEFFICIENTS + (_ffi.REFIT_SHARDED_SEQUENCE,)
 _MIN_ROWS = 64  # the smallest state: rows (micro-batch x GPU times) per step it holds
 
 
@@ -41,6 +42,16 @@ class RefitSettings:
         straggler, above 0 (default 0.5).
     keep_overlap : bool, optional
         Never change the overlap rule (default False).
+    trust : float, optional
+        The trust region: per refit each coefficient moves at most this factor either way from
+        the model in use (after the window's uniform factor), at least 1, ``math.inf`` for no
+        limit (default 2).
+    max_error : float, optional
+        A fit whose error on the window stays above this (relative, rms) is not adopted: the
+        model cannot describe the times (default 0.25).
+    holdout : int, optional
+        One micro-batch in ``holdout`` is held out of the fit and judges it; 0 judges the fit
+        on the data it was fitted to (default 3; 0 or 2 to 1024).
 
     Raises
     ------
@@ -65,11 +76,16 @@ class RefitSettings:
     ridge: float = 1e-3
     outlier: float = 0.5
     keep_overlap: bool = False
+    trust: float = 2.0
+    max_error: float = 0.25
+    holdout: int = 3
 
     def __post_init__(self) -> None:
         if isinstance(self.window, bool) or not isinstance(self.window, int):
             raise type_error("window", self.window)
-        for name in ("forgetting", "ridge", "outlier"):
+        if isinstance(self.holdout, bool) or not isinstance(self.holdout, int):
+            raise type_error("holdout", self.holdout)
+        for name in ("forgetting", "ridge", "outlier", "trust", "max_error"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise type_error(name, value, "a number")
@@ -80,7 +96,12 @@ class RefitSettings:
                   ("forgetting", 0 < self.forgetting <= 1, "in (0, 1]"),
                   ("ridge", math.isfinite(self.ridge) and self.ridge >= 0, "finite and >= 0"),
                   ("outlier", math.isfinite(self.outlier) and self.outlier > 0,
-                   "finite and > 0"))
+                   "finite and > 0"),
+                  ("trust", self.trust >= 1, ">= 1 (math.inf: no trust region)"),
+                  ("max_error", math.isfinite(self.max_error) and self.max_error > 0,
+                   "finite and > 0"),
+                  ("holdout", self.holdout == 0 or 2 <= self.holdout <= 1024,
+                   "0 or an integer from 2 to 1024"))
         for name, ok, wanted in checks:
             if not ok:
                 raise make_error(Status.INVALID_REFIT_PARAMS, f"refit setting {name}="
@@ -92,7 +113,8 @@ class RefitSettings:
             struct_size=ctypes.sizeof(_ffi.skrull_refit_params), window_steps=self.window,
             max_rows_per_step=rows, flags=_ffi.REFIT_KEEP_OVERLAP if self.keep_overlap else 0,
             forgetting=float(self.forgetting), ridge=float(self.ridge),
-            outlier=float(self.outlier))
+            outlier=float(self.outlier), trust=float(self.trust),
+            max_error=float(self.max_error), holdout=self.holdout)
 
 
 @dataclass(frozen=True)
@@ -108,8 +130,7 @@ class Refit:
     changed : bool
         ``model`` differs from ``previous``.
     kept_prior : bool
-        The fit was no better than the prior on the window (or there was no data): ``model``
-        is the prior.
+        ``model`` is the prior (nothing adopted yet, or no data).
     steps, rows : int
         Steps in the window and valid (micro-batch, GPU) times in them.
     dropped : int
@@ -119,10 +140,36 @@ class Refit:
     error, prior_error : float
         Weighted rms relative error of ``model`` and of the prior on the window.
     coefficients : dict
-        Each fitted coefficient relative to the prior (1.0 = unchanged; ``overlap`` is 0 for
-        ``"local-attention"``, 1 for ``"all-attention"``), by name (``COEFFICIENTS``).
+        Each coefficient of ``model`` relative to the prior (1.0 = unchanged; ``overlap`` is 0
+        for ``"local-attention"``, 1 for ``"all-attention"``; ``sharded_sequence`` in units of
+        the prior's per-sequence cost, or of 1 ms when it is 0), by name (``COEFFICIENTS``).
     moved : tuple of str
         The coefficients that moved by more than 1 %.
+    adopted : bool
+        The fit was adopted (``model`` is new).
+    verdict : str
+        Why it was or was not: ``"adopted"``, ``"no-data"``, ``"not-better"`` (it does not
+        explain the window better than the model in use, or explains the held-out micro-batches
+        worse), ``"scale-only"`` (it explains them no better than the model in use times one
+        uniform factor, ``scale``: a scale, not a model), ``"high-error"`` (even the best fit
+        stays above ``max_error``: the model cannot describe these times) or
+        ``"unvalidated"`` (no held-out micro-batch yet).
+    scale : float
+        The window's median of measured over predicted time under the model in use before
+        this refit: the uniform factor it is off by.
+    limited, raised : tuple of str
+        Coefficients the trust region held back; raised to the most the window allows (ring
+        costs hidden on every measurement).
+    heldout_error, heldout_error_in_use : float
+        Error of the fit and of the model in use on the held-out micro-batches.
+    unlimited_error : float
+        Error on the window of the best fit without the trust region.
+    heldout_rows : int
+        Held-out times in the window.
+    step_times : int
+        Steps in the window with a measured step time (``Scheduler.observe(step_time=)``).
+    iteration_fixed_s : float
+        The per-step cost measured from them (``model.iteration_fixed_s``).
 
     Example
     -------
@@ -145,6 +192,17 @@ class Refit:
     prior_error: float
     coefficients: dict[str, float]
     moved: tuple[str, ...]
+    adopted: bool = False
+    verdict: str = "no-data"
+    scale: float = 1.0
+    limited: tuple[str, ...] = ()
+    raised: tuple[str, ...] = ()
+    heldout_error: float = 0.0
+    heldout_error_in_use: float = 0.0
+    unlimited_error: float = 0.0
+    heldout_rows: int = 0
+    step_times: int = 0
+    iteration_fixed_s: float = 0.0
 
     def describe(self) -> str:
         """The one line ``OnlineCalibration`` logs.
@@ -166,7 +224,8 @@ class Refit:
         return (f"cost model {what}: fit error {100 * self.error:.2f} % (prior "
                 f"{100 * self.prior_error:.2f} %) over {self.steps} steps, {self.rows} times "
                 f"({self.dropped} stragglers dropped, {self.skipped} skipped); coefficients "
-                f"relative to the prior: {coefs}{moved}")
+                f"relative to the prior: {coefs}{moved}; fit {self.verdict}, scale "
+                f"{self.scale:.4g}")
 
 
 def _error_info() -> _ffi.skrull_error_info:
@@ -184,7 +243,7 @@ class Window:
         self.prior = prior  # keeps the struct config.cost_model points at alive
         self._config = _ffi.skrull_config.from_buffer_copy(config)
         self._config.cost_model = None if prior is None else ctypes.addressof(prior._c)
-        self.steps: deque[tuple[np.ndarray, np.ndarray, np.ndarray, int, np.ndarray]] = \
+        self.steps: deque[tuple[np.ndarray, np.ndarray, np.ndarray, int, np.ndarray, float]] = \
             deque(maxlen=settings.window)
         # Sized for twice the first step (a power of two); a larger step grows it.
         self._init(max(_MIN_ROWS, 1 << (2 * rows - 1).bit_length()))
@@ -204,13 +263,16 @@ class Window:
             raise from_info(err, status, "refit")
         self.rows = rows
 
-    def observe(self, plan: Plan, times: np.ndarray) -> None:
-        """Adds one step (``times``: ``as_times`` of it) to the window."""
+    def observe(self, plan: Plan, times: np.ndarray, step_time: float = math.nan) -> None:
+        """Adds one step (``times``: ``as_times`` of it; ``step_time``: its wall time, NaN
+        when unknown) to the window."""
         self.add((np.ascontiguousarray(plan.lengths, np.uint32), np.array(plan.placements),
-                  np.array(plan.cp_groups), plan.num_micro_batches, times))
+                  np.array(plan.cp_groups), plan.num_micro_batches, times, float(step_time)))
 
-    def add(self, step: tuple[np.ndarray, np.ndarray, np.ndarray, int, np.ndarray]) -> None:
-        """Adds one step as (lengths, placements, cp_groups, micro-batches, times)."""
+    def add(self, step: tuple[np.ndarray, np.ndarray, np.ndarray, int, np.ndarray, float]
+            ) -> None:
+        """Adds one step as (lengths, placements, cp_groups, micro-batches, times, step
+        time)."""
         rows = step[4].size
         # A step larger than the state holds: a larger state gets the window's steps again
         # (the last fit, which anchors the next one, is not carried over: the next fit is
@@ -223,7 +285,7 @@ class Window:
         self.steps.append(step)
 
     def _observe(self, lengths: np.ndarray, placements: np.ndarray, groups: np.ndarray,
-                 micro_batches: int, times: np.ndarray) -> None:
+                 micro_batches: int, times: np.ndarray, step_time: float = math.nan) -> None:
         a = _ffi.address
         err = _error_info()
         status = _ffi.lib.skrull_refit_observe(
@@ -231,6 +293,11 @@ class Window:
             micro_batches, a(times), times.size, ctypes.byref(err))
         if status != Status.OK:
             raise from_info(err, status, "observe")
+        if not math.isnan(step_time):
+            status = _ffi.lib.skrull_refit_observe_step_time(self._addr, self._size,
+                                                             step_time, ctypes.byref(err))
+            if status != Status.OK:
+                raise from_info(err, status, "observe")
 
     def solve(self, base: CostModel) -> tuple[CostModel, _ffi.skrull_refit_report]:
         """The refitted model (a mutable ``CostModel`` named as ``base``) and the report."""
@@ -248,8 +315,8 @@ class Window:
         observed steps (to rebuild a larger state)."""
         return {"settings": self.settings, "prior": self.prior, "rows": self.rows,
                 "state": self._state.tobytes(),
-                "steps": [(a.copy(), b.copy(), c.copy(), m, t.copy())
-                          for a, b, c, m, t in self.steps]}
+                "steps": [(a.copy(), b.copy(), c.copy(), m, t.copy(), w)
+                          for a, b, c, m, t, w in self.steps]}
 
     @classmethod
     def restore(cls, state: dict[str, Any], config: _ffi.skrull_config) -> Window:
@@ -262,17 +329,32 @@ class Window:
         w._state = np.empty(raw.size // 8, np.uint64)  # 8-byte aligned, as the library needs
         w._state.view(np.uint8)[:] = raw
         w._addr, w._size = _ffi.address(w._state), w._state.nbytes
-        w.steps = deque(state["steps"], maxlen=w.settings.window)
+        # Steps pickled before step times existed have five fields.
+        w.steps = deque((tuple(x) + (math.nan,))[:6] for x in state["steps"])
+        w.steps = deque(w.steps, maxlen=w.settings.window)
         return w
 
 
 def report_to_refit(report: _ffi.skrull_refit_report, model: CostModel,
                     previous: CostModel) -> Refit:
     """The Python ``Refit`` of a ``skrull_refit_report``."""
-    coefficients = {name: float(report.coefficients[i]) for i, name in enumerate(COEFFICIENTS)}
-    moved = tuple(name for i, name in enumerate(COEFFICIENTS) if report.moved >> i & 1)
+    coefficients = {name: float(report.coefficients[i])
+                    for i, name in enumerate(_ffi.REFIT_COEFFICIENTS)}
+    coefficients[_ffi.REFIT_SHARDED_SEQUENCE] = float(report.coefficient_sharded_sequence)
+
+    def names(bits: int) -> tuple[str, ...]:
+        return tuple(name for i, name in enumerate(COEFFICIENTS) if bits >> i & 1)
+
+    verdicts = _ffi.REFIT_VERDICTS
+    verdict = verdicts[report.verdict] if report.verdict < len(verdicts) else str(report.verdict)
     return Refit(model=model, previous=previous, changed=model != previous,
                  kept_prior=bool(report.kept_prior), steps=int(report.steps),
                  rows=int(report.rows), dropped=int(report.dropped), skipped=int(report.skipped),
                  error=float(report.error_fit), prior_error=float(report.error_prior),
-                 coefficients=coefficients, moved=moved)
+                 coefficients=coefficients, moved=names(report.moved),
+                 adopted=bool(report.adopted), verdict=verdict, scale=float(report.scale),
+                 limited=names(report.limited), raised=names(report.raised), heldout_error=float(report.error_heldout_fit),
+                 heldout_error_in_use=float(report.error_heldout_in_use),
+                 unlimited_error=float(report.error_unlimited),
+                 heldout_rows=int(report.heldout_rows), step_times=int(report.step_times),
+                 iteration_fixed_s=float(report.iteration_fixed_s))

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import ctypes
+import math
 import dataclasses
 import operator
 import threading
@@ -14,7 +15,7 @@ import numpy as np
 from . import _config, _ffi, _layout
 from ._cost import CostModel
 from ._errors import (ArgumentError, Error, LayoutError, Status, check, from_info,
-                      make_error)
+                      make_error, type_error)
 from ._plan import CP_GROUP_DTYPE, MICRO_BATCH_DTYPE, PLACEMENT_DTYPE, Plan
 from ._refit import Refit, RefitSettings, Window, report_to_refit
 from ._setup import Prepared
@@ -96,6 +97,14 @@ class Scheduler:
     chunk_state_permille : int, optional
         BucketSize tokens of K/V state per token of a chunked sequence, in thousandths (0 to
         1000, default 64).
+    sync : str or int, optional
+        How the trainer that runs the plans makes its GPUs wait for each other:
+        ``"cp-group"`` (the default: every micro-batch waits for its slowest CP rank),
+        ``"every-gpu"`` (every micro-batch waits for every GPU, as under ZeRO-2/3; every DP
+        rank then runs the same micro-batch count) or ``"sharded"`` (CP ranks meet only in
+        micro-batches holding a sequence spanning several of them, everyone at the step: DDP
+        under ``no_sync``, what ``SkrullTrainer`` runs). ``balanced`` arranges its plans for
+        it; see ``docs/cost_model.md``, "Synchronisation".
     max_sequences : int, optional
         The batch size the buffers are first sized for (default 256); they grow as needed.
     refit : RefitSettings or dict, optional
@@ -131,7 +140,7 @@ class Scheduler:
                  lockstep: bool = False, cost_model: Union[CostModel, str, None] = None,
                  subgroups: bool = _config.RECOMMENDED_SUBGROUPS, fill_empty: bool = False,
                  micro_batches: int = 0, chunk_size: Optional[int] = None, chunk_keep: int = 1,
-                 chunk_state_permille: int = 64,
+                 chunk_state_permille: int = 64, sync: Union[str, int] = "cp-group",
                  max_sequences: int = 256,
                  refit: Union[RefitSettings, Mapping[str, Any], None] = None) -> None:
         first = _config.setting("max_sequences", max_sequences)
@@ -141,9 +150,9 @@ class Scheduler:
         self.config, self._c_config = _config.build(
             dp, cp, bucket_tokens, model, policy, victim, flops, shard_padding,
             max_micro_batches, pad_multiple, pad_local, lockstep, cost_model, subgroups,
-            fill_empty, micro_batches, chunk_size, chunk_keep, chunk_state_permille)
+            fill_empty, micro_batches, chunk_size, chunk_keep, chunk_state_permille, sync)
         # The configuration prepared once; rebuilt whenever config or its cost model changes.
-        self._prepared = Prepared(self._c_config, self.config)
+        self._prepared = Prepared(self._c_config)
         self._lock = threading.Lock()
         self._capacity = -1
         self._layout_capacity = -1
@@ -176,6 +185,8 @@ class Scheduler:
             extra += f", chunk_keep={c.chunk_keep}"
             if c.chunk_state_permille != 64:
                 extra += f", chunk_state_permille={c.chunk_state_permille}"
+        if c.sync != "cp-group":
+            extra += f", sync={c.sync!r}"
         return (f"Scheduler(dp={c.dp}, cp={c.cp}, bucket_tokens={c.bucket_tokens}, "
                 f"policy={c.policy!r}, shard_padding={c.shard_padding!r}{extra}, "
                 f"model={c.model})")
@@ -258,7 +269,7 @@ class Scheduler:
                 self._prepared.handle, _ffi.address(arr), n, self._ws_addr, self._ws_len,
                 ctypes.byref(self._out))
             if status != Status.OK:
-                raise _batch_error(status, self._error, original, self.config)
+                raise _batch_error(status, self._error, original, self._c_config)
             k = self._summary.micro_batches
             return Plan(self, arr, self._placement_words[:4 * n].copy().view(PLACEMENT_DTYPE),
                         self._table_words[:4 * k].copy().view(MICRO_BATCH_DTYPE),
@@ -271,7 +282,6 @@ class Scheduler:
         """What a plan of ``config`` pickles its scheduler as: a Scheduler of that
         configuration only (one object per configuration, so plans pickled together share
         it)."""
-        from ._plan import _SchedulerOf
         proxy = getattr(self, "_proxy", None)
         if proxy is None or proxy.config is not config:
             proxy = self._proxy = _SchedulerOf(config, self._capacity)
@@ -285,7 +295,7 @@ class Scheduler:
             return self.config.cost_model
         return CostModel("h100", self.config.model)._frozen_copy()
 
-    def observe(self, plan: Plan, times: Any) -> None:
+    def observe(self, plan: Plan, times: Any, step_time: Optional[float] = None) -> None:
         """Adds one step's measured micro-batch times to the refit window.
 
         Every rank that observes the same plans and times (``skrull.torch.gather_times``
@@ -303,6 +313,10 @@ class Scheduler:
             ``[plan.num_micro_batches][dp][cp]`` array (numpy, torch or nested lists), or a
             mapping ``{(dp_rank, cp_rank): [seconds per micro-batch]}`` (a global rank
             ``dp_rank * cp + cp_rank`` works as the key too; a GPU left out is missing).
+        step_time : float, optional
+            Seconds of the whole step on its slowest GPU (forward, backward, the optimizer
+            step and everything between): the refit measures the per-step cost from it
+            (``Refit.iteration_fixed_s``). None, NaN or a value not above 0: not measured.
 
         Raises
         ------
@@ -334,11 +348,16 @@ class Scheduler:
                              "policy, padding...); observe each plan on a scheduler like the "
                              "one that made it", LayoutError, field_name="plan")
         measured = as_times(times, plan)
+        wall = math.nan
+        if step_time is not None:
+            if isinstance(step_time, bool) or not isinstance(step_time, (int, float)):
+                raise type_error("step_time", step_time, "a number of seconds")
+            wall = float(step_time)
         with self._lock:
             if self._window is None:
                 self._window = Window(self._refit_settings, self._c_config,
                                       self.config.cost_model, measured.size)
-            self._window.observe(plan, measured)
+            self._window.observe(plan, measured, wall)
 
     def refit(self) -> Refit:
         """Fits the cost model to the observed window and plans with the result from now on.
@@ -383,7 +402,7 @@ class Scheduler:
         config = dataclasses.replace(self.config, cost_model=frozen)
         c_config = _ffi.skrull_config.from_buffer_copy(self._c_config)
         c_config.cost_model = ctypes.addressof(frozen._c)
-        prepared = Prepared(c_config, config)
+        prepared = Prepared(c_config)
         self.config, self._c_config, self._prepared = config, c_config, prepared
 
     def _layout_workspace(self, n: int) -> tuple[int, int]:
@@ -415,6 +434,16 @@ def _rebuild_scheduler(dp: int, cp: int, bucket_tokens: int, kwargs: dict[str, A
     return Scheduler(dp, cp, bucket_tokens, **kwargs)
 
 
+class _SchedulerOf:
+    """Pickles as a Scheduler of one configuration, nothing else (a plan's scheduler)."""
+
+    def __init__(self, config: _config.Config, capacity: int) -> None:
+        self.config, self.capacity = config, capacity
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return config_reduce(self.config, self.capacity)
+
+
 def config_reduce(c: _config.Config, capacity: int,
                   refit: Optional[RefitSettings] = None) -> tuple[Any, tuple[Any, ...]]:
     """(rebuild, args) of a Scheduler of configuration ``c`` (its buffers made anew)."""
@@ -424,6 +453,7 @@ def config_reduce(c: _config.Config, capacity: int,
                   cost_model=c.cost_model, subgroups=c.subgroups, fill_empty=c.fill_empty,
                   micro_batches=c.micro_batches, chunk_size=c.chunk_size,
                   chunk_keep=c.chunk_keep, chunk_state_permille=c.chunk_state_permille,
+                  sync=c.sync,
                   max_sequences=max(capacity, 1))
     if refit is not None and refit != RefitSettings():
         kwargs["refit"] = refit
@@ -520,7 +550,7 @@ def _hint(value: Any) -> str:
 
 
 def _batch_error(status: int, info: _ffi.skrull_error_info, lengths: np.ndarray,
-                 config: _config.Config) -> Error:
+                 c_config: _ffi.skrull_config) -> Error:
     """The exception for a failed ``skrull_schedule``, from the library's ``skrull_error_info``.
     A length that does not fit ``uint32_t`` went to C as ``2^32 - 1``; its ``value`` is the
     caller's own number."""
@@ -528,4 +558,4 @@ def _batch_error(status: int, info: _ffi.skrull_error_info, lengths: np.ndarray,
     if (status == Status.LENGTH_OUT_OF_RANGE and info.status == status
             and 0 <= info.index < len(lengths)):
         override["value"] = int(lengths[info.index])
-    return from_info(info, status, config=config, **override)
+    return from_info(info, status, c_config=c_config, **override)

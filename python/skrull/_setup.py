@@ -5,13 +5,10 @@ the handle (the budget and, for ``balanced``, the cost model are not derived aga
 from __future__ import annotations
 
 import ctypes
-from typing import TYPE_CHECKING, NoReturn, Optional
+from typing import NoReturn
 
 from . import _ffi
 from ._errors import Status, from_info
-
-if TYPE_CHECKING:
-    from ._config import Config
 
 
 class Prepared:
@@ -26,9 +23,8 @@ class Prepared:
 
     __slots__ = ("buffer", "handle")
 
-    def __init__(self, c_config: _ffi.skrull_config, config: Optional[Config] = None) -> None:
-        """Prepares ``c_config``; raises what an invalid configuration raises (``config``, the
-        Python description, words the message)."""
+    def __init__(self, c_config: _ffi.skrull_config) -> None:
+        """Prepares ``c_config``; raises what an invalid configuration raises."""
         self.buffer = ctypes.create_string_buffer(_ffi.lib.skrull_setup_size())
         self.handle = ctypes.POINTER(_ffi.skrull_setup)()
         err = _ffi.skrull_error_info()
@@ -36,7 +32,7 @@ class Prepared:
                                             len(self.buffer), ctypes.byref(self.handle),
                                             ctypes.byref(err))
         if status != Status.OK:
-            raise from_info(err, status, config=config)
+            raise from_info(err, status, c_config=c_config)
 
     def __reduce__(self) -> NoReturn:
         raise TypeError("a prepared skrull_setup is valid only at its own address and is "

@@ -11,7 +11,8 @@ import pytest
 
 import skrull
 from skrull import _config, _ffi
-from skrull._config import FLOPS, POLICIES, PRESETS, SHARD_PADDINGS, VICTIMS
+from skrull._config import FLOPS, POLICIES, SHARD_PADDINGS, SYNCS, VICTIMS
+from skrull._shape import PRESETS
 
 from conftest import HEADER
 
@@ -19,6 +20,7 @@ _DEFINES = {**{f"SKRULL_POLICY_{k.upper()}": v for k, v in POLICIES.items()},
             **{f"SKRULL_VICTIM_{k.upper()}": v for k, v in VICTIMS.items()},
             **{f"SKRULL_FLOPS_{k.upper()}": v for k, v in FLOPS.items()},
             **{f"SKRULL_SHARD_PADDING_{k.upper()}": v for k, v in SHARD_PADDINGS.items()},
+            **{"SKRULL_SYNC_" + k.upper().replace("-", "_"): v for k, v in SYNCS.items()},
             **{"SKRULL_PRESET_" + k.upper().replace(".", "_").replace("-", "_"): v
                for k, v in PRESETS.items()},
             **{f"SKRULL_STATUS_{s.name}": int(s) for s in skrull.Status},
@@ -40,7 +42,10 @@ _DEFINES = {**{f"SKRULL_POLICY_{k.upper()}": v for k, v in POLICIES.items()},
             "SKRULL_REFIT_MAX_WINDOW": _ffi.REFIT_MAX_WINDOW,
             "SKRULL_REFIT_KEEP_OVERLAP": _ffi.REFIT_KEEP_OVERLAP,
             "SKRULL_REFIT_PARAMS_SIZE_V1": _ffi.REFIT_PARAMS_SIZE_V1,
-            "SKRULL_REFIT_REPORT_SIZE_V1": _ffi.REFIT_REPORT_SIZE_V1}
+            "SKRULL_REFIT_REPORT_SIZE_V1": _ffi.REFIT_REPORT_SIZE_V1,
+            "SKRULL_DETAIL_VALUE": _ffi.DETAIL_VALUE, "SKRULL_DETAIL_LIMIT": _ffi.DETAIL_LIMIT,
+            "SKRULL_WINDOW_MAX_DELAY": _ffi.WINDOW_MAX_DELAY,
+            "SKRULL_WINDOW_PARAMS_SIZE_V1": _ffi.WINDOW_PARAMS_SIZE_V1}
 
 
 def _c_program() -> str:
@@ -238,3 +243,106 @@ def test_the_schedulers_config_carries_the_fields_added_after_version_1():
     plan = s.plan([40])  # sharded over CP 2 with M = 16: padded to 48, 24 per GPU (not 20)
     assert plan.cp_rank.tolist() == [-1] and plan.tokens_per_gpu.tolist() == [24]
     assert plan.micro_batches_per_dp.tolist() == [1, 1]  # lockstep: not [1, 0]
+
+
+def test_status_names_are_the_librarys():
+    """Regression: the status names were written three times (the core, this binding, the
+    torch op); the library now names them (``skrull_status_name``) and the binding's enum must
+    spell every one of them, and no other."""
+    for status in skrull.Status:
+        assert _ffi.lib.skrull_status_name(int(status)).decode() == status.name
+    assert _ffi.lib.skrull_status_name(77) is None
+    known = {n for n in range(256) if _ffi.lib.skrull_status_name(n) is not None}
+    assert known == {int(s) for s in skrull.Status}
+
+
+# ---- the documented struct sizes --------------------------------------------------------------
+
+DOCS_C_API = HEADER.parent.parent / "docs" / "c_api.md"
+
+
+def _header_fields(struct: str) -> list[str]:
+    """The field names of a header struct, in order."""
+    text = re.sub(r"/\*.*?\*/", "", HEADER.read_text(), flags=re.S)
+    body = re.search(r"typedef struct " + struct + r" \{(.*?)\} " + struct + ";", text, re.S)
+    assert body, struct
+    return re.findall(r"(\w+)(?:\[\w+\])?;", body.group(1))
+
+
+def _docs_size_table() -> dict[str, tuple[int, int, list[int], list[str]]]:
+    """struct: (version 1 size, size now, accepted sizes, appended fields) from docs/c_api.md."""
+    text = DOCS_C_API.read_text()
+    start = text.index("<!-- struct sizes:")
+    rows = {}
+    for line in text[start:].splitlines()[3:]:
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) != 5:
+            break
+        name = cells[0].strip("`")
+        sizes = [int(x) for x in cells[3].split(",")]
+        fields = [f.strip().strip("`") for f in cells[4].split(",") if f.strip()]
+        rows[name] = (int(cells[1]), int(cells[2]), sizes, fields)
+    return rows
+
+
+@pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler (cc) on PATH")
+def test_the_documented_struct_sizes_are_the_headers_and_the_librarys(tmp_path):
+    """Regression: docs/c_api.md's accepted sizes stopped at 88 bytes for ``skrull_config``
+    and 168 for ``skrull_layout_buffers`` (the header had 104 and 192) and its list of
+    appended fields missed ``chunk_passes``. The table must name every field the header has
+    past version 1, the size it has now, and exactly the sizes the library accepts: each end
+    of an appended field (a pointer with its ``_len`` as one), probed through the library for
+    the structs a call reads first."""
+    table = _docs_size_table()
+    assert set(table) == {"skrull_config", "skrull_plan_buffers", "skrull_layout_buffers",
+                          "skrull_cost_model"}
+    lines = ["#include <stdio.h>", "#include <stddef.h>", '#include "skrull.h"',
+             "int main(void) {"]
+    for struct in table:
+        lines.append(f'printf("{struct} %zu\\n", sizeof({struct}));')
+        for f in _header_fields(struct):
+            lines.append(f'printf("{struct}.{f} %zu\\n", offsetof({struct}, {f}));')
+    src, exe = tmp_path / "sizes.c", tmp_path / "sizes"
+    src.write_text("\n".join(lines + ["return 0; }"]))
+    subprocess.run(["cc", "-std=c11", f"-I{HEADER.parent}", str(src), "-o", str(exe)],
+                   check=True, capture_output=True)
+    offsets = dict(line.rsplit(" ", 1) for line in subprocess.run(
+        [str(exe)], check=True, capture_output=True, text=True).stdout.splitlines())
+    for struct, (v1, now, sizes, appended) in table.items():
+        fields = _header_fields(struct)
+        assert int(offsets[struct]) == now, struct
+        past_v1 = [f for f in fields if int(offsets[f"{struct}.{f}"]) >= v1]
+        assert appended == past_v1, struct
+        ends = {v1, now} | {int(offsets[f"{struct}.{f}"]) for f in past_v1
+                            if not (f.endswith("_len") and f[:-4] in fields)}
+        assert sizes == sorted(ends), struct
+    # The library accepts exactly those sizes (a configuration and a plan struct are read
+    # first by skrull_config_check and skrull_schedule).
+    v1, now, sizes, _ = table["skrull_config"]
+    status, c = _ffi.preset_config(0)
+    accepted = []
+    for size in range(v1, now + 1, 4):
+        c.struct_size = size
+        if _ffi.lib.skrull_config_check(ctypes.byref(c), None) != skrull.Status.BAD_STRUCT_SIZE:
+            accepted.append(size)
+    assert accepted == sizes
+    status, c = _ffi.preset_config(0)
+    v1, now, sizes, _ = table["skrull_plan_buffers"]
+    accepted = []
+    for size in range(v1, now + 1, 4):
+        out = _ffi.skrull_plan_buffers(struct_size=size)
+        got = _ffi.lib.skrull_schedule(ctypes.byref(c), None, 0, None, 0, ctypes.byref(out))
+        if got != skrull.Status.BAD_STRUCT_SIZE:
+            accepted.append(size)
+    assert accepted == sizes
+
+
+def test_the_version_1_initialiser_names_every_field_it_does_not_write():
+    """Regression: ``skrull_config_default()``'s comment listed the fields a version-1 caller
+    does not get up to ``subgroups`` and stopped there."""
+    text = HEADER.read_text()
+    doc = text[:text.index("skrull_status skrull_config_default(")]
+    doc = doc[doc.rindex("/**"):]
+    _, _, _, appended = _docs_size_table()["skrull_config"]
+    missing = [f for f in appended if not f.startswith("_") and f"`{f}`" not in doc]
+    assert not missing, missing

@@ -10,8 +10,8 @@ pytest.importorskip("transformers")
 
 from skrull.bench import BenchError, main  # noqa: E402
 from skrull.bench._options import parse, lengths_and_bucket, check_fits  # noqa: E402
-from skrull.bench._predict import (executor_time_s, mark_group_chunks,  # noqa: E402
-                                   measured_compute_s)
+from skrull.bench import _ranked_alike, _spread  # noqa: E402
+from skrull.bench._predict import evaluate, measured_compute_s  # noqa: E402
 from skrull.profile import find_cli  # noqa: E402
 
 CORES = len(os.sched_getaffinity(0))
@@ -34,7 +34,11 @@ def test_tiny_run_prints_the_documented_json(tmp_path, capsys):
             assert key in p, key
         assert p["measured_step_s"] > 0 and p["predicted_step_s"] > 0
         assert p["peak_memory_bytes"] > 0 and p["micro_batches"] >= 1
-        assert p["refit"] is not None and "refit" in p["refit"]
+        assert p["measured_spread"] >= 0 and p["runs"] in (1, 2)
+    # One calibration of the machine, before the policies, used by every one of them.
+    cal = printed["calibration"]
+    assert cal is not None and "cost model" in cal["refit"]
+    assert cal["iteration_fixed_s"] >= 0
     ds = printed["policies"][1]
     assert ds["speedup_vs_deepspeed"] == 1.0
     assert chart.read_text().startswith("<svg")
@@ -53,24 +57,39 @@ def test_chunkflow_runs_real_steps_beside_its_prediction(tmp_path, capsys):
     assert p["predicted_step_s"] > 0 and p["micro_batches"] >= 1
 
 
-def test_executor_composition_waits_only_for_sharded_micro_batches():
-    # Two local micro-batches that are slow on alternate ranks take 3 s, not 4 (the
-    # evaluator's barrier), and a sharded one starts when both ranks are ready.
-    mbs = [{"dp": 0, "index": 0, "sharded": 0, "rank_times_s": [2.0, 1.0]},
-           {"dp": 0, "index": 1, "sharded": 0, "rank_times_s": [1.0, 2.0]}]
-    assert executor_time_s({"micro_batches": mbs}, 1, 2) == 3.0
-    mbs.append({"dp": 0, "index": 2, "sharded": 1, "rank_times_s": [0.5, 1.0]})
-    assert executor_time_s({"micro_batches": mbs}, 1, 2) == 4.0
+def test_the_prediction_composes_the_trainers_synchronisation(tmp_path):
+    """The bench predicts with the evaluator's ``sharded`` composition (DDP under no_sync):
+    the plan carries it, and it never takes longer than the barrier at every micro-batch."""
+    import skrull
+    from skrull.profile import find_cli
+    cli = find_cli(None)
+    s = skrull.Scheduler(dp=1, cp=2, bucket_tokens=3000, policy="skrull", sync="sharded")
+    plan = s.plan([2900, 100, 2900, 150, 2800, 120])
+    model = skrull.CostModel("h100").to_json()
+    rep = evaluate(cli, plan.to_json(), model)
+    barrier = evaluate(cli, plan.to_json(), model, sync="cp-group")
+    assert rep["iteration_time_s"] <= barrier["iteration_time_s"]
+    # By hand: the ranks' clocks run apart through micro-batches without a sharded sequence.
+    clocks = [0.0, 0.0]
+    for m in sorted(rep["micro_batches"], key=lambda m: m["index"]):
+        t = m["rank_times_s"]
+        if m["sharded"]:
+            clocks = [max(clocks) + max(t)] * 2
+        else:
+            clocks = [c + x for c, x in zip(clocks, t)]
+    fixed = json.loads(model).get("iteration_fixed_s", 0.0)
+    assert rep["iteration_time_s"] == pytest.approx(max(clocks) + fixed, rel=1e-12)
     assert measured_compute_s([[[2.0, 1.0]], [[1.0, 2.0]]]) == 3.0
-    # A sequence chunked over the group holds the ranks together like a sharded one; on one
-    # GPU it does not (mark_group_chunks reads the group from the plan).
-    plan = {"placements": [{"kind": "chunked", "cp_size": 2, "dp": 0, "micro_batch": 0},
-                           {"kind": "chunked", "cp_size": 1, "dp": 0, "micro_batch": 1}]}
-    mbs = [{"dp": 0, "index": 0, "sharded": 0, "rank_times_s": [2.0, 1.0]},
-           {"dp": 0, "index": 1, "sharded": 0, "rank_times_s": [1.0, 2.0]}]
-    report = mark_group_chunks({"micro_batches": mbs}, json.dumps(plan))
-    assert [m["group_chunked"] for m in mbs] == [1, 0]
-    assert executor_time_s(report, 1, 2) == 4.0
+
+
+def test_only_pairs_apart_by_more_than_the_noise_must_rank_alike():
+    rows = [{"measured_step_s": 1.0, "predicted_step_s": 2.0},
+            {"measured_step_s": 1.05, "predicted_step_s": 1.0},   # within 10 %: not judged
+            {"measured_step_s": 2.0, "predicted_step_s": 3.0}]
+    assert _ranked_alike(rows) == (True, 2)
+    rows[2]["predicted_step_s"] = 0.5
+    assert _ranked_alike(rows) == (False, 2)
+    assert _spread([1.0, 1.1, 0.9]) == pytest.approx(0.2)
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -79,7 +98,12 @@ def test_executor_composition_waits_only_for_sharded_micro_batches():
     (["--dataset", "imdb"], "unknown dataset 'imdb'"),
     (["--dp", str(CORES), "--cp", "2"], "CPU cores"),
     (["--calibrate", "online", "--warmup", "1"], "--warmup 2"),
+    (["--calibrate", "online", "--cost-model", "x.json"], "--cost-model: only with"),
+    (["--cost-model", "/nonexistent/model.json"], "no such file"),
+    (["--max-spread", "0"], "--max-spread"),
     (["--model", "/nonexistent/config.json"], "--model"),
+    (["--outlier-delay", "65"], "--outlier-delay"),
+    (["--cost-model", __file__, "--calibrate", "profile"], "--cost-model: only with"),
 ])
 def test_bad_options_are_refused(argv, message):
     with pytest.raises(BenchError, match=message):
@@ -103,3 +127,26 @@ def test_a_model_that_does_not_fit_is_refused():
     opts = parse(["--device", "cpu", "--cp", "1", "--model", "qwen2.5-0.5b"])
     with pytest.raises(BenchError, match="GiB per process"):
         check_fits(opts, 1 << 31)
+
+
+def test_the_delayed_steps_are_what_the_sampler_trains():
+    """``--outlier-delay``'s micro-batch count is sized on the steps the sampler yields."""
+    import skrull
+    from skrull.bench._delay import delayed_steps, mean_p95, whole_epochs
+    from skrull.hf import SkrullBatchSampler
+    lengths = [40] * 60
+    for i in (3, 21, 40):
+        lengths[i] = 3000
+    sched = skrull.Scheduler(2, 1, 4096, shard_padding="zigzag")
+    sampler = SkrullBatchSampler(lengths, 6, 4096, 1, dp_size=2, rank=0, seed=0,
+                                 outlier_delay=2, shard_padding="zigzag")
+    sampler.record_plans = True
+    list(sampler)
+    import torch
+    order = torch.randperm(60, generator=torch.Generator().manual_seed(0)).tolist()
+    batches = [order[k * 6:(k + 1) * 6] for k in range(10)]
+    steps = delayed_steps(batches, 10, lengths, sched, 2)
+    assert [sorted(lengths[i] for i in s) for s in steps] == \
+        [sorted(p.lengths.tolist()) for _, _, p in sampler.plans]
+    assert steps != batches and sorted(sum(steps, [])) == list(range(60))
+    assert whole_epochs(11, 10) == 20 and mean_p95([1.0, 3.0]) == (2.0, 3.0)

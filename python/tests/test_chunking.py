@@ -71,12 +71,47 @@ def test_the_configuration_holds_the_chunking_fields():
 
 
 def test_chunkflow_without_a_size_gets_the_clis_default():
-    # The largest power of two below the longest sequence (4 x 4096) whose one-GPU chunked
-    # peak fits: 2048 + ceil(16384 x 64 / 1000) = 3097 <= 4096; 4096 does not fit.
+    # The library's default (the CLI's too): the largest power of two within bucket_tokens and
+    # below the longest sequence (4 x 4096) whose chunked peak on the 4 GPUs fits:
+    # 4096 / 4 + ceil(16384 x 64 / 1000) / 4 = 1024 + 263 <= 4096.
     s = skrull.Scheduler(dp=2, cp=4, bucket_tokens=4096, policy="chunkflow")
-    assert s.config.chunk_size == 2048
+    assert s.config.chunk_size == 4096
     assert skrull.Scheduler(dp=2, cp=4, bucket_tokens=4096, policy="balanced").config \
         .chunk_size == 0
+
+
+def test_chunkflow_default_chunk_size_plans_at_dp2_cp16():
+    """Regression: the default was sized for one GPU (where the K/V state of a 212,992-token
+    sequence alone is over 13,312 tokens) while chunkflow chunks over the whole group, so
+    ``Scheduler(dp=2, cp=16, bucket_tokens=13312, model="qwen2.5-7b", policy="chunkflow")``
+    raised INVALID_CHUNKING."""
+    for model, bucket in (("qwen2.5-7b", 13312), ("qwen2.5-0.5b", 26624)):
+        s = skrull.Scheduler(dp=2, cp=16, bucket_tokens=bucket, model=model, policy="chunkflow")
+        assert s.config.chunk_size == 8192 if bucket == 13312 else 16384
+        plan = s.plan([100, 60_000, 5_000, 200_000])
+        assert plan.kind[3] == "chunked"
+
+
+def test_no_default_chunk_size_says_why_and_what_to_set():
+    with pytest.raises(skrull.ConfigError) as e:
+        skrull.Scheduler(dp=1, cp=1, bucket_tokens=1000, policy="chunkflow",
+                         chunk_state_permille=1000)
+    assert e.value.status == "NO_CHUNK_SIZE"
+    text = str(e.value)
+    assert "give chunk_size" in text and "bucket_tokens=1000" in text, text
+    assert e.value.value == 1000 and e.value.limit is not None and e.value.limit > 1000
+
+
+def test_chunkflow_trains_a_sequence_too_long_to_fit_sharded():
+    """With chunking, chunkflow plans a sequence longer than the group can hold sharded when
+    its chunked peak fits (balanced refuses it, naming chunkflow)."""
+    s = skrull.Scheduler(dp=1, cp=2, bucket_tokens=1000, policy="chunkflow", chunk_size=512)
+    plan = s.plan([3000, 100, 200])
+    assert plan.kind.tolist() == ["chunked", "sharded", "sharded"]
+    b = skrull.Scheduler(dp=1, cp=2, bucket_tokens=1000, policy="balanced", chunk_size=512)
+    with pytest.raises(skrull.BatchError) as e:
+        b.plan([3000, 100, 200])
+    assert e.value.status == "SEQUENCE_TOO_LONG" and "chunkflow" in str(e.value)
 
 
 def test_chunked_plans_pickle_and_export_as_the_cli():

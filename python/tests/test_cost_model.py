@@ -44,7 +44,7 @@ def test_presets_are_the_librarys(gpu, model):
     m = skrull.CostModel(gpu, model=model)
     shape = skrull.Scheduler(model=model)._c_config.model
     status, raw = _ffi.preset_cost_model(skrull.GPUS[gpu], shape)
-    assert status == 0 and raw.struct_size == ctypes.sizeof(raw) == _ffi.COST_MODEL_SIZE_V1
+    assert status == 0 and raw.struct_size == ctypes.sizeof(raw) == _ffi.COST_MODEL_SIZE_V2
     assert bytes(m._c) == bytes(raw)
     assert m.gpu == gpu and m.overlap == "local-attention" and m.gpus_per_node == 8
     assert len(m.attention_fwd_flops) == 6 and isinstance(m.attention_seqlen, tuple)
@@ -167,7 +167,7 @@ def test_cost_model_field_numbers_follow_the_header():
     """Regression: the library once numbered the fields after `overlap` one low and reported a
     bad attention_bwd_flops with attention_fwd_flops's number. Each field, broken alone, must
     come back as its own position after `struct_size`, and `field_name` must name it."""
-    from skrull._config import config_error_info
+    from skrull._args import config_error_info
     for number, name in enumerate(_cost.FIELDS, start=1):
         if name == "overlap":  # an enum: an unknown value is INVALID_ENUM, without a field
             continue
@@ -185,7 +185,7 @@ def test_cost_model_field_numbers_follow_the_header():
         status, info = config_error_info(cfg)
         assert status == info.status == skrull.Status.INVALID_COST_MODEL, name
         assert info.field == number, name
-        assert _cost.cost_field_name(info.field) == name
+        assert skrull._errors.field_name(info.status, info.field) == name
 
 
 def test_setting_fields_checks_types_and_never_wraps():
@@ -300,3 +300,23 @@ def test_a_cost_model_pickles_and_copies_whole():
         assert m.gpus_per_node == 2
     frozen = skrull.Scheduler(2, 2, 64, cost_model=m).config.cost_model
     assert pickle.loads(pickle.dumps(frozen)) == m
+
+
+def test_the_per_sharded_sequence_cost_round_trips_through_c_json_and_plans(tmp_path):
+    m = skrull.CostModel("h100", model="qwen2.5-0.5b", sharded_sequence_s=0.004567891234)
+    assert m.sharded_sequence_s == 0.004567891234
+    assert m._c.struct_size == _ffi.COST_MODEL_SIZE_V2
+    path = tmp_path / "m.json"
+    m.to_json(path)
+    back = skrull.CostModel.from_json(path)
+    assert back.sharded_sequence_s == m.sharded_sequence_s and back == m
+    assert "sharded_sequence_s" in m.to_dict()
+    with pytest.raises(skrull.ConfigError) as err:
+        skrull.CostModel(sharded_sequence_s=-1.0).validate()
+    assert err.value.field_name == "sharded_sequence_s"
+    # The library plans with it: a costly sharded sequence is kept whole.
+    lengths = [17_000] + [900] * 24
+    cheap = skrull.Scheduler(1, 8, 26 * 1024, model="qwen2.5-0.5b").plan(lengths)
+    dear = skrull.Scheduler(1, 8, 26 * 1024, model="qwen2.5-0.5b",
+                            cost_model=skrull.CostModel(sharded_sequence_s=1.0)).plan(lengths)
+    assert cheap.placements["cp_rank"][0] == -1 and (dear.placements["cp_rank"] >= 0).all()

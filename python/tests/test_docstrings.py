@@ -9,10 +9,11 @@ import inspect
 import pytest
 
 import skrull
-from skrull import _config, _cost, _errors, _layout, _plan, _scheduler, profile
+from skrull import _config, _cost, _errors, _layout, _plan, _scheduler, _window, profile
 from skrull.profile import _shape
 
-MODULES = [skrull, _config, _cost, _errors, _layout, _plan, _scheduler, profile, _shape]
+MODULES = [skrull, _config, _cost, _errors, _layout, _plan, _scheduler, _window, profile,
+           _shape]
 
 
 @pytest.mark.parametrize("module", MODULES, ids=[m.__name__ for m in MODULES])

@@ -139,6 +139,35 @@ def test_a_slot_stays_empty_only_when_a_rank_has_fewer_sequences_than_slots():
 
 # ---- attention ----------------------------------------------------------------------------
 
+def test_more_micro_batches_than_samples_per_rank_is_valid_not_an_assertion():
+    """Regression: transformers' BatchRebalanceSampler asserts effective_batch_size >=
+    dp_size * grad_accum, so this crashed with a bare AssertionError (``skrull.bench --dp 2
+    --cp 1`` on a long-tail file met it); a skrull plan runs the extra micro-batches empty."""
+    rng = np.random.default_rng(3)
+    lengths = rng.integers(10, 2000, size=64).tolist()
+    sampler = sh.SkrullBatchSampler(lengths, 16, 2048, grad_accum=9, dp_size=2, rank=0,
+                                    policy="skrull")
+    micro_batches = list(sampler)
+    assert len(micro_batches) == len(sampler) == 4 * 9
+    seen = [i for mb in micro_batches for i in mb]
+    assert len(seen) == len(set(seen)) > 0
+    assert sum(1 for mb in micro_batches if not mb) > 0  # the extra slots run empty
+    with pytest.raises(ValueError, match="grad_accum must be a whole number"):
+        sh.SkrullBatchSampler(lengths, 16, 2048, grad_accum=0, dp_size=2, rank=0)
+    with pytest.raises(ValueError, match="rank must be from 0"):
+        sh.SkrullBatchSampler(lengths, 16, 2048, grad_accum=2, dp_size=2, rank=2)
+
+
+def test_the_sampler_plans_for_ddp_under_no_sync():
+    """SkrullTrainer runs DDP with gradient accumulation under no_sync: the sampler's plans
+    are made for that synchronisation unless told otherwise."""
+    s = sh.SkrullBatchSampler([5, 3, 4, 6], 2, bucket_tokens=16, dp_size=1, rank=0)
+    assert s.scheduler.config.sync == "sharded"
+    s = sh.SkrullBatchSampler([5, 3, 4, 6], 2, bucket_tokens=16, dp_size=1, rank=0,
+                              sync="every-gpu")
+    assert s.scheduler.config.sync == "every-gpu"
+
+
 def test_skrull_attention_runs_sequence_by_sequence_never_t_by_t(monkeypatch):
     from skrull.torch.attention import _merge
     lengths = [7, 30, 1, 12]

@@ -90,6 +90,14 @@ def test_quick_cpu_profile_writes_every_kind_of_sample(profiled):
         assert mem[n, "checkpoint"] < mem[n, "plain"]
     for m in ("plain", "checkpoint"):  # saved activations grow linearly with tokens
         assert mem[512, m] - mem[256, m] == 2 * (mem[256, m] - mem[128, m]) > 0
+    # The executor's sharded attention on each node's ring of 2 (4 processes as 2 nodes),
+    # 1 to 8 sequences of 32 tokens per rank; the optimizer step over the layer's, the
+    # head's and both parameter counts.
+    assert [(int(r[1]), r[3], r[4]) for r in kinds["sharded"]] == \
+        [(n, "64", "2") for n in (1, 2, 4, 8)]
+    assert all(float(r[2]) > 0 for r in kinds["sharded"] + kinds["step"])
+    layer, head, both = (int(r[1]) for r in kinds["step"])
+    assert layer + head == both and layer > 0 and head > 0
 
 
 @needs_cli
@@ -98,6 +106,8 @@ def test_quick_cpu_profile_fits_and_reports_a_monotone_bucket(profiled):
     model = json.loads(out.with_suffix(".json").read_text())
     assert "compute fit (3 whole-model samples" in model["_comment"]
     assert "inter-node collective fit on 4 GPUs" in model["_comment"]
+    assert "per sharded sequence: " in model["_comment"] and "per step: " in model["_comment"]
+    assert model["sharded_sequence_s"] >= 0 and model["iteration_fixed_s"] > 0
     h100 = skrull.CostModel("h100", model=skrull.ModelShape(**TINY.model_fields()))
     assert model["attention"]["seqlen"] == [128, 256, 512, 1024, 2048, 4096]
     assert model["gemm_efficiency"] != h100.gemm_efficiency

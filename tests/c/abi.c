@@ -21,9 +21,10 @@ _Static_assert(offsetof(skrull_summary, sequences) == 8, "");
 _Static_assert(offsetof(skrull_summary, _reserved) == 28, "");
 _Static_assert(sizeof(skrull_model_shape) == 24, "skrull_model_shape is 24 bytes");
 _Static_assert(SKRULL_CONFIG_SIZE_V1 == 60, "skrull_config v1 is 60 bytes");
-_Static_assert(sizeof(skrull_config) == 96 + sizeof(void *),
+_Static_assert(sizeof(skrull_config) == 104 + sizeof(void *),
                "skrull_config grew by pad_multiple, pad_local, lockstep, cost_model, subgroups, "
-               "fill_empty, micro_batches, chunk_size, chunk_keep, chunk_state_permille");
+               "fill_empty, micro_batches, chunk_size, chunk_keep, chunk_state_permille, sync "
+               "and _reserved");
 _Static_assert(offsetof(skrull_config, pad_multiple) == SKRULL_CONFIG_SIZE_V1, "appended");
 _Static_assert(offsetof(skrull_config, cost_model) == 72, "appended");
 _Static_assert(offsetof(skrull_config, subgroups) == 72 + sizeof(void *), "appended");
@@ -34,9 +35,13 @@ _Static_assert(offsetof(skrull_config, chunk_size) == 84 + sizeof(void *),
                "the previous explicit padding word");
 _Static_assert(offsetof(skrull_config, chunk_keep) == 88 + sizeof(void *), "appended");
 _Static_assert(offsetof(skrull_config, chunk_state_permille) == 92 + sizeof(void *), "appended");
+_Static_assert(offsetof(skrull_config, sync) == 96 + sizeof(void *), "appended");
+_Static_assert(offsetof(skrull_config, _reserved) == 100 + sizeof(void *), "appended");
 _Static_assert(SKRULL_CHUNKED == -2 && SKRULL_SHARDED == -1, "placement markers");
 _Static_assert(SKRULL_POLICY_CHUNKFLOW == 5, "policy numbers are stable");
-_Static_assert(sizeof(skrull_cost_model) == SKRULL_COST_MODEL_SIZE_V1, "cost model v1");
+_Static_assert(sizeof(skrull_cost_model) == SKRULL_COST_MODEL_SIZE_V2, "cost model v2");
+_Static_assert(offsetof(skrull_cost_model, sharded_sequence_s) == SKRULL_COST_MODEL_SIZE_V1,
+               "sharded_sequence_s appended to version 1");
 _Static_assert(sizeof(skrull_error_info) == 32, "skrull_error_info is 32 bytes");
 _Static_assert(offsetof(skrull_error_info, index) == 8, "");
 _Static_assert(offsetof(skrull_config, struct_size) == 0, "struct_size comes first");
@@ -92,6 +97,12 @@ static void statuses(void) {
     CHECK(SKRULL_STATUS_INVALID_PAD_MULTIPLE == 20);
     CHECK(SKRULL_STATUS_INVALID_COST_MODEL == 21);
     CHECK(SKRULL_STATUS_UNSUPPORTED_OPTION == 22);
+    CHECK(SKRULL_STATUS_INVALID_WINDOW_PARAMS == 50);
+    CHECK(SKRULL_STATUS_WINDOW_STATE_INVALID == 51);
+    CHECK(SKRULL_STATUS_WINDOW_FULL == 52);
+    CHECK(SKRULL_STATUS_WINDOW_EMPTY == 53);
+    CHECK(SKRULL_STATUS_WINDOW_BATCH_TOO_LARGE == 54);
+    CHECK(SKRULL_STATUS_INVALID_DEFERRED == 55);
     CHECK(SKRULL_STATUS_INTERNAL == 254);
     CHECK(SKRULL_STATUS_PANIC == 255);
     /* Every number has a static string; known ones are distinct, unknown ones say so. */
@@ -113,7 +124,7 @@ static void statuses(void) {
             }
         }
     }
-    CHECK(known == 32);
+    CHECK(known == 39);
     /* The panic guard turns a Rust panic into a status. */
     CHECK_STATUS(skrull_panic_selftest(), SKRULL_STATUS_PANIC);
     CHECK_STATUS(skrull_panic_selftest(), SKRULL_STATUS_PANIC);
@@ -134,6 +145,7 @@ static void presets(void) {
     CHECK(c.subgroups == 0); /* sub-groups are opt-in */
     /* Chunking is off by default, with K = 1 and 64/1000 of a token of state. */
     CHECK(c.chunk_size == 0 && c.chunk_keep == 1 && c.chunk_state_permille == 64);
+    CHECK(c.sync == SKRULL_SYNC_CP_GROUP && c._reserved == 0);
 
     skrull_config p;
     CHECK_STATUS(skrull_config_preset_init(SKRULL_PRESET_QWEN2_5_0_5B, &p, sizeof p),

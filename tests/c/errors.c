@@ -316,12 +316,109 @@ static void refit_errors(void) {
     store_free(&s);
 }
 
+/* chunkflow's default chunk size (skrull_chunk_size_default): found at DP 2 x CP 16, none
+ * when the K/V state alone is over the budget, with the numbers in the details; and the
+ * library's sentence, name and details for a status. */
+static void chunk_size_and_words(void) {
+    skrull_config c;
+    CHECK_STATUS(skrull_config_preset_init(SKRULL_PRESET_QWEN2_5_7B, &c, sizeof c),
+                 SKRULL_STATUS_OK);
+    c.dp = 2;
+    c.cp = 16;
+    c.policy = SKRULL_POLICY_CHUNKFLOW;
+    uint32_t size = 0;
+    skrull_error_info info;
+    CHECK_STATUS(skrull_chunk_size_default(&c, 0, &size, &info), SKRULL_STATUS_OK);
+    CHECK(size == 8192);
+    c.chunk_size = size;
+    CHECK_STATUS(skrull_config_check(&c, &info), SKRULL_STATUS_OK);
+    c.cp = 1;
+    c.bucket_tokens = 1000;
+    c.chunk_state_permille = 1000;
+    size = 7;
+    skrull_status st = skrull_chunk_size_default(&c, 0, &size, &info);
+    note(st);
+    CHECK_STATUS(st, SKRULL_STATUS_NO_CHUNK_SIZE);
+    CHECK(size == 7 && info.status == st && info.value == 1000 && info.limit > 1000);
+    CHECK((skrull_error_details(st) & (SKRULL_DETAIL_VALUE | SKRULL_DETAIL_LIMIT)) ==
+          (SKRULL_DETAIL_VALUE | SKRULL_DETAIL_LIMIT));
+    CHECK(strcmp(skrull_status_name(st), "NO_CHUNK_SIZE") == 0);
+    CHECK(skrull_status_name(77) == NULL);
+    char text[16];
+    size_t whole = skrull_error_describe(st, &info, &c, NULL, 0);
+    CHECK(whole > sizeof text);
+    CHECK(skrull_error_describe(st, &info, &c, text, sizeof text) == whole);
+    CHECK(strlen(text) == sizeof text - 1);
+    CHECK(strcmp(skrull_error_field_name(SKRULL_STATUS_INVALID_DP, 0), "dp") == 0);
+}
+
+/* The outlier-delay window's statuses: bad parameters, an uninitialised state, a full and an
+ * empty window, a batch over its capacity, a deferred sample that does not fit. */
+static void window_errors(void) {
+    skrull_config c;
+    CHECK_STATUS(skrull_config_init(&c, sizeof c), SKRULL_STATUS_OK);
+    c.dp = 2;
+    c.cp = 2;
+    c.bucket_tokens = 64;
+    size_t setup_bytes = skrull_setup_size();
+    guarded setup_mem = guarded_alloc(setup_bytes);
+    const skrull_setup *setup = NULL;
+    CHECK_STATUS(skrull_setup_init(&c, setup_mem.data, setup_bytes, &setup, NULL),
+                 SKRULL_STATUS_OK);
+    skrull_window_params p;
+    memset(&p, 0, sizeof p);
+    p.struct_size = sizeof p;
+    p.max_delay = 1;
+    p.batch_capacity = 2;
+    skrull_window_capacity cap;
+    CHECK_STATUS(skrull_window_sizes(&p, &cap), SKRULL_STATUS_OK);
+    guarded state = guarded_alloc(cap.state_bytes);
+    skrull_error_info info;
+    skrull_window_params bad = p;
+    bad.batch_capacity = 0;
+    skrull_status st = skrull_window_init(&bad, setup, state.data, cap.state_bytes, &info);
+    note(st);
+    CHECK_STATUS(st, SKRULL_STATUS_INVALID_WINDOW_PARAMS);
+    memset(state.data, 0, cap.state_bytes);
+    const uint32_t lengths[3] = {5, 9, 2};
+    st = skrull_window_push(state.data, cap.state_bytes, lengths, 2, &info);
+    note(st);
+    CHECK_STATUS(st, SKRULL_STATUS_WINDOW_STATE_INVALID);
+    CHECK_STATUS(skrull_window_init(&p, setup, state.data, cap.state_bytes, &info),
+                 SKRULL_STATUS_OK);
+    uint64_t positions[8];
+    uint32_t out_lengths[8];
+    skrull_window_step_info out;
+    st = skrull_window_step(state.data, cap.state_bytes, positions, out_lengths, 8, &out, &info);
+    note(st);
+    CHECK_STATUS(st, SKRULL_STATUS_WINDOW_EMPTY);
+    st = skrull_window_push(state.data, cap.state_bytes, lengths, 3, &info);
+    note(st);
+    CHECK_STATUS(st, SKRULL_STATUS_WINDOW_BATCH_TOO_LARGE);
+    skrull_window_deferred d = {0, 0, 5, 0};
+    st = skrull_window_requeue(state.data, cap.state_bytes, &d, 1, &info);
+    note(st);
+    CHECK_STATUS(st, SKRULL_STATUS_INVALID_DEFERRED);
+    CHECK_STATUS(skrull_window_push(state.data, cap.state_bytes, lengths, 2, &info),
+                 SKRULL_STATUS_OK);
+    CHECK_STATUS(skrull_window_push(state.data, cap.state_bytes, lengths, 2, &info),
+                 SKRULL_STATUS_OK);
+    st = skrull_window_push(state.data, cap.state_bytes, lengths, 2, &info);
+    note(st);
+    CHECK_STATUS(st, SKRULL_STATUS_WINDOW_FULL);
+    CHECK(guards_intact(&state) && guards_intact(&setup_mem));
+    free(state.base);
+    free(setup_mem.base);
+}
+
 int main(void) {
     note(SKRULL_STATUS_OK);
+    chunk_size_and_words();
     schedule_errors();
     dacp_errors();
     layout_errors();
     refit_errors();
+    window_errors();
     note(skrull_panic_selftest());
     /* Every status this library defines was produced by some call above. */
     for (uint32_t code = 0; code < 256; code++) {

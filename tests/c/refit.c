@@ -59,7 +59,7 @@ int main(void) {
     skrull_config cfg = config();
     skrull_refit_params params;
     CHECK_STATUS(skrull_refit_params_default(&params, sizeof params), SKRULL_STATUS_OK);
-    CHECK(params.struct_size == SKRULL_REFIT_PARAMS_SIZE_V1);
+    CHECK(params.struct_size == SKRULL_REFIT_PARAMS_SIZE_V2);
     params.max_rows_per_step = N * DP * CP;
     size_t bytes = skrull_refit_size(&params);
     CHECK(bytes > 0);

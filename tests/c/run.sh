@@ -19,7 +19,7 @@ LIB=${CARGO_TARGET_DIR:-target}/release/libskrull.a
 WARN="-Wall -Wextra -Wpedantic -Werror"
 CFLAGS="-std=c11 $WARN -O2 -g -Iinclude -Itests/c"
 LIBS="$LIB -lpthread -ldl -lm"
-TESTS="abi abi_v1 plan errors threads snippet layout trainer regressions subgroups fill prepared refit chunked"
+TESTS="abi abi_v1 plan errors threads snippet layout trainer regressions subgroups fill prepared refit chunked window"
 passed=0
 failed=0
 mkdir -p "$BUILD"
@@ -54,7 +54,7 @@ for t in $TESTS; do
 done
 
 # The C side under AddressSanitizer + UBSan (catches C-side overruns of what skrull wrote).
-for t in abi_v1 plan errors layout regressions subgroups fill prepared refit chunked; do
+for t in abi_v1 plan errors layout regressions subgroups fill prepared refit chunked window; do
     step "build-$t-asan" "$CC" $CFLAGS -O1 -fsanitize=address,undefined -fno-omit-frame-pointer \
         "tests/c/$t.c" -o "$BUILD/$t-asan" $LIBS
     step "run-$t-asan" env ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1 \

@@ -16,7 +16,10 @@
 //!   [`Config::pad_local`] ([`Budget::local`]).
 //!
 //! A batch is accepted only when every sequence fits sharded (`share(S) <= C`); the
-//! baselines shard everything, so this is what makes every policy able to plan it.
+//! baselines shard everything, so this is what makes every policy able to plan it. The one
+//! exception is `chunkflow` with chunking on, which runs every long sequence chunked over the
+//! whole group: it accepts a longer sequence whose chunked peak fits
+//! ([`Budget::check_lengths_chunked`]).
 
 use crate::config::Config;
 use crate::config::chunking::Chunking;
@@ -48,6 +51,31 @@ const fn gcd(mut a: u64, mut b: u64) -> u64 {
         (a, b) = (b, a % b);
     }
     a
+}
+
+/// The budget a configuration gives (here, not beside `Config`, so that `config` stands below
+/// `budget` and the two never import each other).
+impl Config {
+    /// The token budget of this configuration: what each placement costs a GPU.
+    #[inline]
+    pub fn budget(&self) -> Budget {
+        Budget::new(self)
+    }
+
+    /// Tokens each GPU holds of a sequence of `len` tokens sharded over the CP group
+    /// ([`Budget::share`](Budget::share); builds the budget on every call, so
+    /// hot loops should hold a [`Config::budget`] instead).
+    #[inline]
+    pub fn shard_tokens(&self, len: u32) -> u32 {
+        self.budget().share(len)
+    }
+
+    /// Tokens a local sequence of `len` tokens costs its rank
+    /// ([`Budget::local`](Budget::local)).
+    #[inline]
+    pub fn local_tokens(&self, len: u32) -> u32 {
+        self.budget().local(len)
+    }
 }
 
 impl Budget {
@@ -193,6 +221,23 @@ impl Budget {
     /// [`Error::TooManySequences`], [`Error::EmptySequence`], [`Error::LengthOutOfRange`] or
     /// [`Error::SequenceTooLong`] (the first offending sequence in input order).
     pub fn check_lengths(&self, lengths: &[u32]) -> Result<u64, Error> {
+        self.check_lengths_chunked(lengths, &Chunking::OFF, 1)
+    }
+
+    /// [`Budget::check_lengths`] for a policy that runs every sequence longer than a chunk
+    /// chunked on `group` GPUs (`chunkflow`: the whole CP group): a sequence too long to fit
+    /// sharded is accepted when `chunking` can chunk it and its chunked peak on the group
+    /// ([`Budget::chunked`]) fits BucketSize. With chunking off it is `check_lengths`.
+    ///
+    /// # Errors
+    /// As [`Budget::check_lengths`], and [`Error::ChunkOverBudget`] for a sequence too long
+    /// sharded whose chunked peak is over BucketSize too.
+    pub fn check_lengths_chunked(
+        &self,
+        lengths: &[u32],
+        chunking: &Chunking,
+        group: u32,
+    ) -> Result<u64, Error> {
         if lengths.len() > MAX_SEQS {
             return Err(Error::TooManySequences {
                 count: lengths.len(),
@@ -212,16 +257,35 @@ impl Budget {
                 });
             }
             if !self.fits_sharded(len) {
-                return Err(Error::SequenceTooLong {
-                    index,
-                    len,
-                    needed_bucket: self.share(len),
-                });
+                self.too_long(index, len, chunking, group)?;
             }
             // At most 2^16 sequences of < 2^31 tokens: < 2^47, no overflow.
             total += u64::from(len);
         }
         Ok(total)
+    }
+
+    /// The error for a sequence too long to fit sharded, unless it fits chunked.
+    #[cold]
+    fn too_long(
+        &self,
+        index: usize,
+        len: u32,
+        chunking: &Chunking,
+        group: u32,
+    ) -> Result<(), Error> {
+        if !chunking.can_chunk(len) {
+            return Err(Error::SequenceTooLong {
+                index,
+                len,
+                needed_bucket: self.share(len),
+            });
+        }
+        let peak = self.chunked(chunking, len, group);
+        if peak > u64::from(self.bucket) {
+            return Err(Error::ChunkOverBudget { index, len, peak });
+        }
+        Ok(())
     }
 }
 

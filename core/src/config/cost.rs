@@ -201,6 +201,10 @@ pub struct CostModel {
     pub micro_batch_extra_s: f64,
     /// Fixed cost per iteration (optimizer step, gradient synchronisation), seconds.
     pub iteration_fixed_s: f64,
+    /// Fixed cost per sharded sequence per micro-batch, paid by every GPU of the group it is
+    /// sharded over (the whole CP group or a sub-group) outside the overlap window: the
+    /// executor's work per sequence (its zigzag chunks, its K/V gradient), seconds.
+    pub sharded_sequence_s: f64,
 }
 
 /// H100 SXM5 dense BF16 peak (FLOP/s).
@@ -269,6 +273,7 @@ impl CostModel {
         kernel_launch_s: 5e-6,
         micro_batch_extra_s: 0.0,
         iteration_fixed_s: 0.0,
+        sharded_sequence_s: 0.0,
     };
 
     /// The H100 preset for Qwen2.5-0.5B (head dim 64).
@@ -310,6 +315,7 @@ impl CostModel {
             (CostField::KernelLaunchS, self.kernel_launch_s),
             (CostField::MicroBatchExtraS, self.micro_batch_extra_s),
             (CostField::IterationFixedS, self.iteration_fixed_s),
+            (CostField::ShardedSequenceS, self.sharded_sequence_s),
         ];
         for (field, v) in non_negative {
             if !(v.is_finite() && v >= 0.0) {

@@ -6,6 +6,7 @@ pub mod budget;
 pub mod chunking;
 pub mod cost;
 pub mod cp_group;
+pub mod default_chunk;
 pub mod limits;
 pub mod options;
 pub mod shape;
@@ -15,7 +16,9 @@ pub use cp_group::CpGroup;
 
 pub use cost::CostModel;
 pub use limits::*;
-pub use options::{FlopsFormula, Policy, RECOMMENDED_POLICY, ShardPadding, Victim};
+pub use options::{
+    FlopsFormula, Policy, RECOMMENDED_POLICY, ShardPadding, Synchronisation, Victim,
+};
 pub use shape::ModelShape;
 
 use crate::error::{ChunkingField, Error};
@@ -83,6 +86,10 @@ pub struct Config {
     /// its cost model says that is faster, `chunkflow` chunks every sequence longer than a
     /// chunk over the whole CP group.
     pub chunking: Chunking,
+    /// How the trainer makes GPUs wait for each other ([`Synchronisation`]): the composition
+    /// the evaluator and `balanced` use. [`Synchronisation::EveryGpu`] also makes every DP rank
+    /// report the same micro-batch count, as lockstep does. Default: `CpGroup`, the paper's.
+    pub sync: Synchronisation,
 }
 
 impl Config {
@@ -107,6 +114,7 @@ impl Config {
             micro_batches: 0,
             cost: None,
             chunking: Chunking::OFF,
+            sync: Synchronisation::CpGroup,
         }
     }
 
@@ -122,18 +130,26 @@ impl Config {
         cfg
     }
 
+    /// Whether every DP rank runs the same micro-batch count: [`Config::lockstep`], or a
+    /// synchronisation that waits for every GPU at every micro-batch.
+    #[inline]
+    pub fn lockstep_counts(&self) -> bool {
+        self.lockstep || self.sync == Synchronisation::EveryGpu
+    }
+
     /// Whether every DP rank reports the same micro-batch count, some of them possibly past
-    /// the micro-batches it holds ([`Config::lockstep`] or a fixed [`Config::micro_batches`]).
+    /// the micro-batches it holds ([`Config::lockstep_counts`] or a fixed
+    /// [`Config::micro_batches`]).
     #[inline]
     pub fn uniform_counts(&self) -> bool {
-        self.lockstep || self.micro_batches != 0
+        self.lockstep_counts() || self.micro_batches != 0
     }
 
     /// Whether the plan's empty micro-batches are filled by splitting: a fixed count, or
-    /// [`Config::fill_empty`] with lockstep.
+    /// [`Config::fill_empty`] with lockstep counts.
     #[inline]
     pub fn fills_empty(&self) -> bool {
-        self.micro_batches != 0 || (self.fill_empty && self.lockstep)
+        self.micro_batches != 0 || (self.fill_empty && self.lockstep_counts())
     }
 
     /// The cost model this configuration plans and evaluates with: [`Config::cost`], or the
@@ -158,27 +174,6 @@ impl Config {
     pub fn with_victim(mut self, victim: Victim) -> Config {
         self.victim = victim;
         self
-    }
-
-    /// The token budget of this configuration: what each placement costs a GPU.
-    #[inline]
-    pub fn budget(&self) -> crate::config::budget::Budget {
-        crate::config::budget::Budget::new(self)
-    }
-
-    /// Tokens each GPU holds of a sequence of `len` tokens sharded over the CP group
-    /// ([`Budget::share`](crate::config::budget::Budget::share); builds the budget on every call, so
-    /// hot loops should hold a [`Config::budget`] instead).
-    #[inline]
-    pub fn shard_tokens(&self, len: u32) -> u32 {
-        self.budget().share(len)
-    }
-
-    /// Tokens a local sequence of `len` tokens costs its rank
-    /// ([`Budget::local`](crate::config::budget::Budget::local)).
-    #[inline]
-    pub fn local_tokens(&self, len: u32) -> u32 {
-        self.budget().local(len)
     }
 
     /// Checks the chunking settings, and that `chunkflow` has them on.

@@ -160,3 +160,46 @@ impl ShardPadding {
         Self::ALL.iter().copied().find(|p| p.name() == name)
     }
 }
+
+/// How the trainer that runs a plan makes its GPUs wait for each other: the composition the
+/// evaluator, the simulator and `balanced`'s objective use (`docs/cost_model.md`,
+/// "Synchronisation").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Synchronisation {
+    /// Every micro-batch waits for its slowest CP rank; DP ranks meet at the step (the
+    /// paper's composition, and the default).
+    #[default]
+    CpGroup,
+    /// Every micro-batch waits for every GPU of the job (ZeRO-2/3, which reduce gradients at
+    /// every backward): the iteration is the sum over micro-batch indices of the slowest GPU,
+    /// and every DP rank runs the same micro-batch count (plans are lockstep).
+    EveryGpu,
+    /// CP ranks meet only in micro-batches that hold a sequence spanning several of them
+    /// (sharded, or chunked on a group) and everyone at the step's gradient all-reduce (DDP
+    /// with gradient accumulation under `no_sync`, what `SkrullTrainer` runs): a micro-batch
+    /// of whole sequences runs on each CP rank at its own pace.
+    Sharded,
+}
+
+impl Synchronisation {
+    /// Every setting, in a fixed order (the C ABI's `SKRULL_SYNC_*` numbers).
+    pub const ALL: [Synchronisation; 3] = [
+        Synchronisation::CpGroup,
+        Synchronisation::EveryGpu,
+        Synchronisation::Sharded,
+    ];
+
+    /// The setting's stable name (`cp-group`, `every-gpu`, `sharded`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Synchronisation::CpGroup => "cp-group",
+            Synchronisation::EveryGpu => "every-gpu",
+            Synchronisation::Sharded => "sharded",
+        }
+    }
+
+    /// Parses a name given by [`Synchronisation::name`].
+    pub fn from_name(name: &str) -> Option<Synchronisation> {
+        Self::ALL.iter().copied().find(|s| s.name() == name)
+    }
+}

@@ -20,7 +20,7 @@
 //!   least `(Σ_s w(s)/N + M·T_fixed)/k` over the `k` DP ranks that hold sequences, where
 //!   `w(s)` is the GPU-seconds of sequence `s` at best — the compute-bound GEMM time of its
 //!   `S` tokens plus the cheaper of its whole attention (only if `S <= C`) and `N` shards'
-//!   attention — and `M >= max(k, ceil(ΣS/(N·C)))` micro-batches (one holds at most `N·C`
+//!   attention with the per-sharded-sequence fixed cost on each of them — and `M >= max(k, ceil(ΣS/(N·C)))` micro-batches (one holds at most `N·C`
 //!   tokens); the expression falls as `k` grows, so `k = DP` bounds every plan;
 //! - **fixed**: some DP rank runs at least `ceil(M/DP)` micro-batches of at least `T_fixed`;
 //! - **longest**: the micro-batch holding sequence `s` takes at least the cheaper of `s`
@@ -41,7 +41,8 @@ use crate::config::Config;
 use crate::config::cost::InvalidCost;
 use crate::config::cp_group::CpGroup;
 pub use crate::config::cp_group::GROUP_LEVELS;
-use crate::config::limits::{MAX_SEQ_LEN, MAX_SEQS};
+use crate::config::limits::{MAX_CP, MAX_SEQ_LEN, MAX_SEQS};
+use crate::config::options::Synchronisation;
 use crate::error::Error;
 use crate::model::time::{RankLoad, Ring, TimeModel};
 use crate::plan::{CHUNKED, Placement, Plan, SHARDED};
@@ -61,8 +62,10 @@ pub struct MicroBatchTime {
     pub slowest_cp_rank: u32,
     /// Sequences in it.
     pub sequences: u32,
-    /// Sharded sequences in it.
+    /// Sharded sequences in it (over the whole CP group or a sub-group).
     pub sharded: u32,
+    /// Of them, sharded over the whole CP group (every rank pays their fixed cost).
+    pub sharded_whole: u32,
     /// Chunked sequences in it.
     pub chunked: u32,
     /// The most time one GPU spends recomputing chunks in it, seconds.
@@ -81,6 +84,9 @@ pub struct MicroBatchTime {
     pub peak_tokens: u64,
     /// Whether some GPU holds more than BucketSize tokens.
     pub over_budget: bool,
+    /// Whether a sequence in it spans several CP ranks (sharded, or chunked on a group): its
+    /// ranks then meet in it whatever the synchronisation.
+    pub collective: bool,
 }
 
 impl MicroBatchTime {
@@ -119,6 +125,8 @@ pub struct RankSlot {
     pub group_comm: f64,
     /// Tokens sharded over this rank's sub-group of `2^(l+1)` ranks, per `l`.
     pub group_len: [u64; GROUP_LEVELS],
+    /// Sequences sharded over sub-groups this rank belongs to.
+    pub group_sequences: u32,
     /// Tokens this GPU holds for the chunked sequences of its groups (their peaks,
     /// [`Budget::chunked`](crate::Budget::chunked)).
     pub chunked_tokens: u64,
@@ -573,6 +581,7 @@ fn accumulate_loads(
         let mb = &mut mbs[g];
         mb.sequences += 1;
         report.total_tokens += u64::from(len);
+        mb.collective |= p.cp_rank == SHARDED || (p.is_chunked() && p.group(cfg.cp).size > 1);
         if p.is_chunked() {
             add_chunked(tm, cfg, p, len, g, mb, ranks);
             report.chunked_sequences += 1;
@@ -590,9 +599,11 @@ fn accumulate_loads(
                 slot.group_tokens += share;
                 slot.group_attention += attention;
                 slot.group_len[level] += u64::from(len);
+                slot.group_sequences += 1;
             }
         } else if p.cp_rank == SHARDED {
             mb.sharded += 1;
+            mb.sharded_whole += 1;
             mb.sharded_tokens += u64::from(tm.shard_tokens(len));
             mb.sharded_len += u64::from(len);
             mb.sharded_attention += tm.attention_shard(len);
@@ -634,9 +645,19 @@ fn add_chunked(
     }
 }
 
-/// Pass 3: every DP rank's time (its micro-batches in index order), the slowest one, and
-/// the communication sums. With lockstep a DP rank also runs empty micro-batches up to
-/// the longest rank's count (or the fixed count), each costing the fixed launch cost.
+/// Pass 3: every DP rank's time (its micro-batches in index order, composed as
+/// [`Config::sync`] says), the slowest one, and the communication sums. With uniform counts a
+/// DP rank also runs empty micro-batches up to the longest rank's count (or the fixed count),
+/// each costing the fixed launch cost.
+///
+/// - `CpGroup`: a micro-batch takes its slowest CP rank; a DP rank's time is the sum.
+/// - `Sharded`: each CP rank keeps its own clock through micro-batches of whole sequences;
+///   a collective micro-batch starts when the last of its DP rank's CP ranks is ready and
+///   ends for all of them with its slowest; a DP rank's time is its last rank's clock.
+/// - `EveryGpu`: micro-batch `m` starts on every GPU when the slowest GPU of the job has
+///   finished micro-batch `m - 1`: the iteration is the sum over `m` of the slowest DP
+///   rank's micro-batch `m` (an index a rank does not use costs the fixed launch cost), and
+///   every DP rank finishes then.
 fn time_dp_ranks(
     tm: &TimeModel,
     cfg: &Config,
@@ -656,8 +677,11 @@ fn time_dp_ranks(
         .unwrap_or(0)
         .max(cfg.micro_batches);
     let mut slowest = (0.0f64, 0usize);
+    let mut clocks = [0.0f64; MAX_CP as usize];
     for d in 0..dp {
         let mut clock = 0.0f64;
+        let clocks = &mut clocks[..cp];
+        clocks.fill(0.0);
         let mut critical_exposed = 0.0f64;
         let mut used = 0u32;
         for g in offsets[d] as usize..offsets[d + 1] as usize {
@@ -667,15 +691,23 @@ fn time_dp_ranks(
                 continue;
             }
             used += 1;
-            time_micro_batch(
-                tm,
-                cfg,
-                d as u32,
-                mb,
-                &mut ranks[g * cp..(g + 1) * cp],
-                report,
-            );
-            clock += mb.time;
+            let slots = &mut ranks[g * cp..(g + 1) * cp];
+            time_micro_batch(tm, cfg, d as u32, mb, slots, report);
+            if cfg.sync == Synchronisation::Sharded {
+                if mb.collective {
+                    let ready = clocks.iter().copied().fold(0.0, f64::max);
+                    mb.start = ready;
+                    clocks.fill(ready + mb.time);
+                } else {
+                    mb.start = clocks.iter().copied().fold(f64::INFINITY, f64::min);
+                    for (c, slot) in clocks.iter_mut().zip(slots.iter()) {
+                        *c += slot.time;
+                    }
+                }
+                clock = clocks.iter().copied().fold(0.0, f64::max);
+            } else {
+                clock += mb.time;
+            }
             critical_exposed += mb.exposed_comm;
             report.comm += mb.comm;
             report.exposed_comm += mb.exposed_comm;
@@ -694,7 +726,37 @@ fn time_dp_ranks(
         }
     }
     report.slowest_dp_rank = slowest.1 as u32;
-    report.iteration_time = slowest.0 + tm.cost.iteration_fixed_s;
+    let mut iteration = slowest.0;
+    if cfg.sync == Synchronisation::EveryGpu {
+        iteration = every_gpu(tm, offsets, mbs, longest);
+        dp_times.fill(iteration);
+    }
+    report.iteration_time = iteration + tm.cost.iteration_fixed_s;
+}
+
+/// The `EveryGpu` composition: the sum over micro-batch indices of the slowest DP rank's
+/// micro-batch at that index (the fixed launch cost where a rank has none, or an empty one);
+/// each micro-batch's `start` becomes the time its index starts on every GPU.
+fn every_gpu(tm: &TimeModel, offsets: &[u32], mbs: &mut [MicroBatchTime], longest: u32) -> f64 {
+    let dp = offsets.len() - 1;
+    let mut start = 0.0f64;
+    for m in 0..longest {
+        let mut step = 0.0f64;
+        for d in 0..dp {
+            let g = offsets[d] + m;
+            let t = if g < offsets[d + 1] && mbs[g as usize].sequences > 0 {
+                mbs[g as usize].time
+            } else {
+                tm.fixed()
+            };
+            step = step.max(t);
+            if g < offsets[d + 1] {
+                mbs[g as usize].start = start;
+            }
+        }
+        start += step;
+    }
+    start
 }
 
 /// One non-empty micro-batch on DP rank `d`: its communication, every CP rank's time
@@ -732,6 +794,7 @@ fn time_micro_batch(
             sharded_tokens: mb.sharded_tokens + slot.group_tokens,
             sharded_attention: mb.sharded_attention + slot.group_attention,
             comm: whole_comm + slot.group_comm,
+            sharded_sequences: mb.sharded_whole + slot.group_sequences,
         };
         let mut t = tm.rank(&load);
         slot.tokens = slot.local_tokens + mb.sharded_tokens + slot.group_tokens;
@@ -868,11 +931,14 @@ pub fn lower_bound_with(tm: &TimeModel, cfg: &Config, lengths: &[u32]) -> LowerB
     let mut longest = (0.0f64, 0usize);
     for (s, &len) in lengths.iter().enumerate() {
         let fits_whole = len <= bucket;
-        let mut sharded_attn = n_cp * tm.attention_shard(len);
+        // A sharded sequence also costs its fixed cost on every GPU of its group.
+        let seq_fixed = tm.sequence_fixed();
+        let mut sharded_attn = n_cp * (tm.attention_shard(len) + seq_fixed);
         let mut sharded_alone = tm.alone_sharded(len, ring);
         for g in subgroup_sizes(cfg) {
             if budget.for_group(g).share(len) <= bucket {
-                sharded_attn = sharded_attn.min(f64::from(g) * tm.attention_shard_in(len, g));
+                let attn = tm.attention_shard_in(len, g) + seq_fixed;
+                sharded_attn = sharded_attn.min(f64::from(g) * attn);
                 let sub = sub_rings[CpGroup::level_of(g)];
                 sharded_alone = sharded_alone.min(tm.alone_sharded(len, sub));
             }
@@ -1047,6 +1113,126 @@ mod tests {
         let mb = ev.micro_batches[0];
         assert_eq!(mb.comm, comm);
         assert!(mb.hidden_fraction() >= 0.0 && mb.hidden_fraction() <= 1.0);
+    }
+
+    /// Each synchronisation's composition against a schedule composed by hand from the
+    /// per-(micro-batch, CP rank) times. DP 2 x CP 2: DP rank 0 runs two micro-batches of
+    /// whole sequences whose heavy ranks alternate, then one with a sharded sequence; DP rank
+    /// 1 runs one micro-batch of whole sequences.
+    #[test]
+    fn each_synchronisation_composes_the_hand_computed_schedule() {
+        let lengths = [6000u32, 500, 400, 5000, 8000, 3000, 200];
+        let p = |dp_rank, micro_batch, cp_rank| Placement {
+            dp_rank,
+            micro_batch,
+            cp_rank,
+            ..Placement::default()
+        };
+        let placements = [
+            p(0, 0, 0),
+            p(0, 0, 1),
+            p(0, 1, 0),
+            p(0, 1, 1),
+            p(0, 2, SHARDED),
+            p(1, 0, 0),
+            p(1, 0, 1),
+        ];
+        let eval = |sync| {
+            let mut cfg = Config::new(2, 2, 8192, ModelShape::QWEN2_5_0_5B);
+            cfg.sync = sync;
+            let mut b = Bufs::new(lengths.len(), &cfg);
+            let ev = evaluate_placements(&setup_of(&cfg), &lengths, &placements, b.out()).unwrap();
+            let t: Vec<[f64; 2]> = (0..ev.micro_batches.len())
+                .map(|g| [ev.ranks_of(g)[0].time, ev.ranks_of(g)[1].time])
+                .collect();
+            (ev.report.iteration_time, ev.dp_times.to_vec(), t)
+        };
+        let fixed = TimeModel::new(
+            &CostModel::h100(&ModelShape::QWEN2_5_0_5B),
+            &Config::new(2, 2, 8192, ModelShape::QWEN2_5_0_5B),
+        )
+        .cost
+        .iteration_fixed_s;
+        let max = |x: [f64; 2]| x[0].max(x[1]);
+        // Slots: DP 0's micro-batches 0, 1, 2, then DP 1's micro-batch 0.
+        let (it, dp_times, t) = eval(Synchronisation::CpGroup);
+        let dp0 = max(t[0]) + max(t[1]) + max(t[2]);
+        let dp1 = max(t[3]);
+        assert_eq!(dp_times, [dp0, dp1]);
+        assert_eq!(it, dp0.max(dp1) + fixed);
+        // Sharded: each rank's own clock through micro-batches 0 and 1, then the sharded one
+        // starts when both are ready and ends with its slower rank.
+        let (it_s, dp_times_s, t_s) = eval(Synchronisation::Sharded);
+        assert_eq!(
+            t_s, t,
+            "the per-rank times do not depend on the composition"
+        );
+        let ready = (t[0][0] + t[1][0]).max(t[0][1] + t[1][1]);
+        let dp0_s = ready + max(t[2]);
+        assert_eq!(dp_times_s, [dp0_s, dp1]);
+        assert_eq!(it_s, dp0_s.max(dp1) + fixed);
+        // The heavy ranks alternate, so not waiting inside micro-batches 0 and 1 saves time.
+        assert!(it_s < it);
+        // EveryGpu: index by index, the slowest GPU of the job; DP 1 has no micro-batch 1 or
+        // 2 (lockstep counts: each costs the fixed launch cost).
+        let (it_e, dp_times_e, t_e) = eval(Synchronisation::EveryGpu);
+        assert_eq!(t_e, t);
+        let tm = TimeModel::new(
+            &CostModel::h100(&ModelShape::QWEN2_5_0_5B),
+            &Config::new(2, 2, 8192, ModelShape::QWEN2_5_0_5B),
+        );
+        let every =
+            max(t[0]).max(max(t[3])) + max(t[1]).max(tm.fixed()) + max(t[2]).max(tm.fixed());
+        assert_eq!(dp_times_e, [every, every]);
+        assert_eq!(it_e, every + fixed);
+        assert!(it_e >= it);
+    }
+
+    /// Every GPU of a sharded sequence's group pays its fixed cost once: the whole group's
+    /// on every rank, a sub-group's on its ranks only, nothing for a local sequence.
+    #[test]
+    fn sharded_sequences_cost_their_fixed_cost_on_their_group() {
+        let mut cfg = Config::new(1, 4, 8192, ModelShape::QWEN2_5_0_5B);
+        let mut cost = CostModel::h100(&cfg.model);
+        cost.sharded_sequence_s = 0.004;
+        cfg = cfg.with_cost(cost);
+        let lengths = [1000u32, 8000, 6000, 4000];
+        let at = |cp_rank, cp_first, cp_size| Placement {
+            dp_rank: 0,
+            micro_batch: 0,
+            cp_rank,
+            cp_first,
+            cp_size,
+        };
+        // Local on rank 0, two over the whole group, one over ranks 2..4.
+        let placements = [
+            at(0, 0, 0),
+            at(SHARDED, 0, 0),
+            at(SHARDED, 0, 0),
+            at(SHARDED, 2, 2),
+        ];
+        let tm = TimeModel::new(&cost, &cfg);
+        let mut b = Bufs::new(4, &cfg);
+        let ev = evaluate_placements(&setup_of(&cfg), &lengths, &placements, b.out()).unwrap();
+        let mut zero = cost;
+        zero.sharded_sequence_s = 0.0;
+        let mut b0 = Bufs::new(4, &cfg);
+        let cfg0 = cfg.with_cost(zero);
+        let ev0 = evaluate_placements(&setup_of(&cfg0), &lengths, &placements, b0.out()).unwrap();
+        let paid: Vec<f64> = (0..4)
+            .map(|r| ev.ranks_of(0)[r].time - ev0.ranks_of(0)[r].time)
+            .collect();
+        for (r, want) in [(0, 0.008), (1, 0.008), (2, 0.012), (3, 0.012)] {
+            assert!((paid[r] - want).abs() < 1e-12, "rank {r}: {}", paid[r]);
+        }
+        assert_eq!(ev.micro_batches[0].sharded, 3);
+        assert_eq!(ev.micro_batches[0].sharded_whole, 2);
+        assert_eq!(ev.ranks_of(0)[2].group_sequences, 1);
+        assert!(ev.report.iteration_time >= ev.report.lower_bound.value);
+        // A lone sharded sequence meets its bound with its fixed cost in it.
+        let lone = lower_bound(&setup_of(&cfg), &[30_000]).unwrap();
+        let want = tm.alone_sharded(30_000, tm.group_ring(0));
+        assert!(lone.value <= want && lone.value >= want * (1.0 - 1e-8));
     }
 
     #[test]

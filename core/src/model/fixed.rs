@@ -61,6 +61,8 @@ pub struct IntCoeffs {
     gemm_fp: u64,
     stream_ps: u64,
     fixed_ps: u64,
+    /// The fixed cost of one sharded sequence on each GPU of its group, ps.
+    seq_fixed_ps: u64,
     all_attention: bool,
     tile: u64,
     /// Attention ps per (padded query x key) `<< FP` at the table's first point and below.
@@ -114,6 +116,7 @@ impl IntCoeffs {
             gemm_fp: to_fp(tm.gemm_compute(1)),
             stream_ps: to_ps(tm.weight_stream()).min(CAP),
             fixed_ps: to_ps(tm.fixed()).min(CAP),
+            seq_fixed_ps: to_ps(tm.sequence_fixed()).min(CAP),
             all_attention: cost.overlap == Overlap::AllAttention,
             tile,
             unit_lo: unit(lo_q),
@@ -317,22 +320,43 @@ impl IntModel {
         self.fixed_ps
     }
 
-    /// Time of one CP rank: local attention and tokens, the micro-batch's sharded attention
-    /// and tokens per rank, and its communication, ps: `max(comm, window) + gemm(tokens) +
-    /// after + fixed`, the window holding the local attention (and, with
-    /// [`Overlap::AllAttention`], the sharded attention too), `after` the sharded attention
-    /// that runs past the window.
+    /// The fixed cost of one sharded sequence on each GPU of its group, ps.
     #[inline]
-    pub fn rank(&self, local_attn: u64, tokens: u64, sh_attn: u64, comm: u64) -> u64 {
+    pub fn seq_fixed(&self) -> u64 {
+        self.seq_fixed_ps
+    }
+
+    /// The fixed cost of `count` sharded sequences on one GPU, ps (clamped at [`CAP`]).
+    #[inline(always)]
+    pub fn seqs_fixed(&self, count: u64) -> u64 {
+        count.saturating_mul(self.seq_fixed_ps).min(CAP)
+    }
+
+    /// Time of one CP rank: local attention and tokens, the micro-batch's sharded attention
+    /// and tokens per rank, its communication, and the sharded sequences it holds a share of
+    /// (`seqs`), ps: `max(comm, window) + gemm(tokens) + after + fixed + seqs·seq_fixed`, the
+    /// window holding the local attention (and, with [`Overlap::AllAttention`], the sharded
+    /// attention too), `after` the sharded attention that runs past the window.
+    #[inline]
+    pub fn rank(&self, local_attn: u64, tokens: u64, sh_attn: u64, comm: u64, seqs: u64) -> u64 {
         let (in_window, after) = self.split(sh_attn);
         self.finish(self.busy(local_attn, tokens, in_window, comm), after)
+            .saturating_add(self.seqs_fixed(seqs))
     }
 
     /// The slowest of the ranks whose local attention and local tokens are `attn[r]` and
-    /// `tok[r]`, beside a micro-batch's shared sharded tokens, sharded attention and
-    /// communication: the greatest [`IntModel::rank`] over them (0 for no ranks), computed
-    /// with the terms every rank shares added once.
-    pub fn slowest(&self, attn: &[u64], tok: &[u64], sh_tok: u64, sh_attn: u64, comm: u64) -> u64 {
+    /// `tok[r]`, beside a micro-batch's shared sharded tokens, sharded attention,
+    /// communication and sharded sequences: the greatest [`IntModel::rank`] over them (0 for
+    /// no ranks), computed with the terms every rank shares added once.
+    pub fn slowest(
+        &self,
+        attn: &[u64],
+        tok: &[u64],
+        sh_tok: u64,
+        sh_attn: u64,
+        comm: u64,
+        seqs: u64,
+    ) -> u64 {
         if attn.is_empty() {
             return 0;
         }
@@ -343,6 +367,7 @@ impl IntModel {
             m.max(self.busy(a, t + sh_tok, in_window, comm))
         });
         self.finish(most, after)
+            .saturating_add(self.seqs_fixed(seqs))
     }
 
     /// The sharded attention inside the overlap window and after it.
@@ -396,7 +421,7 @@ mod tests {
             let mut cost = CostModel::h100(&shape);
             cost.overlap = overlap;
             let im = IntModel::new(&TimeModel::new(&cost, &cfg), cfg.budget());
-            assert_eq!(im.slowest(&[], &[], 5, 5, 5), 0);
+            assert_eq!(im.slowest(&[], &[], 5, 5, 5, 5), 0);
             for case in 0..if cfg!(miri) { 100 } else { 2000 } {
                 let ranks = 1 + (case % 8);
                 // Terms up to CAP (2^46) and, every tenth case, tokens past the GEMM clamp.
@@ -420,10 +445,10 @@ mod tests {
                     .max()
                     .unwrap();
                 assert_eq!(
-                    im.rank(attn[0], tok[0] + sh_tok, sh_attn, comm),
+                    im.rank(attn[0], tok[0] + sh_tok, sh_attn, comm, 0),
                     rank(attn[0], tok[0] + sh_tok)
                 );
-                assert_eq!(im.slowest(&attn, &tok, sh_tok, sh_attn, comm), want);
+                assert_eq!(im.slowest(&attn, &tok, sh_tok, sh_attn, comm, 0), want);
             }
         }
     }

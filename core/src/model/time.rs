@@ -29,7 +29,9 @@
 //!   local on `r` ([`Overlap::LocalAttention`], the paper's Eq. 2 and the default), or that plus
 //!   the rank's sharded attention ([`Overlap::AllAttention`], ring attention's own pipelining).
 //! - `T_fixed = L·kernels_per_layer·kernel_launch + micro_batch_extra`: per-micro-batch launch
-//!   overhead, what makes one-sequence micro-batches slow.
+//!   overhead, what makes one-sequence micro-batches slow; plus `sharded_sequence_s` for each
+//!   sharded sequence the rank holds a share of (the executor's work per sequence; the
+//!   per-ring cost is the ring latency of `T_comm`).
 //!
 //! Micro-batch time is the max over CP ranks, DP-rank time the sum over its micro-batches,
 //! iteration time the max over DP ranks plus `iteration_fixed`. The evaluator that applies this
@@ -56,6 +58,9 @@ pub struct RankLoad {
     pub sharded_attention: f64,
     /// CP communication of the micro-batch, seconds.
     pub comm: f64,
+    /// Sharded sequences this rank holds a share of (over the whole CP group or a sub-group):
+    /// each costs [`CostModel::sharded_sequence_s`] here.
+    pub sharded_sequences: u32,
 }
 
 /// The time of one CP rank in one micro-batch, split into its parts.
@@ -67,7 +72,7 @@ pub struct RankTime {
     pub gemm: f64,
     /// Communication not hidden behind compute.
     pub exposed_comm: f64,
-    /// The fixed per-micro-batch cost.
+    /// The fixed costs: per micro-batch, and per sharded sequence held here.
     pub fixed: f64,
 }
 
@@ -320,6 +325,12 @@ impl TimeModel {
         self.fixed_s
     }
 
+    /// The fixed cost of one sharded sequence on each GPU of its group, per micro-batch
+    /// ([`CostModel::sharded_sequence_s`]).
+    pub fn sequence_fixed(&self) -> f64 {
+        self.cost.sharded_sequence_s
+    }
+
     /// The time of one CP rank in one micro-batch.
     pub fn rank(&self, load: &RankLoad) -> RankTime {
         let gemm = self.gemm(load.local_tokens + load.sharded_tokens);
@@ -328,11 +339,16 @@ impl TimeModel {
             Overlap::AllAttention => (load.local_attention + load.sharded_attention, 0.0),
         };
         let overlapped = load.comm.max(window);
+        let fixed = if load.sharded_sequences == 0 {
+            self.fixed_s
+        } else {
+            self.fixed_s + f64::from(load.sharded_sequences) * self.cost.sharded_sequence_s
+        };
         RankTime {
-            total: overlapped + gemm + after + self.fixed_s,
+            total: overlapped + gemm + after + fixed,
             gemm,
             exposed_comm: (load.comm - window).max(0.0),
-            fixed: self.fixed_s,
+            fixed,
         }
     }
 
@@ -354,6 +370,7 @@ impl TimeModel {
             sharded_tokens: u64::from(self.shard_tokens_in(len, g)),
             sharded_attention: self.attention_shard_in(len, g),
             comm: self.comm(u64::from(len), ring),
+            sharded_sequences: 1,
             ..RankLoad::default()
         })
         .total
@@ -460,6 +477,7 @@ mod tests {
             sharded_tokens: 1000,
             sharded_attention: 0.001,
             comm: 0.005,
+            sharded_sequences: 0,
         };
         let t = m.rank(&load);
         assert!(close(
@@ -474,6 +492,37 @@ mod tests {
         let t = all.rank(&load);
         assert!(close(t.total, 0.005 + m.gemm(4000) + m.fixed(), 1e-12));
         assert!(close(t.exposed_comm, 0.002, 1e-12));
+    }
+
+    /// The per-sharded-sequence cost is paid once per sequence on the rank, outside the
+    /// overlap window (never hidden), and a lone sharded sequence pays it once.
+    #[test]
+    fn sharded_sequences_pay_their_fixed_cost_outside_the_window() {
+        let shape = ModelShape::QWEN2_5_0_5B;
+        let mut cost = CostModel::h100(&shape);
+        cost.sharded_sequence_s = 0.003;
+        let m = TimeModel::for_shape(&cost, &shape, 8, ShardPadding::None);
+        let base = tm(shape, 8);
+        let load = RankLoad {
+            local_tokens: 3000,
+            local_attention: 0.010,
+            sharded_tokens: 1000,
+            sharded_attention: 0.001,
+            comm: 0.005,
+            sharded_sequences: 2,
+        };
+        let t = m.rank(&load);
+        let want = 0.010 + m.gemm(4000) + 0.001 + m.fixed() + 2.0 * 0.003;
+        assert!(close(t.total, want, 1e-12));
+        assert!(close(t.fixed, m.fixed() + 0.006, 1e-12));
+        assert_eq!(t.exposed_comm, 0.0);
+        let ring = m.group_ring(0);
+        assert!(close(
+            m.alone_sharded(5000, ring),
+            base.alone_sharded(5000, ring) + 0.003,
+            1e-12
+        ));
+        assert_eq!(m.alone_whole(5000), base.alone_whole(5000));
     }
 
     #[test]

@@ -247,7 +247,7 @@ fn check_counts(
     let counts_agree = if cfg.micro_batches != 0 {
         // A fixed count: every rank reports it.
         per_dp.iter().all(|&c| c == cfg.micro_batches)
-    } else if cfg.lockstep {
+    } else if cfg.lockstep_counts() {
         // Every rank reports the longest rank's count; only trailing micro-batches are empty.
         per_dp.iter().all(|&c| c == longest)
     } else {

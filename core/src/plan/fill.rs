@@ -1,4 +1,4 @@
-//! [`fill`]: gives every DP rank the same micro-batch count with no avoidable empty
+//! [`fill_in_place`]: gives every DP rank the same micro-batch count with no avoidable empty
 //! micro-batch, by splitting a rank's multi-sequence micro-batches after a policy wrote the
 //! plan.
 //!
@@ -66,19 +66,19 @@ pub(crate) struct Written {
 }
 
 /// Fills the empty micro-batches of the plan a policy wrote into `out` (see the module
-/// documentation) and returns the final plan. Without [`Config::fills_empty`] the plan is
-/// returned as written.
+/// documentation) in place, and returns what it now holds ([`view`] reads it back). Without
+/// [`Config::fills_empty`] the plan is left as written.
 ///
 /// # Errors
 /// [`Error::MicroBatchCount`] when a DP rank needs more micro-batches than the fixed count
 /// [`Config::micro_batches`], naming the smallest count that fits.
-pub(crate) fn fill<'b>(
+pub(crate) fn fill_in_place(
     cfg: &Config,
     lengths: &[u32],
-    out: PlanBuffers<'b>,
+    out: PlanBuffers<'_>,
     written: Written,
-) -> Result<Plan<'b>, Error> {
-    let (dp, cp, n) = (cfg.dp as usize, cfg.cp as usize, lengths.len());
+) -> Result<Written, Error> {
+    let (dp, cp) = (cfg.dp as usize, cfg.cp as usize);
     let PlanBuffers {
         placements,
         micro_batches: table,
@@ -97,10 +97,26 @@ pub(crate) fn fill<'b>(
         let loads = rank_tokens.get(..k * cp).unwrap_or(&[]);
         summary.peak_rank_tokens = loads.iter().copied().max().unwrap_or(0);
     }
+    Ok(Written {
+        summary,
+        micro_batches: k,
+    })
+}
+
+/// The read-only plan of `n` sequences that `out` holds, as `written` describes it.
+pub(crate) fn view<'b>(cfg: &Config, n: usize, out: PlanBuffers<'b>, written: Written) -> Plan<'b> {
+    let (dp, cp, k) = (cfg.dp as usize, cfg.cp as usize, written.micro_batches);
+    let PlanBuffers {
+        placements,
+        micro_batches: table,
+        members,
+        rank_tokens,
+        micro_batches_per_dp,
+    } = out;
     let (placements, members): (&'b [Placement], &'b [u32]) = (placements, members);
     let (table, rank_tokens, per_dp): (&'b [MicroBatch], &'b [u32], &'b [u32]) =
         (table, rank_tokens, micro_batches_per_dp);
-    Ok(Plan {
+    Plan {
         dp: cfg.dp,
         cp: cfg.cp,
         placements: placements.get(..n).unwrap_or(&[]),
@@ -108,8 +124,8 @@ pub(crate) fn fill<'b>(
         members: members.get(..n).unwrap_or(&[]),
         rank_tokens: rank_tokens.get(..k * cp).unwrap_or(&[]),
         micro_batches_per_dp: per_dp.get(..dp).unwrap_or(&[]),
-        summary,
-    })
+        summary: written.summary,
+    }
 }
 
 /// What [`split`] added.

@@ -243,8 +243,8 @@ impl LayoutSizes {
     ///
     /// With [`Config::chunking`] on, a GPU also holds every token of its chunked sequences
     /// (the budget charges only their peak), so the bound assumes each of the `n` sequences
-    /// may be a chunked one of the longest accepted length on one GPU: far more than any real
-    /// plan needs (saturating at `u32::MAX`). Size per batch with [`LayoutSizes::for_gpu`]
+    /// may be a chunked one of the longest accepted length ([`Config::longest_accepted`]) on
+    /// one GPU: far more than any real plan needs (saturating at `u32::MAX`). Size per batch with [`LayoutSizes::for_gpu`]
     /// then, or skip `positions` and `gather_index`.
     pub fn max_for(n: usize, cfg: &Config) -> LayoutSizes {
         let n32 = u32::try_from(n).unwrap_or(u32::MAX);
@@ -259,7 +259,7 @@ impl LayoutSizes {
         if cfg.chunking.is_on() {
             let budget = cfg.budget();
             let (passes, spans, tokens) =
-                chunked::worst_case(&budget, &cfg.chunking, budget.max_sharded_len(), cfg.cp);
+                chunked::worst_case(&budget, &cfg.chunking, cfg.longest_accepted(), cfg.cp);
             let times = |x: u64| to_u32(x.saturating_mul(u64::from(n32)));
             sizes.chunk_passes = times(passes);
             sizes.spans = sizes.spans.saturating_add(times(spans));

@@ -37,7 +37,7 @@ impl<'b> PlanWriter<'b> {
             dp: cfg.dp,
             cp: cfg.cp,
             budget: cfg.budget(),
-            lockstep: cfg.lockstep,
+            lockstep: cfg.lockstep_counts(),
             n_mbs: 0,
             n_members: 0,
             pending: 0,

@@ -383,4 +383,46 @@ mod tests {
             Err(CheckError::OutOfRange { seq: 0 })
         );
     }
+
+    /// A sequence too long to fit sharded over the group still trains under `chunkflow`
+    /// when its chunked peak fits: it is planned chunked and the plan passes the checker;
+    /// `balanced` with the same chunking refuses it (it chunks only sequences it could
+    /// shard), and a chunked peak over BucketSize is `ChunkOverBudget`.
+    #[test]
+    fn chunkflow_plans_a_sequence_too_long_to_fit_sharded() {
+        let c = cfg(1, 2, 1000, 512, 1);
+        let lengths = [3000, 100, 200];
+        assert!(!c.budget().fits_sharded(3000));
+        let mut b = OwnedPlan::new(3, &c);
+        let plan = b.schedule(&c, &lengths).unwrap();
+        check(&setup_of(&c), &lengths, &plan).unwrap();
+        let p = plan.placements()[0];
+        assert_eq!(
+            (p.cp_rank, p.cp_first, p.cp_size),
+            (crate::plan::CHUNKED, 0, 2)
+        );
+        assert!(c.longest_accepted() >= 3000);
+        let mut balanced = c;
+        balanced.policy = Policy::Balanced;
+        let mut b = OwnedPlan::new(3, &balanced);
+        assert!(matches!(
+            b.schedule(&balanced, &lengths),
+            Err(Error::SequenceTooLong {
+                index: 0,
+                len: 3000,
+                ..
+            })
+        ));
+        // The state alone (64/1000 per token) over the group is over BucketSize.
+        let long = [40_000];
+        let mut b = OwnedPlan::new(1, &c);
+        assert!(matches!(
+            b.schedule(&c, &long),
+            Err(Error::ChunkOverBudget {
+                index: 0,
+                len: 40_000,
+                ..
+            })
+        ));
+    }
 }

@@ -19,7 +19,7 @@ pub mod dacp;
 pub mod gds;
 
 use crate::config::Config;
-use crate::config::options::Policy;
+use crate::config::options::{Policy, Synchronisation};
 use crate::error::Error;
 use crate::plan::{Plan, PlanBuffers, PlanSizes, PlanWriter, fill};
 use crate::setup::Setup;
@@ -49,14 +49,16 @@ pub fn schedule<'b>(
     out: PlanBuffers<'b>,
 ) -> Result<Plan<'b>, Error> {
     let cfg = setup.config();
-    let total = setup.budget().check_lengths(lengths)?;
+    let total = cfg.check_lengths(&setup.budget(), lengths)?;
     let n = lengths.len();
     PlanSizes::for_batch(n, cfg).check(&out)?;
     let ws = &mut ws.carve(n, cfg.dp as usize, cfg.policy.uses_cost_rows())?;
-    if !cfg.fills_empty() {
+    let arranges = cfg.policy == Policy::Balanced && cfg.sync != Synchronisation::CpGroup;
+    if !cfg.fills_empty() && !arranges {
         return run(setup, lengths, ws, out, total);
     }
-    // The policy writes into the buffers, then the fill pass rearranges them in place.
+    // The policy writes into the buffers, then the fill pass and `balanced`'s arrangement
+    // for the trainer's synchronisation rearrange them in place.
     let mut out = out;
     let written = {
         let plan = run(setup, lengths, ws, out.reborrow(), total)?;
@@ -65,7 +67,12 @@ pub fn schedule<'b>(
             micro_batches: plan.micro_batches.len(),
         }
     };
-    fill::fill(cfg, lengths, out, written)
+    let written = fill::fill_in_place(cfg, lengths, out.reborrow(), written)?;
+    if arranges {
+        let im = setup.int_model();
+        balanced::sync::arrange(cfg, &im, lengths, out.reborrow(), written.micro_batches);
+    }
+    Ok(fill::view(cfg, n, out, written))
 }
 
 /// Runs the configured policy on validated input and buffers.

@@ -12,9 +12,9 @@ use core::ffi::c_void;
 use core::ptr::null_mut;
 
 use skrull::{
-    skrull_config, skrull_cost_model, skrull_refit_init, skrull_refit_observe, skrull_refit_params,
-    skrull_refit_params_default, skrull_refit_report, skrull_refit_size, skrull_refit_solve,
-    skrull_status,
+    skrull_config, skrull_cost_model, skrull_refit_init, skrull_refit_observe,
+    skrull_refit_observe_step_time, skrull_refit_params, skrull_refit_params_default,
+    skrull_refit_report, skrull_refit_size, skrull_refit_solve, skrull_status,
 };
 use skrull_core::{Config, ModelShape, Policy};
 
@@ -50,6 +50,10 @@ fn params(r: &mut Reader<'_>) -> skrull_refit_params {
         forgetting: 0.0,
         ridge: 0.0,
         outlier: 0.0,
+        trust: 0.0,
+        max_error: 0.0,
+        holdout: 0,
+        _reserved: 0,
     };
     // SAFETY: `p` is live and aligned.
     let st = unsafe { skrull_refit_params_default(&mut p, size_of::<skrull_refit_params>()) };
@@ -72,6 +76,13 @@ fn params(r: &mut Reader<'_>) -> skrull_refit_params {
     }
     if sel & 32 != 0 {
         p.outlier = [1e-6, 0.1, 0.5, 100.0, 0.0][r.u8() as usize % 5];
+    }
+    if sel & 64 != 0 {
+        p.trust = [0.5, 1.0, 1.5, f64::INFINITY, f64::NAN][r.u8() as usize % 5];
+        p.holdout = [0, 1, 2, 3, 2000][r.u8() as usize % 5];
+    }
+    if sel & 128 != 0 {
+        p.max_error = [0.0, 1e-3, 0.25, f64::INFINITY, -1.0][r.u8() as usize % 5];
     }
     p
 }
@@ -159,6 +170,30 @@ pub fn refit(data: &[u8]) {
             !matches!(got[0], skrull_status::Panic | skrull_status::Internal),
             "{got:?}"
         );
+        // The step's wall time, sometimes: any value, before or after a first step.
+        if r.u8().is_multiple_of(2) {
+            let wall = time(&mut r);
+            let mut st = Vec::new();
+            for s in &mut states {
+                // SAFETY: a live state of `bytes` bytes.
+                st.push(unsafe {
+                    skrull_refit_observe_step_time(
+                        s.as_mut_ptr().cast::<c_void>(),
+                        bytes,
+                        wall,
+                        null_mut(),
+                    )
+                });
+            }
+            assert_eq!(st[0], st[1]);
+            assert!(
+                matches!(
+                    st[0],
+                    skrull_status::Ok | skrull_status::MeasurementMismatch
+                ),
+                "{st:?}"
+            );
+        }
         current = Some(solve_both(&mut states, bytes));
     }
 }

@@ -75,7 +75,7 @@ pub fn rust_api(data: &[u8]) {
     };
     let pre = cfg
         .validate()
-        .and_then(|()| cfg.budget().check_lengths(lengths).map(|_| ()));
+        .and_then(|()| cfg.check_lengths(&cfg.budget(), lengths).map(|_| ()));
     let setup = Setup::single_use(&cfg);
     let r = setup
         .as_ref()

@@ -10,6 +10,8 @@ from typing import Any, Sequence
 
 #: Policies the bench runs by default (``--policies``).
 DEFAULT_POLICIES = ("balanced", "skrull", "packed", "deepspeed")
+#: ``--engine`` values: ``SkrullTrainer`` (DDP) or DeepSpeed's own engine.
+ENGINES = ("trainer", "deepspeed")
 #: Datasets of ``--dataset`` (drawn by ``skrull lengths``, the simulator's samplers).
 DATASETS = ("lmsys", "chatqa2", "wikipedia")
 #: Built-in model shapes of ``--model`` (transformers config fields).
@@ -70,6 +72,20 @@ def parser() -> argparse.ArgumentParser:
                         "for this model and device first; online: refit from the warm-up "
                         "steps' micro-batch times and wall times (from the preset); profile+online: "
                         "both, the refit starting from the profile")
+    p.add_argument("--cost-model",
+                   help="plan and predict with this cost model (a file --save-cost-model wrote, "
+                        "or skrull calibrate's); only with --calibrate none")
+    p.add_argument("--save-cost-model",
+                   help="write the cost model the run planned and predicted with (after "
+                        "calibration) here, for --cost-model")
+    p.add_argument("--max-spread", type=float, default=0.15,
+                   help="a policy whose timed steps spread more than this share of their "
+                        "median ((max - min) / median) is run again, once (default 0.15); "
+                        "still above it, it is marked noisy")
+    p.add_argument("--outlier-delay", type=int, default=0, metavar="W",
+                   help="also run every policy with SkrullBatchSampler(outlier_delay=W) "
+                        "(docs/outlier_delay.md), beside W = 0; use --warmup + --steps = the "
+                        "batches of one epoch so both train the same samples (default 0: off)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--format", choices=["table", "json"], default="table")
     p.add_argument("--out", help="also write the JSON here")
@@ -78,6 +94,7 @@ def parser() -> argparse.ArgumentParser:
                    help="keep every policy's plans, measured micro-batch times, cost model "
                         "and rank logs here (default: a temporary folder, removed)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_engine_options(p)
     return p
 
 
@@ -101,9 +118,18 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     for name in ("dp", "cp", "batch", "steps", "max_len"):
         if getattr(opts, name) < 1:
             raise BenchError(f"--{name.replace('_', '-')}: {getattr(opts, name)} is below 1")
+    if not 0 <= opts.outlier_delay <= 64:
+        raise BenchError(f"--outlier-delay: {opts.outlier_delay} is not in 0..64")
     if opts.warmup < 1:
         raise BenchError("--warmup: at least 1 (the first step's time includes start-up, and "
                          "each timed step is measured from the end of the one before)")
+    if opts.cost_model is not None and opts.calibrate != "none":
+        raise BenchError("--cost-model: only with --calibrate none (a calibration would "
+                         "replace the model given)")
+    if opts.cost_model is not None and not os.path.isfile(opts.cost_model):
+        raise BenchError(f"--cost-model: no such file {opts.cost_model!r}")
+    if not opts.max_spread > 0:
+        raise BenchError(f"--max-spread: {opts.max_spread} is not above 0")
     if "online" in opts.calibrate and opts.warmup < 2:
         raise BenchError("--calibrate online: needs --warmup 2 or more (the refit runs on the "
                          "warm-up steps' times)")
@@ -123,6 +149,7 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
                              f"cores (one process each, one thread); this machine has {cores}")
     if opts.dtype is None:
         opts.dtype = "bfloat16" if opts.device == "cuda" else "float32"
+    check_engine_options(opts)
     opts.model_config = model_config(opts.model)
     return opts
 
@@ -133,6 +160,31 @@ def chunking(opts: argparse.Namespace, policy: str) -> dict[str, Any]:
     if opts.chunk_size:
         return {"chunk_size": opts.chunk_size, "chunk_keep": opts.chunk_keep}
     return {"chunk_keep": opts.chunk_keep} if policy == "chunkflow" else {}
+
+
+def add_engine_options(p: argparse.ArgumentParser) -> None:
+    """``--engine`` and ``--zero``."""
+    p.add_argument("--engine", choices=ENGINES, default="trainer",
+                   help="trainer (default): SkrullTrainer, DDP; deepspeed: DeepSpeed's own "
+                        "engine through skrull.deepspeed (the paper's engine)")
+    p.add_argument("--zero", type=int, choices=[0, 1, 2, 3], default=None,
+                   help="ZeRO stage of --engine deepspeed (default 2, the paper's)")
+
+
+def check_engine_options(opts: argparse.Namespace) -> None:
+    """Refuses ``--zero`` without ``--engine deepspeed`` and a DeepSpeed that cannot be
+    imported; fills the default stage."""
+    if opts.engine != "deepspeed":
+        if opts.zero is not None:
+            raise BenchError("--zero: only with --engine deepspeed")
+        return
+    if opts.zero is None:
+        opts.zero = 2
+    import importlib.util
+    if importlib.util.find_spec("deepspeed") is None:
+        raise BenchError("--engine deepspeed: DeepSpeed is not installed (on a machine "
+                         "without a GPU: DS_BUILD_OPS=0 pip install --no-build-isolation "
+                         "deepspeed; docs/deepspeed.md)")
 
 
 def model_config(name: str) -> dict[str, Any]:

@@ -12,16 +12,20 @@ from typing import Any
 import numpy as np
 
 
-def evaluate(cli: str, plan_json: str, cost_model_json: str) -> dict[str, Any]:
-    """``skrull evaluate --format json`` of one plan under one cost model."""
+def evaluate(cli: str, plan_json: str, cost_model_json: str,
+             sync: str | None = None) -> dict[str, Any]:
+    """``skrull evaluate --format json`` of one plan under one cost model, composed as the
+    plan's configuration says (``sync``: another synchronisation instead)."""
     with tempfile.TemporaryDirectory() as d:
         plan, model = os.path.join(d, "plan.json"), os.path.join(d, "model.json")
         with open(plan, "w") as f:
             f.write(plan_json)
         with open(model, "w") as f:
             f.write(cost_model_json)
-        run = subprocess.run([cli, "evaluate", "--plan", plan, "--cost-model", model,
-                              "--format", "json"], capture_output=True, text=True)
+        args = [cli, "evaluate", "--plan", plan, "--cost-model", model, "--format", "json"]
+        if sync is not None:
+            args += ["--sync", sync]
+        run = subprocess.run(args, capture_output=True, text=True)
     if run.returncode != 0:
         raise RuntimeError(f"skrull evaluate: {run.stderr.strip()}")
     out: dict[str, Any] = json.loads(run.stdout)
@@ -36,42 +40,6 @@ def measured_compute_s(times: Any) -> float:
     (the ranks' sums agree to within the timer's resolution)."""
     t = np.asarray(times, dtype=np.float64)
     return float(t.sum(axis=0).max())
-
-
-def executor_time_s(report: dict[str, Any], dp: int, cp: int) -> float:
-    """The evaluator's per-(micro-batch, CP rank) times composed the way the executor runs
-    them: each CP rank runs its micro-batches one after another, a micro-batch that holds a
-    sharded sequence (or one chunked over a group: ``mark_group_chunks``) starts when the
-    last rank of the ring is ready and ends for all of them with its slowest rank (its ring
-    collectives hold them together), a micro-batch of local sequences only runs on each rank
-    at its own pace (no collective inside it), and every rank meets the others at the step's
-    gradient all-reduce.
-
-    The evaluator's own ``iteration_time_s`` puts a barrier after every micro-batch (a
-    micro-batch takes its slowest CP rank), which is right for a trainer that synchronises
-    every micro-batch (ZeRO-2 or -3) and pessimistic for DDP with gradient accumulation,
-    what ``SkrullTrainer`` runs."""
-    ready = np.zeros((dp, cp))
-    for m in sorted(report["micro_batches"], key=lambda m: (m["dp"], m["index"])):
-        t = np.asarray(m["rank_times_s"], dtype=np.float64)
-        d = m["dp"]
-        if m["sharded"] > 0 or m.get("group_chunked", 0) > 0:
-            ready[d, :] = float(ready[d].max()) + float(t.max())
-        else:
-            ready[d] += t
-    return float(ready.max())
-
-
-def mark_group_chunks(report: dict[str, Any], plan_json: str) -> dict[str, Any]:
-    """``report`` with ``group_chunked`` on each micro-batch: its chunked sequences run over
-    a group of more than one rank, whose exchanges hold the group together as a sharded
-    sequence's ring does (a chunk on one GPU waits for no one)."""
-    plan = json.loads(plan_json)
-    for m in report["micro_batches"]:
-        m["group_chunked"] = sum(1 for p in plan["placements"]
-                                 if p.get("kind") == "chunked" and p["cp_size"] > 1
-                                 and (p["dp"], p["micro_batch"]) == (m["dp"], m["index"]))
-    return report
 
 
 def overhead_s(step_s: Any, times: Any) -> float:

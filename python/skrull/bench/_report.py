@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from ._delay import label
+
 COLUMNS = ("policy", "measured_step_s", "predicted_step_s", "predicted_over_measured",
            "tokens_per_s", "speedup_vs_deepspeed", "peak_memory_bytes", "micro_batches")
 
@@ -14,21 +16,37 @@ def table(result: dict[str, Any]) -> str:
     c = result["config"]
     lines = [f"DP {c['dp']} x CP {c['cp']} on {c['device']} ({c['dtype']}), model "
              f"{c['model']}, BucketSize {c['bucket']}, {c['batch']} sequences per step, "
-             f"{c['warmup']} warm-up + {c['steps']} timed steps, calibrate {c['calibrate']}",
+             f"{c['warmup']} warm-up + {c['steps']} timed steps, calibrate {c['calibrate']}"
+             + (f", DeepSpeed ZeRO-{c['zero']}" if c.get("engine") == "deepspeed" else ""),
              "",
-             "| policy | measured s/step | predicted s/step | predicted / measured | "
+             "| policy | measured s/step (spread) | predicted s/step | predicted / measured | "
              "micro-batches measured s | predicted | GPU pred/meas local, sharded | tokens/s | vs deepspeed | "
              "peak memory / rank | micro-batches / rank |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for p in result["policies"]:
         speed = p["speedup_vs_deepspeed"]
         lines.append(
-            f"| {p['policy']} | {p['measured_step_s']:.4f} | {p['predicted_step_s']:.4f} | "
+            f"| {label(p)} | {p['measured_step_s']:.4f} ({p['measured_spread']:.0%}"
+            f"{', noisy' if p['noisy'] else ''}) | {p['predicted_step_s']:.4f} | "
             f"{p['predicted_over_measured']:.3f} | {p['measured_compute_s']:.4f} | "
             f"{p['predicted_compute_s']:.4f} | {_pair(p['gpu_predicted_over_measured'])} | "
             f"{p['tokens_per_s']:,.0f} | "
             f"{'-' if speed is None else f'{speed:.2f}x'} | "
             f"{p['peak_memory_bytes'] / 2**20:,.0f} MiB | {p['micro_batches']} |")
+    cal = result.get("calibration")
+    if cal is not None:
+        lines += ["", f"calibrated once before the policies: {cal.get('refit') or '-'}; "
+                      f"time outside the micro-batches {cal['iteration_fixed_s']:.4f} s/step"]
+    if c.get("outlier_delay"):
+        lines += ["", "| policy | outlier delay | step mean s | step p95 s | speedup of the mean |",
+                  "|---|---:|---:|---:|---:|"]
+        plain = {p["policy"]: p for p in result["policies"] if not p.get("outlier_delay")}
+        for p in result["policies"]:
+            ref = plain.get(p["policy"])
+            gain = ref["measured_mean_s"] / p["measured_mean_s"] if ref else float("nan")
+            lines.append(f"| {p['policy']} | {p.get('outlier_delay', 0)} | "
+                         f"{p['measured_mean_s']:.4f} | {p['measured_p95_s']:.4f} | "
+                         f"{gain:.3f}x |")
     return "\n".join(lines) + "\n"
 
 
@@ -62,6 +80,6 @@ def chart(result: dict[str, Any]) -> str:
                          f'width="{bar - 4}" height="{h:.1f}" fill="{color}"/>')
             parts.append(f'<text x="{x + j * bar}" y="{height - bottom - h - 4:.1f}" '
                          f'font-size="10">{p[key]:.3g}</text>')
-        parts.append(f'<text x="{x}" y="{height - bottom + 16}">{p["policy"]}</text>')
+        parts.append(f'<text x="{x}" y="{height - bottom + 16}">{label(p)}</text>')
     parts.append("</svg>")
     return "\n".join(parts) + "\n"

@@ -114,6 +114,8 @@ def rank_main(rank: int, world: int, port: int, spec: dict[str, Any], out: str) 
                            if k != "model_type"}, **spec.get("chunking", {})}
     if spec["cost_model"] is not None:
         scheduler["cost_model"] = skrull.CostModel.from_json(spec["cost_model"])
+    if spec.get("outlier_delay"):
+        scheduler["outlier_delay"] = spec["outlier_delay"]   # SkrullBatchSampler's
     cfg = SkrullConfig(bucket_tokens=spec["bucket"], cp=spec["cp"],
                        lengths=spec["lengths"], global_batch_size=spec["batch"],
                        scheduler=scheduler, calibrate_every=every)

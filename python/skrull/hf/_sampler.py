@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import deque
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 from transformers.trainer_pt_utils import BatchRebalanceSampler
@@ -11,6 +11,7 @@ from transformers.trainer_pt_utils import BatchRebalanceSampler
 from .._errors import BatchError
 from .._plan import Plan
 from .._scheduler import Scheduler
+from .._window import Window
 
 
 class PlannedMicroBatch(list[int]):
@@ -147,6 +148,14 @@ class SkrullBatchSampler(BatchRebalanceSampler):
     and seed (the Trainer skips the batches a checkpoint already trained). ``len(sampler)``
     counts this DP rank's micro-batches per epoch.
 
+    With ``outlier_delay=W`` the global batches go through a ``skrull.Window``
+    (docs/outlier_delay.md): a sequence that alone outlasts its batch's fair share per DP rank
+    may train up to ``W`` steps later, beside other such sequences; every sample still trains
+    exactly once per epoch, and the last step drains the queue. ``state_dict`` then also holds
+    the step and the queue, and ``load_state_dict`` makes the next ``__iter__`` resume the
+    epoch there (the remaining steps are those the original would have yielded). With
+    ``SkrullTrainer``, pass it as ``SkrullConfig(scheduler={"outlier_delay": W})``.
+
     Parameters
     ----------
     lengths : sequence of int
@@ -164,6 +173,8 @@ class SkrullBatchSampler(BatchRebalanceSampler):
         CP ranks per DP rank (ranks are laid out ``dp_rank * cp + cp_rank``; default 1).
     shuffle, seed, drop_last : optional
         As in ``BatchRebalanceSampler`` (defaults True, 42, True).
+    outlier_delay : int, optional
+        ``W``, 0 (default: off) to 64: the most steps an outlier sequence may be delayed.
     **scheduler_kwargs
         Passed to ``skrull.Scheduler`` (``policy``, ``model``, ``cost_model``,
         ``shard_padding``...).
@@ -194,7 +205,7 @@ class SkrullBatchSampler(BatchRebalanceSampler):
     def __init__(self, lengths: Sequence[int], effective_batch_size: int, bucket_tokens: int,
                  grad_accum: int = 1, *, dp_size: int | None = None, rank: int | None = None,
                  cp: int = 1, shuffle: bool = True, seed: int = 42, drop_last: bool = True,
-                 **scheduler_kwargs: Any) -> None:
+                 outlier_delay: int = 0, **scheduler_kwargs: Any) -> None:
         world, global_rank = _world()
         if dp_size is None:
             if world % cp:
@@ -202,8 +213,22 @@ class SkrullBatchSampler(BatchRebalanceSampler):
             dp_size = world // cp
         if rank is None:
             rank = global_rank // cp
-        super().__init__(list(lengths), effective_batch_size, dp_size, grad_accum,
-                         shuffle=shuffle, seed=seed, rank=rank, drop_last=drop_last)
+        for name, value in (("effective_batch_size", effective_batch_size),
+                            ("grad_accum", grad_accum), ("dp_size", dp_size)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a whole number of at least 1, got {value!r}")
+        if not 0 <= rank < dp_size:
+            raise ValueError(f"rank must be from 0 to dp_size - 1 = {dp_size - 1}, got {rank}")
+        # transformers' sampler asserts effective_batch_size >= dp_size * grad_accum (each of
+        # its groups needs a sample). A skrull plan gives a DP rank with fewer samples than
+        # grad_accum empty micro-batches instead (SkrullCollator runs them), so every size is
+        # valid here: the base class is built with sizes it accepts and given the real ones.
+        super().__init__(list(lengths), effective_batch_size, 1, 1,
+                         shuffle=shuffle, seed=seed, rank=0, drop_last=drop_last)
+        self.dp_size, self.grad_accum, self.rank = dp_size, grad_accum, rank
+        # DDP with gradient accumulation under no_sync (SkrullTrainer): CP ranks meet only in
+        # micro-batches holding a sharded sequence; balanced plans for that.
+        scheduler_kwargs.setdefault("sync", "sharded")
         self.cp = cp
         self.bucket_tokens = bucket_tokens
         self.scheduler = scheduler_for_steps(dp_size, cp, bucket_tokens, grad_accum,
@@ -215,12 +240,71 @@ class SkrullBatchSampler(BatchRebalanceSampler):
         self.plans: deque[tuple[int, int, Plan]] = deque()
         self.record_plans = False
         self._batch_in_epoch = 0
+        # Checked now (a bad W is a ConfigError here, not at the first step).
+        self.outlier_delay = Window(self.scheduler, outlier_delay, 1).max_delay
+        #: With ``outlier_delay``: (step, queue) where the epoch resumes: before the step being
+        #: yielded, and after it once all its micro-batches are out.
+        self._cursor: tuple[int, list[list[int]]] = (0, [])
+        self._resume: dict[str, Any] | None = None
 
     def __iter__(self) -> Any:
         """This DP rank's micro-batches of the epoch (``set_epoch``), as the base class
-        draws them."""
+        draws them (through the outlier-delay window with ``outlier_delay``)."""
         self._batch_in_epoch = 0
+        if self.outlier_delay:
+            return self._delayed()
         return super().__iter__()  # type: ignore[no-untyped-call]
+
+    def _global_batches(self) -> list[list[int]]:
+        """The epoch's global batches of dataset indices, drawn as the base class draws them
+        (shuffled per ``seed + epoch``; with ``drop_last=False`` the tail padded by repeating
+        the epoch's first samples)."""
+        import torch
+        n, size = len(self.lengths), self.effective_batch_size
+        if self.shuffle:
+            g = torch.Generator()
+            g.manual_seed(self.seed + self.epoch)
+            order = torch.randperm(n, generator=g).tolist()
+        else:
+            order = list(range(n))
+        batches = []
+        for gb in range(self.num_global_batches):
+            batch = order[gb * size:(gb + 1) * size]
+            k = self.dp_size * self.grad_accum
+            if self.has_tail and gb == self.num_global_batches - 1 and len(batch) < k:
+                pad = k - len(batch)
+                batch = batch + (order * -(-pad // len(order)))[:pad]
+            batches.append(batch)
+        return batches
+
+    def _delayed(self) -> Iterator[PlannedMicroBatch]:
+        """The epoch through the outlier-delay window, from the resumed step if any."""
+        batches = self._global_batches()
+        flat = [i for b in batches for i in b]   # position in push order -> dataset index
+        resume, self._resume = self._resume, None
+        start, queue = 0, []
+        if resume is not None and resume["epoch"] == self.epoch:
+            start, queue = int(resume["step"]), [list(q) for q in resume["queue"]]
+        first = sum(len(b) for b in batches[:start])
+        window = Window(self.scheduler, self.outlier_delay, max(map(len, batches), default=1),
+                        first_step=start, first_position=first,
+                        queue=[(p, n, o) for p, n, o in queue])
+        pushed = start
+        for t in range(start, len(batches)):
+            while pushed < len(batches) and pushed <= t + self.outlier_delay:
+                window.push([self.lengths[i] for i in batches[pushed]])
+                pushed += 1
+            self._cursor = (t, queue)
+            step = window.step()
+            queue = [[d.position, d.length, d.origin] for d in window.queue()]
+            self._batch_in_epoch = t
+            mbs = self._assign([flat[p] for p in step.positions.tolist()],
+                               step.lengths.tolist())[self.rank]
+            for ga, mb in enumerate(mbs):
+                if ga == len(mbs) - 1:   # the step is out: resume after it
+                    self._cursor = (t + 1, queue)
+                yield mb
+        self._cursor = (len(batches), [])
 
     def plan(self, lengths: Sequence[int]) -> Plan:
         """The plan of one global batch (``plan_for_steps`` with this sampler's scheduler).
@@ -271,8 +355,11 @@ class SkrullBatchSampler(BatchRebalanceSampler):
             out.append(ranked)
         return out
 
-    def state_dict(self) -> dict[str, int]:
-        """``epoch`` and ``seed``: with the step count, all that the order depends on.
+    def state_dict(self) -> dict[str, Any]:
+        """``epoch`` and ``seed``: with the step count, all that the order depends on. With
+        ``outlier_delay`` also ``step`` (the next step to yield: one whose micro-batches are
+        partly out is yielded again) and ``queue`` (the deferred samples as ``[position,
+        length, origin]``).
 
         Returns
         -------
@@ -287,15 +374,20 @@ class SkrullBatchSampler(BatchRebalanceSampler):
         >>> sampler.state_dict()
         {'epoch': 3, 'seed': 42}
         """
-        return {"epoch": self.epoch, "seed": self.seed}
+        if not self.outlier_delay:
+            return {"epoch": self.epoch, "seed": self.seed}
+        step, queue = self._cursor
+        return {"epoch": self.epoch, "seed": self.seed, "outlier_delay": self.outlier_delay,
+                "step": step, "queue": [list(q) for q in queue]}
 
-    def load_state_dict(self, state: dict[str, int]) -> None:
-        """Restores ``state_dict()``.
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restores ``state_dict()``. With ``step`` and ``queue`` (``outlier_delay``), the next
+        ``__iter__`` resumes that epoch at that step with that queue.
 
         Parameters
         ----------
         state : dict
-            ``epoch`` and ``seed``, as ``state_dict`` returns them.
+            ``epoch`` and ``seed`` (and ``step``, ``queue``), as ``state_dict`` returns them.
 
         Example
         -------
@@ -306,6 +398,10 @@ class SkrullBatchSampler(BatchRebalanceSampler):
         (3, 7)
         """
         self.epoch, self.seed = int(state["epoch"]), int(state["seed"])
+        if "step" in state:
+            self._cursor = (int(state["step"]), [list(q) for q in state["queue"]])
+            self._resume = {"epoch": self.epoch, "step": self._cursor[0],
+                            "queue": self._cursor[1]}
 
 
 def _world() -> tuple[int, int]:

@@ -14,6 +14,7 @@ from transformers import Trainer
 from ..torch.attention import MicroBatchPasses
 from ._attention import ATTENTION_NAME, PassAttention, SkrullAttention
 from ._collator import IGNORE_INDEX, SkrullCollator, collate_gpu_buffer, padding_batch
+from ._deepspeed_cpu import repair_cpu_deepspeed
 from ._loss import exact_causal_lm_loss
 from ._sampler import PlannedMicroBatch, SkrullBatchSampler
 
@@ -192,7 +193,10 @@ class SkrullTrainerMixin:
       disables transformers' packed-sequence detection), ``cp > 1`` refuses a model whose
       attention is not ``"skrull"`` (zigzag buffers would be mis-split by position jumps) and
       ``average_tokens_across_devices=False``, and ``SkrullConfig(exact=True)`` refuses
-      bf16/fp16 (warned about otherwise when bf16 is on, TRL's default).
+      bf16/fp16 (warned about otherwise when bf16 is on, TRL's default);
+    - with ``TrainingArguments(deepspeed=...)`` on a machine without a GPU, the arguments'
+      device set-up is redone with gloo (``repair_cpu_deepspeed``: transformers would count
+      one process and DeepSpeed refuse the batch sizes).
 
     Parameters
     ----------
@@ -233,6 +237,9 @@ class SkrullTrainerMixin:
 
     def __init__(self, *args: Any, skrull: SkrullConfig, **kwargs: Any) -> None:
         self.skrull = skrull
+        training_args = kwargs.get("args", args[1] if len(args) > 1 else None)
+        if getattr(training_args, "deepspeed", None):
+            repair_cpu_deepspeed(training_args)  # DeepSpeed on a CPU-only machine
         super().__init__(*args, **kwargs)
         check_training_setup(self.model, self.args, skrull)
         if skrull.exact and hasattr(self.model, "loss_function"):
@@ -264,11 +271,17 @@ class SkrullTrainerMixin:
         dp = self.skrull_dp
         batch = cfg.global_batch_size or (args.per_device_train_batch_size
                                           * args.gradient_accumulation_steps * dp)
+        scheduler = dict(cfg.scheduler)
+        ds = getattr(args, "hf_deepspeed_config", None)
+        if ds is not None and "sync" not in scheduler:
+            # DeepSpeed's engine synchronises by its ZeRO stage (every GPU under ZeRO-2/3).
+            from ..deepspeed._settings import Engine
+            scheduler["sync"] = Engine.from_config(ds.config).sync
         sampler = SkrullBatchSampler(lengths, batch, cfg.bucket_tokens,
                                      args.gradient_accumulation_steps, dp_size=dp,
                                      rank=args.process_index // cfg.cp, cp=cfg.cp,
                                      seed=args.data_seed if args.data_seed is not None
-                                     else args.seed, drop_last=True, **cfg.scheduler)
+                                     else args.seed, drop_last=True, **scheduler)
         if cfg.calibrate_every > 0:
             from ..torch import OnlineCalibration
             sampler.record_plans = True

@@ -11,18 +11,20 @@ ninja). Then::
     s = skrull.Scheduler(dp=2, cp=4, bucket_tokens=4096)
     out = skrull.ops.schedule(torch.tensor([1000, 900, 12000]), s)   # a PlanTensors
     out.placements                       # int32 [n, 4]: dp_rank, micro_batch, cp_rank, tokens
-    torch.ops.skrull.schedule(lengths, skrull.ops.config_text(s))     # the raw op
+    config, cost = skrull.ops.config_tensors(s)       # the scheduler's C structs, as bytes
+    torch.ops.skrull.schedule(lengths, config, cost)  # the raw op
 
 The op returns exactly the arrays of ``s.plan(lengths)`` (``PlanTensors`` lists them), raises
 the message the ctypes binding raises when the library refuses the batch or configuration
-(``ValueError``; ``TypeError`` for lengths that are not one-dimensional integers), keeps no
-state between calls, and works in TorchScript, from C++ (``c10::Dispatcher``) and under
-``torch.compile`` (a fake implementation gives the shapes; the micro-batch count is a dynamic
-size). docs/cpp.md has the details.
+(both word it with ``skrull_error_describe``: ``ValueError``; ``TypeError`` for lengths that
+are not one-dimensional integers), keeps no state between calls, and works in TorchScript,
+from C++ (``c10::Dispatcher``) and under ``torch.compile`` (a fake implementation gives the
+shapes; dp, cp and the micro-batch count are dynamic sizes). docs/cpp.md has the details.
 """
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import hashlib
 import os
@@ -33,12 +35,12 @@ from typing import Any, NamedTuple, Union
 import torch
 
 import skrull
+from skrull import _config, _ffi
 
-__all__ = ["PlanTensors", "config_text", "library_path", "schedule"]
+__all__ = ["PlanTensors", "config_tensors", "library_path", "schedule"]
 
 _CSRC = Path(__file__).resolve().parent / "csrc"
-_SOURCES = ("schedule_op.cpp", "config_text.cpp", "status_text.cpp")
-_HEADERS = ("config_text.hpp", "status_text.hpp")
+_SOURCES = ("schedule_op.cpp",)
 
 
 class PlanTensors(NamedTuple):
@@ -101,7 +103,7 @@ def _build() -> str:
     cpp_extension.load(
         name="skrull_ops",
         sources=[str(_CSRC / s) for s in _SOURCES],
-        extra_include_paths=[skrull.get_include(), str(_CSRC)],
+        extra_include_paths=[skrull.get_include()],
         extra_cflags=["-O2", "-Wall", "-Wextra", f"-DSKRULL_OPS_STAMP={_stamp()}"],
         extra_ldflags=[lib, "-lpthread", "-ldl", "-lm"],
         is_python_module=False,
@@ -132,50 +134,55 @@ def library_path() -> str:
     return _LIBRARY
 
 
-def _number(value: Any) -> str:
-    return repr(float(value)) if isinstance(value, float) else str(int(value))
+def _struct_bytes(c_config: _ffi.skrull_config) -> tuple[bytes, bytes]:
+    """The bytes of a ``skrull_config`` (``struct_size`` of them) and of the cost model its
+    pointer names (none: ``b""``), exactly what the library reads."""
+    config = bytes(c_config)[:c_config.struct_size]
+    address = c_config.cost_model
+    if not address:
+        return config, b""
+    size = ctypes.c_uint32.from_address(address).value
+    return config, ctypes.string_at(address, size)
 
 
 @functools.lru_cache(maxsize=64)
-def _text_of(config: skrull.Config) -> str:
-    items = [f"dp={config.dp}", f"cp={config.cp}", f"bucket_tokens={config.bucket_tokens}",
-             f"policy={config.policy}", f"victim={config.victim}", f"flops={config.flops}",
-             f"shard_padding={config.shard_padding}",
-             f"max_micro_batches={config.max_micro_batches}",
-             f"pad_multiple={config.pad_multiple}", f"pad_local={int(config.pad_local)}",
-             f"lockstep={int(config.lockstep)}", f"subgroups={int(config.subgroups)}",
-             f"fill_empty={int(config.fill_empty)}", f"micro_batches={config.micro_batches}",
-             f"chunk_size={config.chunk_size}", f"chunk_keep={config.chunk_keep}",
-             f"chunk_state_permille={config.chunk_state_permille}"]
-    m = config.model
-    items += [f"model.hidden={m.hidden}", f"model.kv_hidden={m.kv_hidden}",
-              f"model.ffn={m.ffn}", f"model.layers={m.layers}", f"model.vocab={m.vocab}",
-              f"model.swiglu={int(m.swiglu)}"]
-    cost = config.cost_model
-    if cost is not None:
-        items.append(f"cost_model={cost.gpu}")
-        for name, value in cost:
-            if isinstance(value, tuple):
-                text = ":".join(_number(v) for v in value)
-            else:
-                text = str(value) if isinstance(value, str) else _number(value)
-            items.append(f"cost_model.{name}={text}")
-    return " ".join(items)
+def _config_bytes(config: skrull.Config) -> tuple[bytes, bytes]:
+    c = config
+    # The same struct a Scheduler of this configuration plans with (``held`` keeps its cost
+    # model copy alive while the bytes are read).
+    held, c_config = _config.build(
+        c.dp, c.cp, c.bucket_tokens, c.model, c.policy, c.victim, c.flops, c.shard_padding,
+        c.max_micro_batches, c.pad_multiple, c.pad_local, c.lockstep, c.cost_model,
+        c.subgroups, c.fill_empty, c.micro_batches, c.chunk_size, c.chunk_keep,
+        c.chunk_state_permille)
+    out = _struct_bytes(c_config)
+    del held
+    return out
 
 
-def config_text(config: Union[skrull.Scheduler, skrull.Config]) -> str:
-    """The op's configuration text for a scheduler (every setting written out).
+def _tensor(raw: bytes) -> torch.Tensor:
+    if not raw:
+        return torch.empty(0, dtype=torch.uint8)
+    return torch.frombuffer(bytearray(raw), dtype=torch.uint8)
+
+
+def config_tensors(config: Union[skrull.Scheduler, skrull.Config]) -> tuple[torch.Tensor,
+                                                                            torch.Tensor]:
+    """The op's configuration arguments for a scheduler: its C structs as bytes.
 
     Parameters
     ----------
     config : skrull.Scheduler or skrull.Config
-        The configuration to plan with (a scheduler's current one, its cost model included).
+        The configuration to plan with (a scheduler's current one, its cost model included:
+        after a refit, the refitted model).
 
     Returns
     -------
-    str
-        ``key=value`` items (docs/cpp.md lists the keys); the op plans with it exactly what
-        the scheduler plans.
+    (torch.Tensor, torch.Tensor)
+        ``config``: the scheduler's ``skrull_config`` (uint8, ``struct_size`` bytes; its
+        ``cost_model`` pointer is ignored by the op); ``cost_model``: its ``skrull_cost_model``
+        (uint8), empty for the library's preset. Both are new CPU tensors, safe to keep (e.g.
+        as a module's buffers); the op plans with them exactly what the scheduler plans.
 
     Raises
     ------
@@ -185,18 +192,23 @@ def config_text(config: Union[skrull.Scheduler, skrull.Config]) -> str:
     Example
     -------
     >>> import skrull, skrull.ops
-    >>> skrull.ops.config_text(skrull.Scheduler(dp=2, cp=4, bucket_tokens=4096)).split()[:4]
-    ['dp=2', 'cp=4', 'bucket_tokens=4096', 'policy=balanced']
+    >>> config, cost = skrull.ops.config_tensors(skrull.Scheduler(dp=2, cp=4, bucket_tokens=4096))
+    >>> config.dtype, config.numel() == int(config[:4].view(torch.int32)), cost.numel()
+    (torch.uint8, True, 0)
     """
     if isinstance(config, skrull.Scheduler):
-        config = config.config
-    if not isinstance(config, skrull.Config):
+        with config._lock:  # a refit swaps the struct and its cost model under this lock
+            raw = _struct_bytes(config._c_config)
+    elif isinstance(config, skrull.Config):
+        raw = _config_bytes(config)
+    else:
         raise TypeError(f"config must be a skrull.Scheduler or skrull.Config, got "
                         f"{type(config).__name__}")
-    return _text_of(config)
+    return _tensor(raw[0]), _tensor(raw[1])
 
 
-def schedule(lengths: Any, config: Union[str, skrull.Scheduler, skrull.Config]) -> PlanTensors:
+def schedule(lengths: Any, config: Union[skrull.Scheduler, skrull.Config,
+                                         tuple[torch.Tensor, torch.Tensor]]) -> PlanTensors:
     """Plans one global batch with the torch op (``torch.ops.skrull.schedule``).
 
     Parameters
@@ -204,8 +216,8 @@ def schedule(lengths: Any, config: Union[str, skrull.Scheduler, skrull.Config]) 
     lengths : torch.Tensor or sequence of int
         Tokens of each sequence (a one-dimensional integer tensor, on any device; a list is
         turned into an int64 tensor).
-    config : str, skrull.Scheduler or skrull.Config
-        The configuration text (docs/cpp.md), or a scheduler whose configuration to use.
+    config : skrull.Scheduler, skrull.Config or (torch.Tensor, torch.Tensor)
+        A scheduler whose configuration to use, or the two tensors of ``config_tensors()``.
 
     Returns
     -------
@@ -216,46 +228,52 @@ def schedule(lengths: Any, config: Union[str, skrull.Scheduler, skrull.Config]) 
     ------
     ValueError
         The library refused the batch or the configuration: the message is the one
-        ``Scheduler.plan`` (or ``Scheduler(...)``) raises, its status name in brackets.
+        ``Scheduler.plan`` raises, its status name in brackets; or a configuration tensor of
+        the wrong size or device.
     TypeError
-        ``lengths`` is not a one-dimensional integer tensor.
+        ``lengths`` is not a one-dimensional integer tensor, or a configuration tensor is not
+        uint8.
 
     Example
     -------
     >>> import torch, skrull, skrull.ops
-    >>> out = skrull.ops.schedule(torch.tensor([30, 20, 100, 10]), "dp=2 cp=2 bucket_tokens=64")
+    >>> s = skrull.Scheduler(dp=2, cp=2, bucket_tokens=64)
+    >>> out = skrull.ops.schedule(torch.tensor([30, 20, 100, 10]), s)
     >>> out.micro_batches_per_dp.tolist(), int(out.summary[3])     # per DP rank; sharded
     ([1, 1], 1)
     """
-    text = config if isinstance(config, str) else config_text(config)
+    tensors = config if isinstance(config, tuple) else config_tensors(config)
     if not isinstance(lengths, torch.Tensor):
         lengths = torch.as_tensor(lengths, dtype=torch.int64)
-    return PlanTensors(*torch.ops.skrull.schedule(lengths, text))
+    return PlanTensors(*torch.ops.skrull.schedule(lengths, *tensors))
 
 
-@functools.lru_cache(maxsize=None)
-def _preset_layout(model: str) -> tuple[int, int]:
-    c = skrull.Scheduler(model=model).config
-    return c.dp, c.cp
+def _check_bytes(t: torch.Tensor, name: str) -> None:
+    """What the op checks of a configuration tensor that its metadata shows."""
+    if t.dtype != torch.uint8:
+        raise TypeError(f"{name} must be a uint8 tensor holding the bytes of a skrull_{name} "
+                        f"(skrull.ops.config_tensors() gives it), got dtype {t.dtype}")
+    if t.device.type != "cpu":
+        raise ValueError(f"{name} must be a CPU tensor (the bytes of a skrull_{name}), got one "
+                         f"on {t.device}")
+    if t.dim() != 1:
+        raise ValueError(f"{name} must be one-dimensional (the bytes of a skrull_{name}), got "
+                         f"shape {tuple(t.shape)}")
 
 
-def _layout_of(text: str) -> tuple[int, int]:
-    """dp and cp of a configuration text (as the op reads them), for the fake implementation."""
-    items = dict(item.split("=", 1) for item in text.replace(",", " ").split() if "=" in item)
-    model = items.get("model", "qwen2.5-0.5b").lower()
-    by_number = {str(number): name for name, number in skrull.PRESETS.items()}
-    model = by_number.get(model, model)
-    dp, cp = _preset_layout(model if model in skrull.PRESETS else "qwen2.5-0.5b")
-    return int(items.get("dp", dp)), int(items.get("cp", cp))
-
-
-def _schedule_fake(lengths: torch.Tensor, config: str) -> tuple[torch.Tensor, ...]:
-    """Shapes for torch.compile: n from ``lengths``, dp and cp from the text, the micro-batch
-    count ``k`` unknown until the op runs (a dynamic size)."""
+def _schedule_fake(lengths: torch.Tensor, config: torch.Tensor,
+                   cost_model: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """Shapes for torch.compile: n from ``lengths``; dp, cp (in the configuration's bytes,
+    which a fake tensor does not hold) and the micro-batch count ``k`` (known once the op
+    runs) as dynamic sizes."""
     torch._check(lengths.dim() == 1, lambda: "lengths must be one-dimensional")
+    _check_bytes(config, "config")
+    _check_bytes(cost_model, "cost_model")
     n = lengths.shape[0]
-    dp, cp = _layout_of(config)
-    k = torch.library.get_ctx().new_dynamic_size()
+    ctx = torch.library.get_ctx()
+    k = ctx.new_dynamic_size()
+    dp = ctx.new_dynamic_size(min=1)
+    cp = ctx.new_dynamic_size(min=1)
     cpu = torch.device("cpu")
     i32, i64 = torch.int32, torch.int64
     return (torch.empty((n, 4), dtype=i32, device=cpu), torch.empty((k, 4), dtype=i32, device=cpu),

@@ -304,7 +304,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     shape = _shape(args, parser)  # before importing torch: a missing model fails at once
     import torch
 
-    from ._dist import Launch, measure, spawn
+    from ._dist import Launch, measure, measure_sharded, spawn
     from ._measure import (Bench, Progress, Workload, cpu_memory, cuda_memory, device_memory,
                            micro_batch_memory, model_states)
     from ._model import flash_varlen, sdpa_varlen
@@ -331,6 +331,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     # goes on to the single-GPU measurements.
     launch = Launch.from_env()
     collectives = []
+    sharded = []
+    heads = (shape.heads, shape.kv_heads, shape.head_dim)
     if launch is not None:
         import torch.distributed as dist
         if device.type == "cuda":
@@ -341,6 +343,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             from ._dist import steps
             bar = Progress(steps(launch, coll_sizes), enabled=show and launch.rank == 0)
             collectives = measure(launch, device, coll_sizes, bench.warmup, bench.repeats, bar)
+            sharded = measure_sharded(launch, device, heads, bench.warmup, bench.repeats, bar)
             bar.close()
         finally:
             dist.destroy_process_group()
@@ -350,8 +353,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     elif args.procs > 1:
         if args.procs % args.nodes:
             raise SystemExit(f"--procs {args.procs} is not a multiple of --nodes {args.nodes}")
-        collectives = spawn(args.procs, args.nodes, device, coll_sizes, bench.warmup,
-                            bench.repeats, show)
+        collectives, sharded = spawn(args.procs, args.nodes, device, coll_sizes,
+                                     bench.warmup, bench.repeats, show, heads)
         where = f"{args.procs} spawned processes on this machine"
         if args.nodes > 1:
             where += (f" as {args.nodes} nodes (the inter-node rows cross no real node "
@@ -448,6 +451,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     bar.close()
     for c in collectives:
         rows.row("collective", c.bytes, c.seconds, c.group, c.scope)
+    for r in sharded:
+        rows.row("sharded", r.count, r.seconds, r.tokens, r.group)
+    # The training loop outside the micro-batches: the optimizer's update and zeroing the
+    # gradients, over the layer's parameters, the head's and both (calibrate extrapolates
+    # the line to the model's parameters).
+    for part in ("layer", "head", "both") if shape.vocab else ("layer",):
+        n_params, step = w.optimizer_step(part)
+        rows.row("step", n_params, bench.time(step, device))
 
     elapsed = time.perf_counter() - t_start
     hardware = (torch.cuda.get_device_name(device) if device.type == "cuda"

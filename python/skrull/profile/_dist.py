@@ -1,5 +1,6 @@
-"""Collective measurements on a process group: all-gathers inside one node and across nodes,
-under ``torchrun`` or on processes the profiler spawns itself."""
+"""Measurements on a process group: all-gathers inside one node and across nodes, and the
+executor's sharded attention against the number of sharded sequences, under ``torchrun`` or
+on processes the profiler spawns itself."""
 
 from __future__ import annotations
 
@@ -75,6 +76,86 @@ def _all_gather_seconds(group: Any, size: int, nbytes: int, device: torch.device
     return numel * elt * size, min(times)
 
 
+#: Sharded sequences per micro-batch of the ``sharded`` rows, and each one's tokens per ring
+#: rank (few: the rows time the executor's work per sequence, not attention).
+SHARDED_COUNTS = (1, 2, 4, 8)
+SHARDED_TOKENS_PER_RANK = 32
+
+
+@dataclass(frozen=True)
+class ShardedRow:
+    """One ``sharded,COUNT,SECONDS,TOKENS,GROUP`` sample: one layer's CP attention of a
+    micro-batch of ``count`` sequences of ``tokens`` tokens, every one sharded over the ring of
+    ``group`` ranks."""
+
+    count: int
+    seconds: float
+    tokens: int
+    group: int
+
+
+def _sharded_seconds(group: Any, size: int, rank: int, heads: tuple[int, int, int],
+                     count: int, device: torch.device, dtype: torch.dtype, warmup: int,
+                     repeats: int) -> tuple[int, float]:
+    """The fastest over ``repeats`` of the slowest rank's forward + backward of the
+    executor's attention (``skrull.torch.attention.CpAttention``) for a micro-batch of
+    ``count`` sequences all sharded over the ring of ``size`` ranks; the tokens per sequence."""
+    import skrull
+    from skrull.torch.attention import CpAttention, attention_schedule
+
+    n_heads, kv_heads, dim = heads
+    tokens = SHARDED_TOKENS_PER_RANK * size
+    plan = skrull.Scheduler(dp=1, cp=size, bucket_tokens=count * tokens,
+                            policy="packed").plan([tokens] * count)
+    attention = CpAttention(attention_schedule(plan, 0, 0, rank), {(0, size): group})
+    rows = attention.schedule.tokens
+    gen = torch.Generator(device="cpu").manual_seed(rank)
+
+    def randn(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, generator=gen).to(device, dtype).requires_grad_(True)
+    q, k, v = randn(rows, n_heads, dim), randn(rows, kv_heads, dim), randn(rows, kv_heads, dim)
+    g = torch.randn(rows, n_heads, dim, generator=gen).to(device, dtype)
+    sync: Callable[[], None] = (torch.cuda.synchronize if device.type == "cuda"
+                                else (lambda: None))
+    times = []
+    for i in range(warmup + repeats):
+        dist.barrier(group=group)
+        sync()
+        t0 = time.perf_counter()
+        attention(q, k, v).backward(g)  # type: ignore[no-untyped-call]
+        q.grad = k.grad = v.grad = None
+        sync()
+        dt = torch.tensor([time.perf_counter() - t0], dtype=torch.float64,
+                          device=device if device.type == "cuda" else "cpu")
+        dist.all_reduce(dt, op=dist.ReduceOp.MAX, group=group)
+        if i >= warmup:
+            times.append(float(dt.item()))
+    return tokens, min(times)
+
+
+def measure_sharded(launch: Launch, device: torch.device, heads: tuple[int, int, int],
+                    warmup: int, repeats: int, progress: Optional[Progress]
+                    ) -> list[ShardedRow]:
+    """The executor's sharded attention for ``SHARDED_COUNTS`` sequences per micro-batch on
+    the ring of each node's ranks (every node at once) when a node holds two or more
+    processes; rank 0's rows. Every rank calls it."""
+    local, nodes = launch.local_world, launch.nodes
+    if local < 2:
+        return []
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    groups = [dist.new_group(list(range(n * local, (n + 1) * local))) for n in range(nodes)]
+    group = groups[launch.rank // local]
+    rows = []
+    for count in SHARDED_COUNTS:
+        tokens, seconds = _sharded_seconds(group, local, launch.rank % local, heads, count,
+                                           device, dtype, warmup, repeats)
+        rows.append(ShardedRow(count, seconds, tokens, local))
+        if progress is not None:
+            progress.step(f"sharded attention, {count} x {tokens} tokens over {local} ranks")
+    dist.barrier()
+    return rows
+
+
 def measure(launch: Launch, device: torch.device, sizes: Sequence[int], warmup: int,
             repeats: int, progress: Optional[Progress]) -> list[CollectiveRow]:
     """All-gathers of every size in ``sizes`` (bytes of the result) inside each node (every
@@ -102,12 +183,14 @@ def measure(launch: Launch, device: torch.device, sizes: Sequence[int], warmup: 
 
 
 def steps(launch: Launch, sizes: Sequence[int]) -> int:
-    """Progress steps :func:`measure` takes."""
-    return len(sizes) * ((launch.local_world >= 2) + (launch.nodes >= 2))
+    """Progress steps :func:`measure` and :func:`measure_sharded` take."""
+    return (len(sizes) * ((launch.local_world >= 2) + (launch.nodes >= 2))
+            + len(SHARDED_COUNTS) * (launch.local_world >= 2))
 
 
 def _worker(rank: int, world: int, local: int, init: str, device_type: str,
-            sizes: list[int], warmup: int, repeats: int, out: str, show: bool) -> None:
+            sizes: list[int], warmup: int, repeats: int, out: str, show: bool,
+            heads: tuple[int, int, int]) -> None:
     """One spawned process: joins the group through ``init`` and measures; rank 0 writes the
     rows to ``out``."""
     launch = Launch(rank, world, local)
@@ -120,18 +203,22 @@ def _worker(rank: int, world: int, local: int, init: str, device_type: str,
     try:
         progress = Progress(steps(launch, sizes), enabled=show) if rank == 0 else None
         rows = measure(launch, device, sizes, warmup, repeats, progress)
+        sharded = measure_sharded(launch, device, heads, warmup, repeats, progress)
         if progress is not None:
             progress.close()
         if rank == 0:
             with open(out, "w", encoding="utf-8") as f:
-                json.dump([asdict(r) for r in rows], f)
+                json.dump({"collective": [asdict(r) for r in rows],
+                           "sharded": [asdict(r) for r in sharded]}, f)
     finally:
         dist.destroy_process_group()
 
 
 def spawn(procs: int, nodes: int, device: torch.device, sizes: Sequence[int], warmup: int,
-          repeats: int, show: bool) -> list[CollectiveRow]:
-    """Runs :func:`measure` on ``procs`` new local processes split into ``nodes`` groups of
+          repeats: int, show: bool, heads: tuple[int, int, int]
+          ) -> tuple[list[CollectiveRow], list[ShardedRow]]:
+    """Runs :func:`measure` and :func:`measure_sharded` (attention of ``heads``: query
+    heads, KV heads, head dim) on ``procs`` new local processes split into ``nodes`` groups of
     consecutive ranks (gloo on CPU, NCCL on CUDA, one GPU per process round robin); returns
     rank 0's rows. On CPU the processes are forked where the platform can (this process has
     not computed anything yet, and forking skips importing torch again); CUDA needs
@@ -146,7 +233,9 @@ def spawn(procs: int, nodes: int, device: torch.device, sizes: Sequence[int], wa
         out = os.path.join(tmp, "collectives.json")
         start: Any = getattr(mp, "start_processes")
         start(_worker, args=(procs, procs // nodes, f"file://{tmp}/rendezvous", device.type,
-                             list(sizes), warmup, repeats, out, show), nprocs=procs,
+                             list(sizes), warmup, repeats, out, show, heads), nprocs=procs,
               start_method="fork" if fork else "spawn")
         with open(out, encoding="utf-8") as f:
-            return [CollectiveRow(**r) for r in json.load(f)]
+            got = json.load(f)
+        return ([CollectiveRow(**r) for r in got["collective"]],
+                [ShardedRow(**r) for r in got["sharded"]])

@@ -145,6 +145,24 @@ class Workload:
             q.grad = k.grad = v.grad = None
         return step
 
+    def optimizer_step(self, parts: str) -> tuple[int, Callable[[], None]]:
+        """One training-loop step outside the micro-batches over the parameters of
+        ``parts`` (``"layer"``, ``"head"`` or ``"both"``): AdamW's update and zeroing the
+        gradients (kept allocated, as a trainer between steps). Returns the parameter count
+        and the step."""
+        layer: list[Optional[torch.nn.Module]] = [self.layer]
+        head: list[Optional[torch.nn.Module]] = [self.head]
+        chosen = {"layer": layer, "head": head, "both": layer + head}[parts]
+        params = [t for m in chosen if m is not None for t in m.parameters()]
+        for t in params:
+            t.grad = torch.ones_like(t)
+        opt = torch.optim.AdamW(params, lr=1e-6)
+
+        def step() -> None:
+            opt.step()
+            opt.zero_grad(set_to_none=False)
+        return sum(t.numel() for t in params), step
+
     def parameter_storages(self) -> set[int]:
         """Storage addresses of every parameter (and gradient): model states, not
         activations."""

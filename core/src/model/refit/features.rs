@@ -7,7 +7,7 @@
 //! ```text
 //! comm   = c3·LAT_INTRA + c4·BW_INTRA + c5·LAT_INTER + c6·BW_INTER
 //! window = c2·(A_LOCAL + c7·A_SHARDED)
-//! t      = c0·FIXED + c1·GEMM + max(comm, window) + c2·(1 − c7)·A_SHARDED
+//! t      = c0·FIXED + c1·GEMM + max(comm, window) + c2·(1 − c7)·A_SHARDED + c8·SEQS
 //! ```
 //!
 //! which with every `c` = 1 (and `c7` the prior's overlap) is what the evaluator computes.
@@ -33,8 +33,50 @@ pub const BW_INTRA: usize = 5;
 pub const LAT_INTER: usize = 6;
 /// Feature index: ring traffic of rings across nodes.
 pub const BW_INTER: usize = 7;
+/// Feature index: the sharded sequences the GPU holds a share of, times the unit of the fixed
+/// cost per sharded sequence.
+pub const SEQS: usize = 8;
 
-const _: () = assert!(BW_INTER + 1 == FEATURES);
+const _: () = assert!(SEQS + 1 == FEATURES);
+
+/// Whether micro-batch `group` (`micro-batch · dp + DP rank`) of step `step` is held out of
+/// the fit: one in `holdout` by a hash of the two (none for `holdout` 0).
+pub fn held_out(step: u64, group: u64, holdout: u32) -> bool {
+    if holdout == 0 {
+        return false;
+    }
+    // SplitMix64's finaliser: every bit of the step and the group moves the result.
+    let mut z = step
+        .wrapping_mul(0x9e37_79b9_7f4a_7c15)
+        .wrapping_add(group.wrapping_mul(0xbf58_476d_1ce4_e5b9))
+        .wrapping_add(0x94d0_49bb_1331_11eb);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^= z >> 31;
+    z.is_multiple_of(u64::from(holdout))
+}
+
+/// Which rows of the window a fit or an error reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Subset {
+    /// Every valid row.
+    All,
+    /// The rows the fit learns from (not held out).
+    Train,
+    /// The held-out rows.
+    HeldOut,
+}
+
+impl Subset {
+    /// Whether `row` belongs to this subset.
+    pub fn holds(self, row: &Row) -> bool {
+        match self {
+            Subset::All => true,
+            Subset::Train => row.heldout == 0,
+            Subset::HeldOut => row.heldout != 0,
+        }
+    }
+}
 
 /// Bit of [`Row::rings`] for the whole CP group's ring.
 const WHOLE_RING: u32 = 1 << 7;
@@ -157,6 +199,8 @@ impl RefitState {
         let skipped = self.fill_block(block, lengths, &placement, times);
         self.counts[slot] = count as u32;
         self.skipped[slot] = skipped;
+        self.busy[slot] = self.busy_time(block);
+        self.step_time[slot] = 0.0;
         self.steps += 1;
         Ok(skipped)
     }
@@ -198,14 +242,17 @@ impl RefitState {
             for row in &mut block[first..first + group.size as usize] {
                 row.tokens += share;
                 row.x[A_SHARDED] += attention;
+                row.x[SEQS] += self.seq_unit;
                 add_comm(&tm, row, ring, len, bit);
             }
         }
         let mut skipped = 0u32;
-        for (row, &t) in block.iter_mut().zip(times) {
+        let holdout = self.params.holdout;
+        for (i, (row, &t)) in block.iter_mut().zip(times).enumerate() {
             if row.used == 0 {
                 continue;
             }
+            row.heldout = u32::from(held_out(self.steps, (i / cp) as u64, holdout));
             row.step = self.steps;
             row.x[FIXED] = self.fixed_unit;
             row.x[GEMM] = tm.gemm(row.tokens);
@@ -220,6 +267,15 @@ impl RefitState {
 
     /// The valid rows of the window, in slot order (a fixed order for a given history), with each row's age in steps.
     pub(crate) fn window<'r>(&self, rows: &'r [Row]) -> impl Iterator<Item = (u64, &'r Row)> {
+        self.window_of(rows, Subset::All)
+    }
+
+    /// The valid rows of the window in `subset`, as [`RefitState::window`].
+    pub(crate) fn window_of<'r>(
+        &self,
+        rows: &'r [Row],
+        subset: Subset,
+    ) -> impl Iterator<Item = (u64, &'r Row)> {
         let cap = self.params.max_rows_per_step as usize;
         let last = self.steps.saturating_sub(1);
         let window = self.params.window_steps as usize;
@@ -228,8 +284,33 @@ impl RefitState {
             rows.get(slot * cap..slot * cap + count)
                 .unwrap_or(&[])
                 .iter()
-                .filter(|r| r.used == 1)
+                .filter(move |r| r.used == 1 && subset.holds(r))
                 .map(move |r| (last.saturating_sub(r.step), r))
+        })
+    }
+
+    /// The valid rows of the window in `subset`, as [`RefitState::window_of`], each with the
+    /// rows of its micro-batch (the `cp` GPUs of one micro-batch of one DP rank).
+    pub(crate) fn groups_of<'r>(
+        &self,
+        rows: &'r [Row],
+        subset: Subset,
+    ) -> impl Iterator<Item = (u64, &'r Row, &'r [Row])> {
+        let cap = self.params.max_rows_per_step as usize;
+        let cp = (self.cfg.cp as usize).max(1);
+        let last = self.steps.saturating_sub(1);
+        let window = self.params.window_steps as usize;
+        (0..window).flat_map(move |slot| {
+            let count = self.counts[slot] as usize;
+            rows.get(slot * cap..slot * cap + count)
+                .unwrap_or(&[])
+                .chunks(cp)
+                .flat_map(move |group| {
+                    group
+                        .iter()
+                        .filter(move |r| r.used == 1 && subset.holds(r))
+                        .map(move |r| (last.saturating_sub(r.step), r, group))
+                })
         })
     }
 

@@ -3,14 +3,18 @@
 //!
 //! The refit keeps a *prior* [`CostModel`] and fits [`COEFFICIENTS`] dimensionless
 //! coefficients relative to it ([`Coef`]): the fixed cost per micro-batch, the GEMM time, the
-//! attention time, ring latency and time per byte inside and across nodes, and the overlap
-//! rule. A prior coefficient is 1 (the overlap: 0 for `local-attention`, 1 for
-//! `all-attention`). Each step, [`RefitState::observe`] turns a plan into per-GPU features
-//! (the prior's time of each term, [`features`]) and stores them with the measured times in a
-//! window of the last `window_steps` steps in caller storage ([`Row`]); [`RefitState::solve`]
-//! fits them ([`solve`]). No allocation, fixed summation order, IEEE basic operations and
-//! `libm` only: the same window gives the same bits on every platform, so every rank that
-//! sees the same all-gathered times plans identically.
+//! attention time, ring latency and time per byte inside and across nodes, the overlap rule
+//! and the fixed cost per sharded sequence. A prior coefficient is 1 (the overlap: 0 for
+//! `local-attention`, 1 for `all-attention`; a fixed cost the prior lacks: 0). Each step,
+//! [`RefitState::observe`] turns a plan into per-GPU features (the prior's time of each term,
+//! [`features`]) and stores them with the measured times in a window of the last
+//! `window_steps` steps in caller storage ([`Row`]); [`RefitState::observe_step_time`] adds
+//! the step's wall time, from which the per-step cost is measured ([`steps`]).
+//! [`RefitState::solve`] fits the window ([`solve`]) and adopts the fit only when it explains
+//! held-out measurements better than the model in use, within a trust region around it
+//! ([`adopt`]). No allocation, fixed summation order, IEEE basic operations and `libm` only:
+//! the same window gives the same bits on every platform, so every rank that sees the same
+//! all-gathered times plans identically.
 
 use core::fmt;
 
@@ -18,17 +22,20 @@ use crate::config::Config;
 use crate::config::cost::{CostModel, InvalidCost};
 use crate::error::Error;
 
+pub mod adopt;
+pub mod censored;
 pub mod features;
 pub mod solve;
+pub mod steps;
 
 /// Coefficients the refit fits ([`Coef`]).
-pub const COEFFICIENTS: usize = 8;
+pub const COEFFICIENTS: usize = 9;
 /// The most steps a window keeps.
 pub const MAX_WINDOW: u32 = 64;
 /// The most measurements (micro-batches x DP x CP) one step may hold.
 pub const MAX_ROWS_PER_STEP: u32 = 1 << 24;
 /// Features of one measurement ([`Row::x`]).
-pub const FEATURES: usize = 8;
+pub const FEATURES: usize = 9;
 
 /// The fitted coefficients, by index into [`RefitReport::coefficients`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,6 +57,9 @@ pub enum Coef {
     InterBandwidth = 6,
     /// The overlap fraction: 0 `local-attention`, 1 `all-attention`.
     Overlap = 7,
+    /// Fixed cost per sharded sequence per GPU of its group (scale of the prior's; of 1 ms
+    /// when the prior's is 0).
+    ShardedSequence = 8,
 }
 
 /// How the refit weighs and bounds its data.
@@ -67,6 +77,16 @@ pub struct RefitParams {
     pub ridge: f64,
     /// A measurement off the fit by more than this fraction is dropped (a straggler), `> 0`.
     pub outlier: f64,
+    /// The trust region: per solve, each scale moves by at most this factor either way from
+    /// the model in use (after the window's uniform scale), `>= 1`; infinite: no limit.
+    pub trust: f64,
+    /// Every `holdout`-th micro-batch (by a hash of its step, index and DP rank) is held out
+    /// of the fit and decides whether the fit is adopted; `0`: none held out (the fit is
+    /// judged on the data it was fitted to).
+    pub holdout: u32,
+    /// A fit whose error on the window stays above this (relative, rms) does not describe the
+    /// machine: it is reported and not adopted, `> 0`.
+    pub max_error: f64,
 }
 
 impl Default for RefitParams {
@@ -78,6 +98,9 @@ impl Default for RefitParams {
             forgetting: 0.95,
             ridge: 1e-3,
             outlier: 0.5,
+            trust: 2.0,
+            holdout: 3,
+            max_error: 0.25,
         }
     }
 }
@@ -104,6 +127,15 @@ impl RefitParams {
         if !(self.outlier.is_finite() && self.outlier > 0.0) {
             return bad("outlier");
         }
+        if self.trust.is_nan() || self.trust < 1.0 {
+            return bad("trust");
+        }
+        if self.holdout == 1 || self.holdout > 1024 {
+            return bad("holdout");
+        }
+        if !(self.max_error.is_finite() && self.max_error > 0.0) {
+            return bad("max_error");
+        }
         Ok(())
     }
 
@@ -125,6 +157,10 @@ pub struct Row {
     pub rings: u32,
     /// 1 when the row is a valid measurement.
     pub used: u32,
+    /// 1 when the row's micro-batch is held out of the fit ([`RefitParams::holdout`]).
+    pub heldout: u32,
+    /// 0.
+    pub _pad: u32,
     /// The prior's terms ([`features`]).
     pub x: [f64; FEATURES],
     /// The measured time, seconds.
@@ -209,21 +245,59 @@ impl fmt::Display for RefitError {
 
 impl core::error::Error for RefitError {}
 
+/// What a [`RefitState::solve`] decided about its fit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[repr(u32)]
+pub enum Verdict {
+    /// The fit was adopted: the returned model is the fit (within the trust region).
+    Adopted = 0,
+    /// No valid measurement in the window: the model in use is returned.
+    #[default]
+    NoData = 1,
+    /// The fit does not explain the held-out measurements better than the model in use: the
+    /// model in use is returned.
+    NotBetter = 2,
+    /// The fit explains the held-out measurements no better than the model in use times one
+    /// uniform factor ([`RefitReport::scale`]): it found a scale, not a model; the model in
+    /// use is returned (a uniform factor changes no plan).
+    ScaleOnly = 3,
+    /// Even the best fit leaves an error above `max_error` on the window: the model cannot
+    /// describe these times (another composition, noise, a cost it lacks); the model in use
+    /// is returned.
+    HighError = 4,
+    /// The window holds no held-out measurement yet, or nothing but held-out ones: the fit
+    /// cannot be judged, and the model in use is returned.
+    Unvalidated = 5,
+}
+
+impl Verdict {
+    /// The verdict's stable name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Verdict::Adopted => "adopted",
+            Verdict::NoData => "no-data",
+            Verdict::NotBetter => "not-better",
+            Verdict::ScaleOnly => "scale-only",
+            Verdict::HighError => "high-error",
+            Verdict::Unvalidated => "unvalidated",
+        }
+    }
+}
+
 /// What a [`RefitState::solve`] found.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct RefitReport {
-    /// The fit was not better than the prior on the window (or there was no data): the
-    /// prior was returned.
+    /// The returned model is the prior (nothing adopted yet, or no data).
     pub kept_prior: bool,
     /// Steps in the window.
     pub steps: u32,
     /// Valid measurements in the window.
     pub rows: u32,
-    /// Of them, dropped as outliers (stragglers) by the returned fit.
+    /// Of them, dropped as outliers (stragglers) by the returned model.
     pub dropped: u32,
     /// Measurements skipped in the window (NaN, infinite, zero or negative).
     pub skipped: u32,
-    /// Bit `i` set: coefficient `i` moved by more than 1 % from the prior.
+    /// Bit `i` set: coefficient `i` of the returned model is more than 1 % from the prior's.
     pub moved: u32,
     /// Weighted rms relative error of the prior on the window (residuals clipped at
     /// `outlier`).
@@ -232,6 +306,35 @@ pub struct RefitReport {
     pub error_fit: f64,
     /// The returned model relative to the prior ([`Coef`]).
     pub coefficients: [f64; COEFFICIENTS],
+    /// Whether the fit was adopted (the returned model is new).
+    pub adopted: bool,
+    /// Why it was or was not.
+    pub verdict: Verdict,
+    /// Bit `i` set: coefficient `i` of the fit was held back by the trust region.
+    pub limited: u32,
+    /// Bit `i` set: communication coefficient `i` of the fit was raised to the most the
+    /// window allows, its cost hidden on every measurement
+    /// ([`censored`](crate::model::refit::censored)).
+    pub raised: u32,
+    /// The window's weighted median of measured over predicted time under the model in use
+    /// (before this solve): the uniform factor it is off by.
+    pub scale: f64,
+    /// Error of the model in use on the held-out measurements (on the window when none is
+    /// held out).
+    pub error_heldout_in_use: f64,
+    /// Error of the fit (within the trust region) on the same measurements.
+    pub error_heldout_fit: f64,
+    /// Error of the best fit without the trust region on the measurements it was fitted to
+    /// (what `max_error` is compared with).
+    pub error_unlimited: f64,
+    /// Held-out measurements in the window.
+    pub heldout_rows: u32,
+    /// Steps in the window with a measured step time ([`RefitState::observe_step_time`]).
+    pub step_times: u32,
+    /// The per-step cost measured from them (the weighted median of each step's time over its
+    /// slowest DP rank's micro-batches), seconds; the returned model's `iteration_fixed_s`
+    /// (the model in use's when no step time was given).
+    pub iteration_fixed_s: f64,
 }
 
 /// The refitted model and its report.
@@ -267,6 +370,21 @@ pub struct RefitState {
     /// The anchor's scale: the product of the factors the fits rescaled it by
     /// ([`RefitState::rescaled`]), 1 while none did. The ridge's unit.
     unit: f64,
+    /// The prior's fixed cost per sharded sequence, or 1 ms when it is 0 (the unit of
+    /// [`Coef::ShardedSequence`]).
+    seq_unit: f64,
+    /// Whether the prior's fixed cost per sharded sequence is above 0.
+    prior_has_seq: bool,
+    /// Per window slot: the step's measured wall time (0: none given).
+    step_time: [f64; MAX_WINDOW as usize],
+    /// Per window slot: the step's slowest DP rank's measured micro-batches (the sum of each
+    /// micro-batch's slowest GPU), seconds.
+    busy: [f64; MAX_WINDOW as usize],
+    /// The per-step cost of the model in use, seconds.
+    iteration_fixed: f64,
+    /// The ring kinds this configuration's plans can use: bit 0 rings inside a node, bit 1
+    /// rings across nodes ([`censored`]).
+    ring_kinds: u32,
 }
 
 impl RefitState {
@@ -281,6 +399,7 @@ impl RefitState {
         let prior = cfg.cost_model();
         prior.validate().map_err(RefitError::Cost)?;
         let fixed = crate::model::time::TimeModel::new(&prior, cfg).fixed();
+        let seq = prior.sharded_sequence_s;
         let mut s = RefitState {
             params,
             cfg: cfg.with_cost(prior),
@@ -292,12 +411,19 @@ impl RefitState {
             skipped: [0; MAX_WINDOW as usize],
             anchor: [1.0; COEFFICIENTS],
             unit: 1.0,
+            seq_unit: if seq > 0.0 { seq } else { 1e-3 },
+            prior_has_seq: seq > 0.0,
+            step_time: [0.0; MAX_WINDOW as usize],
+            busy: [0.0; MAX_WINDOW as usize],
+            iteration_fixed: prior.iteration_fixed_s,
+            ring_kinds: censored::ring_kinds(&prior, cfg),
         };
         s.anchor = s.prior_coefs();
         Ok(s)
     }
 
-    /// The coefficients the next fit starts from and is pulled toward.
+    /// The coefficients of the model in use (the last adopted fit, at first the prior's):
+    /// where the next fit starts, is pulled toward and is judged against.
     pub fn anchor(&self) -> &[f64; COEFFICIENTS] {
         &self.anchor
     }

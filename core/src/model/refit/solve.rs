@@ -1,17 +1,17 @@
-//! [`RefitState::solve`]: the deterministic, robust fit of the window.
+//! The deterministic, robust fit of the window ([`RefitState::best_fit`]); what the refit
+//! adopts of it is decided in [`adopt`](crate::model::refit::adopt).
 //!
 //! For each overlap rule to try (the prior's, and the other unless `keep_overlap`), the
-//! coefficients start at the anchor (the last solve's result) and at the prior, each also
-//! with costlier or cheaper communication ([`COMM_STARTS`]), and are refitted [`ITERATIONS`] times: each rank time is
-//! linear in the coefficients once it is known which side of `max(comm, window)` is larger,
-//! so every iteration fixes that side from the current coefficients and solves the weighted
-//! least squares on relative error (weights `forgetting^age / t²`), with a ridge pull toward
-//! the anchor (`ridge` times the data's weight, so coefficients the data cannot identify stay
-//! where they were). From the second iteration on, a measurement off the current fit by more
-//! than `outlier` (`|t/pred − 1|`) is dropped: a straggler. Each solution is clamped to the
-//! valid range ([`RefitState::clamp`]). The better rule wins by the clipped error ([`RefitState::error`]), and the
-//! result is returned only when that error is below the prior's on the same window, else the
-//! prior is.
+//! coefficients start at the anchor (the model in use) and at the prior, each also with
+//! costlier or cheaper communication ([`COMM_STARTS`]), and are refitted [`ITERATIONS`] times:
+//! each rank time is linear in the coefficients once it is known which side of
+//! `max(comm, window)` is larger, so every iteration fixes that side from the current
+//! coefficients and solves the weighted least squares on relative error (weights
+//! `forgetting^age / t²`), with a ridge pull toward the anchor (`ridge` times the data's
+//! weight, so coefficients the data cannot identify stay where they were). From the second
+//! iteration on, a measurement off the current fit by more than `outlier` (`|t/pred − 1|`) is
+//! dropped: a straggler. Each solution is clamped to the valid range ([`RefitState::clamp`]).
+//! The better rule wins by the clipped error ([`RefitState::error`]) on the rows fitted.
 //!
 //! Far from the data (a prior 100x off, say a GPU preset against a CPU), the anchor
 //! and the prior are first rescaled by their weighted median of `t/pred` over the window
@@ -21,11 +21,12 @@
 //! window gives uniformly scaled coefficients.
 
 use crate::config::cost::{CostModel, Overlap};
+use crate::config::limits::MAX_CP;
 use crate::model::fit::least_squares;
 use crate::model::refit::features::{
-    A_LOCAL, A_SHARDED, BW_INTER, BW_INTRA, FIXED, GEMM, LAT_INTER, LAT_INTRA,
+    A_LOCAL, A_SHARDED, BW_INTER, BW_INTRA, FIXED, GEMM, LAT_INTER, LAT_INTRA, SEQS, Subset,
 };
-use crate::model::refit::{COEFFICIENTS, Coef, Refit, RefitReport, RefitState, Row};
+use crate::model::refit::{COEFFICIENTS, Coef, RefitState, Row};
 
 /// Refits per overlap rule.
 pub const ITERATIONS: usize = 24;
@@ -35,17 +36,75 @@ const HALVINGS: usize = 12;
 /// Which side of `max(comm, window)` a measurement is on is decided by the current fit, so a
 /// start whose communication is far too cheap never learns it (every measurement looks
 /// compute-bound); several starts, the best kept, avoid that local minimum.
-pub const COMM_STARTS: [f64; 4] = [1.0, 4.0, 16.0, 0.25];
+/// Each pair scales the intra-node and the inter-node coefficients: a ring across nodes may
+/// be far slower than one inside a node, or the other way round.
+pub const COMM_STARTS: [(f64, f64); 6] = [
+    (1.0, 1.0),
+    (4.0, 4.0),
+    (16.0, 16.0),
+    (0.25, 0.25),
+    (1.0, 16.0),
+    (16.0, 1.0),
+];
+/// Per coefficient (by index), its size in prior units below which a move is measured against
+/// this instead (a fixed cost, a latency or a per-sequence cost may be 0); 0 for the scales,
+/// which are never 0.
+pub const FLOOR: [f64; COEFFICIENTS] = [1.0, 0.0, 0.0, 1.0, 0.0, 1.0, 0.0, 0.0, 1.0];
+
+/// The ridge's cost of coefficient `k` at `v` against its target `a`: for a scale (never 0)
+/// the squared log ratio, `ln(v/a)²` (a move by a factor costs the same either way, and a
+/// well-measured 10x costs 5.3, not 81); for a cost that may be 0 (fixed, latencies, per
+/// sharded sequence) `ln(1 + |v − a|/d)²`, `d` the larger of `a` and its floor (in the
+/// window's units, `unit`): the same log growth, from 0 too.
+fn ridge_cost(k: usize, v: f64, a: f64, unit: f64) -> f64 {
+    if FLOOR[k] > 0.0 {
+        let d = libm::fabs(a).max(FLOOR[k] * unit);
+        let r = libm::log1p(libm::fabs(v - a) / d);
+        r * r
+    } else if v > 0.0 && a > 0.0 {
+        let r = libm::log(v / a);
+        r * r
+    } else {
+        f64::INFINITY
+    }
+}
+
+/// The ridge row of coefficient `k` now at `v` with target `a`, as `(target, weight)` of the
+/// linear row `c_k = target`: [`ridge_cost`] linearised at `v` (for a scale,
+/// `ln c ≈ ln v + (c − v)/v`; for a cost that may be 0, the quadratic through `a` that equals
+/// the cost at `v`).
+fn ridge_row(k: usize, v: f64, a: f64, unit: f64) -> (f64, f64) {
+    if FLOOR[k] > 0.0 {
+        let d = libm::fabs(a).max(FLOOR[k] * unit);
+        let x = libm::fabs(v - a) / d;
+        let w = if x > 1e-9 {
+            let r = libm::log1p(x);
+            r * r / (x * x)
+        } else {
+            1.0
+        };
+        (a, w / (d * d))
+    } else if v > 0.0 && a > 0.0 {
+        (v * (1.0 + libm::log(a / v)), 1.0 / (v * v))
+    } else {
+        (a, 1.0)
+    }
+}
+
+/// The ridge weight, relative to the data's, that holds a pinned coefficient at its target.
+const PIN: f64 = 1e6;
 /// The last iterations, which drop outliers instead of down-weighting them.
 const TRIMMED: usize = 3;
 /// The widest a scale may move from the prior (either way): wide enough for a prior 100x off
 /// the machine (a GPU preset against a CPU, or the reverse).
 pub const MAX_SCALE: f64 = 1024.0;
 /// Coefficients solved by least squares (all but the overlap).
-const LINEAR: usize = COEFFICIENTS - 1;
+pub const LINEAR: usize = COEFFICIENTS - 1;
+/// The coefficient index of each least-squares unknown.
+pub const LIN: [usize; LINEAR] = [0, 1, 2, 3, 4, 5, 6, 8];
 
-/// Coefficients of a fit: the seven scales and the overlap fraction (0 or 1).
-type Coefs = [f64; COEFFICIENTS];
+/// Coefficients of a fit: the scales and the overlap fraction (0 or 1) ([`Coef`]).
+pub type Coefs = [f64; COEFFICIENTS];
 
 /// The rank time of `row` under `c`, and whether the communication side of the maximum is
 /// the larger.
@@ -56,12 +115,12 @@ pub fn predict(c: &Coefs, row: &Row) -> (f64, bool) {
     let window = c[2] * (x[A_LOCAL] + phi * x[A_SHARDED]);
     let after = c[2] * (1.0 - phi) * x[A_SHARDED];
     let comm_side = comm > window;
-    let t = c[0] * x[FIXED] + c[1] * x[GEMM] + comm.max(window) + after;
+    let t = c[0] * x[FIXED] + c[1] * x[GEMM] + comm.max(window) + after + c[8] * x[SEQS];
     (t, comm_side)
 }
 
 /// The linear terms of `row` on the side of the maximum given by `comm_side`.
-fn terms(row: &Row, phi: f64, comm_side: bool) -> [f64; LINEAR] {
+pub(crate) fn terms(row: &Row, phi: f64, comm_side: bool) -> [f64; LINEAR] {
     let x = &row.x;
     if comm_side {
         [
@@ -72,6 +131,7 @@ fn terms(row: &Row, phi: f64, comm_side: bool) -> [f64; LINEAR] {
             x[BW_INTRA],
             x[LAT_INTER],
             x[BW_INTER],
+            x[SEQS],
         ]
     } else {
         [
@@ -82,12 +142,13 @@ fn terms(row: &Row, phi: f64, comm_side: bool) -> [f64; LINEAR] {
             0.0,
             0.0,
             0.0,
+            x[SEQS],
         ]
     }
 }
 
 /// `forgetting^age` by repeated multiplication (ages stay below the window size).
-fn decay(forgetting: f64, age: u64) -> f64 {
+pub(crate) fn decay(forgetting: f64, age: u64) -> f64 {
     let mut w = 1.0;
     for _ in 0..age {
         w *= forgetting;
@@ -112,13 +173,65 @@ fn is_outlier(row: &Row, pred: f64, outlier: f64) -> bool {
     pred.is_nan() || pred <= 0.0 || libm::fabs(row.time / pred - 1.0) > outlier
 }
 
+/// The factor a row's prediction is scaled by before it is judged a straggler: the median
+/// over the valid rows of its micro-batch (`group`) of measured over predicted time under
+/// `c`, when it has at least 3 of them (else 1). A GPU slower than its peers is a straggler;
+/// a whole micro-batch off the model (a cost the model misses on a kind of micro-batch) is
+/// not, and the fit learns from it.
+pub(crate) fn peer_factor(c: &Coefs, group: &[Row]) -> f64 {
+    let mut ratios = [0.0f64; MAX_CP as usize];
+    let mut n = 0;
+    for r in group.iter().filter(|r| r.used == 1) {
+        let (p, _) = predict(c, r);
+        if p > 0.0 && p.is_finite() && n < ratios.len() {
+            ratios[n] = r.time / p;
+            n += 1;
+        }
+    }
+    if n < 3 {
+        return 1.0;
+    }
+    let ratios = &mut ratios[..n];
+    ratios.sort_unstable_by(f64::total_cmp);
+    ratios[n / 2]
+}
+
+/// [`peer_factor`] of the group a walk over the window is in, computed once per group (rows
+/// of a group come one after another).
+pub(crate) struct Peers {
+    group: *const Row,
+    factor: f64,
+}
+
+impl Peers {
+    /// A memo that has seen no group.
+    pub(crate) fn new() -> Peers {
+        Peers {
+            group: core::ptr::null(),
+            factor: 1.0,
+        }
+    }
+
+    /// The factor of `group` under `c`.
+    pub(crate) fn of(&mut self, c: &Coefs, group: &[Row]) -> f64 {
+        if group.as_ptr() != self.group {
+            self.group = group.as_ptr();
+            self.factor = peer_factor(c, group);
+        }
+        self.factor
+    }
+}
+
 impl RefitState {
     /// The prior's coefficients: every scale 1 (the fixed cost: the prior's over its unit),
     /// the overlap 0 or 1.
-    pub(crate) fn prior_coefs(&self) -> Coefs {
+    pub fn prior_coefs(&self) -> Coefs {
         let mut c = [1.0; COEFFICIENTS];
         if !self.prior_has_fixed {
             c[Coef::Fixed as usize] = 0.0;
+        }
+        if !self.prior_has_seq {
+            c[Coef::ShardedSequence as usize] = 0.0;
         }
         c[Coef::Overlap as usize] = match self.prior.overlap {
             Overlap::LocalAttention => 0.0,
@@ -141,32 +254,53 @@ impl RefitState {
             (lo, MAX_SCALE),
             (0.0, MAX_SCALE),
             (lo, MAX_SCALE),
+            (0.0, MAX_SCALE),
         ];
-        for (v, (a, b)) in c.iter_mut().zip(ranges) {
+        for (&k, (a, b)) in LIN.iter().zip(ranges) {
+            let v = &mut c[k];
             *v = if v.is_nan() { 1.0 } else { v.clamp(a, b) };
         }
     }
 
-    /// The weighted rms relative error of `c` over the window, each residual clipped at
-    /// `outlier` (so a straggler counts as much as any other bad measurement, not more),
-    /// and the measurements beyond it.
+    /// The weighted rms relative error of `c` over the window and the measurements it judges
+    /// stragglers. A straggler — a GPU off its micro-batch's peers by more than `outlier`
+    /// (against its prediction times the peers' median of measured over predicted time,
+    /// [`peer_factor`]; against its prediction alone when the micro-batch has fewer than 3
+    /// GPUs measured) — counts with its residual clipped at `outlier`, so it weighs no more
+    /// than any bad measurement; every other residual counts in full (within -1 and 10):
+    /// a whole kind of micro-batch the model misses by 3x is a miss, not 3x stragglers.
     pub fn error(&self, rows: &[Row], c: &Coefs) -> (f64, u32) {
+        self.error_on(rows, c, Subset::All)
+    }
+
+    /// The weighted sum of squared residuals of [`RefitState::error`] over the rows of
+    /// `subset`, the sum of weights and the stragglers.
+    pub fn error_sums(&self, rows: &[Row], c: &Coefs, subset: Subset) -> (f64, f64, u32) {
         let outlier = self.params.outlier;
         let (mut s, mut w_sum, mut dropped) = (0.0, 0.0, 0u32);
-        for (age, row) in self.window(rows) {
+        let mut peers = Peers::new();
+        for (age, row, group) in self.groups_of(rows, subset) {
             let w = decay(self.params.forgetting, age);
             let (pred, _) = predict(c, row);
-            let r = if pred > 0.0 {
+            let peer = peers.of(c, group);
+            let straggler = is_outlier(row, pred * peer, outlier);
+            let r = if !(pred > 0.0 && pred.is_finite()) {
+                outlier
+            } else if straggler {
                 (pred / row.time - 1.0).clamp(-outlier, outlier)
             } else {
-                outlier
+                (pred / row.time - 1.0).clamp(-1.0, 10.0)
             };
-            if is_outlier(row, pred, outlier) {
-                dropped += 1;
-            }
+            dropped += u32::from(straggler);
             s += w * r * r;
             w_sum += w;
         }
+        (s, w_sum, dropped)
+    }
+
+    /// [`RefitState::error`] over the rows of `subset`.
+    pub fn error_on(&self, rows: &[Row], c: &Coefs, subset: Subset) -> (f64, u32) {
+        let (s, w_sum, dropped) = self.error_sums(rows, c, subset);
         let e = if w_sum > 0.0 {
             libm::sqrt(s / w_sum)
         } else {
@@ -217,50 +351,69 @@ impl RefitState {
             return (*c, 1.0);
         }
         let mut out = *c;
-        for v in &mut out[..LINEAR] {
-            *v *= s;
+        for k in LIN {
+            out[k] *= s;
         }
         let s = s.clamp(1.0 / MAX_SCALE, MAX_SCALE);
         self.clamp(&mut out);
         (out, s)
     }
 
-    /// The fit for the overlap fraction `phi` from `start` with its communication
-    /// coefficients times `comm`, pulled toward `target` by the ridge in units of `unit`
-    /// (the factor [`RefitState::rescaled`] applied to it: the pull is relative, like the
-    /// data's error, so a uniformly scaled window gives uniformly scaled coefficients; see
-    /// the [module docs](self)).
+    /// The fit over the rows of `subset` for the overlap fraction `phi` from `start` with its
+    /// communication coefficients inside and across nodes times `comm`, pulled toward `target` by the ridge in units
+    /// of `unit` (the factor [`RefitState::rescaled`] applied to it: the pull is relative,
+    /// like the data's error, so a uniformly scaled window gives uniformly scaled
+    /// coefficients; see the [module docs](self)).
+    #[allow(clippy::too_many_arguments)] // the fit's start, target, rule and rows, flat
     pub fn fit_overlap(
         &self,
         rows: &[Row],
         start: &Coefs,
         target: (&Coefs, f64),
         phi: f64,
-        comm: f64,
+        comm: (f64, f64),
+        subset: Subset,
+        pinned: u32,
     ) -> Coefs {
         let (prior, unit) = (*target.0, target.1);
         let mut c = *start;
         c[Coef::Overlap as usize] = phi;
-        for v in &mut c[Coef::IntraLatency as usize..=Coef::InterBandwidth as usize] {
-            *v *= comm;
+        for v in &mut c[Coef::IntraLatency as usize..=Coef::IntraBandwidth as usize] {
+            *v *= comm.0;
+        }
+        for v in &mut c[Coef::InterLatency as usize..=Coef::InterBandwidth as usize] {
+            *v *= comm.1;
         }
         let forgetting = self.params.forgetting;
-        let total: f64 = self.window(rows).map(|(a, _)| decay(forgetting, a)).sum();
-        let mut lambda = self.params.ridge * total;
-        if unit != 1.0 {
-            lambda /= unit * unit;
-        }
+        let total: f64 = self
+            .window_of(rows, subset)
+            .map(|(a, _)| decay(forgetting, a))
+            .sum();
+        let lambda = self.params.ridge * total;
+        let pull = |k: usize| {
+            if pinned >> k & 1 == 1 {
+                PIN * total
+            } else {
+                lambda
+            }
+        };
         for iteration in 0..ITERATIONS {
             let current = c;
-            let data = self.window(rows).filter_map(|(age, row)| {
-                let w = self.weight(iteration, &current, age, row)?;
-                let (_, comm_side) = predict(&current, row);
-                Some((terms(row, phi, comm_side), row.time, w))
-            });
-            let ridge = (0..LINEAR).map(|k| {
+            let mut peers = Peers::new();
+            let data = self
+                .groups_of(rows, subset)
+                .filter_map(|(age, row, group)| {
+                    let peer = peers.of(&current, group);
+                    let w = self.weight(iteration, &current, age, row, peer)?;
+                    let (_, comm_side) = predict(&current, row);
+                    Some((terms(row, phi, comm_side), row.time, w))
+                });
+            let ridge = (0..LINEAR).map(|j| {
                 let mut e = [0.0; LINEAR];
-                e[k] = 1.0;
-                (e, prior[k], lambda)
+                e[j] = 1.0;
+                let k = LIN[j];
+                let (y, w) = ridge_row(k, current[k], prior[k], unit);
+                (e, y, w * pull(k))
             });
             let Some(s) = least_squares::<LINEAR>(data.chain(ridge)) else {
                 break;
@@ -269,14 +422,16 @@ impl RefitState {
             // objective (with the maximum) falls, so every iteration descends.
             let objective = |c: &Coefs| {
                 let mut f = 0.0;
-                for (age, row) in self.window(rows) {
-                    if let Some(w) = self.weight(iteration, &current, age, row) {
+                let mut peers = Peers::new();
+                for (age, row, group) in self.groups_of(rows, subset) {
+                    let peer = peers.of(&current, group);
+                    if let Some(w) = self.weight(iteration, &current, age, row, peer) {
                         let r = predict(c, row).0 - row.time;
                         f += w * r * r;
                     }
                 }
-                for k in 0..LINEAR {
-                    f += lambda * (c[k] - prior[k]) * (c[k] - prior[k]);
+                for k in LIN {
+                    f += pull(k) * ridge_cost(k, c[k], prior[k], unit);
                 }
                 f
             };
@@ -285,8 +440,8 @@ impl RefitState {
             let mut moved = false;
             for _ in 0..HALVINGS {
                 let mut next = current;
-                for k in 0..LINEAR {
-                    next[k] = current[k] + step * (s[k] - current[k]);
+                for (j, &k) in LIN.iter().enumerate() {
+                    next[k] = current[k] + step * (s[j] - current[k]);
                 }
                 self.clamp(&mut next);
                 if objective(&next) < before {
@@ -306,12 +461,20 @@ impl RefitState {
     /// The weight of `row` (of age `age`) in iteration `iteration` of a fit now at `current`:
     /// `forgetting^age / t²` times a Huber weight from the second iteration on; `None` for an
     /// outlier in the last [`TRIMMED`] iterations.
-    fn weight(&self, iteration: usize, current: &Coefs, age: u64, row: &Row) -> Option<f64> {
+    pub(crate) fn weight(
+        &self,
+        iteration: usize,
+        current: &Coefs,
+        age: u64,
+        row: &Row,
+        peer: f64,
+    ) -> Option<f64> {
         let outlier = self.params.outlier;
         let robust = if iteration == 0 {
             1.0
         } else {
             let (pred, _) = predict(current, row);
+            let pred = pred * peer;
             if iteration + TRIMMED >= ITERATIONS && is_outlier(row, pred, outlier) {
                 return None;
             }
@@ -352,104 +515,68 @@ impl RefitState {
         } else {
             Overlap::LocalAttention
         };
+        m.sharded_sequence_s = c[Coef::ShardedSequence as usize] * self.seq_unit;
         m
     }
 
-    /// Fits the window (see the [module docs](self)) from the anchor (the last
-    /// [`RefitState::solve`]'s coefficients, at first the prior's) and from the prior, with
-    /// the ridge pulling toward the anchor, and returns the model to plan with and the
-    /// report: the best fit, or the anchor when no fit beats it, or the prior when neither
-    /// beats the prior on the window. Deterministic: the same history gives the same bits on
-    /// every platform. The state is not changed.
-    ///
-    /// # Errors
-    /// [`RefitError::Storage`](crate::model::refit::RefitError::Storage) when `rows` is
-    /// smaller than the window.
-    pub fn fit(&self, rows: &[Row]) -> Result<Refit, crate::model::refit::RefitError> {
-        Ok(self.fit_scaled(rows)?.0)
+    /// The best fit over the rows of `subset` (see the [module docs](self)), started at
+    /// `anchor` (already rescaled to the window) and at the prior, pulled toward `anchor` by
+    /// the ridge in units of `unit`; with its error on `subset` and the rows it drops.
+    /// `anchor` itself is the fit to beat.
+    pub fn best_fit(
+        &self,
+        rows: &[Row],
+        anchor: &Coefs,
+        unit: f64,
+        subset: Subset,
+    ) -> (Coefs, f64, u32) {
+        self.best_fits(rows, anchor, unit, subset)[0]
     }
 
-    /// [`RefitState::fit`], and the scale of the returned coefficients (the ridge's unit of
-    /// the next fit: 1 for the prior).
-    fn fit_scaled(&self, rows: &[Row]) -> Result<(Refit, f64), crate::model::refit::RefitError> {
-        self.check_storage(rows.len())?;
+    /// [`RefitState::best_fit`], and the best fit that keeps `anchor`'s overlap rule.
+    pub fn best_fits(
+        &self,
+        rows: &[Row],
+        anchor: &Coefs,
+        unit: f64,
+        subset: Subset,
+    ) -> [(Coefs, f64, u32); 2] {
+        // `local-attention` to `all-attention` hides every ring's cost behind more compute:
+        // not while a ring kind the plans can use was never measured.
+        let hide_more_ok = self.unmeasured_kinds(rows, subset) == 0;
         let prior = self.prior_coefs();
-        let (steps, skipped) = self.window_counts();
-        let n = self.window(rows).count() as u32;
-        let (error_prior, prior_dropped) = self.error(rows, &prior);
-        let mut report = RefitReport {
-            kept_prior: true,
-            steps,
-            rows: n,
-            dropped: prior_dropped,
-            skipped,
-            moved: 0,
-            error_prior,
-            error_fit: error_prior,
-            coefficients: prior,
-        };
-        let mut model = self.prior;
-        if n == 0 {
-            return Ok((Refit { model, report }, 1.0));
-        }
-        // Far from the window (a prior 100x off), the anchor and the prior are rescaled by
-        // their median ratio first: the fit then starts near the data, and judges
-        // stragglers against itself rather than against a prior that misses every time.
-        let (anchor, s) = self.rescaled(rows, &self.anchor);
-        let unit = (self.unit * s).clamp(1.0 / MAX_SCALE, MAX_SCALE);
         let from_prior = if self.anchor == prior {
-            anchor
+            *anchor
         } else {
             self.rescaled(rows, &prior).0
         };
-        let (e, d) = self.error(rows, &anchor);
-        let mut best = (e, d, anchor);
+        let (e, d) = self.error_on(rows, anchor, subset);
+        let mut best = (*anchor, e, d);
+        let mut best_own = best;
         let own = anchor[Coef::Overlap as usize];
         for phi in [own, 1.0 - own] {
-            if phi != own && self.params.keep_overlap {
+            if phi != own && (self.params.keep_overlap || (phi > own && !hide_more_ok)) {
                 continue;
             }
-            for start in [&anchor, &from_prior] {
+            for start in [anchor, &from_prior] {
                 for comm in COMM_STARTS {
-                    let c = self.fit_overlap(rows, start, (&anchor, unit), phi, comm);
-                    let (e, dropped) = self.error(rows, &c);
-                    if e < best.0 {
-                        best = (e, dropped, c);
+                    let c = self.fit_overlap(rows, start, (anchor, unit), phi, comm, subset, 0);
+                    let (e, dropped) = self.error_on(rows, &c, subset);
+                    if e < best.1 {
+                        best = (c, e, dropped);
+                    }
+                    if phi == own && e < best_own.1 {
+                        best_own = (c, e, dropped);
                     }
                 }
             }
         }
-        let (e, dropped, c) = best;
-        let candidate = self.model(&c);
-        if e < error_prior && candidate.validate().is_ok() {
-            model = candidate;
-            report.kept_prior = false;
-            report.error_fit = e;
-            report.dropped = dropped;
-            report.coefficients = c;
-            report.moved = moved(&prior, &c);
-            return Ok((Refit { model, report }, unit));
-        }
-        Ok((Refit { model, report }, 1.0))
-    }
-
-    /// [`RefitState::fit`], and the result becomes the anchor of the next fits: a
-    /// coefficient the window no longer identifies (say, the inter-node bandwidth once the
-    /// plans stop crossing nodes) stays where the last fit put it instead of falling back to
-    /// the prior. Deterministic: the same sequence of calls gives the same bits.
-    ///
-    /// # Errors
-    /// As [`RefitState::fit`].
-    pub fn solve(&mut self, rows: &[Row]) -> Result<Refit, crate::model::refit::RefitError> {
-        let (r, unit) = self.fit_scaled(rows)?;
-        self.anchor = r.report.coefficients;
-        self.unit = unit;
-        Ok(r)
+        [best, best_own]
     }
 }
 
 /// Bit `i` set when coefficient `i` of `c` differs from the prior's by more than 1 %.
-fn moved(prior: &Coefs, c: &Coefs) -> u32 {
+pub(crate) fn moved(prior: &Coefs, c: &Coefs) -> u32 {
     let mut bits = 0;
     for (i, (&p, &v)) in prior.iter().zip(c).enumerate() {
         let far = if p == 0.0 {

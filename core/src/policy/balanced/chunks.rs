@@ -147,6 +147,7 @@ impl<'m> Chunker<'m> {
             ring_len: [0; MAX_CP as usize],
         };
         let (mut whole_attn, mut whole_tok, mut whole_len) = (0u64, 0u64, 0u64);
+        let mut whole_seqs = 0u64;
         for &seq in members {
             let len = lengths[seq as usize];
             let word = kept[seq as usize] as i32;
@@ -168,10 +169,14 @@ impl<'m> Chunker<'m> {
                         l.sh_attn[r] += attn;
                         l.tokens[r] += u64::from(share);
                         l.held[r] += u64::from(share);
+                        // Its fixed cost, like the chunk passes, adds to the rank's time
+                        // outside the overlap window.
+                        l.chunk[r] = l.chunk[r].saturating_add(im.seq_fixed());
                     }
                     l.ring_len[g.ring_index(self.cfg.cp)] += u64::from(len);
                 }
                 Decision::Whole | Decision::Unset => {
+                    whole_seqs += 1;
                     whole_attn += im.attn_shard(len);
                     whole_tok += u64::from(im.share(len));
                     whole_len += u64::from(len);
@@ -190,6 +195,7 @@ impl<'m> Chunker<'m> {
                 l.tokens[r] + whole_tok,
                 l.sh_attn[r] + whole_attn,
                 comm,
+                whole_seqs,
             );
             slowest = slowest.max(t.saturating_add(l.chunk[r]));
         }

@@ -61,12 +61,13 @@ pub(super) fn work(im: &IntModel, len: u32, aw: u64, ash: u64) -> u64 {
 }
 
 /// A sequence's share per GPU, and its GPU time run whole on one rank and sharded over all `N`
-/// (summed over the ranks), ps, without the fixed cost.
+/// (summed over the ranks, the per-sharded-sequence fixed cost on each), ps, without the fixed
+/// cost of the micro-batch.
 #[inline(always)]
 pub(super) fn forms(im: &IntModel, len: u32, aw: u64, ash: u64) -> (u32, u64, u64) {
     let share = im.share(len);
     let whole = aw + im.gemm_linear(u64::from(im.local(len)));
-    let sharded = u64::from(im.cp()) * (ash + im.gemm_linear(u64::from(share)));
+    let sharded = u64::from(im.cp()) * (ash + im.gemm_linear(u64::from(share)) + im.seq_fixed());
     (share, whole, sharded)
 }
 
@@ -81,6 +82,8 @@ pub(super) struct Prefix {
     pub(super) tok: u64,
     /// Shard attention per GPU, ps.
     pub(super) attn: u64,
+    /// Sequences.
+    pub(super) seqs: u64,
 }
 
 impl Prefix {
@@ -94,20 +97,21 @@ impl Prefix {
         self.len += u64::from(len);
         self.tok += u64::from(share);
         self.attn = self.attn.saturating_add(ash);
+        self.seqs += 1;
         (whole, work)
     }
 }
 
-/// The least of `g` times one GPU's share and shard attention of a sequence of `len` tokens
-/// over the groups it may be sharded over: the whole group, and every sub-group size whose
-/// share fits `bucket`, ps.
+/// The least of `g` times one GPU's share, shard attention and per-sharded-sequence fixed cost
+/// of a sequence of `len` tokens over the groups it may be sharded over: the whole group, and
+/// every sub-group size whose share fits `bucket`, ps.
 pub(super) fn cheapest_group(im: &IntModel, bucket: u32, len: u32) -> u64 {
     let n = im.cp();
     core::iter::once(n)
         .chain(CpGroup::sub_sizes(n))
         .filter_map(|g| {
             let share = im.share_in(len, g);
-            let cost = im.attention(share, len) + im.gemm_linear(u64::from(share));
+            let cost = im.attention(share, len) + im.gemm_linear(u64::from(share)) + im.seq_fixed();
             (share <= bucket).then(|| u64::from(g).saturating_mul(cost))
         })
         .min()

@@ -31,6 +31,8 @@ pub(super) struct TimeLedger<'a> {
     sh_tok: u64,
     sh_attn: u64,
     comm: u64,
+    /// Sequences sharded over the whole group (each costs its fixed cost on every rank).
+    sh_seqs: u64,
     /// Stop as soon as a rank reaches this time (the best candidate so far).
     pub(super) bound: u64,
     /// Sub-group rings: the DP rank being planned (where its rings sit), the links of a
@@ -41,6 +43,8 @@ pub(super) struct TimeLedger<'a> {
     sub_links: [(Link, Link); GROUP_LEVELS],
     sub_attn: HVec<u64, { MAX_CP as usize }>,
     sub_comm: HVec<u64, { MAX_CP as usize }>,
+    /// Per rank, the sequences sharded over sub-groups through it.
+    sub_seqs: HVec<u64, { MAX_CP as usize }>,
     ring_len: HVec<u64, { MAX_CP as usize }>,
     /// Whether a sub-group holds a sequence in this attempt (else the fast `pick`).
     has_sub: bool,
@@ -66,11 +70,13 @@ impl<'a> TimeLedger<'a> {
             sh_tok: 0,
             sh_attn: 0,
             comm: 0,
+            sh_seqs: 0,
             bound: u64::MAX,
             dp: 0,
             sub_links: sub_links(im, cp),
             sub_attn: HVec::new(),
             sub_comm: HVec::new(),
+            sub_seqs: HVec::new(),
             ring_len: HVec::new(),
             has_sub: false,
             crosses: false,
@@ -87,10 +93,17 @@ impl TimeLedger<'_> {
         if self.has_sub {
             let sa = self.sub_attn.get(r).copied().unwrap_or(0);
             let sc = self.sub_comm.get(r).copied().unwrap_or(0);
-            self.im
-                .rank(a, t + self.sh_tok, self.sh_attn + sa, self.comm + sc)
+            let ss = self.sub_seqs.get(r).copied().unwrap_or(0);
+            self.im.rank(
+                a,
+                t + self.sh_tok,
+                self.sh_attn + sa,
+                self.comm + sc,
+                self.sh_seqs + ss,
+            )
         } else {
-            self.im.rank(a, t + self.sh_tok, self.sh_attn, self.comm)
+            self.im
+                .rank(a, t + self.sh_tok, self.sh_attn, self.comm, self.sh_seqs)
         }
     }
 
@@ -140,11 +153,13 @@ impl TimeLedger<'_> {
         let t = self.tok.get(r).copied().unwrap_or(0);
         let sa = self.sub_attn.get(r).copied().unwrap_or(0);
         let sc = self.sub_comm.get(r).copied().unwrap_or(0);
+        let ss = self.sub_seqs.get(r).copied().unwrap_or(0);
         self.im.rank(
             a,
             t + self.sh_tok + share,
             self.sh_attn + attn + sa,
             comm + sc,
+            self.sh_seqs + ss + 1,
         )
     }
 
@@ -162,16 +177,18 @@ impl TimeLedger<'_> {
         *held += u64::from(len);
         let grown = self.im.comm(&link, *held) - before;
         for r in group.first as usize..(group.first + group.size) as usize {
-            if let (Some(t), Some(g), Some(sa), Some(sc)) = (
+            if let (Some(t), Some(g), Some(sa), Some(sc), Some(ss)) = (
                 self.tok.get_mut(r),
                 self.gl.get_mut(r),
                 self.sub_attn.get_mut(r),
                 self.sub_comm.get_mut(r),
+                self.sub_seqs.get_mut(r),
             ) {
                 *t += share;
                 *g = self.im.gemm_linear(*t);
                 *sa += attn;
                 *sc += grown;
+                *ss += 1;
             }
         }
         self.has_sub = true;
@@ -186,8 +203,14 @@ impl TimeLedger<'_> {
                 .unwrap_or(0);
         }
         // Without sub-groups the ranks differ only in their local attention and tokens.
-        self.im
-            .slowest(&self.attn, &self.tok, self.sh_tok, self.sh_attn, self.comm)
+        self.im.slowest(
+            &self.attn,
+            &self.tok,
+            self.sh_tok,
+            self.sh_attn,
+            self.comm,
+            self.sh_seqs,
+        )
     }
 
     /// Adds (`sign`) or removes a local sequence of `len` tokens and whole attention `aw`
@@ -215,12 +238,22 @@ impl Ledger for TimeLedger<'_> {
     fn reset(&mut self, cp: usize) {
         let cp = cp.min(MAX_CP as usize);
         if self.has_sub {
-            for v in [&mut self.sub_attn, &mut self.sub_comm, &mut self.ring_len] {
+            for v in [
+                &mut self.sub_attn,
+                &mut self.sub_comm,
+                &mut self.sub_seqs,
+                &mut self.ring_len,
+            ] {
                 v.fill(0);
             }
             self.has_sub = false;
         }
-        for v in [&mut self.sub_attn, &mut self.sub_comm, &mut self.ring_len] {
+        for v in [
+            &mut self.sub_attn,
+            &mut self.sub_comm,
+            &mut self.sub_seqs,
+            &mut self.ring_len,
+        ] {
             if v.len() != cp {
                 v.clear();
                 let _ = v.resize(cp, 0);
@@ -235,6 +268,7 @@ impl Ledger for TimeLedger<'_> {
             v.fill(0);
         }
         (self.sh_len, self.sh_tok, self.sh_attn, self.comm) = (0, 0, 0, 0);
+        self.sh_seqs = 0;
     }
 
     #[inline]
@@ -261,7 +295,11 @@ impl Ledger for TimeLedger<'_> {
                 } else {
                     0
                 };
-                let t = (self.comm + sc).max(attn + aw + extra) + gl;
+                // The fixed cost of the sub-group sequences through this rank (the whole
+                // group's is every rank's, so it changes no choice).
+                let t = (self.comm + sc).max(attn + aw + extra)
+                    + gl
+                    + self.im.seqs_fixed(self.sub_seqs[r]);
                 let t = if rb >= need { t } else { u64::MAX };
                 if t < best {
                     (best, at) = (t, r);
@@ -292,6 +330,7 @@ impl Ledger for TimeLedger<'_> {
     }
 
     fn shard(&mut self, seq: u32, len: u32) {
+        self.sh_seqs += 1;
         self.sh_len += u64::from(len);
         self.sh_tok += u64::from(self.im.share(len));
         self.sh_attn += self.rows.ash(seq);

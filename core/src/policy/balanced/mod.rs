@@ -55,6 +55,7 @@ mod costs;
 mod ledger;
 mod placer;
 mod search;
+pub(crate) mod sync;
 #[cfg(test)]
 mod tests;
 mod write;

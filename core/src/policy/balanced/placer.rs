@@ -206,7 +206,8 @@ impl Placer<'_> {
         let ring = im
             .comm(&self.ledger.link, p.len)
             .saturating_add(im.gemm_linear(p.tok))
-            .saturating_add(after);
+            .saturating_add(after)
+            .saturating_add(im.seqs_fixed(p.seqs));
         // The average holds only while no rank's GEMM term reaches the model's clamp (`CAP`):
         // the summed per-member terms, plus one unit of rounding each, stay below it.
         let summed = c.work_all.saturating_add(p.extra);
@@ -361,14 +362,14 @@ impl Placer<'_> {
         let local = im.local(len);
         let whole = s == 0 && local <= bucket;
         let t = if whole {
-            im.slowest(&[rows.aw(seq)], &[u64::from(local)], 0, 0, 0)
+            im.slowest(&[rows.aw(seq)], &[u64::from(local)], 0, 0, 0, 0)
         } else {
             let share = im.share(len);
             if share > bucket {
                 return None;
             }
             let comm = im.comm(&self.ledger.link, u64::from(len));
-            im.slowest(&[0], &[0], u64::from(share), rows.ash(seq), comm)
+            im.slowest(&[0], &[0], u64::from(share), rows.ash(seq), comm, 1)
         };
         if let Some(c) = cur.first_mut() {
             *c = if whole {

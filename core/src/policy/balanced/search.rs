@@ -440,6 +440,14 @@ impl<'t> DpRanks<'t> {
             // measured rows (docs/balanced.md) and cost a third of the latency.
             search.try_grouping(Grouping::NextFit);
         }
+        if search.placer.ledger.im.seq_fixed() > 0 && m_min < k {
+            // Sharded sequences cost a fixed cost each: a grouping with one more micro-batch
+            // may keep more of them whole (the shard-budget bins of the fewest micro-batches
+            // can leave no rank room for them), and so may GDS's interleave.
+            search.try_grouping(Grouping::Lpt(m_min + 1));
+            search.try_grouping(Grouping::Strided(m_min));
+            search.try_grouping(Grouping::Strided(m_min + 1));
+        }
         if search.best.is_none() {
             search.grow(m_min);
         }

@@ -184,7 +184,43 @@ fn skipping_attempts_by_their_bound_never_changes_a_plan() {
         let cfg = Config::new(dp, cp, 26 * 1024, ModelShape::QWEN2_5_0_5B);
         let lengths = long_tail(&mut rng, 64 + i * 7, cp * 26 * 1024);
         same_with_and_without_shortcuts(&cfg, &lengths);
+        // The bounds stay valid with a fixed cost per sharded sequence.
+        let mut cost = cfg.cost_model();
+        cost.sharded_sequence_s = [0.0005, 0.005, 0.05][i % 3];
+        same_with_and_without_shortcuts(&cfg.with_cost(cost), &lengths);
     }
+}
+
+/// The fixed cost of a sharded sequence enters its placement: the dominating 17K sequence
+/// of the worked example above is sharded on the preset, kept whole once sharding it costs
+/// a second per GPU, and with a moderate cost fewer sequences are sharded than without.
+#[test]
+fn a_costly_sharded_sequence_is_kept_whole() {
+    use crate::config::cost::CostModel;
+    let shape = ModelShape::QWEN2_5_0_5B;
+    let cfg = Config::new(1, 8, 26 * 1024, shape);
+    let mut lengths = vec![17_000u32];
+    lengths.extend([900u32; 24]);
+    let mut cost = CostModel::h100(&shape);
+    cost.sharded_sequence_s = 1.0;
+    let (p, _) = run(&cfg.with_cost(cost), &lengths).unwrap();
+    assert!(p.iter().all(|x| x.cp_rank >= 0), "{p:?}");
+    let mut rng = Rng::new(99);
+    let sharded = |c: &Config, l: &[u32]| {
+        let (p, _) = run(c, l).unwrap();
+        p.iter().filter(|x| x.cp_rank == SHARDED).count()
+    };
+    let (mut base, mut priced) = (0, 0);
+    cost.sharded_sequence_s = 0.01;
+    for _ in 0..8 {
+        let lengths = long_tail(&mut rng, 128, 8 * 26 * 1024);
+        base += sharded(&cfg, &lengths);
+        priced += sharded(&cfg.with_cost(cost), &lengths);
+    }
+    assert!(
+        priced < base,
+        "{priced} sharded with the cost, {base} without"
+    );
 }
 
 /// The closed form of a one-sequence micro-batch ([`Placer::lone`]) gives the state
@@ -216,6 +252,7 @@ fn one_sequence_micro_batches_in_closed_form_match_the_state_machine() {
         match i % 5 {
             1 => cost.overlap = Overlap::AllAttention,
             2 => cost.kernel_launch_s = 1000.0,
+            4 => cost.sharded_sequence_s = 0.003,
             3 => {
                 cost.ring_step_latency_s = 0.0;
                 cost.inter_node_ring_step_latency_s = 0.0;
@@ -358,6 +395,49 @@ fn not_slower_than_skrull_or_packed_on_long_tail_batches() {
         theirs += best;
     }
     assert!(ours * 1.1 < theirs, "{ours} vs {theirs}");
+}
+
+/// Planned and evaluated on a model with a fixed cost per sharded sequence (5 ms, what the
+/// CPU executor paid), `balanced` stays at least as fast as `packed` and `skrull` on every
+/// long-tail batch (to the integer model's rounding).
+#[test]
+fn with_a_per_sequence_cost_balanced_still_beats_skrull_and_packed() {
+    use crate::config::cost::CostModel;
+    use crate::model::eval::{
+        EvalBuffers, EvalSizes, MicroBatchTime, RankSlot, evaluate_placements,
+    };
+    let mut rng = Rng::new(8);
+    let shape = ModelShape::QWEN2_5_0_5B;
+    let mut cost = CostModel::h100(&shape);
+    cost.sharded_sequence_s = 0.005;
+    let cfg = Config::new(2, 8, 26 * 1024, shape).with_cost(cost);
+    let time = |policy: Policy, lengths: &[u32]| {
+        let c = cfg.with_policy(policy);
+        let n = lengths.len();
+        let mut bufs = OwnedPlan::new(n, &c);
+        let plan = bufs.schedule(&c, lengths).unwrap();
+        let es = EvalSizes::for_batch(n, &c);
+        let mut a = vec![MicroBatchTime::default(); es.micro_batches];
+        let mut b = vec![RankSlot::default(); es.ranks];
+        let mut d = vec![0.0; es.dp_times];
+        let mut o = vec![0u32; es.dp_offsets];
+        let out = EvalBuffers {
+            micro_batches: &mut a,
+            ranks: &mut b,
+            dp_times: &mut d,
+            dp_offsets: &mut o,
+        };
+        let ev = evaluate_placements(&setup_of(&c), lengths, plan.placements(), out).unwrap();
+        ev.report.iteration_time
+    };
+    for _ in 0..if cfg!(miri) { 1 } else { 6 } {
+        let lengths = long_tail(&mut rng, 128, 8 * 26 * 1024);
+        let b = time(Policy::Balanced, &lengths);
+        for other in [Policy::Packed, Policy::Skrull] {
+            let t = time(other, &lengths);
+            assert!(b <= t * 1.001, "{other:?}: {b} vs {t}");
+        }
+    }
 }
 
 /// A prepared setup (every attention tile computed once, `Setup::new`) and a single-use one

@@ -45,7 +45,11 @@ pub(super) fn write_plan<'b, const CHUNKS: bool>(
     } = scratch;
     let n = lengths.len();
     let dp = cfg.dp as usize;
-    let counts = sort_by_micro_batch(dp, out.placements, base, order, counts);
+    // Only the batch's own placements: entries past `n` (a larger buffer's spare capacity,
+    // or a previous batch's) must not count (regression
+    // `balanced_plans_do_not_depend_on_spare_placement_capacity`).
+    let own = out.placements.get(..n).unwrap_or(&[]);
+    let counts = sort_by_micro_batch(dp, own, base, order, counts);
     let mut w = PlanWriter::new(out, cfg, total_tokens);
     let mut start = 0usize;
     for d in 0..dp {

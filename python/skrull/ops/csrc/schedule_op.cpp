@@ -1,11 +1,15 @@
 // schedule_op.cpp - torch.ops.skrull.schedule: skrull_schedule_prepared() as a torch operator.
 //
-//   schedule(Tensor lengths, str config) -> (Tensor placements, Tensor micro_batch_table,
-//       Tensor members, Tensor rank_tokens, Tensor micro_batches_per_dp, Tensor cp_groups,
-//       Tensor summary)
+//   schedule(Tensor lengths, Tensor config, Tensor cost_model) -> (Tensor placements,
+//       Tensor micro_batch_table, Tensor members, Tensor rank_tokens,
+//       Tensor micro_batches_per_dp, Tensor cp_groups, Tensor summary)
 //
-// `lengths` is a one-dimensional integer tensor (any device: it is read on the CPU); `config`
-// the text of config_text.hpp. The outputs are CPU tensors holding exactly the arrays of
+// `lengths` is a one-dimensional integer tensor (any device: it is read on the CPU). `config`
+// holds the bytes of a skrull_config and `cost_model` those of a skrull_cost_model, or no
+// bytes for the library's preset: each a one-dimensional uint8 CPU tensor of exactly its
+// struct_size bytes (skrull.ops.config_tensors() gives both for a Scheduler). The op copies
+// them into structs of its own and points the config at its cost model (the pointer in the
+// config's bytes is ignored). The outputs are CPU tensors holding exactly the arrays of
 // skrull.Scheduler(...).plan(lengths) (docs/cpp.md, "The torch op"):
 //
 //   placements            int32 [n, 4]   dp_rank, micro_batch, cp_rank (-1 sharded, -2
@@ -20,25 +24,24 @@
 //
 // The library writes the placements, the table, the token loads and the groups straight into
 // the output tensors (every value fits int32: see the limits in README.md); nothing is kept
-// between calls (the configuration is parsed and prepared per call, in memory the call owns),
-// so the op is safe from many threads. A status other than ok raises the message the ctypes
-// binding raises (status_text.hpp): ValueError for a refused batch or configuration,
-// TypeError for lengths that are not one-dimensional integers, RuntimeError for an internal
-// error.
+// between calls (the configuration is prepared per call, in memory the call owns), so the op
+// is safe from many threads. A status other than ok raises the binding's message, which the
+// library words: "<skrull_error_describe()> [<skrull_status_name()>]".
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 #include <c10/util/Exception.h>
 #include <torch/library.h>
 
+#include <algorithm>
+#include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <tuple>
 #include <vector>
 
-#include "config_text.hpp"
 #include "skrull.h"
-#include "status_text.hpp"
 
 namespace skrull_ops {
 namespace {
@@ -52,16 +55,22 @@ constexpr std::size_t kMaxSequences = 65536;
 using Outputs = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor,
                            at::Tensor, at::Tensor>;
 
-[[noreturn]] void raise(const Failure &f) {
-    switch (f.kind) {
-    case ErrorKind::value:
-        TORCH_CHECK_VALUE(false, f.message);
-    case ErrorKind::type:
-        TORCH_CHECK_TYPE(false, f.message);
-    case ErrorKind::runtime:
-        break;
+// The binding's exception for a status (skrull._errors.error_class): INVALID_ARG a TypeError;
+// INVALID_ENUM and the configuration, batch and layout statuses (10 to 39) ValueErrors; a
+// malformed call or a library fault a RuntimeError.
+[[noreturn]] void raise_status(uint32_t status, const skrull_error_info *info,
+                               const skrull_config *config, std::string sentence = {}) {
+    if (sentence.empty()) {
+        sentence.assign(skrull_error_describe(status, info, config, nullptr, 0), '\0');
+        skrull_error_describe(status, info, config, sentence.data(), sentence.size() + 1);
     }
-    TORCH_CHECK(false, f.message);
+    const char *name = skrull_status_name(status);
+    const std::string message =
+        sentence + " [" + (name ? std::string(name) : "UNKNOWN_" + std::to_string(status)) + "]";
+    TORCH_CHECK_TYPE(status != SKRULL_STATUS_INVALID_ARG, message);
+    TORCH_CHECK_VALUE(status != SKRULL_STATUS_INVALID_ENUM && (status < 10 || status > 39),
+                      message);
+    TORCH_CHECK(false, message);
 }
 
 // Python's tuple form of a shape: (), (3,), (2, 3).
@@ -71,6 +80,36 @@ std::string py_shape(at::IntArrayRef sizes) {
         out += (i ? ", " : "") + std::to_string(sizes[i]);
     }
     return out + (sizes.size() == 1 ? ",)" : ")");
+}
+
+// The bytes of a C struct given as a tensor (`arg`; no bytes only where `optional`), copied
+// into storage aligned for T of at least sizeof(T) bytes (zeros past the caller's, which the
+// library does not read: it reads struct_size bytes).
+template <class T>
+std::vector<T> read_struct(const at::Tensor &t, const char *arg, const char *c_type,
+                           bool optional) {
+    TORCH_CHECK_TYPE(t.scalar_type() == at::kByte, arg, " must be a uint8 tensor holding the "
+                     "bytes of a ", c_type, " (skrull.ops.config_tensors() gives it), got dtype ",
+                     t.scalar_type());
+    TORCH_CHECK_VALUE(t.device().is_cpu(), arg, " must be a CPU tensor (the bytes of a ",
+                      c_type, "), got one on ", t.device());
+    TORCH_CHECK_VALUE(t.dim() == 1, arg, " must be one-dimensional (the bytes of a ", c_type,
+                      "), got shape ", py_shape(t.sizes()));
+    const at::Tensor bytes = t.contiguous();
+    const std::size_t n = static_cast<std::size_t>(bytes.numel());
+    std::vector<T> out((std::max(n, sizeof(T)) + sizeof(T) - 1) / sizeof(T));
+    if (n == 0 && optional) {
+        return out;
+    }
+    if (n != 0) {
+        std::memcpy(static_cast<void *>(out.data()), bytes.data_ptr<uint8_t>(), n);
+    }
+    uint32_t size = 0;
+    std::memcpy(&size, out.data(), n < sizeof size ? n : sizeof size);
+    TORCH_CHECK_VALUE(n >= sizeof size && size == n, arg, " holds ", n, " bytes, but its "
+                      "struct_size field (the first 4 bytes) says ", size, ": pass exactly the ",
+                      "bytes of one ", c_type);
+    return out;
 }
 
 // The lengths as the library reads them, and the caller's int64 values (for messages).
@@ -83,17 +122,15 @@ struct Lengths {
 
 Lengths read_lengths(const at::Tensor &lengths) {
     if (lengths.dim() != 1) {
-        raise(make_failure(SKRULL_STATUS_INVALID_ARG,
-                           "lengths must be one-dimensional (one length per sequence), got "
-                           "shape " + py_shape(lengths.sizes()),
-                           ErrorKind::type));
+        raise_status(SKRULL_STATUS_INVALID_ARG, nullptr, nullptr,
+                     "lengths must be one-dimensional (one length per sequence), got shape " +
+                         py_shape(lengths.sizes()));
     }
     c10::ScalarType t = lengths.scalar_type();
     if (!c10::isIntegralType(t, /*includeBool=*/false)) {
-        raise(make_failure(SKRULL_STATUS_INVALID_ARG,
-                           std::string("lengths must hold integer numbers of tokens, got a "
-                                       "tensor of dtype ") + c10::toString(t),
-                           ErrorKind::type));
+        raise_status(SKRULL_STATUS_INVALID_ARG, nullptr, nullptr,
+                     std::string("lengths must hold integer numbers of tokens, got a tensor of "
+                                 "dtype ") + c10::toString(t));
     }
     Lengths out;
     out.caller = lengths.to(at::kCPU, at::kLong).contiguous();
@@ -112,18 +149,27 @@ T *words(at::Tensor &t) {
     return reinterpret_cast<T *>(t.data_ptr<int32_t>());
 }
 
-Outputs schedule(const at::Tensor &lengths, c10::string_view config) {
+Outputs schedule(const at::Tensor &lengths, const at::Tensor &config,
+                 const at::Tensor &cost_model) {
+    std::vector<skrull_config> cfg_mem = read_struct<skrull_config>(config, "config",
+                                                                    "skrull_config", false);
+    std::vector<skrull_cost_model> cost_mem =
+        read_struct<skrull_cost_model>(cost_model, "cost_model", "skrull_cost_model", true);
+    skrull_config &cfg = cfg_mem.front();
+    const bool has_cost = cost_model.numel() != 0;
+    if (cfg.struct_size >= offsetof(skrull_config, cost_model) + sizeof cfg.cost_model) {
+        cfg.cost_model = has_cost ? cost_mem.data() : nullptr;
+    } else if (has_cost) {
+        // A config that cannot point at a cost model: the library's verdict on it first.
+        skrull_error_info err{};
+        if (uint32_t st = skrull_config_check(&cfg, &err); st != SKRULL_STATUS_OK) {
+            raise_status(st, &err, &cfg);
+        }
+        TORCH_CHECK_VALUE(false, "cost_model must be empty for a config of ", cfg.struct_size,
+                          " bytes, which ends before its cost_model field");
+    }
     Lengths len = read_lengths(lengths);
     const std::size_t n = len.c.size();
-
-    ConfigText text;
-    if (std::optional<Failure> f = text.parse(std::string_view(config.data(), config.size()))) {
-        raise(*f);
-    }
-    const skrull_config &cfg = text.config();
-    DescribeContext ctx;
-    ctx.bucket_tokens = cfg.bucket_tokens;
-    ctx.flops = text.flops_name();
 
     // The configuration prepared for this call (validated once, the cost model derived).
     std::unique_ptr<unsigned char[]> setup_mem(new unsigned char[skrull_setup_size()]);
@@ -131,14 +177,14 @@ Outputs schedule(const at::Tensor &lengths, c10::string_view config) {
     skrull_error_info err{};
     uint32_t st = skrull_setup_init(&cfg, setup_mem.get(), skrull_setup_size(), &setup, &err);
     if (st != SKRULL_STATUS_OK) {
-        raise(describe(st, err, ctx));
+        raise_status(st, &err, &cfg);
     }
 
     // Past the limit the library answers TOO_MANY_SEQUENCES before it looks at a buffer.
     skrull_sizes sizes{};
     st = skrull_plan_sizes(n <= kMaxSequences ? n : 0, cfg.dp, cfg.cp, &sizes);
     if (st != SKRULL_STATUS_OK) {
-        raise(describe(st, skrull_error_info{}, ctx));
+        raise_status(st, nullptr, &cfg);
     }
     // At least one element each: an empty tensor has no address, and the library takes NULL
     // only with a capacity of 0 (cp_groups not even then, with sub-groups or chunking on).
@@ -178,11 +224,13 @@ Outputs schedule(const at::Tensor &lengths, c10::string_view config) {
     st = skrull_schedule_prepared(setup, len.c.data(), n, workspace.get(), sizes.workspace_bytes,
                                   &out);
     if (st != SKRULL_STATUS_OK) {
+        // A length that did not fit uint32_t is named as the caller wrote it (the int64 bit
+        // pattern in `value`, as skrull_error_describe reads it).
         if (st == SKRULL_STATUS_LENGTH_OUT_OF_RANGE && err.status == st && err.index >= 0 &&
             static_cast<std::size_t>(err.index) < n) {
-            ctx.caller_value = len.caller.data_ptr<int64_t>()[err.index];
+            err.value = static_cast<uint64_t>(len.caller.data_ptr<int64_t>()[err.index]);
         }
-        raise(describe(st, err, ctx));
+        raise_status(st, &err, &cfg);
     }
 
     const int64_t k = summary.micro_batches;
@@ -225,9 +273,9 @@ TORCH_LIBRARY(skrull, m) {
     // (skrull/ops/__init__.py), where this points torch to look for it.
     m.set_python_module("skrull.ops");
     m.def(
-        "schedule(Tensor lengths, str config) -> (Tensor placements, Tensor micro_batch_table, "
-        "Tensor members, Tensor rank_tokens, Tensor micro_batches_per_dp, Tensor cp_groups, "
-        "Tensor summary)");
+        "schedule(Tensor lengths, Tensor config, Tensor cost_model) -> (Tensor placements, "
+        "Tensor micro_batch_table, Tensor members, Tensor rank_tokens, "
+        "Tensor micro_batches_per_dp, Tensor cp_groups, Tensor summary)");
 }
 
 TORCH_LIBRARY_IMPL(skrull, CompositeExplicitAutograd, m) {
