@@ -1188,6 +1188,38 @@ mod tests {
         assert!(it_e >= it);
     }
 
+    /// A sequence chunked over a group of several ranks holds them together as a sharded one
+    /// does (its chunks' state is exchanged over their ring): under `Sharded` its micro-batch
+    /// starts when the last rank is ready; chunked on one GPU it waits for no one.
+    #[test]
+    fn a_chunk_group_is_a_collective_and_a_chunk_on_one_gpu_is_not() {
+        let lengths = [6000u32, 500, 9000];
+        let run = |group: u16| {
+            let mut cfg = Config::new(1, 2, 8192, ModelShape::QWEN2_5_0_5B);
+            cfg.sync = Synchronisation::Sharded;
+            cfg.chunking = Chunking::new(4096, 1);
+            let p = |micro_batch, cp_rank, cp_first, cp_size| Placement {
+                dp_rank: 0,
+                micro_batch,
+                cp_rank,
+                cp_first,
+                cp_size,
+            };
+            let placements = [p(0, 0, 0, 0), p(0, 1, 0, 0), p(1, CHUNKED, 0, group)];
+            let mut b = Bufs::new(3, &cfg);
+            let ev = evaluate_placements(&setup_of(&cfg), &lengths, &placements, b.out()).unwrap();
+            let t = |g: usize, r: usize| ev.ranks_of(g)[r].time;
+            let (a, c) = ([t(0, 0), t(0, 1)], [t(1, 0), t(1, 1)]);
+            (ev.micro_batches[1].collective, ev.dp_times[0], a, c)
+        };
+        let (collective, time, a, c) = run(2);
+        assert!(collective);
+        assert_eq!(time, a[0].max(a[1]) + c[0].max(c[1]));
+        let (collective, time, a, c) = run(1);
+        assert!(!collective);
+        assert_eq!(time, (a[0] + c[0]).max(a[1] + c[1]));
+    }
+
     /// Every GPU of a sharded sequence's group pays its fixed cost once: the whole group's
     /// on every rank, a sub-group's on its ranks only, nothing for a local sequence.
     #[test]
