@@ -43,6 +43,12 @@ _DEFINES = {**{f"SKRULL_POLICY_{k.upper()}": v for k, v in POLICIES.items()},
             "SKRULL_REFIT_KEEP_OVERLAP": _ffi.REFIT_KEEP_OVERLAP,
             "SKRULL_REFIT_PARAMS_SIZE_V1": _ffi.REFIT_PARAMS_SIZE_V1,
             "SKRULL_REFIT_REPORT_SIZE_V1": _ffi.REFIT_REPORT_SIZE_V1,
+            "SKRULL_COST_MODEL_SIZE_V2": _ffi.COST_MODEL_SIZE_V2,
+            "SKRULL_REFIT_PARAMS_SIZE_V2": _ffi.REFIT_PARAMS_SIZE_V2,
+            "SKRULL_REFIT_REPORT_SIZE_V2": _ffi.REFIT_REPORT_SIZE_V2,
+            "SKRULL_REFIT_SHARDED_SEQUENCE": len(_ffi.REFIT_COEFFICIENTS),
+            **{"SKRULL_REFIT_" + v.upper().replace("-", "_"): i
+               for i, v in enumerate(_ffi.REFIT_VERDICTS)},
             "SKRULL_DETAIL_VALUE": _ffi.DETAIL_VALUE, "SKRULL_DETAIL_LIMIT": _ffi.DETAIL_LIMIT,
             "SKRULL_WINDOW_MAX_DELAY": _ffi.WINDOW_MAX_DELAY,
             "SKRULL_WINDOW_PARAMS_SIZE_V1": _ffi.WINDOW_PARAMS_SIZE_V1}
@@ -104,7 +110,8 @@ def test_the_binding_mirrors_every_struct_and_status_of_the_header():
 
 # C scalar types of the header and the ctypes type a prototype must use for them.
 _C_SCALARS = {"uint32_t": ctypes.c_uint32, "int32_t": ctypes.c_int32, "size_t": ctypes.c_size_t,
-              "uint64_t": ctypes.c_uint64, "skrull_status": ctypes.c_uint32}
+              "uint64_t": ctypes.c_uint64, "skrull_status": ctypes.c_uint32,
+              "double": ctypes.c_double}
 
 
 def _header_prototypes() -> dict[str, tuple[str, list[str]]]:
