@@ -314,7 +314,7 @@ pub struct RefitReport {
     pub limited: u32,
     /// Bit `i` set: communication coefficient `i` of the fit was raised to the most the
     /// window allows, its cost hidden on every measurement
-    /// ([`censored`](crate::model::refit::censored)).
+    /// ([`censored`]).
     pub raised: u32,
     /// The window's weighted median of measured over predicted time under the model in use
     /// (before this solve): the uniform factor it is off by.

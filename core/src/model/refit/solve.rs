@@ -265,7 +265,7 @@ impl RefitState {
     /// The weighted rms relative error of `c` over the window and the measurements it judges
     /// stragglers. A straggler — a GPU off its micro-batch's peers by more than `outlier`
     /// (against its prediction times the peers' median of measured over predicted time,
-    /// [`peer_factor`]; against its prediction alone when the micro-batch has fewer than 3
+    /// `peer_factor`; against its prediction alone when the micro-batch has fewer than 3
     /// GPUs measured) — counts with its residual clipped at `outlier`, so it weighs no more
     /// than any bad measurement; every other residual counts in full (within -1 and 10):
     /// a whole kind of micro-batch the model misses by 3x is a miss, not 3x stragglers.
