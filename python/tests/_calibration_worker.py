@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import time
 
@@ -102,7 +103,9 @@ def run(rank: int, rendezvous: str, out_dir: str) -> None:
         record = {"plan": plan.digest(), "times": hashlib.sha256(times.tobytes()).hexdigest(),
                   "model": _model_hash(scheduler), "next_plan": next_plan.digest(),
                   "changed": bool(refit.changed), "error": refit.error,
-                  "prior_error": refit.prior_error}
+                  "prior_error": refit.prior_error, "step_time": (None if math.isnan(online.last_step_time)
+                                                      else online.last_step_time),
+                  "step_times": refit.step_times}
         _same_everywhere(record)
         steps.append(record)
     _same_everywhere(logged)

@@ -33,8 +33,17 @@ MODULES = (_with_submodules(skrull.torch) + _with_submodules(skrull.torch.attent
 @pytest.fixture
 def _quiet_torch(tmp_path, monkeypatch):
     """One thread (the examples are tiny), the RNG restored afterwards, and a scratch
-    working directory (the Trainer examples name an output directory)."""
+    working directory (the Trainer examples name an output directory). DeepSpeed, where
+    installed, picks its accelerator here, outside the examples: transformers imports it on
+    the first Trainer, and its one-time "Setting accelerator to CPU" line would otherwise land
+    in that example's output."""
     monkeypatch.chdir(tmp_path)
+    try:
+        from deepspeed.accelerator import get_accelerator
+    except ImportError:
+        pass
+    else:
+        get_accelerator()
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     with torch.random.fork_rng():

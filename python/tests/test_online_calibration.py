@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import multiprocessing
 import time
 
@@ -85,10 +86,12 @@ class _FakeScheduler:
 
     def __init__(self) -> None:
         self.observed: list[np.ndarray] = []
+        self.walls: list[float] = []
         self.refits = 0
 
-    def observe(self, plan, times) -> None:
+    def observe(self, plan, times, step_time=None) -> None:
         self.observed.append(times)
+        self.walls.append(step_time)
 
     def refit(self) -> _FakeRefit:
         self.refits += 1
@@ -114,6 +117,48 @@ def test_online_calibration_refits_every_k_steps_logs_and_calls_back(one_process
     assert [rec.getMessage() for rec in caplog.records] == \
         ["skrull: fake refit changed=True"]
     assert online.last_times.shape == (plan.num_micro_batches, 1, 1)
+
+
+def test_online_calibration_observes_each_steps_wall_time_from_the_previous_step(
+        one_process_group):
+    # Regression: the automatic mode never handed the refit a step's wall time, so the
+    # per-step cost (optimizer, data loading, the loop) stayed unmeasured outside the bench.
+    plan = skrull.Scheduler(1, 1, 64).plan([60, 50])
+    fake = _FakeScheduler()
+    online = st.OnlineCalibration(fake, every=10)  # type: ignore[arg-type]
+
+    def run_step(**kw) -> None:
+        for _ in range(plan.num_micro_batches):
+            with online.time():
+                pass
+        online.step(plan, **kw)
+
+    for _ in range(3):
+        time.sleep(0.02)  # the step's work outside its micro-batches
+        run_step()
+    first, *rest = fake.walls
+    assert math.isnan(first)  # nothing before the first step to time it from
+    assert all(0.02 <= w < 1.0 for w in rest), fake.walls
+    assert online.last_step_time == rest[-1]
+    run_step(step_time=0.5)  # a caller's own timing wins
+    assert fake.walls[-1] == 0.5
+    online.disable()
+    online.enable()  # a restart has no previous step either
+    run_step()
+    assert math.isnan(fake.walls[-1])
+
+
+def test_online_calibration_step_times_reach_the_refit(one_process_group):
+    s = skrull.Scheduler(1, 1, 64)
+    online = st.OnlineCalibration(s, every=4)
+    refit = None
+    for _ in range(4):
+        plan = s.plan([60, 50, 40])
+        for _ in range(plan.num_micro_batches):
+            with online.time():
+                pass
+        refit = online.step(plan)
+    assert refit is not None and refit.step_times == 3
 
 
 def test_online_calibration_turned_off_does_nothing(one_process_group):
@@ -181,4 +226,9 @@ def test_four_gloo_processes_refit_to_the_same_model_and_plans(tmp_path,
     # how noisy this machine's times are (4 processes on 2 shared cores wait for each other in
     # the CP ring): test_refit.py checks the fit's direction on synthetic times.
     assert all(s["error"] <= s["prior_error"] for s in steps)
+    # Each step's wall time (the slowest rank's, the same on every rank) reaches the refit,
+    # from the second step on.
+    assert steps[0]["step_time"] is None and steps[0]["step_times"] == 0
+    assert all(s["step_time"] > 0 for s in steps[1:])
+    assert steps[-1]["step_times"] >= 1
     assert len(result["logged"]) == sum(s["changed"] for s in steps)

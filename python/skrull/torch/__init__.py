@@ -11,9 +11,9 @@
 - ``PackedAttention``, ``apply_rope``, ``TinyTransformer``, ``packed_loss``: a dense reference
   of local + sharded attention and a tiny model, to check an integration against the unpacked
   computation (see python/tests/test_gradcheck.py).
-- ``OnlineCalibration``, ``MicroBatchTimer``, ``gather_times``: time every micro-batch (CUDA
-  events on a GPU, the monotonic clock on the CPU), all-gather the ``[micro_batch][dp][cp]``
-  times over the job and refit the scheduler's cost model every ``every`` steps, identically on
+- ``OnlineCalibration``, ``MicroBatchTimer``, ``gather_times``, ``gather_step``: time every
+  micro-batch (CUDA events on a GPU, the monotonic clock on the CPU), all-gather the
+  ``[micro_batch][dp][cp]`` times (and each step's wall time) over the job and refit the scheduler's cost model every ``every`` steps, identically on
   every rank (``Scheduler.observe``, ``Scheduler.refit``).
 """
 
@@ -29,11 +29,11 @@ from ._collate import (GlobalBatch, MicroBatch, SkrullLoader, collate, default_l
 from ._dist import all_gather_varlen, cp_group, cp_ring_groups, gather_sizes
 from ._packed import PackedAttention
 from ._rope import apply_rope
-from ._timing import MicroBatchTimer, gather_times
+from ._timing import MicroBatchTimer, gather_step, gather_times
 from ._tiny import TinyTransformer, packed_loss
 
 __all__ = ["GlobalBatch", "MicroBatch", "MicroBatchTimer", "OnlineCalibration", "PackedAttention",
-           "SkrullLoader", "TinyTransformer", "gather_times",
+           "SkrullLoader", "TinyTransformer", "gather_step", "gather_times",
            "all_gather_varlen", "apply_rope", "collate", "cp_group", "cp_ring_groups",
            "default_label_tokens",
            "gather_sizes", "packed_loss", "require_lockstep"]

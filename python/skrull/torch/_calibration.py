@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
+import time
 from typing import Any, Callable, ContextManager, Optional
 
 import numpy as np
@@ -12,7 +14,7 @@ import numpy as np
 from .._plan import Plan
 from .._refit import Refit
 from .._scheduler import Scheduler
-from ._timing import DeviceLike, MicroBatchTimer, gather_times
+from ._timing import DeviceLike, MicroBatchTimer, gather_step
 
 #: The logger ``OnlineCalibration`` writes to by default.
 LOGGER = logging.getLogger("skrull.calibration")
@@ -23,7 +25,10 @@ class OnlineCalibration:
 
     Each step, every rank times its micro-batches (``time()``), then calls ``step(plan)``:
     the times are all-gathered over the job (``gather_times``, so every rank holds the same
-    ``[micro_batch][dp][cp]`` array), handed to ``scheduler.observe``, and every ``every``
+    ``[micro_batch][dp][cp]`` array) with the step's wall time on its slowest rank (from the
+    end of the previous ``step`` call, so the optimizer step, data loading and the loop are
+    in it; the first step after a start has none), handed to ``scheduler.observe``, which
+    measures the per-step cost from the wall time, and every ``every``
     steps ``scheduler.refit()`` fits a new model that the scheduler plans with from then on.
     Every rank feeds the same numbers to the same deterministic fit, so every rank gets the
     same model bit for bit and keeps planning identically, without a broadcast. When the
@@ -98,6 +103,9 @@ class OnlineCalibration:
         #: Steps timed but not observed: their plan ran chunked sequences, which the refit
         #: does not model yet.
         self.unobserved_chunked = 0
+        #: The last step's wall time on its slowest rank (NaN when not measured).
+        self.last_step_time = math.nan
+        self._last_end: Optional[float] = None
 
     def disable(self) -> None:
         """Stops timing, gathering and refitting (call it on every rank at the same step).
@@ -112,6 +120,7 @@ class OnlineCalibration:
         """
         self.enabled = False
         self.timer.collect()
+        self._last_end = None
 
     def enable(self) -> None:
         """Starts again after ``disable`` (on every rank at the same step).
@@ -126,6 +135,7 @@ class OnlineCalibration:
         True
         """
         self.enabled = True
+        self._last_end = None
 
     def time(self) -> ContextManager[None]:
         """Times one micro-batch: wrap its forward and backward.
@@ -149,7 +159,7 @@ class OnlineCalibration:
             return contextlib.nullcontext()
         return self.timer.time()
 
-    def step(self, plan: Plan) -> Optional[Refit]:
+    def step(self, plan: Plan, step_time: Optional[float] = None) -> Optional[Refit]:
         """Ends a step: gathers its times, observes them, and refits every ``every`` steps.
 
         A collective over ``group``: every rank calls it after the step's last micro-batch,
@@ -159,6 +169,10 @@ class OnlineCalibration:
         ----------
         plan : Plan
             The plan this step ran (made by ``scheduler``).
+        step_time : float, optional
+            This rank's seconds for the whole step, when the caller times it; default: the
+            time since the previous ``step`` call returned (none on the first step after a
+            start or ``enable``). The slowest rank's is observed.
 
         Returns
         -------
@@ -198,8 +212,12 @@ class OnlineCalibration:
         """
         if not self.enabled:
             return None
-        times = gather_times(self.timer.collect(), plan, self.group)
-        self.last_times = times
+        local = self.timer.collect()  # on a GPU: waits for the last micro-batch's event
+        if step_time is None:
+            end = time.perf_counter()
+            step_time = end - self._last_end if self._last_end is not None else math.nan
+        times, wall = gather_step(local, plan, self.group, step_time)
+        self.last_times, self.last_step_time = times, wall
         if plan.summary.chunked:
             # The refit does not model chunked placements yet (the library refuses them as
             # PLAN_INVALID): such a step is timed but not observed.
@@ -208,9 +226,10 @@ class OnlineCalibration:
                 self.logger.info("skrull: steps whose plan runs chunked sequences are timed "
                                  "but not observed (the refit does not model chunks yet)")
         else:
-            self.scheduler.observe(plan, times)
+            self.scheduler.observe(plan, times, step_time=wall)
         self.steps += 1
         if self.steps % self.every:
+            self._last_end = time.perf_counter()
             return None
         refit = self.scheduler.refit()
         self.last_refit = refit
@@ -218,4 +237,5 @@ class OnlineCalibration:
             self.logger.info("skrull: %s", refit.describe())
             if self.callback is not None:
                 self.callback(refit)
+        self._last_end = time.perf_counter()
         return refit

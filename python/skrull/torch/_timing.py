@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from contextlib import contextmanager
 from typing import Any, Iterator, Optional, Union
@@ -221,6 +222,43 @@ def gather_times(local: Any, plan: Plan, group: Any = None) -> np.ndarray:
     >>> times.shape                                        # doctest: +SKIP
     (1, 2, 2)
     """
+    return gather_step(local, plan, group)[0]
+
+
+def gather_step(local: Any, plan: Plan, group: Any = None,
+                step_time: float = float("nan")) -> tuple[np.ndarray, float]:
+    """``gather_times`` and the step's wall time on its slowest rank, in the same all-gather.
+
+    Parameters
+    ----------
+    local, plan, group
+        As ``gather_times``.
+    step_time : float, optional
+        This rank's seconds for the whole step (NaN or a value not above 0: not measured).
+
+    Returns
+    -------
+    tuple of numpy.ndarray and float
+        The times as ``gather_times`` returns them, and the largest ``step_time`` any rank
+        measured: NaN when a rank did not measure it (the same on every rank).
+
+    Raises
+    ------
+    ValueError
+        As ``gather_times``.
+
+    Example
+    -------
+    Without a process group (one GPU) it only reshapes and passes the wall time through.
+
+    >>> import skrull
+    >>> from skrull.torch import gather_step
+    >>> plan = skrull.Scheduler(dp=1, cp=1, bucket_tokens=64).plan([30, 20])
+    >>> times, wall = gather_step([0.01], plan, step_time=0.02)
+    >>> times.shape, wall
+    ((1, 1, 1), 0.02)
+    """
+    wall = float(step_time) if step_time is not None and step_time > 0 else math.nan
     dp, cp = plan.config.dp, plan.config.cp
     if not (dist.is_available() and dist.is_initialized()):
         mine = np.asarray(local, dtype=np.float64).reshape(-1)
@@ -228,7 +266,7 @@ def gather_times(local: Any, plan: Plan, group: Any = None) -> np.ndarray:
             raise ValueError(f"gather_times: no process group, and the plan has dp * cp = "
                              f"{dp * cp} GPUs and {plan.num_micro_batches} micro-batches for "
                              f"{mine.size} times: initialise torch.distributed")
-        return mine.reshape(-1, 1, 1).copy()
+        return mine.reshape(-1, 1, 1).copy(), wall
     world = dist.get_world_size(group)
     if world != dp * cp:
         raise ValueError(f"gather_times: the process group has {world} ranks, the plan "
@@ -238,19 +276,22 @@ def gather_times(local: Any, plan: Plan, group: Any = None) -> np.ndarray:
     per_dp = plan.micro_batches_per_dp.tolist()
     rows = plan.num_micro_batches
     mine = np.asarray(local, dtype=np.float64).reshape(-1)
-    send = np.full(rows + 1, np.nan)
+    send = np.full(rows + 2, np.nan)
     send[0] = mine.size
-    send[1:1 + min(mine.size, rows)] = mine[:rows]
+    send[1] = wall
+    send[2:2 + min(mine.size, rows)] = mine[:rows]
     device = collective_device(group)
     t = torch.from_numpy(send).to(device)
     parts = [torch.empty_like(t) for _ in range(world)]
     dist.all_gather(parts, t, group=group)
-    got = torch.stack(parts).cpu().numpy()  # [rank][1 + rows]
+    got = torch.stack(parts).cpu().numpy()  # [rank][2 + rows]
     for r in range(world):
         want = per_dp[r // cp]
         if got[r, 0] != want:
             raise ValueError(f"gather_times: rank {r} (DP rank {r // cp}, CP rank {r % cp}) "
                              f"gave {int(got[r, 0])} micro-batch times, its DP rank runs "
                              f"{want} in this plan (rank {rank} saw this too)")
-    out = got[:, 1:].reshape(dp, cp, rows).transpose(2, 0, 1)
-    return np.ascontiguousarray(out)
+    walls = got[:, 1]
+    slowest = float(walls.max()) if bool(np.all(walls > 0)) else math.nan
+    out = got[:, 2:].reshape(dp, cp, rows).transpose(2, 0, 1)
+    return np.ascontiguousarray(out), slowest
