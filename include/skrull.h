@@ -2017,6 +2017,30 @@ skrull_status skrull_cost_model_preset(uint32_t gpu,
                                        size_t out_size);
 
 /**
+ * Writes to `*out` the cost model of the same machine `factor` times slower than `*model`:
+ * every time it predicts (GEMMs, attention, ring latency and traffic, launches, the fixed
+ * costs per micro-batch, iteration and sharded sequence) times `factor`, the overlap rule
+ * unchanged; plans made with it are the same. It is the model a refit describes when it
+ * finds only a uniform factor (`SKRULL_VERDICT_SCALE_ONLY`, `skrull_refit_report.scale`).
+ * `out_size >= 264` bytes (version 1); `struct_size` is set to the bytes written.
+ *
+ * Returns `SKRULL_STATUS_NULL_ARG` for a NULL `model` or `out`, `SKRULL_STATUS_INVALID_ARG`
+ * for a misaligned pointer or a `factor` not finite and above 0,
+ * `SKRULL_STATUS_BAD_STRUCT_SIZE` (`model->struct_size` or `out_size` below version 1),
+ * `SKRULL_STATUS_INVALID_ENUM` (`model->overlap`), `SKRULL_STATUS_INVALID_COST_MODEL` (a
+ * value of `*model`, or of the result, out of range); on error nothing is written. `model`
+ * and `out` may be the same struct.
+ *
+ * # Safety
+ * `model` points to a `skrull_cost_model` whose `struct_size` bytes are readable; `out` is
+ * valid for writing `out_size` bytes. Safe to call from any thread.
+ */
+skrull_status skrull_cost_model_slowed(const struct skrull_cost_model *model,
+                                       double factor,
+                                       struct skrull_cost_model *out,
+                                       size_t out_size);
+
+/**
  * Runs DACP (the paper's distribution-aware context parallelism) on ONE micro-batch: for each
  * of its `n` sequences decides whether it stays whole on one CP rank or is sharded over the
  * CP group, keeping every GPU within `bucket_tokens`.

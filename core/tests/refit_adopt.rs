@@ -262,6 +262,50 @@ fn a_uniform_scale_is_reported_not_adopted() {
     assert_eq!(r.model, prior);
 }
 
+/// `CostModel::slowed(k)`, the model a scale-only verdict describes: every (micro-batch, GPU)
+/// time and the iteration time `k` times the original's, the same plans, and a bad factor
+/// refused.
+#[test]
+#[cfg_attr(miri, ignore)] // planning is slow under miri
+fn a_slowed_model_predicts_k_times_the_time_and_the_same_plans() {
+    let cfg = config();
+    let prior = cfg.cost_model();
+    let slow = prior.slowed(3.0).unwrap();
+    let mut eval = OwnedEval::default();
+    let mut plans = OwnedBuffers::for_batch(0, &cfg);
+    for seed in 0..3 {
+        let lengths = batch_of("lmsys", &cfg, seed, 48);
+        let fast = plans
+            .schedule(&cfg, &lengths)
+            .unwrap()
+            .placements()
+            .to_vec();
+        let slowed = plans
+            .schedule(&cfg.with_cost(slow), &lengths)
+            .unwrap()
+            .placements()
+            .to_vec();
+        assert_eq!(fast, slowed, "a uniform factor changes no plan");
+        let (t1, _) = rank_times(&mut eval, &cfg, &lengths, &fast).unwrap();
+        let (t3, _) = rank_times(&mut eval, &cfg.with_cost(slow), &lengths, &fast).unwrap();
+        for (a, b) in t1.iter().zip(&t3) {
+            assert!((b - 3.0 * a).abs() <= 1e-9 * b.abs(), "{a} {b}");
+        }
+        let mut it = |c: &Config| {
+            eval.evaluate(c, &lengths, &fast)
+                .unwrap()
+                .report
+                .iteration_time
+        };
+        let (i1, i3) = (it(&cfg), it(&cfg.with_cost(slow)));
+        assert!((i3 - 3.0 * i1).abs() <= 1e-9 * i3, "{i1} {i3}");
+    }
+    for bad in [0.0, -1.0, f64::NAN, f64::INFINITY] {
+        assert!(prior.slowed(bad).is_err(), "{bad}");
+    }
+    assert_eq!(prior.slowed(1.0), Ok(prior));
+}
+
 /// The per-step cost: each step's wall time less its slowest DP rank's measured micro-batches,
 /// the median over the window; a bad time is ignored, and none before a step is an error.
 #[test]

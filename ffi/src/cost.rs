@@ -264,10 +264,106 @@ pub unsafe extern "C" fn skrull_cost_model_preset(
     })
 }
 
+/// Writes to `*out` the cost model of the same machine `factor` times slower than `*model`:
+/// every time it predicts (GEMMs, attention, ring latency and traffic, launches, the fixed
+/// costs per micro-batch, iteration and sharded sequence) times `factor`, the overlap rule
+/// unchanged; plans made with it are the same. It is the model a refit describes when it
+/// finds only a uniform factor (`SKRULL_VERDICT_SCALE_ONLY`, `skrull_refit_report.scale`).
+/// `out_size >= 264` bytes (version 1); `struct_size` is set to the bytes written.
+///
+/// Returns `SKRULL_STATUS_NULL_ARG` for a NULL `model` or `out`, `SKRULL_STATUS_INVALID_ARG`
+/// for a misaligned pointer or a `factor` not finite and above 0,
+/// `SKRULL_STATUS_BAD_STRUCT_SIZE` (`model->struct_size` or `out_size` below version 1),
+/// `SKRULL_STATUS_INVALID_ENUM` (`model->overlap`), `SKRULL_STATUS_INVALID_COST_MODEL` (a
+/// value of `*model`, or of the result, out of range); on error nothing is written. `model`
+/// and `out` may be the same struct.
+///
+/// # Safety
+/// `model` points to a `skrull_cost_model` whose `struct_size` bytes are readable; `out` is
+/// valid for writing `out_size` bytes. Safe to call from any thread.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn skrull_cost_model_slowed(
+    model: *const skrull_cost_model,
+    factor: f64,
+    out: *mut skrull_cost_model,
+    out_size: usize,
+) -> skrull_status {
+    guard(|| {
+        if model.is_null() || out.is_null() {
+            return skrull_status::NullArg;
+        }
+        if !out.is_aligned() || !(factor.is_finite() && factor > 0.0) {
+            return skrull_status::InvalidArg;
+        }
+        if out_size < SKRULL_COST_MODEL_SIZE_V1 as usize {
+            return skrull_status::BadStructSize;
+        }
+        // SAFETY: non-null; readable `struct_size` bytes (caller contract).
+        let core = match unsafe { read_cost_model(model) } {
+            Ok(Some(m)) => m,
+            Ok(None) => return skrull_status::NullArg,
+            Err(f) => return f.status,
+        };
+        let slowed = match core.validate().and_then(|()| core.slowed(factor)) {
+            Ok(m) => m,
+            Err(_) => return skrull_status::InvalidCostModel,
+        };
+        let mut c = skrull_cost_model::from_core(&slowed);
+        let n = out_size.min(size_of::<skrull_cost_model>());
+        c.struct_size = n as u32;
+        // SAFETY: `n` bytes are readable at `c` and writable at `out` (non-null, aligned:
+        // checked; at least `out_size >= n` bytes: caller contract); `c` is a local copy, so
+        // `out` may alias `model`.
+        unsafe {
+            core::ptr::copy_nonoverlapping((&raw const c).cast::<u8>(), out.cast::<u8>(), n);
+        }
+        skrull_status::Ok
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use skrull_core::config::cost::CostField;
+
+    /// `skrull_cost_model_slowed`: the core's `CostModel::slowed` through the C form, in
+    /// place too; a bad factor, a NULL or a short output refused with nothing written.
+    #[test]
+    fn a_slowed_model_is_the_cores_and_bad_arguments_write_nothing() {
+        let core = CostModel::h100(&ModelShape::QWEN2_5_7B);
+        let mut c = skrull_cost_model::from_core(&core);
+        let mut out = skrull_cost_model::from_core(&core);
+        let size = size_of::<skrull_cost_model>();
+        // SAFETY: live, aligned structs of `size` bytes.
+        let st = unsafe { skrull_cost_model_slowed(&c, 2.5, &mut out, size) };
+        assert_eq!(st, skrull_status::Ok);
+        assert_eq!(out.to_core(), Ok(core.slowed(2.5).unwrap()));
+        let before = out;
+        for factor in [0.0, -1.0, f64::NAN, f64::INFINITY] {
+            // SAFETY: as above.
+            let st = unsafe { skrull_cost_model_slowed(&c, factor, &mut out, size) };
+            assert_eq!((st, out), (skrull_status::InvalidArg, before), "{factor}");
+        }
+        let mut bad = c;
+        bad.kernel_launch_s = f64::NAN;
+        // SAFETY: as above.
+        let st = unsafe { skrull_cost_model_slowed(&bad, 2.0, &mut out, size) };
+        assert_eq!((st, out), (skrull_status::InvalidCostModel, before));
+        // SAFETY: as above; NULL and a short size are refused before any access.
+        unsafe {
+            assert_eq!(
+                skrull_cost_model_slowed(core::ptr::null(), 2.0, &mut out, size),
+                skrull_status::NullArg
+            );
+            assert_eq!(
+                skrull_cost_model_slowed(&c, 2.0, &mut out, 8),
+                skrull_status::BadStructSize
+            );
+            let p = &raw mut c;
+            assert_eq!(skrull_cost_model_slowed(p, 4.0, p, size), skrull_status::Ok);
+        }
+        assert_eq!(c.to_core(), Ok(core.slowed(4.0).unwrap()));
+    }
 
     #[test]
     fn presets_round_trip_through_the_c_form() {

@@ -13,7 +13,7 @@ from typing import Any, Iterator, Mapping
 
 from . import _ffi
 from ._args import check_config, option
-from ._errors import ConfigError, Error, Status, check, make_error, type_error
+from ._errors import ArgumentError, ConfigError, Error, Status, check, make_error, type_error
 from ._shape import c_model_shape, model_shape
 
 #: ``SKRULL_GPU_*`` by name.
@@ -198,6 +198,50 @@ class CostModel:
         object.__setattr__(other, "_frozen", False)
         object.__setattr__(other, "gpu", self.gpu)
         object.__setattr__(other, "model", self.model)
+        return other
+
+    def slowed(self, factor: float) -> CostModel:
+        """The same machine ``factor`` times slower (``skrull_cost_model_slowed``).
+
+        Every time the model predicts (GEMMs, attention, ring latency and traffic, launches,
+        the fixed costs per micro-batch, step and sharded sequence) times ``factor``; the
+        overlap rule and every plan stay the same. It is the model a refit describes when it
+        finds only one uniform factor (``Refit.verdict == "scale-only"``, ``Refit.scale``).
+
+        Parameters
+        ----------
+        factor : float
+            Finite and above 0 (2.0: every prediction twice as long).
+
+        Returns
+        -------
+        CostModel
+            A new, mutable model of the same preset and shape.
+
+        Raises
+        ------
+        ArgumentError
+            ``factor`` not a finite number above 0 (``INVALID_ARG``).
+        ConfigError
+            A value of this model out of range (``INVALID_COST_MODEL``).
+
+        Example
+        -------
+        >>> import skrull
+        >>> m = skrull.CostModel("h100")
+        >>> slow = m.slowed(2.0)
+        >>> slow.kernel_launch_s / m.kernel_launch_s, m.peak_flops / slow.peak_flops
+        (2.0, 2.0)
+        """
+        if isinstance(factor, bool) or not isinstance(factor, (int, float)) \
+                or not math.isfinite(factor) or factor <= 0:
+            raise make_error(Status.INVALID_ARG, f"CostModel.slowed: factor={factor!r} must be "
+                             "a finite number above 0", ArgumentError, field_name="factor")
+        self._check_overlap()
+        other = self.copy()
+        check(_ffi.lib.skrull_cost_model_slowed(ctypes.byref(self._c), float(factor),
+                                                ctypes.byref(other._c),
+                                                ctypes.sizeof(other._c)))
         return other
 
     def __reduce__(self) -> tuple[Any, ...]:

@@ -274,6 +274,8 @@ _PROTOTYPES = {
     "skrull_config_recommended_init": (_u32, [_u32, _P(skrull_config), _usize]),
     "skrull_cost_model_preset": (_u32, [_u32, _P(skrull_model_shape), _P(skrull_cost_model),
                                         _usize]),
+    "skrull_cost_model_slowed": (_u32, [_P(skrull_cost_model), c_double, _P(skrull_cost_model),
+                                        _usize]),
     "skrull_plan_sizes": (_u32, [_usize, _u32, _u32, _P(skrull_sizes)]),
     "skrull_workspace_size": (_usize, [_usize, _u32, _u32]),
     "skrull_schedule": (_u32, [_P(skrull_config), c_void_p, _usize, c_void_p, _usize,

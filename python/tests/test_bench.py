@@ -10,7 +10,7 @@ pytest.importorskip("transformers")
 
 from skrull.bench import BenchError, main  # noqa: E402
 from skrull.bench._options import parse, lengths_and_bucket, check_fits  # noqa: E402
-from skrull.bench import _ranked_alike, _spread  # noqa: E402
+from skrull.bench import _noise, _ranked_alike, _spread  # noqa: E402
 from skrull.bench._predict import evaluate, measured_compute_s  # noqa: E402
 from skrull.profile import find_cli  # noqa: E402
 
@@ -90,6 +90,17 @@ def test_only_pairs_apart_by_more_than_the_noise_must_rank_alike():
     rows[2]["predicted_step_s"] = 0.5
     assert _ranked_alike(rows) == (False, 2)
     assert _spread([1.0, 1.1, 0.9]) == pytest.approx(0.2)
+
+
+def test_noise_is_the_spread_the_steps_content_does_not_explain():
+    # Regression: every run was marked noisy (spreads of 30-70 %) because the timed steps
+    # train different global batches; a step twice as long that was predicted twice as long
+    # is not noise.
+    walls, predicted = [0.1, 0.2, 0.4], [1.0, 2.0, 4.0]
+    assert _spread(walls) == pytest.approx(1.5)
+    assert _noise(walls, predicted) == pytest.approx(0.0)
+    assert _noise([0.1, 0.2], [1.0, 1.0]) == pytest.approx(2 / 3)
+    assert _noise(walls, [1.0, 0.0, 4.0]) == _spread(walls)  # a step without a prediction
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -233,6 +233,38 @@ impl CostModel {
         }
     }
 
+    /// The same machine `k` times slower: every time it predicts (GEMMs, attention, ring
+    /// latency and traffic, launches, the fixed costs per micro-batch, per iteration and per
+    /// sharded sequence) multiplied by `k`, the overlap rule unchanged. A refit that finds
+    /// only a uniform factor ([`Verdict::ScaleOnly`](crate::model::refit::Verdict)) describes
+    /// this model: it changes no plan, only the predicted seconds.
+    ///
+    /// # Errors
+    /// [`InvalidCost`] for a `k` not finite or not above 0, or a result out of range.
+    pub fn slowed(&self, k: f64) -> Result<CostModel, InvalidCost> {
+        if !(k.is_finite() && k > 0.0) {
+            return Err(InvalidCost {
+                field: CostField::PeakFlops,
+            });
+        }
+        let m = CostModel {
+            peak_flops: self.peak_flops / k,
+            hbm_bandwidth: self.hbm_bandwidth / k,
+            attention: self.attention.slowed(k),
+            ring_step_latency_s: self.ring_step_latency_s * k,
+            inter_node_ring_step_latency_s: self.inter_node_ring_step_latency_s * k,
+            intra_node_bandwidth: self.intra_node_bandwidth / k,
+            inter_node_bandwidth: self.inter_node_bandwidth / k,
+            kernel_launch_s: self.kernel_launch_s * k,
+            micro_batch_extra_s: self.micro_batch_extra_s * k,
+            iteration_fixed_s: self.iteration_fixed_s * k,
+            sharded_sequence_s: self.sharded_sequence_s * k,
+            ..*self
+        };
+        m.validate()?;
+        Ok(m)
+    }
+
     /// H200: the H100 model with 4.8 TB/s HBM (same compute, NVLink and kernels).
     pub fn h200(shape: &ModelShape) -> CostModel {
         CostModel {

@@ -154,8 +154,16 @@ def _run_policy(opts: Any, policy: str, lengths: list[int], bucket: int, grad_ac
 
 
 def _spread(xs: list[float]) -> float:
-    """(max - min) / median of a run's timed steps."""
+    """(max - min) / median of a list (0 for none)."""
     return (max(xs) - min(xs)) / statistics.median(xs) if xs else 0.0
+
+
+def _noise(walls: list[float], predicted: list[float]) -> float:
+    """The spread of a run's timed steps that their content does not explain: of each step's
+    measured over predicted time (the global batches differ, so the raw step times spread
+    with their content); the raw spread when nothing is predicted."""
+    ratios = [m / p for m, p in zip(walls, predicted) if p > 0]
+    return _spread(ratios) if len(ratios) == len(walls) else _spread(walls)
 
 
 def _summarise(opts: Any, policy: str, got: dict[str, Any], cli: str) -> dict[str, Any]:
@@ -187,7 +195,8 @@ def _summarise(opts: Any, policy: str, got: dict[str, Any], cli: str) -> dict[st
     fixed = json.loads(got["cost_model"]).get("iteration_fixed_s", 0.0)
     return {"policy": policy, "measured_step_s": measured, "predicted_step_s": pred,
             "predicted_over_measured": pred / measured,
-            "measured_spread": _spread(timed_walls), "noisy": False,
+            "measured_spread": _noise(timed_walls, predicted),
+            "step_spread": _spread(timed_walls), "noisy": False,
             "measured_mean_s": step_mean, "measured_p95_s": step_p95,
             "predicted_barrier_step_s": statistics.median(barrier),
             "measured_compute_s": comp,
@@ -222,12 +231,20 @@ def _calibrate_online(opts: Any, lengths: list[int], bucket: int, prior: str | N
     with open(raw, "w") as f:
         f.write(got["cost_model"])
     model = skrull.CostModel.from_json(raw)
+    slowed = 1.0
+    if got.get("verdict") == "scale-only":
+        # The window told a uniform factor and nothing more: plans stay the prior's, and the
+        # predictions are the prior's times that factor (CostModel.slowed), said as such.
+        slowed = float(got["scale"])
+        model = model.slowed(slowed)
     model.iteration_fixed_s = max(statistics.median(overheads), 0.0) if overheads else 0.0
     path = os.path.join(folder, "cost_model.calibrated.json")
-    model.to_json(path, comment="python -m skrull.bench --calibrate online: one model of "
-                                "this machine, refit on balanced's warm-up steps")
+    how = (f"the prior slowed x{slowed:.4g} (the refit found a uniform factor only)"
+           if slowed != 1.0 else "refit on balanced's warm-up steps")
+    model.to_json(path, comment=f"python -m skrull.bench --calibrate online: one model of "
+                                f"this machine, {how}")
     return path, {"refit": got["refit"], "overhead_s": overheads,
-                  "iteration_fixed_s": model.iteration_fixed_s}
+                  "iteration_fixed_s": model.iteration_fixed_s, "slowed": slowed}
 
 
 def _policy_row(opts: Any, policy: str, lengths: list[int], bucket: int,

@@ -79,9 +79,10 @@ def parser() -> argparse.ArgumentParser:
                    help="write the cost model the run planned and predicted with (after "
                         "calibration) here, for --cost-model")
     p.add_argument("--max-spread", type=float, default=0.15,
-                   help="a policy whose timed steps spread more than this share of their "
-                        "median ((max - min) / median) is run again, once (default 0.15); "
-                        "still above it, it is marked noisy")
+                   help="a policy whose timed steps' measured / predicted times spread "
+                        "more than this share of their median ((max - min) / median: the "
+                        "steps differ in content, the ratio takes that out) is run again, "
+                        "once (default 0.15); still above it, it is marked noisy")
     p.add_argument("--outlier-delay", type=int, default=0, metavar="W",
                    help="also run every policy with SkrullBatchSampler(outlier_delay=W) "
                         "(docs/outlier_delay.md), beside W = 0; use --warmup + --steps = the "

@@ -35,8 +35,11 @@ def table(result: dict[str, Any]) -> str:
             f"{p['peak_memory_bytes'] / 2**20:,.0f} MiB | {p['micro_batches']} |")
     cal = result.get("calibration")
     if cal is not None:
+        scaled = cal.get("slowed", 1.0)
         lines += ["", f"calibrated once before the policies: {cal.get('refit') or '-'}; "
-                      f"time outside the micro-batches {cal['iteration_fixed_s']:.4f} s/step"]
+                      + (f"predicting with the prior slowed x{scaled:.4g} (a uniform factor "
+                         "is all the window told; plans unchanged); " if scaled != 1.0 else "")
+                      + f"time outside the micro-batches {cal['iteration_fixed_s']:.4f} s/step"]
     if c.get("outlier_delay"):
         lines += ["", "| policy | outlier delay | step mean s | step p95 s | speedup of the mean |",
                   "|---|---:|---:|---:|---:|"]
