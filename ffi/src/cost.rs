@@ -292,7 +292,7 @@ pub unsafe extern "C" fn skrull_cost_model_slowed(
         if model.is_null() || out.is_null() {
             return skrull_status::NullArg;
         }
-        if !out.is_aligned() || !(factor.is_finite() && factor > 0.0) {
+        if !(out.is_aligned() && factor.is_finite() && factor > 0.0) {
             return skrull_status::InvalidArg;
         }
         if out_size < SKRULL_COST_MODEL_SIZE_V1 as usize {
