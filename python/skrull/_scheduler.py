@@ -342,11 +342,12 @@ class Scheduler:
             raise make_error(Status.INVALID_ARG, f"plan must be a skrull.Plan, got "
                              f"{_short(plan)} ({type(plan).__name__})", ArgumentError,
                              field_name="plan")
-        if _without_model(plan.config) != _without_model(self.config):
+        if _timed_alike(plan.config) != _timed_alike(self.config):
             raise make_error(Status.PLAN_INVALID, "observe: the plan was made for another "
                              "configuration than this scheduler's (dp, cp, bucket_tokens, "
-                             "policy, padding...); observe each plan on a scheduler like the "
-                             "one that made it", LayoutError, field_name="plan")
+                             "model, padding, sync...); observe each plan on a scheduler of "
+                             "the same machine and layout (the policy may differ)",
+                             LayoutError, field_name="plan")
         measured = as_times(times, plan)
         wall = math.nan
         if step_time is not None:
@@ -472,8 +473,12 @@ def _refit_settings(refit: Any) -> RefitSettings:
                      field_name="refit")
 
 
-def _without_model(c: _config.Config) -> _config.Config:
-    return dataclasses.replace(c, cost_model=None)
+def _timed_alike(c: _config.Config) -> _config.Config:
+    """``c`` without what only decides how plans are made (the policy and its options, the
+    cost model): plans of configurations equal here are timed by the same model, so one
+    refit may pool them (e.g. every policy's steps on one machine)."""
+    return dataclasses.replace(c, cost_model=None, policy="", victim="", max_micro_batches=0,
+                               micro_batches=0, lockstep=False, fill_empty=False)
 
 
 _LENGTHS_TYPES = "a one-dimensional sequence of integers (list, tuple, numpy or torch array)"

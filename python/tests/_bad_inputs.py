@@ -187,7 +187,7 @@ CASES: list[tuple[str, type, str, tuple[str, ...]]] = [
      ("must hold numbers",)),
     ("S(lockstep=True).observe(plan.to_dict(), [])", skrull.ArgumentError, "INVALID_ARG",
      ("plan must be a skrull.Plan",)),
-    ("S().observe(plan, [])", skrull.LayoutError, "PLAN_INVALID",
+    ("S(bucket_tokens=128).observe(plan, [])", skrull.LayoutError, "PLAN_INVALID",
      ("made for another configuration",)),
     ("S(refit={'window': 0})", skrull.ConfigError, "INVALID_REFIT_PARAMS",
      ("window=0 is out of range", "1 to 64")),

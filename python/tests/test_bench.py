@@ -22,7 +22,8 @@ def test_tiny_run_prints_the_documented_json(tmp_path, capsys):
     out, chart = tmp_path / "bench.json", tmp_path / "bench.svg"
     main(["--dp", "1", "--cp", "2", "--dataset", "chatqa2", "--max-len", "256",
           "--batch", "4", "--warmup", "2", "--steps", "1", "--policies", "balanced,deepspeed",
-          "--calibrate", "online", "--format", "json", "--quiet", "--out", str(out),
+          "--calibrate", "online", "--calibration-steps", "3", "--format", "json", "--quiet",
+          "--out", str(out),
           "--chart", str(chart)])
     printed = json.loads(capsys.readouterr().out)   # nothing but the JSON on stdout
     assert printed == json.loads(out.read_text())
@@ -39,6 +40,10 @@ def test_tiny_run_prints_the_documented_json(tmp_path, capsys):
     cal = printed["calibration"]
     assert cal is not None and "cost model" in cal["refit"]
     assert cal["iteration_fixed_s"] >= 0
+    # One refit pools a calibration run per policy of CALIBRATION_POLICIES: 3 observed
+    # steps each, after one dropped.
+    assert cal["policies"] == ["balanced", "deepspeed"]
+    assert "over 6 steps" in cal["refit"], cal["refit"]
     ds = printed["policies"][1]
     assert ds["speedup_vs_deepspeed"] == 1.0
     assert chart.read_text().startswith("<svg")
@@ -108,7 +113,7 @@ def test_noise_is_the_spread_the_steps_content_does_not_explain():
     (["--chunk-size", "-1"], "--chunk-size"),
     (["--dataset", "imdb"], "unknown dataset 'imdb'"),
     (["--dp", str(CORES), "--cp", "2"], "CPU cores"),
-    (["--calibrate", "online", "--warmup", "1"], "--warmup 2"),
+    (["--calibrate", "online", "--calibration-steps", "1"], "--calibration-steps"),
     (["--calibrate", "online", "--cost-model", "x.json"], "--cost-model: only with"),
     (["--cost-model", "/nonexistent/model.json"], "no such file"),
     (["--max-spread", "0"], "--max-spread"),

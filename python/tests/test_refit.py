@@ -106,6 +106,24 @@ def test_bad_times_raise_named_errors():
     assert s.refit().steps == 0  # nothing bad entered the window
 
 
+def test_one_refit_pools_every_policys_plans_of_the_same_machine_and_layout():
+    # One model per machine: a scheduler observes plans of another policy (and its options)
+    # on the same layout, and fits the same model as one of that policy fed the same steps.
+    s = _scheduler()
+    other = skrull.Scheduler(DP, CP, BUCKET, policy="packed", max_micro_batches=0)
+    mirror = skrull.Scheduler(DP, CP, BUCKET, policy="packed")
+    for k in range(3):
+        plan = other.plan(_batch(k))
+        times = np.full((plan.num_micro_batches, DP, CP), 0.01 * (k + 1))
+        s.observe(plan, times)
+        mirror.observe(plan, times)
+    assert s.refit().model == mirror.refit().model
+    # What the refit times by still has to match: another padding is refused.
+    padded = skrull.Scheduler(DP, CP, BUCKET, shard_padding="zigzag").plan(_batch(0))
+    with pytest.raises(skrull.LayoutError):
+        s.observe(padded, np.ones((padded.num_micro_batches, DP, CP)))
+
+
 def test_nan_inf_zero_and_negative_times_are_skipped_and_counted():
     s = _scheduler()
     plan = s.plan(_batch(0))

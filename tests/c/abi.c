@@ -225,6 +225,28 @@ static void initialisers_never_write_past_the_callers_struct(void) {
     CHECK_STATUS(skrull_cost_model_preset(SKRULL_GPU_H100, NULL, &cm.m, 8),
                  SKRULL_STATUS_BAD_STRUCT_SIZE);
     CHECK_STATUS(skrull_cost_model_preset(9, NULL, &cm.m, sizeof cm.m), SKRULL_STATUS_INVALID_ENUM);
+
+    /* skrull_cost_model_slowed: every time 3x, the rates a third; in place too; a bad factor,
+     * a NULL or a short output write nothing. */
+    skrull_cost_model fast, slow;
+    CHECK_STATUS(skrull_cost_model_preset(SKRULL_GPU_H100, NULL, &fast, sizeof fast),
+                 SKRULL_STATUS_OK);
+    CHECK_STATUS(skrull_cost_model_slowed(&fast, 3.0, &slow, sizeof slow), SKRULL_STATUS_OK);
+    CHECK(slow.struct_size == sizeof slow && slow.overlap == fast.overlap);
+    CHECK(slow.kernel_launch_s == fast.kernel_launch_s * 3.0);
+    CHECK(slow.ring_step_latency_s == fast.ring_step_latency_s * 3.0);
+    CHECK(slow.peak_flops == fast.peak_flops / 3.0);
+    CHECK(slow.attention_fwd_flops[0] == fast.attention_fwd_flops[0] / 3.0);
+    skrull_cost_model before = slow;
+    CHECK_STATUS(skrull_cost_model_slowed(&fast, 0.0, &slow, sizeof slow),
+                 SKRULL_STATUS_INVALID_ARG);
+    CHECK_STATUS(skrull_cost_model_slowed(&fast, -2.0, &slow, sizeof slow),
+                 SKRULL_STATUS_INVALID_ARG);
+    CHECK_STATUS(skrull_cost_model_slowed(NULL, 2.0, &slow, sizeof slow), SKRULL_STATUS_NULL_ARG);
+    CHECK_STATUS(skrull_cost_model_slowed(&fast, 2.0, &slow, 8), SKRULL_STATUS_BAD_STRUCT_SIZE);
+    CHECK(memcmp(&slow, &before, sizeof slow) == 0);
+    CHECK_STATUS(skrull_cost_model_slowed(&slow, 0.5, &slow, sizeof slow), SKRULL_STATUS_OK);
+    CHECK(slow.kernel_launch_s == fast.kernel_launch_s * 1.5);
 }
 
 static void sizes(void) {

@@ -128,7 +128,11 @@ def _profile(opts: Any, cli: str, folder: str) -> str:
 
 def _run_policy(opts: Any, policy: str, lengths: list[int], bucket: int, grad_accum: int,
                 cost_model_path: str | None, folder: str,
-                calibrate: str = "none", delay: int = 0) -> dict[str, Any]:
+                calibrate: str = "none", delay: int = 0,
+                calibration: tuple[int, int] | None = None) -> dict[str, Any]:
+    """One run of ``policy`` over ``dp x cp`` processes; with ``calibration = (steps, seed)``
+    the calibration run instead: ``steps + 1`` steps of batches shuffled by ``seed``, the
+    first not observed, one refit at the end."""
     import torch.multiprocessing as mp
 
     rank_main = worker(opts)
@@ -137,10 +141,13 @@ def _run_policy(opts: Any, policy: str, lengths: list[int], bucket: int, grad_ac
     spec = {"policy": policy, "outlier_delay": delay, "dp": opts.dp, "cp": opts.cp,
             "bucket": bucket,
             "batch": opts.batch, "warmup": opts.warmup, "steps": opts.steps,
+            "skip_first": calibration is not None,
             "lengths": lengths, "longest": max(lengths), "grad_accum": grad_accum,
             "model_config": opts.model_config, "dtype": opts.dtype, "device": opts.device,
             "calibrate": calibrate, "cost_model": cost_model_path, "seed": opts.seed,
             "zero": opts.zero, "chunking": chunking(opts, policy)}
+    if calibration is not None:
+        spec["warmup"], spec["steps"], spec["seed"] = calibration[0], 1, calibration[1]
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -213,37 +220,64 @@ def _summarise(opts: Any, policy: str, got: dict[str, Any], cli: str) -> dict[st
                                                 for rep in reports)}
 
 
+#: The policies whose calibration runs the one refit pools: the fewest, largest micro-batches
+#: and the most, smallest ones, so that the fixed costs and the per-token costs are told apart.
+CALIBRATION_POLICIES = ("balanced", "deepspeed")
+
+
 def _calibrate_online(opts: Any, lengths: list[int], bucket: int, prior: str | None,
                       cli: str, folder: str) -> tuple[str, dict[str, Any]]:
-    """The one calibration of the run, before any policy: ``balanced`` refits the model
-    (from ``prior``, else the preset) on its warm-up steps' micro-batch times, and the
-    median time of those steps outside their micro-batches becomes the model's
+    """The one calibration of the run, before any policy. A calibration run per policy of
+    ``CALIBRATION_POLICIES`` (``--calibration-steps`` steps each, on batches shuffled with
+    another seed than the timed runs', so no step a figure predicts is fitted; each run's
+    first step, which pays one-time costs, not observed), planned with ``prior`` (else the
+    preset); one refit pools every run's micro-batch and step times. A refit that finds only
+    a uniform factor predicts with the prior slowed by it (``CostModel.slowed``). The median
+    time of the steps outside their micro-batches becomes the model's
     ``iteration_fixed_s``. Returns the model's file and what the refit reported."""
+    import pickle
+
     import skrull
+
+    from .._scheduler import config_reduce
     prior_model = skrull.CostModel.from_json(prior) if prior else None
-    accum = _grad_accum(opts, "balanced", lengths, bucket, prior_model)
-    got = _run_policy(opts, "balanced", lengths, bucket, accum, prior,
-                      os.path.join(folder, "calibration"), calibrate="online")
-    w = opts.warmup
-    walls, records = got["all_step_s"], got["records"]
-    overheads = [overhead_s(walls[k - 1], records[k]["times"]) for k in range(1, w)]
-    raw = os.path.join(folder, "calibration", "refit.json")
-    with open(raw, "w") as f:
-        f.write(got["cost_model"])
-    model = skrull.CostModel.from_json(raw)
+    steps = opts.calibration_steps
+    runs = []
+    for policy in CALIBRATION_POLICIES:
+        accum = _grad_accum(opts, policy, lengths, bucket, prior_model)
+        got = _run_policy(opts, policy, lengths, bucket, accum, prior,
+                          os.path.join(folder, "calibration"),
+                          calibration=(steps, opts.seed + 1000))
+        with open(os.path.join(folder, "calibration", policy, "plans.pkl"), "rb") as f:
+            runs.append((got, pickle.load(f)))
+    first = runs[0][1][0]
+    rebuild, args = config_reduce(first.config, max(len(lengths), 1))
+    pooled = rebuild(*args)
+    overheads: list[float] = []
+    for got, plans in runs:
+        walls, records = got["all_step_s"], got["records"]
+        for k in range(1, min(len(records), len(plans), len(walls) + 1)):
+            if records[k]["times"] is None:
+                continue
+            pooled.observe(plans[k], records[k]["times"], step_time=walls[k - 1])
+            overheads.append(overhead_s(walls[k - 1], records[k]["times"]))
+    refit = pooled.refit()
+    model = refit.model.copy()
     slowed = 1.0
-    if got.get("verdict") == "scale-only":
+    if refit.verdict == "scale-only":
         # The window told a uniform factor and nothing more: plans stay the prior's, and the
-        # predictions are the prior's times that factor (CostModel.slowed), said as such.
-        slowed = float(got["scale"])
+        # predictions are the prior's times that factor, said as such.
+        slowed = float(refit.scale)
         model = model.slowed(slowed)
     model.iteration_fixed_s = max(statistics.median(overheads), 0.0) if overheads else 0.0
     path = os.path.join(folder, "cost_model.calibrated.json")
     how = (f"the prior slowed x{slowed:.4g} (the refit found a uniform factor only)"
-           if slowed != 1.0 else "refit on balanced's warm-up steps")
+           if slowed != 1.0 else "one refit pooling calibration runs of "
+           + " and ".join(CALIBRATION_POLICIES))
     model.to_json(path, comment=f"python -m skrull.bench --calibrate online: one model of "
                                 f"this machine, {how}")
-    return path, {"refit": got["refit"], "overhead_s": overheads,
+    return path, {"refit": refit.describe(), "verdict": refit.verdict,
+                  "policies": list(CALIBRATION_POLICIES), "overhead_s": overheads,
                   "iteration_fixed_s": model.iteration_fixed_s, "slowed": slowed}
 
 
@@ -335,6 +369,7 @@ def run(opts: Any) -> dict[str, Any]:
     config = {"dp": opts.dp, "cp": opts.cp, "device": opts.device, "dtype": opts.dtype,
               "model": opts.model, "model_config": opts.model_config, "bucket": bucket,
               "batch": opts.batch, "warmup": opts.warmup, "steps": opts.steps,
+            "skip_first": calibration is not None,
               "calibrate": opts.calibrate, "cost_model": opts.cost_model,
               "lengths": opts.lengths or None,
               "dataset": None if opts.lengths else (opts.dataset or "lmsys"),

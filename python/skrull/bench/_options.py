@@ -69,15 +69,20 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--calibrate", choices=["none", "profile", "online", "profile+online"],
                    default="none",
                    help="none: the preset cost model; profile: run python -m skrull.profile "
-                        "for this model and device first; online: refit from the warm-up "
-                        "steps' micro-batch times and wall times (from the preset); profile+online: "
-                        "both, the refit starting from the profile")
+                        "for this model and device first; online: refit from the micro-batch "
+                        "and step times of a calibration run of balanced before the policies "
+                        "(--calibration-steps; from the preset); profile+online: both, the "
+                        "refit starting from the profile")
     p.add_argument("--cost-model",
                    help="plan and predict with this cost model (a file --save-cost-model wrote, "
                         "or skrull calibrate's); only with --calibrate none")
     p.add_argument("--save-cost-model",
                    help="write the cost model the run planned and predicted with (after "
                         "calibration) here, for --cost-model")
+    p.add_argument("--calibration-steps", type=int, default=8,
+                   help="--calibrate online: steps of the calibration run (a run of balanced "
+                        "on batches of its own, before the policies; its first step is not "
+                        "observed) (default 8)")
     p.add_argument("--max-spread", type=float, default=0.15,
                    help="a policy whose timed steps' measured / predicted times spread "
                         "more than this share of their median ((max - min) / median: the "
@@ -131,9 +136,9 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
         raise BenchError(f"--cost-model: no such file {opts.cost_model!r}")
     if not opts.max_spread > 0:
         raise BenchError(f"--max-spread: {opts.max_spread} is not above 0")
-    if "online" in opts.calibrate and opts.warmup < 2:
-        raise BenchError("--calibrate online: needs --warmup 2 or more (the refit runs on the "
-                         "warm-up steps' times)")
+    if opts.calibration_steps < 2:
+        raise BenchError(f"--calibration-steps: {opts.calibration_steps} is below 2 (the "
+                         "refit needs steps to fit)")
     import torch
     if opts.device is None:
         opts.device = "cuda" if torch.cuda.is_available() else "cpu"

@@ -76,6 +76,15 @@ def rank_main(rank: int, world: int, port: int, spec: dict[str, Any], out: str) 
                 inner = online.step
 
                 def step(plan: Any) -> Any:
+                    if spec.get("skip_first") and "skipped" not in state:
+                        # The calibration run's first step pays one-time costs (allocation,
+                        # connections, caches): its times are dropped, not observed.
+                        state["skipped"] = True
+                        online.disable()
+                        online.enable()
+                        plans.append(plan)
+                        records.append({"plan": plan.to_json(), "times": None})
+                        return None
                     refit = inner(plan)
                     plans.append(plan)
                     records.append({"plan": plan.to_json(),
