@@ -13,19 +13,25 @@ micro-batch timer, gathered over the job) are recorded, and the evaluator
 - ``--calibrate none``: the preset (H100) model, so predictions are in H100 seconds;
 - ``--calibrate profile``: ``python -m skrull.profile`` measures this model on this device
   first, and its fitted model plans and predicts;
-- ``--calibrate online``: one calibration run before the policies (``balanced``, its warm-up
-  steps' measured micro-batch times refitted once, ``SkrullConfig(calibrate_every=warmup)``,
-  and their time outside the micro-batches taken as ``iteration_fixed_s``) gives one model of
-  the machine, and every policy is then planned and predicted with it: no step a figure
-  predicts was used to fit the model;
+- ``--calibrate online``: one calibration before the policies gives one model of the
+  machine, and every policy is then planned and predicted with it: a calibration run of
+  ``balanced`` and one of ``deepspeed`` (the fewest, largest micro-batches and the most,
+  smallest ones, so that fixed and per-token costs are told apart), ``--calibration-steps``
+  steps each on batches shuffled with another seed (no step a figure predicts is fitted),
+  the first step of each dropped; one refit (``Scheduler.observe`` of every step, then
+  ``Scheduler.refit``) pools them, and their time outside the micro-batches becomes
+  ``iteration_fixed_s``. A refit that finds only a uniform factor predicts with the prior
+  slowed by it (``CostModel.slowed``); one that stays above ``max_error`` keeps the prior,
+  and the report says so;
 - ``--cost-model FILE`` (with ``--calibrate none``): a model an earlier run saved with
   ``--save-cost-model``, so a model calibrated on one length file predicts another's steps.
 
 Predictions compose the evaluator's per-(micro-batch, GPU) times the way ``SkrullTrainer``
 runs them: DDP under ``no_sync``, ``sync="sharded"`` (``docs/cost_model.md``, section 8).
-Each figure is the median of the timed steps, with their spread ((max - min) / median); a
-policy whose spread is above ``--max-spread`` is run again once, and marked ``noisy`` when it
-stays above.
+Each figure is the median of the timed steps, with their noise: the spread ((max - min) /
+median) of each step's measured over predicted time (the steps train different batches, so
+the raw step times spread with their content; ``step_spread`` in the JSON); a policy whose
+noise is above ``--max-spread`` is run again once, and marked ``noisy`` when it stays above.
 
 The table and the JSON carry, per policy: ``measured_step_s``, ``predicted_step_s``,
 ``predicted_over_measured``, ``measured_compute_s`` (the measured micro-batch times composed
@@ -181,7 +187,7 @@ def _summarise(opts: Any, policy: str, got: dict[str, Any], cli: str) -> dict[st
     records = got["records"]
     timed = records[w:w + n]
     # What the cost model does not see (optimizer, data, the loop), measured on this run's
-    # warm-up steps, is reported; the prediction carries the model's own per-step term.
+    # untimed steps, is reported; the prediction carries the model's own per-step term.
     overheads = [overhead_s(walls[k - 1], records[k]["times"]) for k in range(1, w)]
     sync = sync_of(opts)
     reports = [evaluate(cli, r["plan"], got["cost_model"], sync=sync) for r in timed]

@@ -70,7 +70,7 @@ def rank_main(rank: int, world: int, port: int, spec: dict[str, Any], out: str) 
         plans.append(plan)
         records.append({"plan": plan.to_json(), "times": online.last_times.tolist()})
         if online.steps == spec["warmup"] and "online" in spec["calibrate"]:
-            online.every = NEVER  # one refit, on the warm-up steps
+            online.every = NEVER  # one refit, after `warmup` steps
         return refit
     online.step = record
     engine, *_ = deepspeed.initialize(model=model, config=sk.config, mpu=sk.mpu,

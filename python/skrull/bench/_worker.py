@@ -90,7 +90,7 @@ def rank_main(rank: int, world: int, port: int, spec: dict[str, Any], out: str) 
                     records.append({"plan": plan.to_json(),
                                     "times": online.last_times.tolist()})
                     if online.steps == spec["warmup"] and "online" in spec["calibrate"]:
-                        online.every = NEVER          # one refit, on the warm-up steps
+                        online.every = NEVER          # one refit, after `warmup` steps
                     return refit
                 online.step = step
             return loader
