@@ -137,8 +137,8 @@ def _run_policy(opts: Any, policy: str, lengths: list[int], bucket: int, grad_ac
                 calibrate: str = "none", delay: int = 0,
                 calibration: tuple[int, int] | None = None) -> dict[str, Any]:
     """One run of ``policy`` over ``dp x cp`` processes; with ``calibration = (steps, seed)``
-    the calibration run instead: ``steps + 1`` steps of batches shuffled by ``seed``, the
-    first not observed, one refit at the end."""
+    a calibration run instead: ``steps + 1`` steps of batches shuffled by ``seed`` (the
+    caller drops the first, which pays one-time costs)."""
     import torch.multiprocessing as mp
 
     rank_main = worker(opts)
@@ -147,7 +147,6 @@ def _run_policy(opts: Any, policy: str, lengths: list[int], bucket: int, grad_ac
     spec = {"policy": policy, "outlier_delay": delay, "dp": opts.dp, "cp": opts.cp,
             "bucket": bucket,
             "batch": opts.batch, "warmup": opts.warmup, "steps": opts.steps,
-            "skip_first": calibration is not None,
             "lengths": lengths, "longest": max(lengths), "grad_accum": grad_accum,
             "model_config": opts.model_config, "dtype": opts.dtype, "device": opts.device,
             "calibrate": calibrate, "cost_model": cost_model_path, "seed": opts.seed,
@@ -262,9 +261,8 @@ def _calibrate_online(opts: Any, lengths: list[int], bucket: int, prior: str | N
     overheads: list[float] = []
     for got, plans in runs:
         walls, records = got["all_step_s"], got["records"]
+        # Step 0 pays one-time costs (allocation, connections, caches): not observed.
         for k in range(1, min(len(records), len(plans), len(walls) + 1)):
-            if records[k]["times"] is None:
-                continue
             pooled.observe(plans[k], records[k]["times"], step_time=walls[k - 1])
             overheads.append(overhead_s(walls[k - 1], records[k]["times"]))
     refit = pooled.refit()
@@ -375,7 +373,6 @@ def run(opts: Any) -> dict[str, Any]:
     config = {"dp": opts.dp, "cp": opts.cp, "device": opts.device, "dtype": opts.dtype,
               "model": opts.model, "model_config": opts.model_config, "bucket": bucket,
               "batch": opts.batch, "warmup": opts.warmup, "steps": opts.steps,
-            "skip_first": calibration is not None,
               "calibrate": opts.calibrate, "cost_model": opts.cost_model,
               "lengths": opts.lengths or None,
               "dataset": None if opts.lengths else (opts.dataset or "lmsys"),

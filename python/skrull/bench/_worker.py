@@ -76,15 +76,6 @@ def rank_main(rank: int, world: int, port: int, spec: dict[str, Any], out: str) 
                 inner = online.step
 
                 def step(plan: Any) -> Any:
-                    if spec.get("skip_first") and "skipped" not in state:
-                        # The calibration run's first step pays one-time costs (allocation,
-                        # connections, caches): its times are dropped, not observed.
-                        state["skipped"] = True
-                        online.disable()
-                        online.enable()
-                        plans.append(plan)
-                        records.append({"plan": plan.to_json(), "times": None})
-                        return None
                     refit = inner(plan)
                     plans.append(plan)
                     records.append({"plan": plan.to_json(),
@@ -144,9 +135,7 @@ def rank_main(rank: int, world: int, port: int, spec: dict[str, Any], out: str) 
         result = {"all_step_s": timing[:-1].tolist(), "peak_memory_bytes": int(timing[-1]),
                   "micro_batches": spec["grad_accum"], "records": records,
                   "cost_model": online.scheduler.cost_model.to_json(),
-                  "refit": online.last_refit.describe() if online.last_refit else None,
-                  "verdict": online.last_refit.verdict if online.last_refit else None,
-                  "scale": online.last_refit.scale if online.last_refit else 1.0}
+                  "refit": online.last_refit.describe() if online.last_refit else None}
         with open(os.path.join(out, "result.json"), "w") as f:
             json.dump(result, f)
         with open(os.path.join(out, "plans.pkl"), "wb") as raw:
