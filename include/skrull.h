@@ -169,6 +169,11 @@ typedef struct skrull_setup skrull_setup;
 #define SKRULL_COST_MODEL_SIZE_V2 272
 
 /**
+ * `sizeof(skrull_cost_model)` of version 3 (`local_sequence_s`).
+ */
+#define SKRULL_COST_MODEL_SIZE_V3 280
+
+/**
  * `skrull_error_details()` bit: the status's details carry `value`.
  */
 #define SKRULL_DETAIL_VALUE 1
@@ -204,7 +209,9 @@ typedef struct skrull_setup skrull_setup;
 
 /**
  * Coefficients of `skrull_refit_report.coefficients` (version 1); the ninth,
- * `SKRULL_REFIT_SHARDED_SEQUENCE`, is the appended `coefficient_sharded_sequence`.
+ * `SKRULL_REFIT_SHARDED_SEQUENCE`, is the appended `coefficient_sharded_sequence`, the
+ * tenth, `SKRULL_REFIT_LAST_MICRO_BATCH`, the appended `coefficient_last_micro_batch`, the
+ * eleventh, `SKRULL_REFIT_LOCAL_SEQUENCE`, the appended `coefficient_local_sequence`.
  */
 #define SKRULL_REFIT_COEFFICIENTS 8
 
@@ -254,6 +261,21 @@ typedef struct skrull_setup skrull_setup;
  * report's bit sets.
  */
 #define SKRULL_REFIT_SHARDED_SEQUENCE 8
+
+/**
+ * Coefficient: the per-step cost paid inside each DP rank's last micro-batch (DDP's gradient
+ * all-reduce), in milliseconds; the refitted model's `iteration_fixed_s` includes it. In
+ * `skrull_refit_report.coefficient_last_micro_batch`, and bit 9 of the report's bit sets.
+ */
+#define SKRULL_REFIT_LAST_MICRO_BATCH 9
+
+/**
+ * Coefficient: the cost per sequence held whole on a GPU (calling the attention kernel once
+ * per sequence), scale of the prior's `local_sequence_s`; the fit leaves it at 0 when the
+ * prior's is 0. In `skrull_refit_report.coefficient_local_sequence`, and bit 10 of the
+ * report's bit sets.
+ */
+#define SKRULL_REFIT_LOCAL_SEQUENCE 10
 
 /**
  * Verdict: the fit was adopted.
@@ -317,6 +339,11 @@ typedef struct skrull_setup skrull_setup;
  * `sizeof(skrull_refit_report)` of version 2.
  */
 #define SKRULL_REFIT_REPORT_SIZE_V2 184
+
+/**
+ * `sizeof(skrull_refit_report)` of version 3.
+ */
+#define SKRULL_REFIT_REPORT_SIZE_V3 200
 
 /**
  * The largest `struct_size` accepted for an extensible struct (bytes past the fields this
@@ -616,7 +643,8 @@ typedef struct skrull_model_shape {
 /**
  * Every coefficient of the time model (`docs/cost_model.md`), `struct_size` first: fill it
  * with `skrull_cost_model_preset()`, change fields, and point `skrull_config.cost_model` at
- * it. Version 1 is 264 bytes, version 2 (`sharded_sequence_s` appended) 272. Every call
+ * it. Version 1 is 264 bytes, version 2 (`sharded_sequence_s` appended) 272, version 3
+ * (`local_sequence_s`) 280. Every call
  * that reads a configuration checks the cost model it points at, whatever the policy
  * (`SKRULL_STATUS_INVALID_COST_MODEL`, with the field's position in the error details),
  * though only `balanced` plans with it.
@@ -721,6 +749,12 @@ typedef struct skrull_cost_model {
      * version-1 caller omits it).
      */
     double sharded_sequence_s;
+    /**
+     * Cost per sequence held whole on a GPU, per micro-batch, with its attention (the kernel
+     * called once per sequence; 0 for a varlen kernel), seconds (>= 0; version 3, 0 when an
+     * older caller omits it).
+     */
+    double local_sequence_s;
 } skrull_cost_model;
 
 /**
@@ -1656,7 +1690,8 @@ typedef struct skrull_refit_params {
 
 /**
  * What `skrull_refit_solve()` found (112 bytes in version 1; version 2, 184 bytes, appends
- * the adoption rule's fields: a caller's smaller `out_report_size` gets the first bytes).
+ * the adoption rule's fields, version 3, 200 bytes, `coefficient_last_micro_batch` and
+ * `coefficient_local_sequence`: a caller's smaller `out_report_size` gets the first bytes).
  */
 typedef struct skrull_refit_report {
     /**
@@ -1756,6 +1791,15 @@ typedef struct skrull_refit_report {
      * The returned model's `SKRULL_REFIT_SHARDED_SEQUENCE` coefficient.
      */
     double coefficient_sharded_sequence;
+    /**
+     * The returned model's `SKRULL_REFIT_LAST_MICRO_BATCH` coefficient, milliseconds per step
+     * (included in `iteration_fixed_s`). Version 3.
+     */
+    double coefficient_last_micro_batch;
+    /**
+     * The returned model's `SKRULL_REFIT_LOCAL_SEQUENCE` coefficient. Version 3.
+     */
+    double coefficient_local_sequence;
 } skrull_refit_report;
 
 /**

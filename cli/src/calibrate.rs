@@ -13,7 +13,7 @@ use crate::config_flags::cost_from_flags;
 use crate::cost_json::cost_model_json_with;
 pub use crate::cost_json::{cost_model_json, parse_cost_model};
 use crate::fits::{AttentionFit, MemoryFit, fit_attention, fit_compute_over, fit_memory};
-use crate::samples::Scope;
+use crate::samples::{AttentionSample, Scope};
 pub use crate::samples::{Samples, parse_samples};
 
 /// Usage text of `skrull calibrate`.
@@ -50,6 +50,12 @@ the format --cost-model FILE accepts. `python -m skrull.profile` measures and wr
                                  TOKENS tokens) all sharded over a ring of GROUP GPUs (default
                                  --group; at least 2 counts): the slope, less the shards'
                                  attention, times the layers is sharded_sequence_s
+  local,COUNT,SECONDS,TOKENS     one layer's attention of COUNT sequences of TOKENS tokens,
+                                 each whole on the GPU (at least 2 counts): the slope, less
+                                 the sequences' attention, times the layers is
+                                 local_sequence_s (the kernel's cost per call, where the
+                                 executor calls it per sequence), taken out of the attention
+                                 rows before their table is fitted
   step,PARAMETERS,SECONDS        one optimizer step over PARAMETERS parameters: the line at
                                  the model's parameters (one count: proportional) is
                                  iteration_fixed_s
@@ -78,6 +84,8 @@ pub struct Calibration {
     pub per_sequence: Option<crate::fixed_fits::LineFit>,
     /// The per-step fit, when `step` rows were given.
     pub step: Option<crate::fixed_fits::LineFit>,
+    /// The per-whole-sequence fit (one layer's line), when `local` rows were given.
+    pub per_local: Option<crate::fixed_fits::LineFit>,
 }
 
 /// The collective fit of one scope's samples, and their common group size.
@@ -121,7 +129,8 @@ fn fit_scope(
 /// measured on `group` GPUs. In order: the attention table from `attention` rows; the compute
 /// fit on `compute` rows plus the whole-model samples composed from `layer` and `head` rows
 /// (over the measured table when there is one, else the core's three-coefficient fit); the
-/// ring parameters from each scope's collectives; a memory line per checkpointing mode.
+/// ring parameters from each scope's collectives; a memory line per checkpointing mode. The
+/// cost per whole sequence (`local` rows) comes first and is taken out of the attention rows.
 ///
 /// # Errors
 /// A message from a fit, or when there are no samples at all.
@@ -135,9 +144,25 @@ pub fn calibrate(
         return Err("no samples".into());
     }
     let mut cost = *base;
+    let mut per_local = None;
+    if !samples.local.is_empty() {
+        let (s, fit) = crate::fixed_fits::fit_per_local_sequence(&cost, shape, &samples.local)?;
+        cost.local_sequence_s = s;
+        per_local = Some(fit);
+    }
+    // The attention rows' kernel time: each row less its sequences' cost per call.
+    let per_call = cost.local_sequence_s / f64::from(shape.layers.max(1));
+    let kernel: Vec<AttentionSample> = samples
+        .attention
+        .iter()
+        .map(|a| AttentionSample {
+            seconds: (a.seconds - f64::from(a.count) * per_call).max(a.seconds * 1e-3),
+            ..*a
+        })
+        .collect();
     let mut attention = None;
-    if !samples.attention.is_empty() {
-        let (table, fit) = fit_attention(&cost, shape, &samples.attention)?;
+    if !kernel.is_empty() {
+        let (table, fit) = fit_attention(&cost, shape, &kernel)?;
         cost.attention = table;
         attention = Some(fit);
     }
@@ -145,7 +170,7 @@ pub fn calibrate(
     let mut compute = None;
     if !whole.is_empty() {
         let (c, fit) = if attention.is_some() {
-            fit_compute_over(&cost, shape, &whole, &samples.attention)?
+            fit_compute_over(&cost, shape, &whole, &kernel)?
         } else {
             fit_compute(&cost, shape, &whole).map_err(|e| format!("compute fit: {e}"))?
         };
@@ -186,6 +211,7 @@ pub fn calibrate(
         memory,
         per_sequence,
         step,
+        per_local,
     })
 }
 
@@ -358,6 +384,17 @@ pub fn run(flags: &Flags) -> Result<String, String> {
             cal.cost.sharded_sequence_s * 1e3
         );
     }
+    if let Some(f) = cal.per_local {
+        let _ = write!(
+            comment,
+            "; per whole sequence: {:.3} ms per layer ({} samples, rms relative error {:.1}%), \
+             {:.3} ms per micro-batch",
+            f.slope * 1e3,
+            f.samples,
+            f.rms_relative_error * 100.0,
+            cal.cost.local_sequence_s * 1e3
+        );
+    }
     if let Some(f) = cal.step {
         let _ = write!(
             comment,
@@ -385,6 +422,52 @@ const GIB: f64 = (1u64 << 30) as f64;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The cost per whole sequence is fitted from `local` rows and taken out of the attention
+    /// rows: a kernel called per sequence (0.1 ms per call per layer) gives the base model's
+    /// attention table back, and the whole-sequence time of the calibrated model is the
+    /// kernel's plus the cost per call.
+    #[test]
+    fn the_cost_per_call_is_fitted_and_taken_out_of_the_attention_rows() {
+        use crate::samples::LocalSample;
+        use skrull_core::ShardPadding;
+        use skrull_core::model::TimeModel;
+        let shape = ModelShape::QWEN2_5_0_5B;
+        let base = CostModel::h100(&shape);
+        let tm = TimeModel::for_shape(&base, &shape, 1, ShardPadding::None);
+        let layers = f64::from(shape.layers);
+        let per_call = 1e-4;
+        let row =
+            |count: u32, len: u32| f64::from(count) * (tm.attention(len, len) / layers + per_call);
+        let samples = Samples {
+            attention: [512u32, 1024, 2048, 4096, 8192, 16384]
+                .iter()
+                .map(|&len| AttentionSample {
+                    len,
+                    count: 4,
+                    seconds: row(4, len),
+                })
+                .collect(),
+            local: [1u32, 8, 64]
+                .iter()
+                .map(|&count| LocalSample {
+                    count,
+                    seconds: row(count, 16),
+                    tokens: 16,
+                })
+                .collect(),
+            ..Samples::default()
+        };
+        let cal = calibrate(&base, &shape, &samples, 8).unwrap();
+        let got = cal.cost.local_sequence_s;
+        assert!((got / (per_call * layers) - 1.0).abs() < 1e-6, "{got}");
+        let fitted = TimeModel::for_shape(&cal.cost, &shape, 1, ShardPadding::None);
+        for len in [512u32, 4096, 16384] {
+            let want = tm.attention(len, len) + per_call * layers;
+            let rel = fitted.attention_whole(len) / want - 1.0;
+            assert!(rel.abs() < 1e-3, "{len}: {rel}");
+        }
+    }
 
     #[test]
     fn byte_counts_take_binary_suffixes() {

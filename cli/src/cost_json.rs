@@ -50,7 +50,7 @@ pub fn cost_model_json_with(cost: &CostModel, comment: &str, extra: &[(&str, Str
         debug_assert!(k.starts_with('_'));
         let _ = writeln!(s, "  \"{k}\": {v},");
     }
-    let fields: [(&str, String); 21] = [
+    let fields: [(&str, String); 22] = [
         ("peak_flops", num(cost.peak_flops)),
         ("gemm_efficiency", num(cost.gemm_efficiency)),
         ("hbm_bandwidth", num(cost.hbm_bandwidth)),
@@ -83,6 +83,7 @@ pub fn cost_model_json_with(cost: &CostModel, comment: &str, extra: &[(&str, Str
         ("micro_batch_extra_s", num(cost.micro_batch_extra_s)),
         ("iteration_fixed_s", num(cost.iteration_fixed_s)),
         ("sharded_sequence_s", num(cost.sharded_sequence_s)),
+        ("local_sequence_s", num(cost.local_sequence_s)),
     ];
     for (i, (k, v)) in fields.iter().enumerate() {
         let sep = if i + 1 < fields.len() { "," } else { "" };
@@ -183,6 +184,7 @@ pub fn parse_cost_model(text: &str, base: &CostModel) -> Result<CostModel, Strin
             "micro_batch_extra_s" => c.micro_batch_extra_s = as_f64(key, x)?,
             "iteration_fixed_s" => c.iteration_fixed_s = as_f64(key, x)?,
             "sharded_sequence_s" => c.sharded_sequence_s = as_f64(key, x)?,
+            "local_sequence_s" => c.local_sequence_s = as_f64(key, x)?,
             _ => return Err(format!("cost model: unknown field \"{key}\"")),
         }
     }
@@ -202,6 +204,7 @@ mod tests {
             c.overlap = Overlap::AllAttention;
             c.iteration_fixed_s = 0.123_456_789;
             c.sharded_sequence_s = 0.004_567_891_234_5;
+            c.local_sequence_s = 0.000_712_345_678_9;
             let text = cost_model_json(&c, "test \"quoted\"");
             let base = CostModel::h100(&ModelShape::QWEN2_5_7B);
             let back = parse_cost_model(&text, &base).unwrap();
@@ -217,6 +220,7 @@ mod tests {
             assert!(rel(back.ring_step_latency_s, c.ring_step_latency_s) < 1e-14);
             assert_eq!(back.iteration_fixed_s, c.iteration_fixed_s);
             assert_eq!(back.sharded_sequence_s, c.sharded_sequence_s);
+            assert_eq!(back.local_sequence_s, c.local_sequence_s);
             assert_eq!(back.peak_flops, c.peak_flops);
         }
     }

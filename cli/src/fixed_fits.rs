@@ -8,7 +8,7 @@ use skrull_core::model::TimeModel;
 use skrull_core::model::fit::least_squares;
 use skrull_core::{ModelShape, ShardPadding};
 
-use crate::samples::{Samples, ShardedSample};
+use crate::samples::{LocalSample, Samples, ShardedSample};
 
 /// A line `t = intercept + slope·x` fitted to samples, with its rms relative error.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -80,6 +80,35 @@ pub fn fit_per_sequence(
     Ok((fit.slope.max(0.0) * layers, fit))
 }
 
+/// The cost per whole sequence per micro-batch of the whole model (the attention kernel's
+/// cost per call, where the executor calls it per sequence): the slope of one layer's
+/// attention of whole sequences against their number, times the layers. The attention work of
+/// the rows' sequences is taken out first (the base model's kernel time), so the slope is the
+/// work per call; a slope below 0 (noise) is 0.
+///
+/// # Errors
+/// A message when the rows hold fewer than two distinct sequence counts.
+pub fn fit_per_local_sequence(
+    base: &skrull_core::CostModel,
+    shape: &ModelShape,
+    samples: &[LocalSample],
+) -> Result<(f64, LineFit), String> {
+    let layers = f64::from(shape.layers.max(1));
+    let tm = TimeModel::for_shape(base, shape, 1, ShardPadding::None);
+    let points: Vec<(f64, f64)> = samples
+        .iter()
+        .map(|s| {
+            let attention = f64::from(s.count) * tm.attention(s.tokens, s.tokens) / layers;
+            let t = (s.seconds - attention).max(s.seconds * 1e-3);
+            (f64::from(s.count), t)
+        })
+        .collect();
+    let fit = line(&points).ok_or(
+        "local fit: needs at least 2 distinct sequence counts (local,COUNT,SECONDS,TOKENS)",
+    )?;
+    Ok((fit.slope.max(0.0) * layers, fit))
+}
+
 /// The parameters the per-step cost is extrapolated to: every GEMM weight (the LM head once)
 /// and the embedding.
 pub fn parameters(shape: &ModelShape) -> f64 {
@@ -146,6 +175,29 @@ mod tests {
         let (per_seq, fit) = fit_per_sequence(&base, &shape, 2, &rows).unwrap();
         assert!((per_seq - 0.003 * layers).abs() < 1e-9, "{per_seq} {fit:?}");
         assert!(fit_per_sequence(&base, &shape, 2, &rows[..1]).is_err());
+    }
+
+    #[test]
+    fn the_per_whole_sequence_cost_is_the_slope_times_the_layers() {
+        let shape = ModelShape::QWEN2_5_0_5B;
+        let base = CostModel::h100(&shape);
+        // 0.2 ms per call per layer beyond the kernel time of its sequence, 1 ms fixed.
+        let tm = TimeModel::for_shape(&base, &shape, 1, ShardPadding::None);
+        let layers = f64::from(shape.layers);
+        let rows: Vec<LocalSample> = [1u32, 4, 16, 64]
+            .iter()
+            .map(|&count| LocalSample {
+                count,
+                seconds: 0.001 + f64::from(count) * (0.0002 + tm.attention(16, 16) / layers),
+                tokens: 16,
+            })
+            .collect();
+        let (per_seq, fit) = fit_per_local_sequence(&base, &shape, &rows).unwrap();
+        assert!(
+            (per_seq - 0.0002 * layers).abs() < 1e-9,
+            "{per_seq} {fit:?}"
+        );
+        assert!(fit_per_local_sequence(&base, &shape, &rows[..1]).is_err());
     }
 
     #[test]

@@ -98,6 +98,19 @@ pub struct ShardedSample {
     pub group: Option<u32>,
 }
 
+/// `local,COUNT,SECONDS,TOKENS`: one layer's attention, forward + backward, of `COUNT`
+/// sequences of `TOKENS` tokens each, every one whole on the GPU (the executor's path: where
+/// it calls the kernel once per sequence, the rows' slope measures the cost per call).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LocalSample {
+    /// Sequences in the micro-batch.
+    pub count: u32,
+    /// Seconds.
+    pub seconds: f64,
+    /// Tokens per sequence.
+    pub tokens: u32,
+}
+
 /// Samples read from a calibration CSV.
 #[derive(Debug, Default, Clone, PartialEq)]
 pub struct Samples {
@@ -118,6 +131,8 @@ pub struct Samples {
     pub memory: Vec<MemorySample>,
     /// One layer's sharded attention against the number of sharded sequences.
     pub sharded: Vec<ShardedSample>,
+    /// One layer's attention of whole sequences against their number.
+    pub local: Vec<LocalSample>,
     /// `step,PARAMETERS,SECONDS`: one optimizer step (gradients zeroed, parameters updated)
     /// over `PARAMETERS` parameters.
     pub step: Vec<(f64, f64)>,
@@ -133,6 +148,7 @@ impl Samples {
             && self.collective.is_empty()
             && self.memory.is_empty()
             && self.sharded.is_empty()
+            && self.local.is_empty()
             && self.step.is_empty()
     }
 
@@ -297,6 +313,14 @@ fn parse_row(cells: &[&str], out: &mut Samples) -> Result<(), String> {
                 group,
             });
         }
+        "local" => {
+            arity(3, 3, "local,COUNT,SECONDS,TOKENS")?;
+            out.local.push(LocalSample {
+                count: token_count(rest[0], "a sequence count")?,
+                seconds: positive(rest[1])?,
+                tokens: token_count(rest[2], "a token count")?,
+            });
+        }
         "step" => {
             arity(2, 2, "step,PARAMETERS,SECONDS")?;
             let params = positive(rest[0])?;
@@ -305,7 +329,7 @@ fn parse_row(cells: &[&str], out: &mut Samples) -> Result<(), String> {
         other => {
             return Err(format!(
                 "unknown kind '{other}' (compute, layer, head, attention, collective, memory, \
-                 sharded, step)"
+                 sharded, local, step)"
             ));
         }
     }

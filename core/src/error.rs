@@ -72,11 +72,13 @@ pub enum CostField {
     IterationFixedS,
     /// `sharded_sequence_s`.
     ShardedSequenceS,
+    /// `local_sequence_s`.
+    LocalSequenceS,
 }
 
 impl CostField {
     /// Every field, in the C struct's order.
-    pub const ALL: [CostField; 23] = [
+    pub const ALL: [CostField; 24] = [
         CostField::AttentionTile,
         CostField::PeakFlops,
         CostField::GemmEfficiency,
@@ -100,6 +102,7 @@ impl CostField {
         CostField::MicroBatchExtraS,
         CostField::IterationFixedS,
         CostField::ShardedSequenceS,
+        CostField::LocalSequenceS,
     ];
 
     /// The field's stable name (the [`CostModel`](crate::config::cost::CostModel) field; `attention.seqlen` and the like for
@@ -129,6 +132,7 @@ impl CostField {
             CostField::MicroBatchExtraS => "micro_batch_extra_s",
             CostField::IterationFixedS => "iteration_fixed_s",
             CostField::ShardedSequenceS => "sharded_sequence_s",
+            CostField::LocalSequenceS => "local_sequence_s",
         }
     }
 

@@ -31,7 +31,8 @@ const _: () = assert!(SKRULL_ATTENTION_POINTS == ATTN_POINTS);
 
 /// Every coefficient of the time model (`docs/cost_model.md`), `struct_size` first: fill it
 /// with `skrull_cost_model_preset()`, change fields, and point `skrull_config.cost_model` at
-/// it. Version 1 is 264 bytes, version 2 (`sharded_sequence_s` appended) 272. Every call
+/// it. Version 1 is 264 bytes, version 2 (`sharded_sequence_s` appended) 272, version 3
+/// (`local_sequence_s`) 280. Every call
 /// that reads a configuration checks the cost model it points at, whatever the policy
 /// (`SKRULL_STATUS_INVALID_COST_MODEL`, with the field's position in the error details),
 /// though only `balanced` plans with it.
@@ -89,20 +90,26 @@ pub struct skrull_cost_model {
     /// group or a sub-group), outside the overlap window, seconds (>= 0; version 2, 0 when a
     /// version-1 caller omits it).
     pub sharded_sequence_s: f64,
+    /// Cost per sequence held whole on a GPU, per micro-batch, with its attention (the kernel
+    /// called once per sequence; 0 for a varlen kernel), seconds (>= 0; version 3, 0 when an
+    /// older caller omits it).
+    pub local_sequence_s: f64,
 }
 
 /// `sizeof(skrull_cost_model)` of version 1, the smallest accepted `struct_size`.
 pub const SKRULL_COST_MODEL_SIZE_V1: u32 = 264;
 /// `sizeof(skrull_cost_model)` of version 2 (`sharded_sequence_s`).
 pub const SKRULL_COST_MODEL_SIZE_V2: u32 = 272;
+/// `sizeof(skrull_cost_model)` of version 3 (`local_sequence_s`).
+pub const SKRULL_COST_MODEL_SIZE_V3: u32 = 280;
 
-const _: () = assert!(size_of::<skrull_cost_model>() == SKRULL_COST_MODEL_SIZE_V2 as usize);
+const _: () = assert!(size_of::<skrull_cost_model>() == SKRULL_COST_MODEL_SIZE_V3 as usize);
 
 impl skrull_cost_model {
     /// The C form of a core cost model.
     pub fn from_core(c: &CostModel) -> skrull_cost_model {
         skrull_cost_model {
-            struct_size: SKRULL_COST_MODEL_SIZE_V2,
+            struct_size: SKRULL_COST_MODEL_SIZE_V3,
             attention_tile: c.attention_tile,
             peak_flops: c.peak_flops,
             gemm_efficiency: c.gemm_efficiency,
@@ -129,6 +136,7 @@ impl skrull_cost_model {
             micro_batch_extra_s: c.micro_batch_extra_s,
             iteration_fixed_s: c.iteration_fixed_s,
             sharded_sequence_s: c.sharded_sequence_s,
+            local_sequence_s: c.local_sequence_s,
         }
     }
 
@@ -169,6 +177,7 @@ impl skrull_cost_model {
             micro_batch_extra_s: self.micro_batch_extra_s,
             iteration_fixed_s: self.iteration_fixed_s,
             sharded_sequence_s: self.sharded_sequence_s,
+            local_sequence_s: self.local_sequence_s,
         })
     }
 }
@@ -191,6 +200,7 @@ pub(crate) unsafe fn read_cost_model(
     let sizes = [
         SKRULL_COST_MODEL_SIZE_V1 as usize,
         SKRULL_COST_MODEL_SIZE_V2 as usize,
+        SKRULL_COST_MODEL_SIZE_V3 as usize,
     ];
     // SAFETY: forwarded caller contract.
     let c = unsafe { read_sized(ptr, &sizes, base) }?;
@@ -381,7 +391,7 @@ mod tests {
         let mut core = CostModel::h100(&ModelShape::QWEN2_5_7B);
         core.sharded_sequence_s = 0.004_25;
         let c = skrull_cost_model::from_core(&core);
-        assert_eq!(c.struct_size, SKRULL_COST_MODEL_SIZE_V2);
+        assert_eq!(c.struct_size, SKRULL_COST_MODEL_SIZE_V3);
         assert_eq!(c.to_core(), Ok(core));
         // SAFETY: `c` is a live, aligned struct of its `struct_size` bytes.
         let read = unsafe { read_cost_model(&c) }.unwrap();
@@ -398,6 +408,24 @@ mod tests {
         assert!(unsafe { read_cost_model(&cut) }.is_err());
     }
 
+    /// Version 3's `local_sequence_s` round-trips through the C form, and a version-2 struct
+    /// (272 bytes) reads as the same model without it (0: a varlen kernel's).
+    #[test]
+    fn the_per_local_sequence_cost_round_trips_and_version_2_reads_without_it() {
+        let mut core = CostModel::h100(&ModelShape::QWEN2_5_7B);
+        core.sharded_sequence_s = 0.001;
+        core.local_sequence_s = 0.000_75;
+        let c = skrull_cost_model::from_core(&core);
+        // SAFETY: `c` is a live, aligned struct of its `struct_size` bytes.
+        assert_eq!(unsafe { read_cost_model(&c) }.unwrap(), Some(core));
+        let mut v2 = c;
+        v2.struct_size = SKRULL_COST_MODEL_SIZE_V2;
+        // SAFETY: as above (the first 272 bytes are read).
+        let read = unsafe { read_cost_model(&v2) }.unwrap().unwrap();
+        assert_eq!(read.local_sequence_s, 0.0);
+        assert_eq!(read.sharded_sequence_s, 0.001);
+    }
+
     /// Regression: the error details' `field` once skipped `overlap` (so the last four fields
     /// were numbered one low, the first of them colliding with `overlap`) and named both
     /// attention throughput arrays as the forward one. Each field, made invalid alone, must
@@ -405,7 +433,7 @@ mod tests {
     #[test]
     fn cost_model_field_numbers_follow_the_struct_order() {
         type Poison = fn(&mut skrull_cost_model);
-        let cases: [(u32, Poison); 22] = [
+        let cases: [(u32, Poison); 23] = [
             (1, |c| c.attention_tile = 0),
             (2, |c| c.peak_flops = -1.0),
             (3, |c| c.gemm_efficiency = 2.0),
@@ -428,6 +456,7 @@ mod tests {
             (21, |c| c.micro_batch_extra_s = -1.0),
             (22, |c| c.iteration_fixed_s = -1.0),
             (23, |c| c.sharded_sequence_s = f64::NAN),
+            (24, |c| c.local_sequence_s = -1.0),
         ];
         let preset = skrull_cost_model::from_core(&CostModel::h100(&ModelShape::QWEN2_5_7B));
         for (want, poison) in cases {
@@ -441,6 +470,6 @@ mod tests {
         c.overlap = 7;
         assert_eq!(c.to_core(), Err(skrull_status::InvalidEnum));
         assert_eq!(CostField::Overlap.number(), 18);
-        assert_eq!(CostField::ALL.len(), 23);
+        assert_eq!(CostField::ALL.len(), 24);
     }
 }

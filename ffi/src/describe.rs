@@ -137,6 +137,7 @@ const FIELD_NAMES: &[&CStr] = &[
     c"micro_batch_extra_s",
     c"iteration_fixed_s",
     c"sharded_sequence_s",
+    c"local_sequence_s",
     c"trust",
     c"max_error",
     c"holdout",

@@ -38,7 +38,9 @@ pub(crate) const REFIT_PARAM_NAMES: [&str; 9] = [
 ];
 
 /// Coefficients of `skrull_refit_report.coefficients` (version 1); the ninth,
-/// `SKRULL_REFIT_SHARDED_SEQUENCE`, is the appended `coefficient_sharded_sequence`.
+/// `SKRULL_REFIT_SHARDED_SEQUENCE`, is the appended `coefficient_sharded_sequence`, the
+/// tenth, `SKRULL_REFIT_LAST_MICRO_BATCH`, the appended `coefficient_last_micro_batch`, the
+/// eleventh, `SKRULL_REFIT_LOCAL_SEQUENCE`, the appended `coefficient_local_sequence`.
 pub const SKRULL_REFIT_COEFFICIENTS: usize = 8;
 /// Coefficient: fixed cost per micro-batch (scale of the prior's).
 pub const SKRULL_REFIT_FIXED: u32 = 0;
@@ -60,6 +62,15 @@ pub const SKRULL_REFIT_OVERLAP: u32 = 7;
 /// prior's is 0); in `skrull_refit_report.coefficient_sharded_sequence`, and bit 8 of the
 /// report's bit sets.
 pub const SKRULL_REFIT_SHARDED_SEQUENCE: u32 = 8;
+/// Coefficient: the per-step cost paid inside each DP rank's last micro-batch (DDP's gradient
+/// all-reduce), in milliseconds; the refitted model's `iteration_fixed_s` includes it. In
+/// `skrull_refit_report.coefficient_last_micro_batch`, and bit 9 of the report's bit sets.
+pub const SKRULL_REFIT_LAST_MICRO_BATCH: u32 = 9;
+/// Coefficient: the cost per sequence held whole on a GPU (calling the attention kernel once
+/// per sequence), scale of the prior's `local_sequence_s`; the fit leaves it at 0 when the
+/// prior's is 0. In `skrull_refit_report.coefficient_local_sequence`, and bit 10 of the
+/// report's bit sets.
+pub const SKRULL_REFIT_LOCAL_SEQUENCE: u32 = 10;
 /// Verdict: the fit was adopted.
 pub const SKRULL_REFIT_ADOPTED: u32 = 0;
 /// Verdict: no valid measurement in the window; the model in use is returned.
@@ -80,8 +91,10 @@ pub const SKRULL_REFIT_MAX_WINDOW: u32 = 64;
 /// `skrull_refit_params.flags`: never change the overlap rule.
 pub const SKRULL_REFIT_KEEP_OVERLAP: u32 = 1;
 
-const _: () = assert!(SKRULL_REFIT_COEFFICIENTS + 1 == COEFFICIENTS);
+const _: () = assert!(SKRULL_REFIT_COEFFICIENTS + 3 == COEFFICIENTS);
 const _: () = assert!(SKRULL_REFIT_SHARDED_SEQUENCE as usize == Coef::ShardedSequence as usize);
+const _: () = assert!(SKRULL_REFIT_LAST_MICRO_BATCH as usize == Coef::LastMicroBatch as usize);
+const _: () = assert!(SKRULL_REFIT_LOCAL_SEQUENCE as usize == Coef::LocalSequence as usize);
 const _: () = assert!(SKRULL_REFIT_MAX_WINDOW == MAX_WINDOW);
 
 /// How the refit weighs and bounds its data (`struct_size` first; version 1 is 40 bytes,
@@ -126,7 +139,8 @@ pub const SKRULL_REFIT_PARAMS_SIZE_V2: u32 = 64;
 const _: () = assert!(size_of::<skrull_refit_params>() == SKRULL_REFIT_PARAMS_SIZE_V2 as usize);
 
 /// What `skrull_refit_solve()` found (112 bytes in version 1; version 2, 184 bytes, appends
-/// the adoption rule's fields: a caller's smaller `out_report_size` gets the first bytes).
+/// the adoption rule's fields, version 3, 200 bytes, `coefficient_last_micro_batch` and
+/// `coefficient_local_sequence`: a caller's smaller `out_report_size` gets the first bytes).
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct skrull_refit_report {
@@ -181,13 +195,20 @@ pub struct skrull_refit_report {
     pub iteration_fixed_s: f64,
     /// The returned model's `SKRULL_REFIT_SHARDED_SEQUENCE` coefficient.
     pub coefficient_sharded_sequence: f64,
+    /// The returned model's `SKRULL_REFIT_LAST_MICRO_BATCH` coefficient, milliseconds per step
+    /// (included in `iteration_fixed_s`). Version 3.
+    pub coefficient_last_micro_batch: f64,
+    /// The returned model's `SKRULL_REFIT_LOCAL_SEQUENCE` coefficient. Version 3.
+    pub coefficient_local_sequence: f64,
 }
 
 /// `sizeof(skrull_refit_report)` of version 1.
 pub const SKRULL_REFIT_REPORT_SIZE_V1: u32 = 112;
 /// `sizeof(skrull_refit_report)` of version 2.
 pub const SKRULL_REFIT_REPORT_SIZE_V2: u32 = 184;
-const _: () = assert!(size_of::<skrull_refit_report>() == SKRULL_REFIT_REPORT_SIZE_V2 as usize);
+/// `sizeof(skrull_refit_report)` of version 3.
+pub const SKRULL_REFIT_REPORT_SIZE_V3: u32 = 200;
+const _: () = assert!(size_of::<skrull_refit_report>() == SKRULL_REFIT_REPORT_SIZE_V3 as usize);
 
 const MAGIC: u64 = 0x736b_7275_6c6c_7266; // "skrullrf"
 
@@ -781,7 +802,7 @@ unsafe fn solve(
 /// The C form of a core report.
 fn report(r: &RefitReport) -> skrull_refit_report {
     skrull_refit_report {
-        struct_size: SKRULL_REFIT_REPORT_SIZE_V2,
+        struct_size: SKRULL_REFIT_REPORT_SIZE_V3,
         kept_prior: u32::from(r.kept_prior),
         steps: r.steps,
         rows: r.rows,
@@ -804,5 +825,7 @@ fn report(r: &RefitReport) -> skrull_refit_report {
         error_unlimited: r.error_unlimited,
         iteration_fixed_s: r.iteration_fixed_s,
         coefficient_sharded_sequence: r.coefficients[Coef::ShardedSequence as usize],
+        coefficient_last_micro_batch: r.coefficients[Coef::LastMicroBatch as usize],
+        coefficient_local_sequence: r.coefficients[Coef::LocalSequence as usize],
     }
 }

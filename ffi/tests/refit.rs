@@ -454,7 +454,7 @@ fn version_2_fields_round_trip_through_c() {
         )
     };
     assert_eq!(s, skrull_status::Ok);
-    assert_eq!(rep.struct_size, SKRULL_REFIT_REPORT_SIZE_V2);
+    assert_eq!(rep.struct_size, SKRULL_REFIT_REPORT_SIZE_V3);
     assert_eq!(rep.adopted, u32::from(r.adopted));
     assert_eq!(rep.verdict, r.verdict as u32);
     assert_eq!((rep.limited, rep.raised), (r.limited, r.raised));
@@ -469,6 +469,14 @@ fn version_2_fields_round_trip_through_c() {
         (
             rep.coefficient_sharded_sequence,
             r.coefficients[SKRULL_REFIT_SHARDED_SEQUENCE as usize],
+        ),
+        (
+            rep.coefficient_last_micro_batch,
+            r.coefficients[SKRULL_REFIT_LAST_MICRO_BATCH as usize],
+        ),
+        (
+            rep.coefficient_local_sequence,
+            r.coefficients[SKRULL_REFIT_LOCAL_SEQUENCE as usize],
         ),
     ] {
         assert_eq!(a.to_bits(), b.to_bits());
@@ -503,4 +511,25 @@ fn version_2_fields_round_trip_through_c() {
     assert_eq!(old.struct_size, SKRULL_REFIT_REPORT_SIZE_V1);
     assert_eq!(old.verdict, 0xDEAD);
     assert_eq!(model.struct_size, SKRULL_COST_MODEL_SIZE_V1);
+    // A version-2 report buffer: 184 bytes written, the appended coefficient untouched.
+    let mut v2 = skrull_refit_report {
+        coefficient_last_micro_batch: -7.0,
+        ..skrull_refit_report::default()
+    };
+    // SAFETY: live pointers; the report is larger than the size given.
+    let s = unsafe {
+        skrull_refit_solve(
+            state,
+            bytes,
+            &mut model,
+            size_of::<skrull_cost_model>(),
+            &mut v2,
+            SKRULL_REFIT_REPORT_SIZE_V2 as usize,
+            null_mut(),
+        )
+    };
+    assert_eq!(s, skrull_status::Ok);
+    assert_eq!(v2.struct_size, SKRULL_REFIT_REPORT_SIZE_V2);
+    assert_eq!(v2.coefficient_last_micro_batch, -7.0);
+    assert_eq!(v2.step_times, 4);
 }

@@ -34,7 +34,7 @@ _FILE_ORDER = ("peak_flops", "gemm_efficiency", "hbm_bandwidth", "weight_bytes",
                "comm_passes", "ring_step_latency_s", "inter_node_ring_step_latency_s",
                "intra_node_bandwidth", "inter_node_bandwidth", "gpus_per_node", "overlap",
                "kernels_per_layer", "kernel_launch_s", "micro_batch_extra_s",
-               "iteration_fixed_s", "sharded_sequence_s")
+               "iteration_fixed_s", "sharded_sequence_s", "local_sequence_s")
 
 
 def _bad(field: str, why: str) -> Error:

@@ -44,6 +44,9 @@ DETAIL_VALUE, DETAIL_LIMIT = 1, 2
 #: ``sizeof(skrull_cost_model)`` of version 2, ``sharded_sequence_s`` appended
 #: (``SKRULL_COST_MODEL_SIZE_V2``).
 COST_MODEL_SIZE_V2 = 272
+#: ``sizeof(skrull_cost_model)`` of version 3, ``local_sequence_s`` appended
+#: (``SKRULL_COST_MODEL_SIZE_V3``).
+COST_MODEL_SIZE_V3 = 280
 #: ``skrull_layout.micro_batch_global`` of an empty lockstep micro-batch
 #: (``SKRULL_NO_MICRO_BATCH``).
 NO_MICRO_BATCH = 2**32 - 1
@@ -70,9 +73,17 @@ REFIT_PARAMS_SIZE_V2 = 64
 REFIT_REPORT_SIZE_V1 = 112
 #: ``sizeof(skrull_refit_report)`` of version 2 (``SKRULL_REFIT_REPORT_SIZE_V2``).
 REFIT_REPORT_SIZE_V2 = 184
+#: ``sizeof(skrull_refit_report)`` of version 3 (``SKRULL_REFIT_REPORT_SIZE_V3``).
+REFIT_REPORT_SIZE_V3 = 200
 #: The refit's coefficient appended in version 2 of the report
 #: (``SKRULL_REFIT_SHARDED_SEQUENCE``, ``coefficient_sharded_sequence``).
 REFIT_SHARDED_SEQUENCE = "sharded_sequence"
+#: The refit's coefficient appended in version 3 of the report
+#: (``SKRULL_REFIT_LAST_MICRO_BATCH``, ``coefficient_last_micro_batch``, milliseconds).
+REFIT_LAST_MICRO_BATCH = "last_micro_batch"
+#: The refit's coefficient appended in version 3 of the report after it
+#: (``SKRULL_REFIT_LOCAL_SEQUENCE``, ``coefficient_local_sequence``).
+REFIT_LOCAL_SEQUENCE = "local_sequence"
 #: ``skrull_refit_report.verdict`` names, by value (``SKRULL_REFIT_ADOPTED`` ...
 #: ``SKRULL_REFIT_UNVALIDATED``).
 REFIT_VERDICTS = ("adopted", "no-data", "not-better", "scale-only", "high-error", "unvalidated")
@@ -101,7 +112,9 @@ class skrull_cost_model(ctypes.Structure):
                 ("kernel_launch_s", _f64), ("micro_batch_extra_s", _f64),
                 ("iteration_fixed_s", _f64),
                 # appended after version 1
-                ("sharded_sequence_s", _f64)]
+                ("sharded_sequence_s", _f64),
+                # appended after version 2
+                ("local_sequence_s", _f64)]
 
 
 class skrull_config(ctypes.Structure):
@@ -223,7 +236,9 @@ class skrull_refit_report(ctypes.Structure):
                 ("adopted", _u32), ("verdict", _u32), ("limited", _u32), ("raised", _u32),
                 ("heldout_rows", _u32), ("step_times", _u32), ("scale", _f64), ("error_heldout_in_use", _f64),
                 ("error_heldout_fit", _f64), ("error_unlimited", _f64),
-                ("iteration_fixed_s", _f64), ("coefficient_sharded_sequence", _f64)]
+                ("iteration_fixed_s", _f64), ("coefficient_sharded_sequence", _f64),
+                # appended after version 2
+                ("coefficient_last_micro_batch", _f64), ("coefficient_local_sequence", _f64)]
 
 
 class skrull_setup(ctypes.Structure):

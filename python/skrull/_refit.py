@@ -20,7 +20,8 @@ if TYPE_CHECKING:
 
 #: The coefficient names of ``Refit.coefficients``, in the library's order (bit ``i`` of the
 #: report's bit sets is ``COEFFICIENTS[i]``).
-COEFFICIENTS = _ffi.REFIT_COEFFICIENTS + (_ffi.REFIT_SHARDED_SEQUENCE,)
+COEFFICIENTS = _ffi.REFIT_COEFFICIENTS + (_ffi.REFIT_SHARDED_SEQUENCE,
+                                         _ffi.REFIT_LAST_MICRO_BATCH, _ffi.REFIT_LOCAL_SEQUENCE)
 _MIN_ROWS = 64  # the smallest state: rows (micro-batch x GPU times) per step it holds
 
 
@@ -142,7 +143,10 @@ class Refit:
     coefficients : dict
         Each coefficient of ``model`` relative to the prior (1.0 = unchanged; ``overlap`` is 0
         for ``"local-attention"``, 1 for ``"all-attention"``; ``sharded_sequence`` in units of
-        the prior's per-sequence cost, or of 1 ms when it is 0), by name (``COEFFICIENTS``).
+        the prior's per-sequence cost, or of 1 ms when it is 0; ``last_micro_batch`` the
+        per-step cost paid inside each DP rank's last micro-batch, in ms, which the model's
+        ``iteration_fixed_s`` includes; ``local_sequence`` the cost per whole sequence, in
+        units of the prior's, left at 0 when the prior has none), by name (``COEFFICIENTS``).
     moved : tuple of str
         The coefficients that moved by more than 1 %.
     adopted : bool
@@ -169,7 +173,8 @@ class Refit:
     step_times : int
         Steps in the window with a measured step time (``Scheduler.observe(step_time=)``).
     iteration_fixed_s : float
-        The per-step cost measured from them (``model.iteration_fixed_s``).
+        ``model.iteration_fixed_s``: the per-step cost measured from them outside the
+        micro-batches plus ``coefficients["last_micro_batch"]`` ms.
 
     Example
     -------
@@ -341,6 +346,8 @@ def report_to_refit(report: _ffi.skrull_refit_report, model: CostModel,
     coefficients = {name: float(report.coefficients[i])
                     for i, name in enumerate(_ffi.REFIT_COEFFICIENTS)}
     coefficients[_ffi.REFIT_SHARDED_SEQUENCE] = float(report.coefficient_sharded_sequence)
+    coefficients[_ffi.REFIT_LAST_MICRO_BATCH] = float(report.coefficient_last_micro_batch)
+    coefficients[_ffi.REFIT_LOCAL_SEQUENCE] = float(report.coefficient_local_sequence)
 
     def names(bits: int) -> tuple[str, ...]:
         return tuple(name for i, name in enumerate(COEFFICIENTS) if bits >> i & 1)

@@ -40,6 +40,8 @@ def test_tiny_run_prints_the_documented_json(tmp_path, capsys):
     cal = printed["calibration"]
     assert cal is not None and "cost model" in cal["refit"]
     assert cal["iteration_fixed_s"] >= 0
+    # The model's per-step cost holds what each rank pays inside its last micro-batch.
+    assert 0 <= cal["last_micro_batch_s"] <= cal["iteration_fixed_s"] + 1e-12
     # One refit pools a calibration run per policy of CALIBRATION_POLICIES: 3 observed
     # steps each, after one dropped.
     assert cal["policies"] == ["balanced", "deepspeed"]

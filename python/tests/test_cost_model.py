@@ -44,7 +44,7 @@ def test_presets_are_the_librarys(gpu, model):
     m = skrull.CostModel(gpu, model=model)
     shape = skrull.Scheduler(model=model)._c_config.model
     status, raw = _ffi.preset_cost_model(skrull.GPUS[gpu], shape)
-    assert status == 0 and raw.struct_size == ctypes.sizeof(raw) == _ffi.COST_MODEL_SIZE_V2
+    assert status == 0 and raw.struct_size == ctypes.sizeof(raw) == _ffi.COST_MODEL_SIZE_V3
     assert bytes(m._c) == bytes(raw)
     assert m.gpu == gpu and m.overlap == "local-attention" and m.gpus_per_node == 8
     assert len(m.attention_fwd_flops) == 6 and isinstance(m.attention_seqlen, tuple)
@@ -305,7 +305,7 @@ def test_a_cost_model_pickles_and_copies_whole():
 def test_the_per_sharded_sequence_cost_round_trips_through_c_json_and_plans(tmp_path):
     m = skrull.CostModel("h100", model="qwen2.5-0.5b", sharded_sequence_s=0.004567891234)
     assert m.sharded_sequence_s == 0.004567891234
-    assert m._c.struct_size == _ffi.COST_MODEL_SIZE_V2
+    assert m._c.struct_size == _ffi.COST_MODEL_SIZE_V3
     path = tmp_path / "m.json"
     m.to_json(path)
     back = skrull.CostModel.from_json(path)
@@ -320,3 +320,24 @@ def test_the_per_sharded_sequence_cost_round_trips_through_c_json_and_plans(tmp_
     dear = skrull.Scheduler(1, 8, 26 * 1024, model="qwen2.5-0.5b",
                             cost_model=skrull.CostModel(sharded_sequence_s=1.0)).plan(lengths)
     assert cheap.placements["cp_rank"][0] == -1 and (dear.placements["cp_rank"] >= 0).all()
+
+
+def test_the_per_whole_sequence_cost_round_trips_through_c_json_and_plans(tmp_path):
+    m = skrull.CostModel("h100", model="qwen2.5-0.5b", local_sequence_s=0.000712345678)
+    assert m.local_sequence_s == 0.000712345678 and skrull.CostModel().local_sequence_s == 0
+    path = tmp_path / "m.json"
+    m.to_json(path)
+    back = skrull.CostModel.from_json(path)
+    assert back.local_sequence_s == m.local_sequence_s and back == m
+    assert back.slowed(2.0).local_sequence_s == 2 * m.local_sequence_s
+    with pytest.raises(skrull.ConfigError) as err:
+        skrull.CostModel(local_sequence_s=-1.0).validate()
+    assert err.value.field_name == "local_sequence_s"
+    # The library plans with it: where each whole sequence costs a kernel call of 50 ms,
+    # `balanced` shards the short ones too (sharded, they cost no call).
+    lengths = [900] * 24 + [5000]
+    cheap = skrull.Scheduler(1, 8, 26 * 1024, model="qwen2.5-0.5b").plan(lengths)
+    dear = skrull.Scheduler(1, 8, 26 * 1024, model="qwen2.5-0.5b",
+                            cost_model=skrull.CostModel(local_sequence_s=0.05)).plan(lengths)
+    assert (cheap.placements["cp_rank"] < 0).sum() == 1
+    assert (dear.placements["cp_rank"] < 0).sum() > 12

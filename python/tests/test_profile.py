@@ -65,7 +65,7 @@ def profiled(tmp_path_factory) -> tuple[Path, str, float]:
                          capture_output=True, text=True, env=env, timeout=300)
     wall = time.perf_counter() - t0
     assert run.returncode == 0, run.stdout + run.stderr[-3000:]
-    assert re.search(r"\] +12/12 ", run.stderr)  # the progress bar reached its end
+    assert re.search(r"\] +15/15 ", run.stderr)  # the progress bar reached its end
     print(f"\nquick CPU profile: {wall:.1f} s\n{run.stdout}")
     return out, run.stdout, wall
 
@@ -96,6 +96,9 @@ def test_quick_cpu_profile_writes_every_kind_of_sample(profiled):
     assert [(int(r[1]), r[3], r[4]) for r in kinds["sharded"]] == \
         [(n, "64", "2") for n in (1, 2, 4, 8)]
     assert all(float(r[2]) > 0 for r in kinds["sharded"] + kinds["step"])
+    # The attention kernel's cost per call: 1, 8 and 64 whole sequences of 16 tokens.
+    assert [(int(r[1]), r[3]) for r in kinds["local"]] == [(n, "16") for n in (1, 8, 64)]
+    assert all(float(r[2]) > 0 for r in kinds["local"])
     layer, head, both = (int(r[1]) for r in kinds["step"])
     assert layer + head == both and layer > 0 and head > 0
 
@@ -108,6 +111,8 @@ def test_quick_cpu_profile_fits_and_reports_a_monotone_bucket(profiled):
     assert "inter-node collective fit on 4 GPUs" in model["_comment"]
     assert "per sharded sequence: " in model["_comment"] and "per step: " in model["_comment"]
     assert model["sharded_sequence_s"] >= 0 and model["iteration_fixed_s"] > 0
+    # The CPU executor calls the attention kernel once per sequence: a cost per call.
+    assert "per whole sequence: " in model["_comment"] and model["local_sequence_s"] > 0
     h100 = skrull.CostModel("h100", model=skrull.ModelShape(**TINY.model_fields()))
     assert model["attention"]["seqlen"] == [128, 256, 512, 1024, 2048, 4096]
     assert model["gemm_efficiency"] != h100.gemm_efficiency

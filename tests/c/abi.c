@@ -39,9 +39,14 @@ _Static_assert(offsetof(skrull_config, sync) == 96 + sizeof(void *), "appended")
 _Static_assert(offsetof(skrull_config, _reserved) == 100 + sizeof(void *), "appended");
 _Static_assert(SKRULL_CHUNKED == -2 && SKRULL_SHARDED == -1, "placement markers");
 _Static_assert(SKRULL_POLICY_CHUNKFLOW == 5, "policy numbers are stable");
-_Static_assert(sizeof(skrull_cost_model) == SKRULL_COST_MODEL_SIZE_V2, "cost model v2");
+_Static_assert(sizeof(skrull_cost_model) == SKRULL_COST_MODEL_SIZE_V3, "cost model v3");
 _Static_assert(offsetof(skrull_cost_model, sharded_sequence_s) == SKRULL_COST_MODEL_SIZE_V1,
                "sharded_sequence_s appended to version 1");
+_Static_assert(offsetof(skrull_cost_model, local_sequence_s) == SKRULL_COST_MODEL_SIZE_V2,
+               "local_sequence_s appended to version 2");
+_Static_assert(sizeof(skrull_refit_report) == SKRULL_REFIT_REPORT_SIZE_V3, "refit report v3");
+_Static_assert(offsetof(skrull_refit_report, coefficient_last_micro_batch)
+                   == SKRULL_REFIT_REPORT_SIZE_V2, "appended to version 2");
 _Static_assert(sizeof(skrull_error_info) == 32, "skrull_error_info is 32 bytes");
 _Static_assert(offsetof(skrull_error_info, index) == 8, "");
 _Static_assert(offsetof(skrull_config, struct_size) == 0, "struct_size comes first");

@@ -205,6 +205,11 @@ pub struct CostModel {
     /// sharded over (the whole CP group or a sub-group) outside the overlap window: the
     /// executor's work per sequence (its zigzag chunks, its K/V gradient), seconds.
     pub sharded_sequence_s: f64,
+    /// Fixed cost per sequence held whole on a GPU, per micro-batch, inside the overlap
+    /// window with its attention: the attention kernel's cost per call where the kernel is
+    /// called once per sequence (the CPU executor's; 0 for a varlen kernel that takes every
+    /// sequence of the micro-batch in one call, the presets' FlashAttention), seconds.
+    pub local_sequence_s: f64,
 }
 
 /// H100 SXM5 dense BF16 peak (FLOP/s).
@@ -259,6 +264,7 @@ impl CostModel {
             micro_batch_extra_s: self.micro_batch_extra_s * k,
             iteration_fixed_s: self.iteration_fixed_s * k,
             sharded_sequence_s: self.sharded_sequence_s * k,
+            local_sequence_s: self.local_sequence_s * k,
             ..*self
         };
         m.validate()?;
@@ -306,6 +312,7 @@ impl CostModel {
         micro_batch_extra_s: 0.0,
         iteration_fixed_s: 0.0,
         sharded_sequence_s: 0.0,
+        local_sequence_s: 0.0,
     };
 
     /// The H100 preset for Qwen2.5-0.5B (head dim 64).
@@ -348,6 +355,7 @@ impl CostModel {
             (CostField::MicroBatchExtraS, self.micro_batch_extra_s),
             (CostField::IterationFixedS, self.iteration_fixed_s),
             (CostField::ShardedSequenceS, self.sharded_sequence_s),
+            (CostField::LocalSequenceS, self.local_sequence_s),
         ];
         for (field, v) in non_negative {
             if !(v.is_finite() && v >= 0.0) {

@@ -63,6 +63,8 @@ pub struct IntCoeffs {
     fixed_ps: u64,
     /// The fixed cost of one sharded sequence on each GPU of its group, ps.
     seq_fixed_ps: u64,
+    /// The cost per whole sequence of calling the attention kernel, ps.
+    local_seq_ps: u64,
     all_attention: bool,
     tile: u64,
     /// Attention ps per (padded query x key) `<< FP` at the table's first point and below.
@@ -117,6 +119,7 @@ impl IntCoeffs {
             stream_ps: to_ps(tm.weight_stream()).min(CAP),
             fixed_ps: to_ps(tm.fixed()).min(CAP),
             seq_fixed_ps: to_ps(tm.sequence_fixed()).min(CAP),
+            local_seq_ps: to_ps(cost.local_sequence_s).min(CAP),
             all_attention: cost.overlap == Overlap::AllAttention,
             tile,
             unit_lo: unit(lo_q),
@@ -281,10 +284,12 @@ impl IntModel {
         }
     }
 
-    /// Attention of a whole sequence, ps.
+    /// Attention of a whole sequence, with the cost per sequence of calling the kernel, ps.
     #[inline]
     pub fn attn_whole(&self, len: u32) -> u64 {
         self.attention(len, len)
+            .saturating_add(self.local_seq_ps)
+            .min(CAP)
     }
 
     /// Attention of one GPU's shard of a sharded sequence, ps.
@@ -463,12 +468,22 @@ mod tests {
                 cfg.shard_padding = padding;
                 let tm = TimeModel::new(&CostModel::h100(&shape), &cfg);
                 let im = IntModel::new(&tm, cfg.budget());
+                // A kernel called per sequence: every whole sequence pays the call.
+                let per_call = CostModel {
+                    local_sequence_s: 3e-4,
+                    ..CostModel::h100(&shape)
+                };
+                let tm_call = TimeModel::new(&per_call, &cfg);
+                let im_call = IntModel::new(&tm_call, cfg.budget());
                 let close = |ps: u64, s: f64| {
                     let want = s * 1e12;
                     (ps as f64 - want).abs() <= 1e-6 * want.abs() + 2.0
                 };
                 for len in [1u32, 100, 777, 4096, 30_000, 200_000] {
                     assert!(close(im.attn_whole(len), tm.attention_whole(len)), "{len}");
+                    let whole = tm_call.attention_whole(len);
+                    assert_eq!(whole, tm.attention_whole(len) + 3e-4);
+                    assert!(close(im_call.attn_whole(len), whole), "{len}");
                     assert!(close(im.attn_shard(len), tm.attention_shard(len)), "{len}");
                     assert!(close(im.gemm(u64::from(len)), tm.gemm(u64::from(len))));
                     for d in 0..2 {

@@ -19,7 +19,9 @@
 //! - `T_attn(q, S) = 2·h·L·pad(q)·S · (1/eff_fwd(pad(q)) + bwd_ratio/eff_bwd(pad(q)))`: causal
 //!   attention of `q` queries against a sequence of `S` keys (whole: `q = S`; shard:
 //!   `q` = the tokens the GPU holds), queries padded to `attention_tile`-token tiles, throughput
-//!   interpolated (in `log2 q`) in an [`AttentionTable`](crate::config::cost::AttentionTable).
+//!   interpolated (in `log2 q`) in an [`AttentionTable`](crate::config::cost::AttentionTable);
+//!   a whole sequence adds `local_sequence_s`, the kernel's cost per call where it is called
+//!   per sequence.
 //! - `T_comm = L·comm_passes·((g−1)·λ + (g−1)/g·ΣS_sharded·kv_bytes/B)` for a ring over `g`
 //!   GPUs: ring attention's K/V traffic for every sharded sequence of the micro-batch; the
 //!   per-step latency `λ` is paid once per micro-batch because packed sharded sequences ride the
@@ -243,9 +245,10 @@ impl TimeModel {
         self.layers * self.cost.kernels_per_layer * self.cost.kernel_launch_s
     }
 
-    /// Attention time of a whole sequence on one GPU.
+    /// Attention time of a whole sequence on one GPU: its kernel time plus the cost per
+    /// sequence of calling it ([`CostModel::local_sequence_s`]).
     pub fn attention_whole(&self, len: u32) -> f64 {
-        self.attention(len, len)
+        self.attention(len, len) + self.cost.local_sequence_s
     }
 
     /// Attention time of one GPU's shard of a sequence sharded over the CP group.

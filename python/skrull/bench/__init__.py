@@ -19,8 +19,9 @@ micro-batch timer, gathered over the job) are recorded, and the evaluator
   smallest ones, so that fixed and per-token costs are told apart), ``--calibration-steps``
   steps each on batches shuffled with another seed (no step a figure predicts is fitted),
   the first step of each dropped; one refit (``Scheduler.observe`` of every step, then
-  ``Scheduler.refit``) pools them, and their time outside the micro-batches becomes
-  ``iteration_fixed_s``. A refit that finds only a uniform factor predicts with the prior
+  ``Scheduler.refit``) pools them, and the per-step cost it measures (the time outside the
+  micro-batches, and what each rank pays inside its last one: DDP's gradient all-reduce)
+  becomes ``iteration_fixed_s``. A refit that finds only a uniform factor predicts with the prior
   slowed by it (``CostModel.slowed``); one that stays above ``max_error`` keeps the prior,
   and the report says so;
 - ``--cost-model FILE`` (with ``--calibrate none``): a model an earlier run saved with
@@ -237,9 +238,10 @@ def _calibrate_online(opts: Any, lengths: list[int], bucket: int, prior: str | N
     another seed than the timed runs', so no step a figure predicts is fitted; each run's
     first step, which pays one-time costs, not observed), planned with ``prior`` (else the
     preset); one refit pools every run's micro-batch and step times. A refit that finds only
-    a uniform factor predicts with the prior slowed by it (``CostModel.slowed``). The median
-    time of the steps outside their micro-batches becomes the model's
-    ``iteration_fixed_s``. Returns the model's file and what the refit reported."""
+    a uniform factor predicts with the prior slowed by it (``CostModel.slowed``). The model's
+    ``iteration_fixed_s`` is the refit's per-step cost: the steps' median time outside their
+    micro-batches plus what each rank pays inside its last micro-batch (DDP's gradient
+    all-reduce). Returns the model's file and what the refit reported."""
     import pickle
 
     import skrull
@@ -270,10 +272,11 @@ def _calibrate_online(opts: Any, lengths: list[int], bucket: int, prior: str | N
     slowed = 1.0
     if refit.verdict == "scale-only":
         # The window told a uniform factor and nothing more: plans stay the prior's, and the
-        # predictions are the prior's times that factor, said as such.
+        # predictions are the prior's times that factor, said as such (the per-step cost
+        # was measured, not scaled).
         slowed = float(refit.scale)
         model = model.slowed(slowed)
-    model.iteration_fixed_s = max(statistics.median(overheads), 0.0) if overheads else 0.0
+        model.iteration_fixed_s = refit.model.iteration_fixed_s
     path = os.path.join(folder, "cost_model.calibrated.json")
     how = (f"the prior slowed x{slowed:.4g} (the refit found a uniform factor only)"
            if slowed != 1.0 else "one refit pooling calibration runs of "
@@ -282,7 +285,9 @@ def _calibrate_online(opts: Any, lengths: list[int], bucket: int, prior: str | N
                                 f"this machine, {how}")
     return path, {"refit": refit.describe(), "verdict": refit.verdict,
                   "policies": list(CALIBRATION_POLICIES), "overhead_s": overheads,
-                  "iteration_fixed_s": model.iteration_fixed_s, "slowed": slowed}
+                  "iteration_fixed_s": model.iteration_fixed_s,
+                  "last_micro_batch_s": refit.coefficients.get("last_micro_batch", 0.0) * 1e-3,
+                  "slowed": slowed}
 
 
 def _policy_row(opts: Any, policy: str, lengths: list[int], bucket: int,

@@ -39,7 +39,9 @@ def table(result: dict[str, Any]) -> str:
         lines += ["", f"calibrated once before the policies: {cal.get('refit') or '-'}; "
                       + (f"predicting with the prior slowed x{scaled:.4g} (a uniform factor "
                          "is all the window told; plans unchanged); " if scaled != 1.0 else "")
-                      + f"time outside the micro-batches {cal['iteration_fixed_s']:.4f} s/step"]
+                      + f"per-step cost {cal['iteration_fixed_s']:.4f} s/step (of it "
+                      f"{cal.get('last_micro_batch_s', 0.0):.4f} s inside each rank's last "
+                      "micro-batch)"]
     if c.get("outlier_delay"):
         lines += ["", "| policy | outlier delay | step mean s | step p95 s | speedup of the mean |",
                   "|---|---:|---:|---:|---:|"]

@@ -238,6 +238,10 @@ def _shape(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Profile
 
 
 #: Grids: (layer/head/memory tokens, attention lengths, collective sizes, warmup, repeats).
+#: Sequence counts and tokens of the ``local`` rows (the attention kernel's cost per call).
+LOCAL_COUNTS = (1, 8, 64)
+LOCAL_TOKENS = 16
+
 _GRIDS = {
     ("cuda", False): ([512, 1024, 2048, 4096, 8192, 16384], [512, 1024, 2048, 4096, 8192, 16384],
                       [1 << 20, 4 << 20, 16 << 20, 64 << 20, 256 << 20], 2, 5),
@@ -395,7 +399,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                      "cost model counts attention FLOPs with hidden")
     w = Workload(shape, attention, device, dtype, args.seed)
     att_plan = [(n, max(pack // n, 1)) for n in att_lengths]
-    total = (len(tokens) * (2 if shape.vocab else 1) + len(att_plan) + len(tokens))
+    total = (len(tokens) * (2 if shape.vocab else 1) + len(att_plan) + len(tokens)
+             + len(LOCAL_COUNTS))
     bar = Progress(total, enabled=show)
     skipped: set[str] = set()
 
@@ -431,6 +436,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             rows.row("layer", n, t_layer)
             if t_head is not None:
                 rows.row("head", n, t_head)
+    # The attention kernel's cost per call: one layer's attention of LOCAL_COUNTS short
+    # sequences, each whole (0 slope for a varlen kernel that takes them in one call).
+    for count in LOCAL_COUNTS:
+        t = timed("local", count * LOCAL_TOKENS,
+                  lambda: w.attention_step(LOCAL_TOKENS, count))
+        if t is not None:
+            rows.row("local", count, t, LOCAL_TOKENS)
+        bar.step(f"attention fwd+bwd, {count} x {LOCAL_TOKENS} tokens (cost per call)")
     measure_memory = cuda_memory if device.type == "cuda" else cpu_memory
     for n in tokens:
         if "memory" not in skipped:

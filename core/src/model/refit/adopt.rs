@@ -10,8 +10,10 @@
 //! 3. and better than the model in use times the window's uniform factor
 //!    ([`Verdict::ScaleOnly`] otherwise: it found a scale, not a model).
 //!
-//! Otherwise the model in use is returned and the report says why. The per-step cost is
-//! measured, not fitted ([`steps`](crate::model::refit::steps)), and always applied.
+//! Otherwise the model in use is returned and the report says why. The per-step cost outside
+//! the micro-batches is measured, not fitted ([`steps`](crate::model::refit::steps)), and
+//! always applied; the returned model's `iteration_fixed_s` adds to it the coefficient's
+//! per-step cost inside each DP rank's last micro-batch ([`Coef::LastMicroBatch`]).
 
 use crate::model::refit::features::Subset;
 use crate::model::refit::solve::{Coefs, FLOOR, LIN, MAX_SCALE, moved};
@@ -55,8 +57,9 @@ fn not_worse(a: f64, b: f64) -> bool {
 impl RefitState {
     /// Holds every scale of `c` within `trust` times either way of `in_use` times `scale`
     /// (the window's uniform factor, which changes no plan); a coefficient that may be 0 is
-    /// measured from its floor (its prior's value) when it is below it. Returns the bits of
-    /// the coefficients held back.
+    /// measured from its floor (its prior's value) when it is below it. The per-step cost of
+    /// [`Coef::LastMicroBatch`] is free, like the one outside the micro-batches. Returns the
+    /// bits of the coefficients held back.
     pub fn trust_limit(&self, c: &mut Coefs, in_use: &Coefs, scale: f64) -> u32 {
         let rho = self.params.trust;
         let mut bits = 0;
@@ -64,6 +67,10 @@ impl RefitState {
             return 0;
         }
         for k in LIN {
+            if k == Coef::LastMicroBatch as usize {
+                // A per-step cost moves no plan (every plan pays it once per step).
+                continue;
+            }
             let center = in_use[k] * scale;
             let hi = rho * center.max(FLOOR[k] * scale);
             let lo = center / rho;
@@ -96,12 +103,12 @@ impl RefitState {
     /// # Errors
     /// As [`RefitState::fit`].
     pub fn solve(&mut self, rows: &[Row]) -> Result<Refit, RefitError> {
-        let (r, unit) = self.decide(rows)?;
+        let (r, unit, outside) = self.decide(rows)?;
         if r.report.adopted {
             self.unit = unit;
         }
         self.anchor = r.report.coefficients;
-        self.iteration_fixed = r.model.iteration_fixed_s;
+        self.iteration_fixed = outside;
         Ok(r)
     }
 
@@ -181,8 +188,18 @@ impl RefitState {
         [fit, bounded, partial]
     }
 
-    /// [`RefitState::fit`], and the ridge's unit of the next fit when it is adopted.
-    fn decide(&self, rows: &[Row]) -> Result<(Refit, f64), RefitError> {
+    /// [`RefitState::fit`], the ridge's unit of the next fit when it is adopted, and the
+    /// per-step cost measured outside the micro-batches.
+    fn decide(&self, rows: &[Row]) -> Result<(Refit, f64, f64), RefitError> {
+        let (mut r, unit) = self.decide_fit(rows)?;
+        let outside = r.report.iteration_fixed_s;
+        r.report.iteration_fixed_s = r.model.iteration_fixed_s;
+        Ok((r, unit, outside))
+    }
+
+    /// [`RefitState::decide`] with the report's `iteration_fixed_s` the cost outside the
+    /// micro-batches.
+    fn decide_fit(&self, rows: &[Row]) -> Result<(Refit, f64), RefitError> {
         self.check_storage(rows.len())?;
         let prior = self.prior_coefs();
         let in_use = self.anchor;
@@ -217,8 +234,7 @@ impl RefitState {
             step_times,
             iteration_fixed_s: iteration,
         };
-        let mut model = self.model(&in_use);
-        model.iteration_fixed_s = iteration;
+        let mut model = self.model_with_step(&in_use, iteration);
         if n == 0 {
             return Ok((Refit { model, report }, self.unit));
         }
@@ -272,7 +288,6 @@ impl RefitState {
         report.raised = raised;
         report.error_heldout_in_use = e_in_use;
         report.error_heldout_fit = e_fit;
-        let candidate = self.model(&fit);
         report.verdict = if report.error_unlimited > self.params.max_error {
             Verdict::HighError
         } else if chosen.is_none() {
@@ -288,8 +303,7 @@ impl RefitState {
             let mut kept = in_use;
             report.raised = self.pessimistic(rows, &mut kept, Subset::All);
             if report.raised != 0 {
-                model = self.model(&kept);
-                model.iteration_fixed_s = iteration;
+                model = self.model_with_step(&kept, iteration);
                 report.coefficients = kept;
                 report.kept_prior = kept == prior;
                 report.moved = moved(&prior, &kept);
@@ -298,8 +312,7 @@ impl RefitState {
             return Ok((Refit { model, report }, self.unit));
         }
         let (e, dropped) = self.error(rows, &fit);
-        model = candidate;
-        model.iteration_fixed_s = iteration;
+        model = self.model_with_step(&fit, iteration);
         report.adopted = true;
         report.kept_prior = fit == prior;
         report.error_fit = e;

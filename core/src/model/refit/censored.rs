@@ -16,10 +16,8 @@
 use crate::config::Config;
 use crate::config::cost::CostModel;
 use crate::config::cp_group::CpGroup;
-use crate::model::refit::features::{
-    A_LOCAL, A_SHARDED, BW_INTER, BW_INTRA, LAT_INTER, LAT_INTRA, Subset,
-};
-use crate::model::refit::solve::{Coefs, MAX_SCALE, decay, predict};
+use crate::model::refit::features::{BW_INTER, BW_INTRA, LAT_INTER, LAT_INTRA, Subset};
+use crate::model::refit::solve::{Coefs, MAX_SCALE, comm, decay, predict, window};
 use crate::model::refit::{Coef, RefitState, Row};
 use crate::model::time::TimeModel;
 
@@ -49,7 +47,6 @@ impl RefitState {
     /// to the largest common factor that keeps every one of them hidden (see the
     /// [module docs](self)). Returns the bits of the coefficients raised.
     pub fn pessimistic(&self, rows: &[Row], c: &mut Coefs, subset: Subset) -> u32 {
-        let phi = c[Coef::Overlap as usize];
         let mut bits = 0;
         for (lat, bw, cl, cb) in KINDS {
             let (cl, cb) = (cl as usize, cb as usize);
@@ -69,12 +66,7 @@ impl RefitState {
                     continue;
                 }
                 // The other kind's communication on this GPU, and what hides it.
-                let comm: f64 = c[3] * x[LAT_INTRA]
-                    + c[4] * x[BW_INTRA]
-                    + c[5] * x[LAT_INTER]
-                    + c[6] * x[BW_INTER];
-                let window = c[2] * (x[A_LOCAL] + phi * x[A_SHARDED]);
-                room = room.min((window - (comm - own)) / own);
+                room = room.min((window(c, row) - (comm(c, row) - own)) / own);
             }
             if seen <= 0.0 || exposed >= EXPOSED_SHARE * seen || room.is_nan() || room <= 1.0 {
                 continue;

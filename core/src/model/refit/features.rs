@@ -6,14 +6,17 @@
 //!
 //! ```text
 //! comm   = c3·LAT_INTRA + c4·BW_INTRA + c5·LAT_INTER + c6·BW_INTER
-//! window = c2·(A_LOCAL + c7·A_SHARDED)
-//! t      = c0·FIXED + c1·GEMM + max(comm, window) + c2·(1 − c7)·A_SHARDED + c8·SEQS
+//! window = c2·(A_LOCAL + c7·A_SHARDED) + c10·LOCALS
+//! t      = c0·FIXED + c1·GEMM + max(comm, window) + c2·(1 − c7)·A_SHARDED + c8·SEQS + c9·LAST
 //! ```
 //!
-//! which with every `c` = 1 (and `c7` the prior's overlap) is what the evaluator computes.
+//! which with every `c` = 1 (and `c7` the prior's overlap, `c9` 0) is what the evaluator
+//! computes. `LAST` is 1 ms on the GPUs of each DP rank's last micro-batch of the step: the
+//! per-step work a trainer does inside that micro-batch (DDP reduces the gradients in its
+//! backward), which the evaluator counts once per step (`iteration_fixed_s`).
 
 use crate::config::limits::MAX_SEQ_LEN;
-use crate::model::refit::{FEATURES, RefitError, RefitState, Row};
+use crate::model::refit::{FEATURES, LAST_UNIT_S, RefitError, RefitState, Row};
 use crate::model::time::{Ring, TimeModel};
 use crate::plan::Placement;
 
@@ -36,8 +39,13 @@ pub const BW_INTER: usize = 7;
 /// Feature index: the sharded sequences the GPU holds a share of, times the unit of the fixed
 /// cost per sharded sequence.
 pub const SEQS: usize = 8;
+/// Feature index: [`LAST_UNIT_S`] on the GPUs of a DP rank's last micro-batch of the step.
+pub const LAST: usize = 9;
+/// Feature index: the sequences held whole on the GPU, times the unit of the cost per whole
+/// sequence.
+pub const LOCALS: usize = 10;
 
-const _: () = assert!(SEQS + 1 == FEATURES);
+const _: () = assert!(LOCALS + 1 == FEATURES);
 
 /// Whether micro-batch `group` (`micro-batch · dp + DP rank`) of step `step` is held out of
 /// the fit: one in `holdout` by a hash of the two (none for `holdout` 0).
@@ -97,6 +105,33 @@ fn add_comm(tm: &TimeModel, row: &mut Row, ring: Ring, len: u32, bit: u32) {
         row.rings |= bit;
     }
     row.x[bw] += f64::from(len) * tm.comm_per_token(ring);
+}
+
+/// Per DP rank: sets [`LAST`] on the GPUs of its last micro-batch that holds a sequence, and
+/// [`Row::micro_batches`] on every GPU of its micro-batches (`block` laid out
+/// `[micro-batch][dp][cp]`).
+fn mark_dp_ranks(block: &mut [Row], dp: usize, cp: usize) {
+    let per_mb = dp * cp;
+    if per_mb == 0 {
+        return;
+    }
+    for d in 0..dp {
+        let holds = |mb: &[Row]| mb[d * cp..(d + 1) * cp].iter().any(|r| r.used == 1);
+        let count = block.chunks(per_mb).filter(|mb| holds(mb)).count() as u32;
+        let Some(last) = block.chunks(per_mb).rposition(holds) else {
+            continue;
+        };
+        for (m, mb) in block.chunks_mut(per_mb).enumerate() {
+            for row in &mut mb[d * cp..(d + 1) * cp] {
+                if row.used == 1 {
+                    row.micro_batches = count;
+                    if m == last {
+                        row.x[LAST] = LAST_UNIT_S;
+                    }
+                }
+            }
+        }
+    }
 }
 
 impl RefitState {
@@ -227,7 +262,8 @@ impl RefitState {
             if !p.is_sharded() {
                 let row = &mut block[base + group.first as usize];
                 row.tokens += u64::from(tm.local_tokens(len));
-                row.x[A_LOCAL] += tm.attention_whole(len);
+                row.x[A_LOCAL] += tm.attention(len, len);
+                row.x[LOCALS] += self.local_unit;
                 continue;
             }
             let share = u64::from(tm.shard_tokens_in(len, group.size));
@@ -246,6 +282,7 @@ impl RefitState {
                 add_comm(&tm, row, ring, len, bit);
             }
         }
+        mark_dp_ranks(block, dp, cp);
         let mut skipped = 0u32;
         let holdout = self.params.holdout;
         for (i, (row, &t)) in block.iter_mut().zip(times).enumerate() {

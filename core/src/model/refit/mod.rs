@@ -4,7 +4,8 @@
 //! The refit keeps a *prior* [`CostModel`] and fits [`COEFFICIENTS`] dimensionless
 //! coefficients relative to it ([`Coef`]): the fixed cost per micro-batch, the GEMM time, the
 //! attention time, ring latency and time per byte inside and across nodes, the overlap rule
-//! and the fixed cost per sharded sequence. A prior coefficient is 1 (the overlap: 0 for
+//! the fixed cost per sharded sequence, the per-step cost paid inside each DP rank's last
+//! micro-batch and the cost per whole sequence of calling the attention kernel. A prior coefficient is 1 (the overlap: 0 for
 //! `local-attention`, 1 for `all-attention`; a fixed cost the prior lacks: 0). Each step,
 //! [`RefitState::observe`] turns a plan into per-GPU features (the prior's time of each term,
 //! [`features`]) and stores them with the measured times in a window of the last
@@ -29,13 +30,13 @@ pub mod solve;
 pub mod steps;
 
 /// Coefficients the refit fits ([`Coef`]).
-pub const COEFFICIENTS: usize = 9;
+pub const COEFFICIENTS: usize = 11;
 /// The most steps a window keeps.
 pub const MAX_WINDOW: u32 = 64;
 /// The most measurements (micro-batches x DP x CP) one step may hold.
 pub const MAX_ROWS_PER_STEP: u32 = 1 << 24;
 /// Features of one measurement ([`Row::x`]).
-pub const FEATURES: usize = 9;
+pub const FEATURES: usize = 11;
 
 /// The fitted coefficients, by index into [`RefitReport::coefficients`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,7 +61,19 @@ pub enum Coef {
     /// Fixed cost per sharded sequence per GPU of its group (scale of the prior's; of 1 ms
     /// when the prior's is 0).
     ShardedSequence = 8,
+    /// The per-step cost paid inside each DP rank's last micro-batch (DDP's gradient
+    /// all-reduce runs in that micro-batch's backward), in units of [`LAST_UNIT_S`]; the
+    /// returned model adds it to `iteration_fixed_s` (it moves no plan: every plan pays it
+    /// once per step). The prior's is 0.
+    LastMicroBatch = 9,
+    /// Cost per sequence held whole on a GPU, per micro-batch (calling the attention kernel
+    /// once per sequence), in the overlap window (scale of the prior's; of 1 ms when the
+    /// prior's is 0).
+    LocalSequence = 10,
 }
+
+/// The unit of [`Coef::LastMicroBatch`], seconds.
+pub const LAST_UNIT_S: f64 = 1e-3;
 
 /// How the refit weighs and bounds its data.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -159,8 +172,10 @@ pub struct Row {
     pub used: u32,
     /// 1 when the row's micro-batch is held out of the fit ([`RefitParams::holdout`]).
     pub heldout: u32,
-    /// 0.
-    pub _pad: u32,
+    /// Micro-batches its DP rank ran in the step: the row weighs `1/micro_batches`, so that a
+    /// DP rank's step weighs alike in the fit whether it ran one micro-batch or many (a window
+    /// pooling plans of few large and many small micro-batches is not fitted to the many).
+    pub micro_batches: u32,
     /// The prior's terms ([`features`]).
     pub x: [f64; FEATURES],
     /// The measured time, seconds.
@@ -331,9 +346,10 @@ pub struct RefitReport {
     pub heldout_rows: u32,
     /// Steps in the window with a measured step time ([`RefitState::observe_step_time`]).
     pub step_times: u32,
-    /// The per-step cost measured from them (the weighted median of each step's time over its
-    /// slowest DP rank's micro-batches), seconds; the returned model's `iteration_fixed_s`
-    /// (the model in use's when no step time was given).
+    /// The returned model's `iteration_fixed_s`, seconds: the per-step cost measured from them
+    /// (the weighted median of each step's time over its slowest DP rank's micro-batches; the
+    /// model in use's when no step time was given) plus the per-step cost the returned
+    /// coefficients find inside each DP rank's last micro-batch ([`Coef::LastMicroBatch`]).
     pub iteration_fixed_s: f64,
 }
 
@@ -375,12 +391,18 @@ pub struct RefitState {
     seq_unit: f64,
     /// Whether the prior's fixed cost per sharded sequence is above 0.
     prior_has_seq: bool,
+    /// The prior's cost per whole sequence, or 1 ms when it is 0 (the unit of
+    /// [`Coef::LocalSequence`]).
+    local_unit: f64,
+    /// Whether the prior's cost per whole sequence is above 0.
+    prior_has_local: bool,
     /// Per window slot: the step's measured wall time (0: none given).
     step_time: [f64; MAX_WINDOW as usize],
     /// Per window slot: the step's slowest DP rank's measured micro-batches (the sum of each
     /// micro-batch's slowest GPU), seconds.
     busy: [f64; MAX_WINDOW as usize],
-    /// The per-step cost of the model in use, seconds.
+    /// The per-step cost of the model in use outside the micro-batches, seconds (its
+    /// `iteration_fixed_s` less its [`Coef::LastMicroBatch`] cost).
     iteration_fixed: f64,
     /// The ring kinds this configuration's plans can use: bit 0 rings inside a node, bit 1
     /// rings across nodes ([`censored`]).
@@ -413,6 +435,12 @@ impl RefitState {
             unit: 1.0,
             seq_unit: if seq > 0.0 { seq } else { 1e-3 },
             prior_has_seq: seq > 0.0,
+            local_unit: if prior.local_sequence_s > 0.0 {
+                prior.local_sequence_s
+            } else {
+                1e-3
+            },
+            prior_has_local: prior.local_sequence_s > 0.0,
             step_time: [0.0; MAX_WINDOW as usize],
             busy: [0.0; MAX_WINDOW as usize],
             iteration_fixed: prior.iteration_fixed_s,

@@ -24,9 +24,10 @@ use crate::config::cost::{CostModel, Overlap};
 use crate::config::limits::MAX_CP;
 use crate::model::fit::least_squares;
 use crate::model::refit::features::{
-    A_LOCAL, A_SHARDED, BW_INTER, BW_INTRA, FIXED, GEMM, LAT_INTER, LAT_INTRA, SEQS, Subset,
+    A_LOCAL, A_SHARDED, BW_INTER, BW_INTRA, FIXED, GEMM, LAST, LAT_INTER, LAT_INTRA, LOCALS, SEQS,
+    Subset,
 };
-use crate::model::refit::{COEFFICIENTS, Coef, RefitState, Row};
+use crate::model::refit::{COEFFICIENTS, Coef, LAST_UNIT_S, RefitState, Row};
 
 /// Refits per overlap rule.
 pub const ITERATIONS: usize = 24;
@@ -49,7 +50,7 @@ pub const COMM_STARTS: [(f64, f64); 6] = [
 /// Per coefficient (by index), its size in prior units below which a move is measured against
 /// this instead (a fixed cost, a latency or a per-sequence cost may be 0); 0 for the scales,
 /// which are never 0.
-pub const FLOOR: [f64; COEFFICIENTS] = [1.0, 0.0, 0.0, 1.0, 0.0, 1.0, 0.0, 0.0, 1.0];
+pub const FLOOR: [f64; COEFFICIENTS] = [1.0, 0.0, 0.0, 1.0, 0.0, 1.0, 0.0, 0.0, 1.0, 1.0, 1.0];
 
 /// The ridge's cost of coefficient `k` at `v` against its target `a`: for a scale (never 0)
 /// the squared log ratio, `ln(v/a)²` (a move by a factor costs the same either way, and a
@@ -101,21 +102,43 @@ pub const MAX_SCALE: f64 = 1024.0;
 /// Coefficients solved by least squares (all but the overlap).
 pub const LINEAR: usize = COEFFICIENTS - 1;
 /// The coefficient index of each least-squares unknown.
-pub const LIN: [usize; LINEAR] = [0, 1, 2, 3, 4, 5, 6, 8];
+pub const LIN: [usize; LINEAR] = [0, 1, 2, 3, 4, 5, 6, 8, 9, 10];
+/// The most [`Coef::LastMicroBatch`] may reach, in its units: about 16 s per step (a whole
+/// model's gradients reduced across nodes in one micro-batch).
+pub const MAX_LAST: f64 = 16.0 * MAX_SCALE;
 
 /// Coefficients of a fit: the scales and the overlap fraction (0 or 1) ([`Coef`]).
 pub type Coefs = [f64; COEFFICIENTS];
+
+/// The communication of `row` under `c`: ring latencies and traffic inside and across nodes.
+pub(crate) fn comm(c: &Coefs, row: &Row) -> f64 {
+    let x = &row.x;
+    c[3] * x[LAT_INTRA] + c[4] * x[BW_INTRA] + c[5] * x[LAT_INTER] + c[6] * x[BW_INTER]
+}
+
+/// The compute of `row` under `c` that hides its communication: the attention of its whole
+/// sequences (with their cost per call), and with the overlap fraction its shards' attention.
+pub(crate) fn window(c: &Coefs, row: &Row) -> f64 {
+    let x = &row.x;
+    let phi = c[Coef::Overlap as usize];
+    c[2] * (x[A_LOCAL] + phi * x[A_SHARDED]) + c[Coef::LocalSequence as usize] * x[LOCALS]
+}
 
 /// The rank time of `row` under `c`, and whether the communication side of the maximum is
 /// the larger.
 pub fn predict(c: &Coefs, row: &Row) -> (f64, bool) {
     let x = &row.x;
     let phi = c[Coef::Overlap as usize];
-    let comm = c[3] * x[LAT_INTRA] + c[4] * x[BW_INTRA] + c[5] * x[LAT_INTER] + c[6] * x[BW_INTER];
-    let window = c[2] * (x[A_LOCAL] + phi * x[A_SHARDED]);
+    let comm = comm(c, row);
+    let window = window(c, row);
     let after = c[2] * (1.0 - phi) * x[A_SHARDED];
     let comm_side = comm > window;
-    let t = c[0] * x[FIXED] + c[1] * x[GEMM] + comm.max(window) + after + c[8] * x[SEQS];
+    let t = c[0] * x[FIXED]
+        + c[1] * x[GEMM]
+        + comm.max(window)
+        + after
+        + c[8] * x[SEQS]
+        + c[9] * x[LAST];
     (t, comm_side)
 }
 
@@ -132,6 +155,8 @@ pub(crate) fn terms(row: &Row, phi: f64, comm_side: bool) -> [f64; LINEAR] {
             x[LAT_INTER],
             x[BW_INTER],
             x[SEQS],
+            x[LAST],
+            0.0,
         ]
     } else {
         [
@@ -143,6 +168,8 @@ pub(crate) fn terms(row: &Row, phi: f64, comm_side: bool) -> [f64; LINEAR] {
             0.0,
             0.0,
             x[SEQS],
+            x[LAST],
+            x[LOCALS],
         ]
     }
 }
@@ -154,6 +181,12 @@ pub(crate) fn decay(forgetting: f64, age: u64) -> f64 {
         w *= forgetting;
     }
     w
+}
+
+/// The weight of `row` (of age `age`) in the fit and its errors before its relative residual:
+/// [`decay`] over [`Row::micro_batches`] (each DP rank's step weighs alike).
+pub(crate) fn row_weight(forgetting: f64, age: u64, row: &Row) -> f64 {
+    decay(forgetting, age) / f64::from(row.micro_batches.max(1))
 }
 
 /// The Huber weight of `row` at prediction `pred`: 1 while its relative residual is within a
@@ -233,6 +266,10 @@ impl RefitState {
         if !self.prior_has_seq {
             c[Coef::ShardedSequence as usize] = 0.0;
         }
+        c[Coef::LastMicroBatch as usize] = 0.0;
+        if !self.prior_has_local {
+            c[Coef::LocalSequence as usize] = 0.0;
+        }
         c[Coef::Overlap as usize] = match self.prior.overlap {
             Overlap::LocalAttention => 0.0,
             Overlap::AllAttention => 1.0,
@@ -240,7 +277,20 @@ impl RefitState {
         c
     }
 
-    /// `c` clamped to the valid range: scales within `MAX_SCALE` of the prior (latencies and
+    /// The bits of the coefficients the fit leaves at the prior's: the cost per whole sequence
+    /// when the prior has none (a varlen kernel takes every sequence in one call; where the
+    /// executor calls it per sequence, `skrull.profile` measures the cost, and the refit then
+    /// scales it). Free, it would trade against the ring costs inside `max(comm, window)`.
+    pub fn held_at_prior(&self) -> u32 {
+        if self.prior_has_local {
+            0
+        } else {
+            1 << Coef::LocalSequence as usize
+        }
+    }
+
+    /// `c` clamped to the valid range (the cost per whole sequence at 0 while
+    /// [`RefitState::held_at_prior`] holds it): scales within `MAX_SCALE` of the prior (latencies and
     /// the fixed cost may reach 0). A GEMM faster than the prior's at 100 % efficiency is
     /// not clamped: the prior's peak is then wrong (another machine's), and
     /// [`RefitState::model`] raises it instead, so the model stays valid.
@@ -255,6 +305,8 @@ impl RefitState {
             (0.0, MAX_SCALE),
             (lo, MAX_SCALE),
             (0.0, MAX_SCALE),
+            (0.0, MAX_LAST),
+            (0.0, if self.prior_has_local { MAX_SCALE } else { 0.0 }),
         ];
         for (&k, (a, b)) in LIN.iter().zip(ranges) {
             let v = &mut c[k];
@@ -280,7 +332,7 @@ impl RefitState {
         let (mut s, mut w_sum, mut dropped) = (0.0, 0.0, 0u32);
         let mut peers = Peers::new();
         for (age, row, group) in self.groups_of(rows, subset) {
-            let w = decay(self.params.forgetting, age);
+            let w = row_weight(self.params.forgetting, age, row);
             let (pred, _) = predict(c, row);
             let peer = peers.of(c, group);
             let straggler = is_outlier(row, pred * peer, outlier);
@@ -322,7 +374,7 @@ impl RefitState {
         let weight_upto = |bits: u64| -> f64 {
             self.window(rows)
                 .filter(|(_, row)| ratio(row).is_some_and(|r| r.to_bits() <= bits))
-                .map(|(age, _)| decay(forgetting, age))
+                .map(|(age, row)| row_weight(forgetting, age, row))
                 .sum()
         };
         let (mut lo, mut hi) = (0u64, f64::INFINITY.to_bits());
@@ -376,6 +428,7 @@ impl RefitState {
         pinned: u32,
     ) -> Coefs {
         let (prior, unit) = (*target.0, target.1);
+        let pinned = pinned | self.held_at_prior();
         let mut c = *start;
         c[Coef::Overlap as usize] = phi;
         for v in &mut c[Coef::IntraLatency as usize..=Coef::IntraBandwidth as usize] {
@@ -387,7 +440,7 @@ impl RefitState {
         let forgetting = self.params.forgetting;
         let total: f64 = self
             .window_of(rows, subset)
-            .map(|(a, _)| decay(forgetting, a))
+            .map(|(a, row)| row_weight(forgetting, a, row))
             .sum();
         let lambda = self.params.ridge * total;
         let pull = |k: usize| {
@@ -480,7 +533,7 @@ impl RefitState {
             }
             huber(row, pred, outlier)
         };
-        Some(robust * decay(self.params.forgetting, age) / (row.time * row.time))
+        Some(robust * row_weight(self.params.forgetting, age, row) / (row.time * row.time))
     }
 
     /// `c` applied to the prior: the cost model it describes.
@@ -516,6 +569,16 @@ impl RefitState {
             Overlap::LocalAttention
         };
         m.sharded_sequence_s = c[Coef::ShardedSequence as usize] * self.seq_unit;
+        m.local_sequence_s = c[Coef::LocalSequence as usize] * self.local_unit;
+        m
+    }
+
+    /// [`RefitState::model`] with `iteration_fixed_s` the per-step cost measured outside the
+    /// micro-batches (`outside`, seconds) plus the one `c` finds inside each DP rank's last
+    /// micro-batch ([`Coef::LastMicroBatch`]).
+    pub fn model_with_step(&self, c: &Coefs, outside: f64) -> CostModel {
+        let mut m = self.model(c);
+        m.iteration_fixed_s = outside + c[Coef::LastMicroBatch as usize] * LAST_UNIT_S;
         m
     }
 
