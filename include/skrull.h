@@ -264,7 +264,8 @@ typedef struct skrull_setup skrull_setup;
 
 /**
  * Coefficient: the per-step cost paid inside each DP rank's last micro-batch (DDP's gradient
- * all-reduce), in milliseconds; the refitted model's `iteration_fixed_s` includes it. In
+ * all-reduce; fitted under `SKRULL_SYNC_SHARDED` only, 0 otherwise), in milliseconds; the
+ * refitted model's `iteration_fixed_s` includes it. In
  * `skrull_refit_report.coefficient_last_micro_batch`, and bit 9 of the report's bit sets.
  */
 #define SKRULL_REFIT_LAST_MICRO_BATCH 9

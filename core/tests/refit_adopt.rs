@@ -12,7 +12,7 @@ use skrull_core::model::refit::solve::predict;
 use skrull_core::model::refit::{
     COEFFICIENTS, Coef, Refit, RefitError, RefitParams, RefitState, Row, Verdict,
 };
-use skrull_core::{Config, CostModel, ModelShape, Placement, Policy};
+use skrull_core::{Config, CostModel, ModelShape, Placement, Policy, Synchronisation};
 use skrull_kit::refit::{perturb, rank_times};
 use skrull_kit::sample::{Dataset, Rng};
 use skrull_kit::{OwnedBuffers, OwnedEval};
@@ -477,7 +477,8 @@ fn pay_in_last_micro_batch(times: &mut [f64], cfg: &Config, n_mb: u32, cost: f64
 }
 
 /// Regression (issue 40's bench, DP 2 x CP 1): DDP reduces the gradients inside each rank's
-/// last micro-batch, so the measured micro-batch holds a per-step cost. With no term of its
+/// last micro-batch (`Synchronisation::Sharded`), so the measured micro-batch holds a per-step
+/// cost. With no term of its
 /// own the refit spread it over every micro-batch's fixed cost and priced a step of one
 /// micro-batch per rank at half its time once the window also held steps of many. Steps of
 /// `balanced` (few, large micro-batches) and `deepspeed` (one sequence each) with 8 ms in each
@@ -489,7 +490,8 @@ fn pay_in_last_micro_batch(times: &mut [f64], cfg: &Config, n_mb: u32, cost: f64
 fn a_per_step_cost_inside_the_last_micro_batch_is_charged_once_per_step() {
     const COST: f64 = 0.008;
     const OUTSIDE: f64 = 0.003;
-    let cfg = config();
+    let mut cfg = config();
+    cfg.sync = Synchronisation::Sharded;
     let mut run = Run::new(cfg, params());
     let policies = [Policy::Balanced, Policy::DeepSpeed];
     let mut steps = Vec::new();
@@ -557,6 +559,18 @@ fn a_per_step_cost_inside_the_last_micro_batch_is_charged_once_per_step() {
     let again = run.solve();
     let moved = again.model.iteration_fixed_s - r.model.iteration_fixed_s;
     assert!(moved.abs() < 1e-3, "{moved} {:?}", again.report);
+    // Under another synchronisation the gradients are not reduced there: no such term.
+    let mut other = RefitState::new(params(), &config()).unwrap();
+    let mut rows = vec![Row::default(); params().rows_needed()];
+    for (policy, lengths, placements, _) in &steps {
+        let cfg_p = config().with_policy(*policy);
+        let (times, n_mb) = rank_times(&mut run.eval, &cfg_p, lengths, placements).unwrap();
+        other
+            .observe(&mut rows, lengths, placements, n_mb, &times)
+            .unwrap();
+    }
+    let r = other.solve(&rows).unwrap();
+    assert_eq!(r.report.coefficients[Coef::LastMicroBatch as usize], 0.0);
 }
 
 /// The cost per whole sequence (the attention kernel called once per sequence): a prior with

@@ -63,7 +63,8 @@ pub const SKRULL_REFIT_OVERLAP: u32 = 7;
 /// report's bit sets.
 pub const SKRULL_REFIT_SHARDED_SEQUENCE: u32 = 8;
 /// Coefficient: the per-step cost paid inside each DP rank's last micro-batch (DDP's gradient
-/// all-reduce), in milliseconds; the refitted model's `iteration_fixed_s` includes it. In
+/// all-reduce; fitted under `SKRULL_SYNC_SHARDED` only, 0 otherwise), in milliseconds; the
+/// refitted model's `iteration_fixed_s` includes it. In
 /// `skrull_refit_report.coefficient_last_micro_batch`, and bit 9 of the report's bit sets.
 pub const SKRULL_REFIT_LAST_MICRO_BATCH: u32 = 9;
 /// Coefficient: the cost per sequence held whole on a GPU (calling the attention kernel once

@@ -145,8 +145,9 @@ class Refit:
         for ``"local-attention"``, 1 for ``"all-attention"``; ``sharded_sequence`` in units of
         the prior's per-sequence cost, or of 1 ms when it is 0; ``last_micro_batch`` the
         per-step cost paid inside each DP rank's last micro-batch, in ms, which the model's
-        ``iteration_fixed_s`` includes; ``local_sequence`` the cost per whole sequence, in
-        units of the prior's, left at 0 when the prior has none), by name (``COEFFICIENTS``).
+        ``iteration_fixed_s`` includes, fitted under ``sync="sharded"`` only;
+        ``local_sequence`` the cost per whole sequence, in units of the prior's, left at 0
+        when the prior has none), by name (``COEFFICIENTS``).
     moved : tuple of str
         The coefficients that moved by more than 1 %.
     adopted : bool

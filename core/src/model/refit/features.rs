@@ -11,11 +11,14 @@
 //! ```
 //!
 //! which with every `c` = 1 (and `c7` the prior's overlap, `c9` 0) is what the evaluator
-//! computes. `LAST` is 1 ms on the GPUs of each DP rank's last micro-batch of the step: the
-//! per-step work a trainer does inside that micro-batch (DDP reduces the gradients in its
-//! backward), which the evaluator counts once per step (`iteration_fixed_s`).
+//! computes. `LAST` is 1 ms on the GPUs of each DP rank's last micro-batch of the step under
+//! `Synchronisation::Sharded` (DDP under `no_sync`, which reduces the gradients in that
+//! micro-batch's backward): the per-step work a trainer does there, which the evaluator
+//! counts once per step (`iteration_fixed_s`). Under the other synchronisations the
+//! gradients are reduced outside the micro-batches or in every one, and `LAST` is 0.
 
 use crate::config::limits::MAX_SEQ_LEN;
+use crate::config::options::Synchronisation;
 use crate::model::refit::{FEATURES, LAST_UNIT_S, RefitError, RefitState, Row};
 use crate::model::time::{Ring, TimeModel};
 use crate::plan::Placement;
@@ -107,28 +110,21 @@ fn add_comm(tm: &TimeModel, row: &mut Row, ring: Ring, len: u32, bit: u32) {
     row.x[bw] += f64::from(len) * tm.comm_per_token(ring);
 }
 
-/// Per DP rank: sets [`LAST`] on the GPUs of its last micro-batch that holds a sequence, and
-/// [`Row::micro_batches`] on every GPU of its micro-batches (`block` laid out
-/// `[micro-batch][dp][cp]`).
-fn mark_dp_ranks(block: &mut [Row], dp: usize, cp: usize) {
+/// Sets [`LAST`] on the GPUs of each DP rank's last micro-batch that holds a sequence (`block`
+/// laid out `[micro-batch][dp][cp]`).
+fn mark_last_micro_batches(block: &mut [Row], dp: usize, cp: usize) {
     let per_mb = dp * cp;
     if per_mb == 0 {
         return;
     }
     for d in 0..dp {
-        let holds = |mb: &[Row]| mb[d * cp..(d + 1) * cp].iter().any(|r| r.used == 1);
-        let count = block.chunks(per_mb).filter(|mb| holds(mb)).count() as u32;
-        let Some(last) = block.chunks(per_mb).rposition(holds) else {
-            continue;
-        };
-        for (m, mb) in block.chunks_mut(per_mb).enumerate() {
-            for row in &mut mb[d * cp..(d + 1) * cp] {
-                if row.used == 1 {
-                    row.micro_batches = count;
-                    if m == last {
-                        row.x[LAST] = LAST_UNIT_S;
-                    }
-                }
+        let last = block
+            .chunks(per_mb)
+            .rposition(|mb| mb[d * cp..(d + 1) * cp].iter().any(|r| r.used == 1));
+        if let Some(m) = last {
+            let base = m * per_mb + d * cp;
+            for row in &mut block[base..base + cp] {
+                row.x[LAST] = LAST_UNIT_S;
             }
         }
     }
@@ -282,7 +278,11 @@ impl RefitState {
                 add_comm(&tm, row, ring, len, bit);
             }
         }
-        mark_dp_ranks(block, dp, cp);
+        // Only a trainer that reduces the gradients inside the last micro-batch (DDP under
+        // `no_sync`, `Synchronisation::Sharded`) pays a per-step cost there.
+        if cfg.sync == Synchronisation::Sharded {
+            mark_last_micro_batches(block, dp, cp);
+        }
         let mut skipped = 0u32;
         let holdout = self.params.holdout;
         for (i, (row, &t)) in block.iter_mut().zip(times).enumerate() {

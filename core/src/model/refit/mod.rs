@@ -62,9 +62,11 @@ pub enum Coef {
     /// when the prior's is 0).
     ShardedSequence = 8,
     /// The per-step cost paid inside each DP rank's last micro-batch (DDP's gradient
-    /// all-reduce runs in that micro-batch's backward), in units of [`LAST_UNIT_S`]; the
-    /// returned model adds it to `iteration_fixed_s` (it moves no plan: every plan pays it
-    /// once per step). The prior's is 0.
+    /// all-reduce runs in that micro-batch's backward: fitted under
+    /// [`Synchronisation::Sharded`](crate::config::options::Synchronisation::Sharded) only,
+    /// 0 otherwise), in units of [`LAST_UNIT_S`]; the returned model adds it to
+    /// `iteration_fixed_s` (it moves no plan: every plan pays it once per step). The prior's
+    /// is 0.
     LastMicroBatch = 9,
     /// Cost per sequence held whole on a GPU, per micro-batch (calling the attention kernel
     /// once per sequence), in the overlap window (scale of the prior's; of 1 ms when the
@@ -172,10 +174,8 @@ pub struct Row {
     pub used: u32,
     /// 1 when the row's micro-batch is held out of the fit ([`RefitParams::holdout`]).
     pub heldout: u32,
-    /// Micro-batches its DP rank ran in the step: the row weighs `1/micro_batches`, so that a
-    /// DP rank's step weighs alike in the fit whether it ran one micro-batch or many (a window
-    /// pooling plans of few large and many small micro-batches is not fitted to the many).
-    pub micro_batches: u32,
+    /// 0.
+    pub _pad: u32,
     /// The prior's terms ([`features`]).
     pub x: [f64; FEATURES],
     /// The measured time, seconds.

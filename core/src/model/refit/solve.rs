@@ -22,6 +22,7 @@
 
 use crate::config::cost::{CostModel, Overlap};
 use crate::config::limits::MAX_CP;
+use crate::config::options::Synchronisation;
 use crate::model::fit::least_squares;
 use crate::model::refit::features::{
     A_LOCAL, A_SHARDED, BW_INTER, BW_INTRA, FIXED, GEMM, LAST, LAT_INTER, LAT_INTRA, LOCALS, SEQS,
@@ -183,12 +184,6 @@ pub(crate) fn decay(forgetting: f64, age: u64) -> f64 {
     w
 }
 
-/// The weight of `row` (of age `age`) in the fit and its errors before its relative residual:
-/// [`decay`] over [`Row::micro_batches`] (each DP rank's step weighs alike).
-pub(crate) fn row_weight(forgetting: f64, age: u64, row: &Row) -> f64 {
-    decay(forgetting, age) / f64::from(row.micro_batches.max(1))
-}
-
 /// The Huber weight of `row` at prediction `pred`: 1 while its relative residual is within a
 /// fifth of `outlier`, falling as `1/|r|` beyond (a straggler weighs almost nothing).
 fn huber(row: &Row, pred: f64, outlier: f64) -> f64 {
@@ -282,11 +277,15 @@ impl RefitState {
     /// executor calls it per sequence, `skrull.profile` measures the cost, and the refit then
     /// scales it). Free, it would trade against the ring costs inside `max(comm, window)`.
     pub fn held_at_prior(&self) -> u32 {
-        if self.prior_has_local {
-            0
-        } else {
-            1 << Coef::LocalSequence as usize
+        let mut bits = 0;
+        if !self.prior_has_local {
+            bits |= 1 << Coef::LocalSequence as usize;
         }
+        if self.cfg.sync != Synchronisation::Sharded {
+            // No per-step cost inside the last micro-batch (the feature is 0 everywhere).
+            bits |= 1 << Coef::LastMicroBatch as usize;
+        }
+        bits
     }
 
     /// `c` clamped to the valid range (the cost per whole sequence at 0 while
@@ -332,7 +331,7 @@ impl RefitState {
         let (mut s, mut w_sum, mut dropped) = (0.0, 0.0, 0u32);
         let mut peers = Peers::new();
         for (age, row, group) in self.groups_of(rows, subset) {
-            let w = row_weight(self.params.forgetting, age, row);
+            let w = decay(self.params.forgetting, age);
             let (pred, _) = predict(c, row);
             let peer = peers.of(c, group);
             let straggler = is_outlier(row, pred * peer, outlier);
@@ -374,7 +373,7 @@ impl RefitState {
         let weight_upto = |bits: u64| -> f64 {
             self.window(rows)
                 .filter(|(_, row)| ratio(row).is_some_and(|r| r.to_bits() <= bits))
-                .map(|(age, row)| row_weight(forgetting, age, row))
+                .map(|(age, _)| decay(forgetting, age))
                 .sum()
         };
         let (mut lo, mut hi) = (0u64, f64::INFINITY.to_bits());
@@ -440,7 +439,7 @@ impl RefitState {
         let forgetting = self.params.forgetting;
         let total: f64 = self
             .window_of(rows, subset)
-            .map(|(a, row)| row_weight(forgetting, a, row))
+            .map(|(a, _)| decay(forgetting, a))
             .sum();
         let lambda = self.params.ridge * total;
         let pull = |k: usize| {
@@ -533,7 +532,7 @@ impl RefitState {
             }
             huber(row, pred, outlier)
         };
-        Some(robust * row_weight(self.params.forgetting, age, row) / (row.time * row.time))
+        Some(robust * decay(self.params.forgetting, age) / (row.time * row.time))
     }
 
     /// `c` applied to the prior: the cost model it describes.
