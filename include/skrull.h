@@ -1716,7 +1716,8 @@ typedef struct skrull_refit_report {
      */
     uint32_t dropped;
     /**
-     * Measurements skipped in the window (NaN, infinite, zero or negative).
+     * Measurements skipped in the window (NaN, infinite, zero or negative, or a GPU's
+     * micro-batch holding a chunked sequence, which the fit does not model yet).
      */
     uint32_t skipped;
     /**
@@ -2382,8 +2383,11 @@ skrull_status skrull_refit_init(const struct skrull_refit_params *params,
  * overlap of the state with an input (`INVALID_ARG`), then `MEASUREMENT_MISMATCH` (counts),
  * `REFIT_STEP_TOO_LARGE`, and per sequence in input order `EMPTY_SEQUENCE` /
  * `LENGTH_OUT_OF_RANGE`, `PLAN_INVALID` (a placement or group out of range, or a chunked
- * placement `SKRULL_CHUNKED`, which the refit does not model yet; details: the sequence) or `MEASUREMENT_MISMATCH` (its micro-batch beyond `n_micro_batches`). The state
- * changes only on `SKRULL_STATUS_OK`.
+ * placement `SKRULL_CHUNKED` without its group in `cp_groups`; details: the sequence) or
+ * `MEASUREMENT_MISMATCH` (its micro-batch beyond `n_micro_batches`). A GPU's micro-batch
+ * holding a chunked sequence composes the step's time but is not fitted (the refit does
+ * not model chunked passes yet; it counts in the report's `skipped`). The state changes
+ * only on `SKRULL_STATUS_OK`.
  *
  * # Safety
  * - `state`, unless NULL, points to `state_size` bytes initialised by `skrull_refit_init()`

@@ -604,3 +604,46 @@ fn the_cost_per_whole_sequence_is_fitted_when_the_prior_has_one() {
         assert_eq!(r.model.local_sequence_s, 0.0);
     }
 }
+
+/// Regression: the refit refused a step whose plan chunks a sequence (`RefitError::Plan`), so
+/// a trainer's calibration skipped every such step. Now the step is observed: the GPUs that
+/// run the chunks compose the step's time (the per-step cost is measured right) but are not
+/// fitted, and count in `skipped`; the fit of the other GPUs is the fit without them.
+#[test]
+#[cfg_attr(miri, ignore)] // planning and fitting are slow under miri
+fn a_chunked_step_is_observed_and_its_chunked_gpus_are_not_fitted() {
+    let mut cfg = Config::new(1, 4, 8 * K, ModelShape::QWEN2_5_0_5B).with_policy(Policy::ChunkFlow);
+    cfg.chunking = skrull_core::Chunking::new(4 * K, 1);
+    let prior = cfg.cost_model();
+    let mut plans = OwnedBuffers::for_batch(0, &cfg);
+    let mut eval = OwnedEval::default();
+    let mut state = RefitState::new(params(), &cfg).unwrap();
+    let mut rows = vec![Row::default(); params().rows_needed()];
+    let mut chunked_steps = 0;
+    for seed in 0..6u64 {
+        let mut lengths = batch_of("lmsys", &cfg, seed, 24);
+        lengths[0] = 60 * K; // longer than the group's bucket: chunked
+        let plan = plans.schedule(&cfg, &lengths).unwrap();
+        let placements = plan.placements().to_vec();
+        chunked_steps += usize::from(placements.iter().any(Placement::is_chunked));
+        let (times, n_mb) = rank_times(&mut eval, &cfg, &lengths, &placements).unwrap();
+        let iteration = eval
+            .evaluate(&cfg, &lengths, &placements)
+            .unwrap()
+            .report
+            .iteration_time;
+        state
+            .observe(&mut rows, &lengths, &placements, n_mb, &times)
+            .unwrap();
+        assert_eq!(state.observe_step_time(iteration + 0.01), Ok(true));
+    }
+    assert_eq!(chunked_steps, 6);
+    let r = state.solve(&rows).unwrap();
+    assert!(r.report.skipped >= 6, "{:?}", r.report);
+    assert!(r.report.rows > 0, "{:?}", r.report);
+    // Exact times of the other GPUs: the prior explains them.
+    assert!(r.report.error_prior < 1e-9, "{:?}", r.report);
+    // The chunked GPUs are in the step's busy time: the per-step cost is the 10 ms given.
+    let outside = r.report.iteration_fixed_s - prior.iteration_fixed_s;
+    assert!((outside - 0.01).abs() < 1e-9, "{:?}", r.report);
+}

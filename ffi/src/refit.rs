@@ -11,7 +11,7 @@ use skrull_core::config::MAX_SEQS;
 use skrull_core::model::refit::{
     COEFFICIENTS, Coef, MAX_WINDOW, RefitError, RefitParams, RefitReport, RefitState, Row,
 };
-use skrull_core::plan::SHARDED;
+use skrull_core::plan::CHUNKED;
 
 use crate::boundary::{Span, any_overlap, declared, guard, lengths};
 use crate::config::{read_config, skrull_config};
@@ -155,7 +155,8 @@ pub struct skrull_refit_report {
     pub rows: u32,
     /// Of them, dropped as outliers (stragglers) by the returned fit.
     pub dropped: u32,
-    /// Measurements skipped in the window (NaN, infinite, zero or negative).
+    /// Measurements skipped in the window (NaN, infinite, zero or negative, or a GPU's
+    /// micro-batch holding a chunked sequence, which the fit does not model yet).
     pub skipped: u32,
     /// Bit `i` set: coefficient `i` of the returned model is more than 1 % from the prior's.
     pub moved: u32,
@@ -529,8 +530,11 @@ unsafe fn open<'a>(
 /// overlap of the state with an input (`INVALID_ARG`), then `MEASUREMENT_MISMATCH` (counts),
 /// `REFIT_STEP_TOO_LARGE`, and per sequence in input order `EMPTY_SEQUENCE` /
 /// `LENGTH_OUT_OF_RANGE`, `PLAN_INVALID` (a placement or group out of range, or a chunked
-/// placement `SKRULL_CHUNKED`, which the refit does not model yet; details: the sequence) or `MEASUREMENT_MISMATCH` (its micro-batch beyond `n_micro_batches`). The state
-/// changes only on `SKRULL_STATUS_OK`.
+/// placement `SKRULL_CHUNKED` without its group in `cp_groups`; details: the sequence) or
+/// `MEASUREMENT_MISMATCH` (its micro-batch beyond `n_micro_batches`). A GPU's micro-batch
+/// holding a chunked sequence composes the step's time but is not fitted (the refit does
+/// not model chunked passes yet; it counts in the report's `skipped`). The state changes
+/// only on `SKRULL_STATUS_OK`.
 ///
 /// # Safety
 /// - `state`, unless NULL, points to `state_size` bytes initialised by `skrull_refit_init()`
@@ -640,9 +644,9 @@ unsafe fn observe(
     let cfg = *s.config();
     let at = |i: usize| {
         let c = placed.get(i)?;
-        // Below -1: a chunked placement (the refit's features do not model chunks yet) or
-        // garbage; either is refused, never read as local or sharded.
-        if c.cp_rank < SHARDED {
+        // A chunked placement needs its group (its GPUs are timed, not fitted); anything else
+        // below -1 is garbage, refused, never read as local or sharded.
+        if c.cp_rank < CHUNKED {
             return None;
         }
         staged_placement(&cfg, c, groups.get(i).copied())

@@ -137,7 +137,9 @@ class Refit:
     dropped : int
         Of those, dropped as stragglers.
     skipped : int
-        Times skipped in the window: NaN, infinite, zero or negative.
+        Times skipped in the window: NaN, infinite, zero or negative, or a GPU's micro-batch
+        holding a chunked sequence (timed, part of the step, but not fitted: the refit does
+        not model chunked passes yet).
     error, prior_error : float
         Weighted rms relative error of ``model`` and of the prior on the window.
     coefficients : dict

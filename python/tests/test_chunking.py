@@ -329,10 +329,12 @@ def test_skrull_hf_plans_chunked_batches_for_the_trainer():
     assert plan.chunked.tolist() == [False, True]
 
 
-def test_online_calibration_times_chunked_steps_without_observing_them(tmp_path):
-    # Regression: the refit refuses chunked placements (PLAN_INVALID), which made every step
+def test_online_calibration_observes_chunked_steps_without_fitting_their_chunks(tmp_path):
+    # Regression: the refit refused chunked placements (PLAN_INVALID), which made every step
     # of a chunked plan fail in OnlineCalibration.step (SkrullTrainer with calibrate_every,
-    # and every chunkflow run of python -m skrull.bench).
+    # and every chunkflow run of python -m skrull.bench); then such steps were timed but not
+    # observed. Now they are observed: the GPU running the chunks is part of the step's time
+    # and not fitted (counted in the refit's `skipped`).
     pytest.importorskip("torch")
     import torch.distributed as dist
     from skrull.torch import OnlineCalibration
@@ -347,8 +349,10 @@ def test_online_calibration_times_chunked_steps_without_observing_them(tmp_path)
                 with online.time():
                     pass
             online.step(plan)
-        assert online.steps == 2 and online.unobserved_chunked == 1
+        assert online.steps == 2 and online.chunked_steps == 1
         assert online.last_times.shape == (1, 1, 1)
+        refit = online.last_refit
+        assert refit is not None and refit.steps == 2 and refit.skipped >= 1
     finally:
         dist.destroy_process_group()
 

@@ -94,15 +94,15 @@ class OnlineCalibration:
         self.group = group
         self.timer = MicroBatchTimer(device)
         self.enabled = bool(enabled)
-        #: Steps ended so far (observed, or timed only: ``unobserved_chunked``).
+        #: Steps ended so far (each observed).
         self.steps = 0
         #: The last refit (None before the first).
         self.last_refit: Optional[Refit] = None
         #: The last step's gathered times (None before the first step).
         self.last_times: Optional[np.ndarray] = None
-        #: Steps timed but not observed: their plan ran chunked sequences, which the refit
-        #: does not model yet.
-        self.unobserved_chunked = 0
+        #: Steps whose plan ran chunked sequences: observed, their chunked GPUs' micro-batches
+        #: part of the step's time but not fitted (the refit does not model chunked passes).
+        self.chunked_steps = 0
         #: The last step's wall time on its slowest rank (NaN when not measured).
         self.last_step_time = math.nan
         self._last_end: Optional[float] = None
@@ -177,9 +177,11 @@ class OnlineCalibration:
         Returns
         -------
         Refit or None
-            The refit when this step made one, else None (and None when disabled). A step
-            whose plan runs chunked sequences is timed (``last_times``) but not observed: the
-            refit does not model chunked placements yet (``unobserved_chunked`` counts them).
+            The refit when this step made one, else None (and None when disabled). In a
+            step whose plan runs chunked sequences, the micro-batches of the GPUs that run
+            them count in the step's time but are not fitted (the refit does not model
+            chunked passes yet; ``chunked_steps`` counts such steps, the refit's ``skipped``
+            their times).
 
         Raises
         ------
@@ -219,14 +221,8 @@ class OnlineCalibration:
         times, wall = gather_step(local, plan, self.group, step_time)
         self.last_times, self.last_step_time = times, wall
         if plan.summary.chunked:
-            # The refit does not model chunked placements yet (the library refuses them as
-            # PLAN_INVALID): such a step is timed but not observed.
-            self.unobserved_chunked += 1
-            if self.unobserved_chunked == 1:
-                self.logger.info("skrull: steps whose plan runs chunked sequences are timed "
-                                 "but not observed (the refit does not model chunks yet)")
-        else:
-            self.scheduler.observe(plan, times, step_time=wall)
+            self.chunked_steps += 1
+        self.scheduler.observe(plan, times, step_time=wall)
         self.steps += 1
         if self.steps % self.every:
             self._last_end = time.perf_counter()

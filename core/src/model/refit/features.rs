@@ -161,7 +161,9 @@ impl RefitState {
             }
             let p = placement(index).ok_or(RefitError::Plan { seq: index })?;
             let cp_ok = p.group_is_valid(cfg.cp)
-                && (p.is_sharded() || (p.cp_rank >= 0 && (p.cp_rank as u32) < cfg.cp));
+                && (p.is_sharded()
+                    || p.is_chunked()
+                    || (p.cp_rank >= 0 && (p.cp_rank as u32) < cfg.cp));
             if p.dp_rank >= cfg.dp || !cp_ok {
                 return Err(RefitError::Plan { seq: index });
             }
@@ -255,6 +257,15 @@ impl RefitState {
                 row.used = 1;
             }
             let group = p.group(cfg.cp);
+            if p.is_chunked() {
+                // Its passes are not modelled yet: the GPUs of its group compose the step
+                // (busy time) but are not fitted.
+                let first = base + group.first as usize;
+                for row in &mut block[first..first + group.size as usize] {
+                    row.chunked = 1;
+                }
+                continue;
+            }
             if !p.is_sharded() {
                 let row = &mut block[base + group.first as usize];
                 row.tokens += u64::from(tm.local_tokens(len));
@@ -297,6 +308,8 @@ impl RefitState {
             if !(t.is_finite() && t > 0.0) {
                 row.used = 0;
                 skipped += 1;
+            } else if row.chunked == 1 {
+                skipped += 1;
             }
         }
         skipped
@@ -321,7 +334,7 @@ impl RefitState {
             rows.get(slot * cap..slot * cap + count)
                 .unwrap_or(&[])
                 .iter()
-                .filter(move |r| r.used == 1 && subset.holds(r))
+                .filter(move |r| r.fitted() && subset.holds(r))
                 .map(move |r| (last.saturating_sub(r.step), r))
         })
     }
@@ -345,7 +358,7 @@ impl RefitState {
                 .flat_map(move |group| {
                     group
                         .iter()
-                        .filter(move |r| r.used == 1 && subset.holds(r))
+                        .filter(move |r| r.fitted() && subset.holds(r))
                         .map(move |r| (last.saturating_sub(r.step), r, group))
                 })
         })

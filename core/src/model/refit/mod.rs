@@ -174,8 +174,10 @@ pub struct Row {
     pub used: u32,
     /// 1 when the row's micro-batch is held out of the fit ([`RefitParams::holdout`]).
     pub heldout: u32,
-    /// 0.
-    pub _pad: u32,
+    /// 1 when the GPU ran a chunked sequence in the micro-batch: its time composes the step
+    /// (the per-step cost's busy time) but the fit does not model chunked passes yet, so the
+    /// row is not fitted (and counts in [`RefitReport::skipped`]).
+    pub chunked: u32,
     /// The prior's terms ([`features`]).
     pub x: [f64; FEATURES],
     /// The measured time, seconds.
@@ -260,6 +262,14 @@ impl fmt::Display for RefitError {
 
 impl core::error::Error for RefitError {}
 
+impl Row {
+    /// Whether the fit reads the row: a valid measurement of a micro-batch without a chunked
+    /// sequence on this GPU.
+    pub fn fitted(&self) -> bool {
+        self.used == 1 && self.chunked == 0
+    }
+}
+
 /// What a [`RefitState::solve`] decided about its fit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[repr(u32)]
@@ -310,7 +320,8 @@ pub struct RefitReport {
     pub rows: u32,
     /// Of them, dropped as outliers (stragglers) by the returned model.
     pub dropped: u32,
-    /// Measurements skipped in the window (NaN, infinite, zero or negative).
+    /// Measurements skipped in the window (NaN, infinite, zero or negative, or a GPU's
+    /// micro-batch holding a chunked sequence, which the fit does not model yet).
     pub skipped: u32,
     /// Bit `i` set: coefficient `i` of the returned model is more than 1 % from the prior's.
     pub moved: u32,

@@ -209,7 +209,7 @@ fn is_outlier(row: &Row, pred: f64, outlier: f64) -> bool {
 pub(crate) fn peer_factor(c: &Coefs, group: &[Row]) -> f64 {
     let mut ratios = [0.0f64; MAX_CP as usize];
     let mut n = 0;
-    for r in group.iter().filter(|r| r.used == 1) {
+    for r in group.iter().filter(|r| r.fitted()) {
         let (p, _) = predict(c, r);
         if p > 0.0 && p.is_finite() && n < ratios.len() {
             ratios[n] = r.time / p;
