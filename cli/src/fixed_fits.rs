@@ -75,8 +75,18 @@ pub fn fit_per_sequence(
             (f64::from(s.count), t)
         })
         .collect();
-    let fit = line(&points)
-        .ok_or("sharded fit: needs at least 2 distinct sequence counts (sharded,COUNT,SECONDS)")?;
+    per_count(
+        &points,
+        layers,
+        "sharded fit: needs at least 2 distinct sequence counts (sharded,COUNT,SECONDS)",
+    )
+}
+
+/// The whole model's cost per counted item from one layer's `(count, seconds)` points: the
+/// line's slope (0 when noise makes it negative) times the layers, with the fit; `err` when
+/// the points hold fewer than two distinct counts.
+fn per_count(points: &[(f64, f64)], layers: f64, err: &str) -> Result<(f64, LineFit), String> {
+    let fit = line(points).ok_or(err)?;
     Ok((fit.slope.max(0.0) * layers, fit))
 }
 
@@ -103,10 +113,11 @@ pub fn fit_per_local_sequence(
             (f64::from(s.count), t)
         })
         .collect();
-    let fit = line(&points).ok_or(
+    per_count(
+        &points,
+        layers,
         "local fit: needs at least 2 distinct sequence counts (local,COUNT,SECONDS,TOKENS)",
-    )?;
-    Ok((fit.slope.max(0.0) * layers, fit))
+    )
 }
 
 /// The parameters the per-step cost is extrapolated to: every GEMM weight (the LM head once)

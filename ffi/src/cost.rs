@@ -207,6 +207,21 @@ pub(crate) unsafe fn read_cost_model(
     Ok(Some(c.to_core()?))
 }
 
+/// Writes the C form of `cost` to the first `min(out_size, sizeof)` bytes of `*out`, with
+/// `struct_size` the bytes written.
+///
+/// # Safety
+/// `out` is non-null, aligned and valid for writing `out_size` bytes.
+unsafe fn write_cost_model(cost: &CostModel, out: *mut skrull_cost_model, out_size: usize) {
+    let mut c = skrull_cost_model::from_core(cost);
+    let n = out_size.min(size_of::<skrull_cost_model>());
+    c.struct_size = n as u32;
+    // SAFETY: `n` bytes are readable at the local `c` and writable at `out` (caller contract).
+    unsafe {
+        core::ptr::copy_nonoverlapping((&raw const c).cast::<u8>(), out.cast::<u8>(), n);
+    }
+}
+
 /// Fills the first `out_size` bytes of `*out` with a GPU preset (`SKRULL_GPU_*`) for a model
 /// shape (the shape picks the attention table: head dim 64 for the Qwen2.5-0.5B shape, 128
 /// otherwise; NULL: the Qwen2.5-0.5B shape) and sets `struct_size = min(out_size,
@@ -262,14 +277,9 @@ pub unsafe extern "C" fn skrull_cost_model_preset(
             SKRULL_GPU_H200 => CostModel::h200(&shape),
             _ => return skrull_status::InvalidEnum,
         };
-        let mut c = skrull_cost_model::from_core(&cost);
-        let n = out_size.min(size_of::<skrull_cost_model>());
-        c.struct_size = n as u32;
-        // SAFETY: `n` bytes are readable at `c` and writable at `out` (non-null, aligned:
-        // checked; at least `out_size >= n` bytes: caller contract); distinct objects.
-        unsafe {
-            core::ptr::copy_nonoverlapping((&raw const c).cast::<u8>(), out.cast::<u8>(), n);
-        }
+        // SAFETY: `out` is non-null, aligned (checked) and valid for `out_size` bytes (caller
+        // contract).
+        unsafe { write_cost_model(&cost, out, out_size) };
         skrull_status::Ok
     })
 }
@@ -318,15 +328,9 @@ pub unsafe extern "C" fn skrull_cost_model_slowed(
             Ok(m) => m,
             Err(_) => return skrull_status::InvalidCostModel,
         };
-        let mut c = skrull_cost_model::from_core(&slowed);
-        let n = out_size.min(size_of::<skrull_cost_model>());
-        c.struct_size = n as u32;
-        // SAFETY: `n` bytes are readable at `c` and writable at `out` (non-null, aligned:
-        // checked; at least `out_size >= n` bytes: caller contract); `c` is a local copy, so
-        // `out` may alias `model`.
-        unsafe {
-            core::ptr::copy_nonoverlapping((&raw const c).cast::<u8>(), out.cast::<u8>(), n);
-        }
+        // SAFETY: `out` is non-null, aligned (checked) and valid for `out_size` bytes (caller
+        // contract); `model` was read into a local copy, so `out` may alias it.
+        unsafe { write_cost_model(&slowed, out, out_size) };
         skrull_status::Ok
     })
 }

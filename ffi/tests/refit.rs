@@ -96,6 +96,29 @@ fn params() -> skrull_refit_params {
     p
 }
 
+/// `skrull_refit_solve` into a model and a report buffer of the given sizes.
+///
+/// # Safety
+/// As `skrull_refit_solve`: a live state of `bytes`, and buffers valid for their sizes.
+unsafe fn solve_sized(
+    (state, bytes): (*mut c_void, usize),
+    (model, model_size): (*mut skrull_cost_model, usize),
+    (report, report_size): (*mut skrull_refit_report, usize),
+) -> skrull_status {
+    // SAFETY: forwarded caller contract.
+    unsafe {
+        skrull_refit_solve(
+            state,
+            bytes,
+            model,
+            model_size,
+            report,
+            report_size,
+            null_mut(),
+        )
+    }
+}
+
 #[test]
 fn c_and_rust_give_the_same_bits() {
     let cfg = config();
@@ -443,14 +466,10 @@ fn version_2_fields_round_trip_through_c() {
     let mut rep = skrull_refit_report::default();
     // SAFETY: live pointers of the stated sizes.
     let s = unsafe {
-        skrull_refit_solve(
-            state,
-            bytes,
-            &mut model,
-            size_of::<skrull_cost_model>(),
-            &mut rep,
-            size_of::<skrull_refit_report>(),
-            null_mut(),
+        solve_sized(
+            (state, bytes),
+            (&mut model, size_of::<skrull_cost_model>()),
+            (&mut rep, size_of::<skrull_refit_report>()),
         )
     };
     assert_eq!(s, skrull_status::Ok);
@@ -497,14 +516,10 @@ fn version_2_fields_round_trip_through_c() {
     };
     // SAFETY: live pointers; the report is larger than the size given.
     let s = unsafe {
-        skrull_refit_solve(
-            state,
-            bytes,
-            &mut model,
-            SKRULL_COST_MODEL_SIZE_V1 as usize,
-            &mut old,
-            SKRULL_REFIT_REPORT_SIZE_V1 as usize,
-            null_mut(),
+        solve_sized(
+            (state, bytes),
+            (&mut model, SKRULL_COST_MODEL_SIZE_V1 as usize),
+            (&mut old, SKRULL_REFIT_REPORT_SIZE_V1 as usize),
         )
     };
     assert_eq!(s, skrull_status::Ok);
@@ -518,14 +533,10 @@ fn version_2_fields_round_trip_through_c() {
     };
     // SAFETY: live pointers; the report is larger than the size given.
     let s = unsafe {
-        skrull_refit_solve(
-            state,
-            bytes,
-            &mut model,
-            size_of::<skrull_cost_model>(),
-            &mut v2,
-            SKRULL_REFIT_REPORT_SIZE_V2 as usize,
-            null_mut(),
+        solve_sized(
+            (state, bytes),
+            (&mut model, size_of::<skrull_cost_model>()),
+            (&mut v2, SKRULL_REFIT_REPORT_SIZE_V2 as usize),
         )
     };
     assert_eq!(s, skrull_status::Ok);

@@ -272,10 +272,12 @@ impl RefitState {
         c
     }
 
-    /// The bits of the coefficients the fit leaves at the prior's: the cost per whole sequence
-    /// when the prior has none (a varlen kernel takes every sequence in one call; where the
-    /// executor calls it per sequence, `skrull.profile` measures the cost, and the refit then
-    /// scales it). Free, it would trade against the ring costs inside `max(comm, window)`.
+    /// The bits of the coefficients the fit leaves at the prior's 0: the cost per whole
+    /// sequence when the prior has none (a varlen kernel takes every sequence in one call;
+    /// where the executor calls it per sequence, `skrull.profile` measures the cost, and the
+    /// refit then scales it; free, it would trade against the ring costs inside
+    /// `max(comm, window)`), and the per-step cost inside the last micro-batch unless the
+    /// configuration's synchronisation is `Sharded` (no feature measures it).
     pub fn held_at_prior(&self) -> u32 {
         let mut bits = 0;
         if !self.prior_has_local {
@@ -288,8 +290,8 @@ impl RefitState {
         bits
     }
 
-    /// `c` clamped to the valid range (the cost per whole sequence at 0 while
-    /// [`RefitState::held_at_prior`] holds it): scales within `MAX_SCALE` of the prior (latencies and
+    /// `c` clamped to the valid range (the coefficients [`RefitState::held_at_prior`] holds
+    /// at 0): scales within `MAX_SCALE` of the prior (latencies and
     /// the fixed cost may reach 0). A GEMM faster than the prior's at 100 % efficiency is
     /// not clamped: the prior's peak is then wrong (another machine's), and
     /// [`RefitState::model`] raises it instead, so the model stays valid.
@@ -305,11 +307,18 @@ impl RefitState {
             (lo, MAX_SCALE),
             (0.0, MAX_SCALE),
             (0.0, MAX_LAST),
-            (0.0, if self.prior_has_local { MAX_SCALE } else { 0.0 }),
+            (0.0, MAX_SCALE),
         ];
+        let held = self.held_at_prior();
         for (&k, (a, b)) in LIN.iter().zip(ranges) {
             let v = &mut c[k];
-            *v = if v.is_nan() { 1.0 } else { v.clamp(a, b) };
+            *v = if held >> k & 1 == 1 {
+                0.0
+            } else if v.is_nan() {
+                1.0
+            } else {
+                v.clamp(a, b)
+            };
         }
     }
 
